@@ -1,0 +1,56 @@
+# shardops — every command a developer or CI needs. `make test` is what CI runs (.ci/run).
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+help: ## list targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
+	touch $@
+
+venv: $(STAMP) ## create the local venv and install shardops with its dev tools
+
+tools: ## build (once, cached under ~/.cache/shardops) kube-apiserver, kube-controller-manager, etcd; install kubectl + helm
+	bash e2e/cluster/build.sh
+
+lint: $(STAMP) ## ruff
+	$(BIN)/ruff check operator tests e2e examples
+	$(BIN)/ruff format --check operator tests e2e examples
+
+typecheck: $(STAMP) ## mypy (strict on api/ and logic/)
+	$(BIN)/mypy
+
+manifests: $(STAMP) ## regenerate crds/ (and the chart's copy) from the API models
+	$(BIN)/shardops crds --output crds
+
+unit: $(STAMP) ## tests without a cluster
+	$(BIN)/pytest -q tests
+
+e2e: $(STAMP) tools ## tests against the local control plane (or KUBECONFIG when set)
+	$(BIN)/pytest -q e2e
+
+test: lint typecheck unit e2e ## everything CI runs
+
+cluster-up: $(STAMP) tools ## start the local control plane in the background; prints how to use it
+	$(BIN)/python -m e2e.cluster.lifecycle up
+
+cluster-down: $(STAMP) ## stop the local control plane started by cluster-up
+	$(BIN)/python -m e2e.cluster.lifecycle down
+
+fmt: $(STAMP) ## format and autofix
+	$(BIN)/ruff format operator tests e2e examples
+	$(BIN)/ruff check --fix operator tests e2e examples
+
+clean: ## remove the venv and local state (not the ~/.cache build)
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .shardops
+
+.PHONY: help venv tools lint typecheck manifests unit e2e test cluster-up cluster-down fmt clean

@@ -1,0 +1,490 @@
+"""Start and stop a real, local Kubernetes control plane: etcd, kube-apiserver, kube-controller-manager,
+and the process-kubelet that runs pods as local processes.
+
+    python -m e2e.cluster.lifecycle up      # background; prints the KUBECONFIG to use
+    python -m e2e.cluster.lifecycle down    # stops it; checks nothing is left running
+    python -m e2e.cluster.lifecycle run     # foreground; Ctrl-C stops everything
+
+Every child process is started with a parent-death signal, so even a SIGKILLed parent leaves no
+orphan behind, and carries SHARDOPS_LOCAL_CLUSTER=<dir> in its environment so that `leftovers()`
+can prove it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from e2e.cluster import pki as pki_mod
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CLUSTER_DIR = Path(__file__).resolve().parent
+DEFAULT_DIR = REPO_ROOT / ".shardops" / "cluster"
+MARKER_ENV = "SHARDOPS_LOCAL_CLUSTER"
+NODE_NAME = "local-node"
+
+# Controllers the e2e tests and the operator rely on; nothing that needs a cloud or a real kubelet.
+CONTROLLERS = (
+    "job-controller",
+    "cronjob-controller",
+    "garbage-collector-controller",
+    "namespace-controller",
+    "serviceaccount-controller",
+    "serviceaccount-token-controller",
+    "root-ca-certificate-publisher-controller",
+    "ttl-after-finished-controller",
+    "deployment-controller",
+    "replicaset-controller",
+    "disruption-controller",
+    "resourcequota-controller",
+)
+
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived"],
+    "rules": [
+        {
+            # Who wrote what: the operator's and workers' state changes, claims and Jobs.
+            "level": "Metadata",
+            "verbs": ["create", "update", "patch", "delete", "deletecollection"],
+            "resources": [
+                {"group": "shardops.dev"},
+                {"group": "coordination.k8s.io", "resources": ["leases"]},
+                {"group": "batch", "resources": ["jobs"]},
+                {"group": "", "resources": ["configmaps", "events", "pods"]},
+                {"group": "events.k8s.io", "resources": ["events"]},
+            ],
+        },
+        {"level": "None"},
+    ],
+}
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _parent_death_signal(sig: signal.Signals) -> Callable[[], None]:
+    """preexec_fn: the child gets `sig` when the thread that started it dies (Linux)."""
+
+    def apply() -> None:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+
+    return apply
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _read_versions() -> dict[str, str]:
+    versions: dict[str, str] = {}
+    for line in (CLUSTER_DIR / "versions.env").read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#") and "=" in line:
+            key, value = line.split("=", 1)
+            versions[key] = value
+    return versions
+
+
+def bin_dir() -> Path:
+    """Where e2e/cluster/build.sh puts (or has put) the binaries; builds them when missing."""
+    override = os.environ.get("SHARDOPS_BIN_DIR")
+    if override:
+        return Path(override)
+    result = subprocess.run(
+        ["bash", str(CLUSTER_DIR / "build.sh")], check=True, stdout=subprocess.PIPE, text=True
+    )
+    return Path(result.stdout.strip().splitlines()[-1])
+
+
+@dataclass
+class LocalCluster:
+    """One local control plane living in `directory` (certs, etcd data, logs, kubeconfig, audit log)."""
+
+    directory: Path
+    binaries: Path
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    apiserver_port: int = 0
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.directory / "kubeconfig"
+
+    @property
+    def audit_log(self) -> Path:
+        return self.directory / "audit.log"
+
+    @property
+    def kubelet_state(self) -> Path:
+        return self.directory / "kubelet"
+
+    @property
+    def logs(self) -> Path:
+        return self.directory / "logs"
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.apiserver_port}"
+
+    def env(self) -> dict[str, str]:
+        """Environment for a child: marks it as ours, and points kubectl/helm at this cluster."""
+        env = dict(os.environ)
+        env[MARKER_ENV] = str(self.directory)
+        env["KUBECONFIG"] = str(self.kubeconfig)
+        env["PATH"] = f"{self.binaries}{os.pathsep}{env.get('PATH', '')}"
+        # The kubelet runs as `python -m e2e.cluster.kubelet` from the cluster directory.
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+        return env
+
+    def _spawn(self, name: str, argv: list[str], death_signal: signal.Signals = signal.SIGKILL) -> None:
+        self.logs.mkdir(parents=True, exist_ok=True)
+        log = (self.logs / f"{name}.log").open("ab")
+        self.processes[name] = subprocess.Popen(
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=self.env(),
+            cwd=self.directory,
+            preexec_fn=_parent_death_signal(death_signal),
+        )
+        log.close()
+
+    def _check_alive(self) -> None:
+        for name, process in self.processes.items():
+            if process.poll() is not None:
+                tail = (self.logs / f"{name}.log").read_text(errors="replace").splitlines()[-30:]
+                raise RuntimeError(f"{name} exited with {process.returncode}:\n" + "\n".join(tail))
+
+    def _wait(self, what: str, probe: Callable[[], bool], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self._check_alive()
+            if probe():
+                return
+            time.sleep(0.2)
+        raise TimeoutError(f"{what} not ready after {timeout:.0f}s; logs in {self.logs}")
+
+    def _ssl_context(self, pki: pki_mod.Pki) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=str(pki.ca_cert))
+        context.load_cert_chain(str(pki.admin_cert), str(pki.admin_key))
+        return context
+
+    def _get(self, pki: pki_mod.Pki, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(
+                f"{self.server}{path}", context=self._ssl_context(pki), timeout=5
+            ) as response:
+                return response.status, response.read().decode()
+        except urllib.error.HTTPError as error:
+            return error.code, error.read().decode(errors="replace")
+        except (urllib.error.URLError, ConnectionError, TimeoutError, ssl.SSLError):
+            return 0, ""
+
+    def start(self) -> None:
+        started = time.monotonic()
+        self.directory.mkdir(parents=True, exist_ok=True)
+        pki = pki_mod.generate(self.directory / "pki")
+        etcd_client, etcd_peer = free_port(), free_port()
+        self.apiserver_port = free_port()
+        controller_manager_port = free_port()
+
+        self._spawn(
+            "etcd",
+            [
+                str(self.binaries / "etcd"),
+                "--name=local",
+                f"--data-dir={self.directory / 'etcd'}",
+                f"--listen-client-urls=http://127.0.0.1:{etcd_client}",
+                f"--advertise-client-urls=http://127.0.0.1:{etcd_client}",
+                f"--listen-peer-urls=http://127.0.0.1:{etcd_peer}",
+                f"--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer}",
+                f"--initial-cluster=local=http://127.0.0.1:{etcd_peer}",
+                # A throwaway test store: durability on power loss buys nothing and costs seconds.
+                "--unsafe-no-fsync",
+                "--log-level=warn",
+            ],
+        )
+
+        audit_policy = self.directory / "audit-policy.json"
+        audit_policy.write_text(json.dumps(AUDIT_POLICY))
+        self._spawn(
+            "kube-apiserver",
+            [
+                str(self.binaries / "kube-apiserver"),
+                f"--etcd-servers=http://127.0.0.1:{etcd_client}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={self.apiserver_port}",
+                f"--tls-cert-file={pki.serving_cert}",
+                f"--tls-private-key-file={pki.serving_key}",
+                f"--client-ca-file={pki.ca_cert}",
+                "--authorization-mode=RBAC",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-account-key-file={pki.sa_public_key}",
+                f"--service-account-signing-key-file={pki.sa_private_key}",
+                "--service-cluster-ip-range=10.0.0.0/24",
+                # The "kubernetes" Service cannot point at a loopback address; nothing here needs it.
+                "--endpoint-reconciler-type=none",
+                f"--audit-policy-file={audit_policy}",
+                f"--audit-log-path={self.audit_log}",
+                "--audit-log-format=json",
+                "--audit-log-maxsize=0",
+                "--audit-log-mode=blocking",
+                "--allow-privileged=true",
+                "--profiling=false",
+                "--v=1",
+            ],
+        )
+        self._write_kubeconfig(pki, self.kubeconfig, pki.admin_cert, pki.admin_key, "shardops-admin")
+        self._wait("kube-apiserver /readyz", lambda: self._get(pki, "/readyz")[0] == 200, timeout=120)
+        self.timings["readyz"] = time.monotonic() - started
+
+        controller_kubeconfig = self.directory / "controller-manager.kubeconfig"
+        self._write_kubeconfig(
+            pki,
+            controller_kubeconfig,
+            pki.controller_manager_cert,
+            pki.controller_manager_key,
+            "kube-controller-manager",
+        )
+        self._spawn(
+            "kube-controller-manager",
+            [
+                str(self.binaries / "kube-controller-manager"),
+                f"--kubeconfig={controller_kubeconfig}",
+                f"--authentication-kubeconfig={controller_kubeconfig}",
+                f"--authorization-kubeconfig={controller_kubeconfig}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={controller_manager_port}",
+                f"--controllers={','.join(CONTROLLERS)}",
+                f"--service-account-private-key-file={pki.sa_private_key}",
+                f"--root-ca-file={pki.ca_cert}",
+                "--use-service-account-credentials=true",
+                "--leader-elect=false",
+                "--concurrent-job-syncs=10",
+                "--v=1",
+            ],
+        )
+
+        self.kubelet_state.mkdir(parents=True, exist_ok=True)
+        self._spawn(
+            "kubelet",
+            [
+                sys.executable,
+                "-m",
+                "e2e.cluster.kubelet",
+                f"--kubeconfig={self.kubeconfig}",
+                f"--node-name={NODE_NAME}",
+                f"--state-dir={self.kubelet_state}",
+                f"--python={sys.executable}",
+            ],
+            # The kubelet must get the chance to stop its pod processes.
+            death_signal=signal.SIGTERM,
+        )
+        self._wait("node and default service account", lambda: self._cluster_usable(pki), timeout=120)
+        self.timings["usable"] = time.monotonic() - started
+        (self.directory / "ready.json").write_text(
+            json.dumps(
+                {
+                    "kubeconfig": str(self.kubeconfig),
+                    "server": self.server,
+                    "auditLog": str(self.audit_log),
+                    "kubeletState": str(self.kubelet_state),
+                    "binDir": str(self.binaries),
+                    "timings": self.timings,
+                    "pid": os.getpid(),
+                }
+            )
+        )
+
+    def _cluster_usable(self, pki: pki_mod.Pki) -> bool:
+        status, body = self._get(pki, f"/api/v1/nodes/{NODE_NAME}")
+        if status != 200:
+            return False
+        conditions = json.loads(body).get("status", {}).get("conditions", [])
+        node_ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+        sa_status, _ = self._get(pki, "/api/v1/namespaces/default/serviceaccounts/default")
+        return node_ready and sa_status == 200
+
+    def _write_kubeconfig(self, pki: pki_mod.Pki, path: Path, cert: Path, key: Path, user: str) -> None:
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "shardops-local",
+                    "cluster": {"server": self.server, "certificate-authority": str(pki.ca_cert)},
+                }
+            ],
+            "users": [{"name": user, "user": {"client-certificate": str(cert), "client-key": str(key)}}],
+            "contexts": [{"name": "shardops-local", "context": {"cluster": "shardops-local", "user": user}}],
+            "current-context": "shardops-local",
+        }
+        path.write_text(json.dumps(config, indent=2))
+        path.chmod(0o600)
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """Stop in reverse order: kubelet first (it ends the pod processes), etcd last."""
+        for name in reversed(list(self.processes)):
+            process = self.processes[name]
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                try:
+                    process.wait(timeout=timeout)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+        self.processes.clear()
+        for pid in leftovers(self.directory):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def leftovers(directory: Path) -> list[int]:
+    """PIDs of live processes started for the cluster in `directory` (control plane and pods)."""
+    marker = f"{MARKER_ENV}={directory}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # Zombies are already dead; they wait only for their parent to reap them.
+        if marker in environ.split(b"\0") and stat.rsplit(")", 1)[-1].split()[0] != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+@contextlib.contextmanager
+def running_cluster(directory: Path | None = None) -> Iterator[LocalCluster]:
+    """A started cluster for the duration of the block; stopped (and checked for leftovers) after."""
+    temporary = directory is None
+    path = Path(tempfile.mkdtemp(prefix="shardops-cluster-")) if directory is None else directory
+    cluster = LocalCluster(directory=path, binaries=bin_dir())
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+        if temporary:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _run_foreground(directory: Path) -> int:
+    stop_requested = False
+
+    def request_stop(signum: int, _frame: object) -> None:
+        nonlocal stop_requested
+        stop_requested = True
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    cluster = LocalCluster(directory=directory, binaries=bin_dir())
+    try:
+        cluster.start()
+        print(f"local control plane ready in {cluster.timings['readyz']:.1f}s (readyz), "
+              f"{cluster.timings['usable']:.1f}s (node ready)", flush=True)
+        while not stop_requested:
+            cluster._check_alive()
+            time.sleep(0.5)
+    finally:
+        cluster.stop()
+        (directory / "ready.json").unlink(missing_ok=True)
+    return 0
+
+
+def _up(directory: Path) -> int:
+    if (directory / "ready.json").exists():
+        info = json.loads((directory / "ready.json").read_text())
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(info["pid"], 0)
+            print(f"already running: export KUBECONFIG={info['kubeconfig']}")
+            return 0
+    shutil.rmtree(directory, ignore_errors=True)
+    directory.mkdir(parents=True)
+    bin_dir()  # build before detaching, so build output and errors reach the terminal
+    with (directory / "supervisor.log").open("ab") as log:
+        supervisor = subprocess.Popen(
+            [sys.executable, "-m", "e2e.cluster.lifecycle", "run", f"--dir={directory}"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=REPO_ROOT,
+            start_new_session=True,
+        )
+    deadline = time.monotonic() + 180
+    while not (directory / "ready.json").exists():
+        if supervisor.poll() is not None or time.monotonic() > deadline:
+            print((directory / "supervisor.log").read_text(errors="replace")[-4000:], file=sys.stderr)
+            return 1
+        time.sleep(0.3)
+    info = json.loads((directory / "ready.json").read_text())
+    print(
+        f"local control plane up ({info['server']}, /readyz after {info['timings']['readyz']:.1f}s)\n"
+        f"  export KUBECONFIG={info['kubeconfig']}\n"
+        f"  export PATH={info['binDir']}:$PATH   # kubectl and helm matching the cluster\n"
+        f"  audit log: {info['auditLog']}\n"
+        f"  pod logs:  {info['kubeletState']}/logs/<namespace>/<pod>/<container>.log\n"
+        f"  stop with: make cluster-down"
+    )
+    return 0
+
+
+def _down(directory: Path) -> int:
+    ready = directory / "ready.json"
+    if ready.exists():
+        pid = json.loads(ready.read_text())["pid"]
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 40
+        while ready.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+    remaining = leftovers(directory)
+    for pid in remaining:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    print(f"local control plane stopped ({len(remaining)} leftover processes killed)")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m e2e.cluster.lifecycle", description=__doc__.split("\n")[0])
+    parser.add_argument("action", choices=["up", "down", "run"])
+    parser.add_argument("--dir", type=Path, default=DEFAULT_DIR, help="cluster state directory")
+    args = parser.parse_args(argv)
+    directory = args.dir.resolve()
+    if args.action == "up":
+        return _up(directory)
+    if args.action == "down":
+        return _down(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    return _run_foreground(directory)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,138 @@
+"""Fixtures for tests against a real Kubernetes API server.
+
+By default a local control plane (e2e/cluster) is started once per session. With KUBECONFIG set
+(and SHARDOPS_E2E_LOCAL unset), the tests use that cluster instead; tests that need the local
+process-kubelet or the audit log are skipped there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client, config
+
+from e2e.cluster import lifecycle
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class Cluster:
+    """What a test may use of the cluster under test."""
+
+    kubeconfig: Path
+    bin_dir: Path
+    api: client.ApiClient
+    local: lifecycle.LocalCluster | None
+
+    @property
+    def audit_log(self) -> Path | None:
+        return self.local.audit_log if self.local else None
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["KUBECONFIG"] = str(self.kubeconfig)
+        env["PATH"] = f"{self.bin_dir}{os.pathsep}{env.get('PATH', '')}"
+        if self.local:
+            env[lifecycle.MARKER_ENV] = str(self.local.directory)
+        return env
+
+    def kubectl(self, *args: str, check: bool = True, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [str(self.bin_dir / "kubectl"), *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            env=self.env(),
+            timeout=120,
+        )
+        if check and result.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed ({result.returncode}):\n{result.stderr}")
+        return result
+
+    def pod_log(self, namespace: str, pod: str, container: str) -> str:
+        assert self.local, "pod logs from files need the local process-kubelet"
+        path = self.local.kubelet_state / "logs" / namespace / pod / f"{container}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+
+def wait_for(what: str, probe: Callable[[], Any], timeout: float = 60.0, interval: float = 0.2) -> Any:
+    """Poll `probe` until it returns something truthy; fail with `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+
+
+def _external_kubeconfig() -> Path | None:
+    if os.environ.get("SHARDOPS_E2E_LOCAL") or not os.environ.get("KUBECONFIG"):
+        return None
+    return Path(os.environ["KUBECONFIG"])
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Cluster]:
+    external = _external_kubeconfig()
+    if external is not None:
+        bin_dir = lifecycle.bin_dir()
+        yield Cluster(external, bin_dir, config.new_client_from_config(str(external)), None)
+        return
+    with lifecycle.running_cluster() as local:
+        print(f"\nlocal control plane: /readyz in {local.timings['readyz']:.1f}s, "
+              f"node ready in {local.timings['usable']:.1f}s ({local.directory})")
+        api = config.new_client_from_config(str(local.kubeconfig))
+        yield Cluster(local.kubeconfig, local.binaries, api, local)
+        api.close()
+        local.stop()
+        left = lifecycle.leftovers(local.directory)
+        assert not left, f"processes left running after the cluster stopped: {left}"
+
+
+@pytest.fixture
+def local_cluster(cluster: Cluster) -> Cluster:
+    if cluster.local is None:
+        pytest.skip("needs the local control plane (process-kubelet, audit log)")
+    return cluster
+
+
+@pytest.fixture(scope="session")
+def crds_installed(cluster: Cluster) -> None:
+    cluster.kubectl("apply", "--server-side", "-f", str(REPO_ROOT / "crds"))
+    for name in ("campaigns.shardops.dev", "shards.shardops.dev"):
+        cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{name}")
+
+
+@pytest.fixture
+def namespace(cluster: Cluster) -> Iterator[str]:
+    name = f"e2e-{uuid.uuid4().hex[:8]}"
+    core = client.CoreV1Api(cluster.api)
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    wait_for(
+        f"default service account in {name}",
+        lambda: core.list_namespaced_service_account(name, field_selector="metadata.name=default").items,
+    )
+    yield name
+    core.delete_namespace(name, propagation_policy="Background")
+
+
+def objects_in(path: Path) -> list[dict[str, Any]]:
+    import yaml
+
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
+def dump_json(obj: Any) -> str:
+    return json.dumps(obj, indent=2, default=str)

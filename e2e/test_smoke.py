@@ -1,0 +1,167 @@
+"""The local control plane is a real Kubernetes: CRDs, admission, the Job controller, pods as processes."""
+
+from __future__ import annotations
+
+import re
+import sys
+import textwrap
+import uuid
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from e2e.conftest import REPO_ROOT, Cluster, wait_for
+
+INVALID_SAMPLES = sorted((REPO_ROOT / "tests" / "data" / "invalid").glob("*.yaml"))
+
+
+def _expectations(path: Path) -> list[str]:
+    return [m.group(1).strip() for m in re.finditer(r"^#\s*expect:\s*(.+)$", path.read_text(), re.M)]
+
+
+@pytest.mark.usefixtures("crds_installed")
+@pytest.mark.parametrize(
+    ("resource", "columns"),
+    [
+        ("shards", ["NAME", "CAMPAIGN", "PHASE", "ATTEMPT", "PROGRESS", "OWNER", "AGE"]),
+        ("campaigns", ["NAME", "PHASE", "DONE/TOTAL", "RUNNING", "PENDING", "BLOCKED", "SPENT", "AGE"]),
+    ],
+)
+def test_printer_columns_show_in_kubectl_get(cluster: Cluster, namespace: str, resource: str, columns: list[str]) -> None:
+    for sample in sorted((REPO_ROOT / "crds" / "samples").glob("*.yaml")):
+        cluster.kubectl("apply", "-n", namespace, "-f", str(sample))
+    header = cluster.kubectl("get", resource, "-n", namespace).stdout.splitlines()[0].split()
+    assert header == columns
+
+
+@pytest.mark.usefixtures("crds_installed")
+def test_short_names_and_category(cluster: Cluster, namespace: str) -> None:
+    for args in (["get", "camp"], ["get", "shard"], ["get", "shardops"]):
+        result = cluster.kubectl(*args, "-n", namespace, check=False)
+        assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.usefixtures("crds_installed")
+@pytest.mark.parametrize("sample", INVALID_SAMPLES, ids=lambda p: p.stem)
+def test_invalid_samples_rejected_by_api_server(cluster: Cluster, namespace: str, sample: Path) -> None:
+    expected = _expectations(sample)
+    assert expected, f"{sample} has no '# expect:' line"
+    result = cluster.kubectl("create", "-n", namespace, "-f", str(sample), check=False)
+    assert result.returncode != 0, f"{sample.name} was accepted by the API server"
+    for text in expected:
+        assert text in result.stderr, f"{sample.name}: {text!r} not in the API server's answer:\n{result.stderr}"
+
+
+@pytest.mark.usefixtures("crds_installed")
+def test_kubectl_explain_shows_field_descriptions(cluster: Cluster) -> None:
+    result = cluster.kubectl("explain", "campaign.spec.maxConcurrency")
+    assert "FIELD: maxConcurrency" in result.stdout or "maxConcurrency" in result.stdout
+    description = result.stdout.split("DESCRIPTION:", 1)[1].strip()
+    assert len(description) > 20, result.stdout
+
+
+def _job(name: str, script: str) -> client.V1Job:
+    return client.V1Job(
+        metadata=client.V1ObjectMeta(name=name),
+        spec=client.V1JobSpec(
+            backoff_limit=0,
+            template=client.V1PodTemplateSpec(
+                spec=client.V1PodSpec(
+                    restart_policy="Never",
+                    termination_grace_period_seconds=5,
+                    containers=[
+                        client.V1Container(
+                            name="main", image="python:3.11-slim", command=["python", "-c", script]
+                        )
+                    ],
+                )
+            ),
+        ),
+    )
+
+
+def _job_condition(batch: client.BatchV1Api, namespace: str, name: str) -> str | None:
+    job = batch.read_namespaced_job_status(name, namespace)
+    for condition in job.status.conditions or []:
+        if condition.type in ("Complete", "Failed") and condition.status == "True":
+            return str(condition.type)
+    return None
+
+
+def test_job_completes_through_the_job_controller(local_cluster: Cluster, namespace: str) -> None:
+    batch = client.BatchV1Api(local_cluster.api)
+    batch.create_namespaced_job(namespace, _job("hello", "import os; print('hello from', os.environ['HOSTNAME'] if 'HOSTNAME' in os.environ else 'pod')"))
+    assert wait_for("job hello to finish", lambda: _job_condition(batch, namespace, "hello")) == "Complete"
+    job = batch.read_namespaced_job_status("hello", namespace)
+    assert job.status.succeeded == 1
+    pods = client.CoreV1Api(local_cluster.api).list_namespaced_pod(namespace, label_selector="job-name=hello").items
+    assert len(pods) == 1
+    terminated = pods[0].status.container_statuses[0].state.terminated
+    assert terminated.exit_code == 0 and terminated.finished_at is not None
+    assert "hello from" in local_cluster.pod_log(namespace, pods[0].metadata.name, "main")
+
+
+def test_deleted_pod_gets_sigterm_and_job_records_failure(
+    local_cluster: Cluster, namespace: str, tmp_path: Path
+) -> None:
+    marker = tmp_path / f"sigterm-{uuid.uuid4().hex}"
+    script = textwrap.dedent(
+        f"""
+        import signal, sys, time
+        def on_term(signum, frame):
+            open({str(marker)!r}, "w").write("SIGTERM")
+            sys.exit(143)
+        signal.signal(signal.SIGTERM, on_term)
+        print("ready", flush=True)
+        time.sleep(300)
+        """
+    )
+    core = client.CoreV1Api(local_cluster.api)
+    batch = client.BatchV1Api(local_cluster.api)
+    batch.create_namespaced_job(namespace, _job("sleeper", script))
+
+    def running_pod() -> str | None:
+        for pod in core.list_namespaced_pod(namespace, label_selector="job-name=sleeper").items:
+            if "ready" in local_cluster.pod_log(namespace, pod.metadata.name, "main"):
+                return str(pod.metadata.name)
+        return None
+
+    pod_name = wait_for("the sleeper pod to run", running_pod)
+    core.delete_namespaced_pod(pod_name, namespace)
+    wait_for("the process to receive SIGTERM", marker.exists)
+    assert marker.read_text() == "SIGTERM"
+    assert wait_for("job sleeper to fail", lambda: _job_condition(batch, namespace, "sleeper")) == "Failed"
+    assert batch.read_namespaced_job_status("sleeper", namespace).status.failed == 1
+
+
+def test_deployment_pod_runs_through_process_kubelet(local_cluster: Cluster, namespace: str) -> None:
+    apps = client.AppsV1Api(local_cluster.api)
+    labels = {"app": "idle"}
+    apps.create_namespaced_deployment(
+        namespace,
+        client.V1Deployment(
+            metadata=client.V1ObjectMeta(name="idle"),
+            spec=client.V1DeploymentSpec(
+                replicas=1,
+                selector=client.V1LabelSelector(match_labels=labels),
+                template=client.V1PodTemplateSpec(
+                    metadata=client.V1ObjectMeta(labels=labels),
+                    spec=client.V1PodSpec(
+                        termination_grace_period_seconds=2,
+                        containers=[
+                            client.V1Container(
+                                name="main",
+                                image="python:3.11-slim",
+                                command=[sys.executable, "-c", "import time; time.sleep(3600)"],
+                            )
+                        ],
+                    ),
+                ),
+            ),
+        ),
+    )
+    wait_for(
+        "deployment idle to be available",
+        lambda: (apps.read_namespaced_deployment_status("idle", namespace).status.available_replicas or 0) == 1,
+    )

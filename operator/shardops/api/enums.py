@@ -1,0 +1,81 @@
+"""Vocabulary shared by every layer: phases, classes and states. The single source for these names."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class ShardPhase(StrEnum):
+    """Where a shard is in its life. See DESIGN.md, "Shard state machine"."""
+
+    QUEUED = "Queued"
+    PENDING = "Pending"
+    RUNNING = "Running"
+    DONE = "Done"
+    FAILED = "Failed"
+    BLOCKED = "Blocked"
+    PAUSED = "Paused"
+
+    @property
+    def terminal(self) -> bool:
+        """Done, Failed and Blocked leave only through an explicit retry action."""
+        return self in TERMINAL_SHARD_PHASES
+
+
+TERMINAL_SHARD_PHASES = frozenset({ShardPhase.DONE, ShardPhase.FAILED, ShardPhase.BLOCKED})
+
+
+class ShardClass(StrEnum):
+    """`work` shards carry items; `finalize` shards close the campaign (merge, validate, report)."""
+
+    WORK = "work"
+    FINALIZE = "finalize"
+
+
+class CampaignPhase(StrEnum):
+    PENDING = "Pending"
+    RUNNING = "Running"
+    PAUSED = "Paused"
+    SUSPENDED = "Suspended"
+    FINALIZING = "Finalizing"
+    SUCCEEDED = "Succeeded"
+    COMPLETED = "Completed"
+    INVALID = "Invalid"
+
+
+class ErrorClass(StrEnum):
+    """Why an attempt failed. Retryable ones back off; the rest end the shard at once."""
+
+    RATE_LIMITED = "rate-limited"
+    TIMEOUT = "timeout"
+    UNAVAILABLE = "unavailable"
+    UNKNOWN = "unknown"
+    UNAUTHORIZED = "unauthorized"
+    INVALID_INPUT = "invalid-input"
+    NOT_FOUND = "not-found"
+    OVER_BUDGET = "over-budget"
+    RESULT_TOO_LARGE = "result-too-large"
+    BAD_OUTPUT = "bad-output"
+    COMMAND_NOT_FOUND = "command-not-found"
+
+    @property
+    def retryable(self) -> bool:
+        return self in RETRYABLE_ERROR_CLASSES
+
+
+RETRYABLE_ERROR_CLASSES = frozenset(
+    {ErrorClass.RATE_LIMITED, ErrorClass.TIMEOUT, ErrorClass.UNAVAILABLE, ErrorClass.UNKNOWN}
+)
+
+
+class BreakerState(StrEnum):
+    CLOSED = "Closed"
+    OPEN = "Open"
+    HALF_OPEN = "HalfOpen"
+
+
+class StallPolicy(StrEnum):
+    """What the scheduler does when a shard heartbeats without progress for the stall window."""
+
+    REPORT = "Report"
+    REVOKE = "Revoke"

@@ -1,0 +1,27 @@
+"""Kubernetes names of the shardops API: group, kinds, plurals, labels.
+
+Every layer that talks to the API server (k8s/, operator/, cli/, e2e/) imports these instead of
+spelling the strings, so a rename is one edit here plus `make manifests`.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from shardops import API_GROUP, API_VERSION
+
+API_GROUP_VERSION: Final = f"{API_GROUP}/{API_VERSION}"
+CATEGORY: Final = "shardops"
+
+CAMPAIGN_KIND: Final = "Campaign"
+CAMPAIGN_PLURAL: Final = "campaigns"
+CAMPAIGN_SINGULAR: Final = "campaign"
+CAMPAIGN_SHORT_NAME: Final = "camp"
+
+SHARD_KIND: Final = "Shard"
+SHARD_PLURAL: Final = "shards"
+SHARD_SINGULAR: Final = "shard"
+SHARD_SHORT_NAME: Final = "shard"
+
+# Worker Jobs and Shards carry this label so "everything of campaign X" is one label selector.
+CAMPAIGN_LABEL: Final = f"{API_GROUP}/campaign"

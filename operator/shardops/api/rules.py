@@ -1,0 +1,127 @@
+"""Cross-field rules, each written once and enforced twice.
+
+The pydantic validators (operator, worker, kubectl plugin, tests) and the CRD's CEL
+`x-kubernetes-validations` (the API server, at `kubectl apply` time) must reject the same
+objects with the same words: users see whichever fires first, and the e2e suite matches both
+against one `# expect:` substring in `tests/data/invalid/`. So the message text lives here and
+nowhere else; the models raise `rule.message` and attach `rule.schema()` to their JSON schema.
+
+Messages name the field by its path from the object root and say how to fix it. They stay
+plain ASCII without double quotes, because the API server and kubectl quote and escape them.
+
+CEL sees the object after the API server applied the schema defaults, so a rule may read a
+field that has a `default:` (leaseSeconds, backoff.*) without `has()`; fields without a
+default (lists, optional settings) are guarded with `has()`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+
+@dataclass(frozen=True)
+class CelRule:
+    """One validation rule: its CEL form for the CRD and the message both forms report."""
+
+    rule: str
+    message: str
+    # Relative to the node carrying the rule; the API server then reports the error on that
+    # field instead of on the whole object, like pydantic's error location does.
+    field_path: str | None = None
+
+    def schema(self) -> dict[str, str]:
+        """The `x-kubernetes-validations` entry for this rule."""
+        entry = {"rule": self.rule, "message": self.message}
+        if self.field_path is not None:
+            entry["fieldPath"] = self.field_path
+        return entry
+
+
+ITEMS_XOR_ITEMS_FROM: Final = CelRule(
+    rule="has(self.items) != has(self.itemsFrom)",
+    message=(
+        "set exactly one of spec.items or spec.itemsFrom: items lists the work inline, "
+        "itemsFrom names a ConfigMap key holding one JSON item per line"
+    ),
+)
+
+HEARTBEAT_UNDER_HALF_LEASE: Final = CelRule(
+    rule="!has(self.heartbeatSeconds) || self.heartbeatSeconds * 2 < self.leaseSeconds",
+    message=(
+        "spec.heartbeatSeconds must be less than half of spec.leaseSeconds so a lease survives "
+        "one missed heartbeat; lower heartbeatSeconds, raise leaseSeconds, or leave "
+        "heartbeatSeconds unset to use leaseSeconds/3"
+    ),
+    field_path=".heartbeatSeconds",
+)
+
+SOURCE_NAMES_UNIQUE: Final = CelRule(
+    rule="!has(self.sources) || self.sources.all(a, self.sources.exists_one(b, b.name == a.name))",
+    message="spec.sources[].name must be unique; rename or remove the duplicate source",
+    field_path=".sources",
+)
+
+FALLBACK_DECLARED: Final = CelRule(
+    rule=(
+        "!has(self.sources) || self.sources.all(s, !has(s.fallback) || "
+        "self.sources.exists(t, t.name == s.fallback))"
+    ),
+    message=(
+        "spec.sources[].fallback must name a source declared in spec.sources; "
+        "declare that source or remove the fallback"
+    ),
+    field_path=".sources",
+)
+
+FALLBACK_NOT_SELF: Final = CelRule(
+    rule="!has(self.fallback) || self.fallback != self.name",
+    message=(
+        "spec.sources[].fallback must name a different source than the one it is set on; "
+        "point it at another source or remove it"
+    ),
+    field_path=".fallback",
+)
+
+DEFAULT_SOURCE_DECLARED: Final = CelRule(
+    rule=(
+        "!has(self.defaultSource) || "
+        "(has(self.sources) && self.sources.exists(s, s.name == self.defaultSource))"
+    ),
+    message=(
+        "spec.defaultSource must name a source declared in spec.sources; "
+        "declare that source or remove defaultSource"
+    ),
+    field_path=".defaultSource",
+)
+
+BUDGET_PER_SHARD_WITHIN_LIMIT: Final = CelRule(
+    rule="!has(self.maxPerShard) || self.maxPerShard <= self.limit",
+    message=(
+        "spec.budget.maxPerShard must not exceed spec.budget.limit; lower maxPerShard or raise limit"
+    ),
+    field_path=".maxPerShard",
+)
+
+BACKOFF_BASE_WITHIN_CAP: Final = CelRule(
+    rule="self.baseSeconds <= self.capSeconds",
+    message=(
+        "spec.backoff.baseSeconds must not exceed spec.backoff.capSeconds; "
+        "lower baseSeconds or raise capSeconds"
+    ),
+    field_path=".baseSeconds",
+)
+
+WORK_SHARD_HAS_ITEMS: Final = CelRule(
+    rule="self.shardClass == 'finalize' || has(self.items) || has(self.itemRange)",
+    message=(
+        "a work shard needs spec.items or spec.itemRange; set one of them, "
+        "or set spec.shardClass to finalize"
+    ),
+)
+
+ITEM_RANGE_ORDERED: Final = CelRule(
+    rule="self.start <= self.end",
+    message="spec.itemRange.start must not exceed spec.itemRange.end (end is exclusive); swap them",
+    field_path=".start",
+)

@@ -1,0 +1,49 @@
+"""`shardops`: run the operator, run a worker, generate the CRDs."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+
+def _not_yet(name: str) -> Callable[[argparse.Namespace], int]:
+    def run(_: argparse.Namespace) -> int:
+        print(f"shardops {name}: not yet implemented", file=sys.stderr)
+        return 2
+
+    return run
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="shardops", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    crds = commands.add_parser("crds", help="write the CustomResourceDefinitions generated from the API models")
+    crds.add_argument("--output", "-o", default="crds", help="directory to write into, or - for stdout")
+    crds.set_defaults(run=_run_crds)
+
+    operator = commands.add_parser("operator", help="run the scheduler (kopf operator)")
+    operator.set_defaults(run=_not_yet("operator"))
+
+    worker = commands.add_parser("worker", help="run a worker: claim shards of a campaign and run its command")
+    worker.add_argument("--campaign", required=True)
+    worker.set_defaults(run=_not_yet("worker"))
+    return parser
+
+
+def _run_crds(args: argparse.Namespace) -> int:
+    from shardops.api.crdgen import write_crds
+
+    write_crds(args.output)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    result: int = args.run(args)
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,267 @@
+"""Every call to the API server goes through `Kube.request`: JSON in, JSON out, typed errors, retries.
+
+Request building is pure (`resource_path`, `merge_patch_with_precondition`); the only I/O is one
+HTTP call on the kubernetes client's connection pool, which carries the kubeconfig's credentials.
+Conflicts (409) are never retried here: the caller re-reads and decides, because a stale write
+must not silently win (DESIGN.md: fencing).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
+
+from kubernetes import client, config
+
+from shardops import API_GROUP, API_VERSION
+
+log = logging.getLogger(__name__)
+
+JSON = dict[str, Any]
+MERGE_PATCH = "application/merge-patch+json"
+RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+
+class ApiError(Exception):
+    """A non-2xx answer. `reason` is the Status reason (NotFound, Conflict, AlreadyExists, Invalid…)."""
+
+    def __init__(self, status: int, reason: str, message: str, body: JSON | None = None) -> None:
+        super().__init__(f"{status} {reason}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+        self.body = body or {}
+
+
+class NotFound(ApiError):
+    pass
+
+
+class Conflict(ApiError):
+    """409 from a resourceVersion precondition: someone else wrote first."""
+
+
+class AlreadyExists(Conflict):
+    pass
+
+
+class Forbidden(ApiError):
+    pass
+
+
+class Invalid(ApiError):
+    pass
+
+
+def _error_for(status: int, body: JSON, text: str) -> ApiError:
+    reason = str(body.get("reason") or "")
+    message = str(body.get("message") or text[:500])
+    if status == 404:
+        return NotFound(status, reason or "NotFound", message, body)
+    if status == 409 and reason == "AlreadyExists":
+        return AlreadyExists(status, reason, message, body)
+    if status == 409:
+        return Conflict(status, reason or "Conflict", message, body)
+    if status == 403:
+        return Forbidden(status, reason or "Forbidden", message, body)
+    if status == 422:
+        return Invalid(status, reason or "Invalid", message, body)
+    return ApiError(status, reason or "Error", message, body)
+
+
+@dataclass(frozen=True)
+class Resource:
+    """Where a kind lives in the REST tree."""
+
+    group: str
+    version: str
+    plural: str
+
+    def path(self, namespace: str | None = None, name: str | None = None, subresource: str | None = None) -> str:
+        return resource_path(self, namespace, name, subresource)
+
+
+CAMPAIGNS = Resource(API_GROUP, API_VERSION, "campaigns")
+SHARDS = Resource(API_GROUP, API_VERSION, "shards")
+LEASES = Resource("coordination.k8s.io", "v1", "leases")
+JOBS = Resource("batch", "v1", "jobs")
+PODS = Resource("", "v1", "pods")
+CONFIGMAPS = Resource("", "v1", "configmaps")
+EVENTS = Resource("events.k8s.io", "v1", "events")
+
+
+def resource_path(
+    resource: Resource, namespace: str | None = None, name: str | None = None, subresource: str | None = None
+) -> str:
+    prefix = f"/api/{resource.version}" if not resource.group else f"/apis/{resource.group}/{resource.version}"
+    parts = [prefix]
+    if namespace:
+        parts.append(f"namespaces/{quote(namespace, safe='')}")
+    parts.append(resource.plural)
+    if name:
+        parts.append(quote(name, safe=""))
+    if subresource:
+        parts.append(subresource)
+    return "/".join(parts)
+
+
+def merge_patch_with_precondition(patch: JSON, resource_version: str | None) -> JSON:
+    """A merge patch that the server applies only if the object is still at `resource_version`."""
+    if resource_version is None:
+        return patch
+    metadata = dict(patch.get("metadata") or {})
+    metadata["resourceVersion"] = resource_version
+    return {**patch, "metadata": metadata}
+
+
+@dataclass
+class RetryPolicy:
+    attempts: int = 5
+    base_seconds: float = 0.2
+    cap_seconds: float = 5.0
+    sleep: Callable[[float], None] = time.sleep
+    rand: Callable[[], float] = field(default_factory=lambda: random.Random().random)
+
+    def delay(self, attempt: int, retry_after: str | None) -> float:
+        if retry_after and retry_after.isdigit():
+            return min(float(retry_after), self.cap_seconds)
+        return min(self.base_seconds * 2 ** (attempt - 1), self.cap_seconds) * (0.5 + self.rand() * 0.5)
+
+
+RequestObserver = Callable[[str, str, int], None]
+
+
+class Kube:
+    """A thin JSON client. `field_manager` names who writes (it shows up in managedFields)."""
+
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        field_manager: str,
+        retry: RetryPolicy | None = None,
+        observer: RequestObserver | None = None,
+    ) -> None:
+        self.api_client = api_client
+        self.field_manager = field_manager
+        self.retry = retry or RetryPolicy()
+        self.observer = observer
+
+    @classmethod
+    def from_environment(cls, field_manager: str, kubeconfig: str | None = None) -> Kube:
+        """In-cluster config when running in a pod with a token mount, else the kubeconfig."""
+        configuration = client.Configuration()
+        try:
+            if kubeconfig:
+                raise config.ConfigException("explicit kubeconfig")
+            config.load_incluster_config(client_configuration=configuration)
+        except config.ConfigException:
+            config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+        return cls(client.ApiClient(configuration), field_manager)
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str | int | bool] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: float = 30.0,
+    ) -> JSON:
+        params = dict(query or {})
+        if method in ("POST", "PUT", "PATCH") and "fieldManager" not in params:
+            params["fieldManager"] = self.field_manager
+        attempt = 0
+        while True:
+            attempt += 1
+            _, url, headers, serialized, _ = self.api_client.param_serialize(
+                method=method,
+                resource_path=path,
+                query_params=list(params.items()),
+                header_params={"Accept": "application/json", "Content-Type": content_type},
+                body=body,
+                auth_settings=["BearerToken"],
+            )
+            response = self.api_client.call_api(method, url, header_params=headers, body=serialized, _request_timeout=timeout)
+            raw = response.read() or b""
+            if self.observer:
+                self.observer(method, path, response.status)
+            text = raw.decode("utf-8", errors="replace")
+            parsed: JSON = {}
+            if text:
+                try:
+                    loaded = json.loads(text)
+                    parsed = loaded if isinstance(loaded, dict) else {"items": loaded}
+                except json.JSONDecodeError:
+                    parsed = {}
+            if 200 <= response.status < 300:
+                return parsed
+            if response.status in RETRYABLE_STATUSES and attempt < self.retry.attempts:
+                delay = self.retry.delay(attempt, response.getheader("Retry-After"))
+                log.debug("%s %s -> %s; retrying in %.2fs", method, path, response.status, delay)
+                self.retry.sleep(delay)
+                continue
+            raise _error_for(response.status, parsed, text)
+
+    # Conveniences over request(); each is one call.
+    def get(self, resource: Resource, namespace: str | None, name: str, subresource: str | None = None) -> JSON:
+        return self.request("GET", resource.path(namespace, name, subresource))
+
+    def list(
+        self, resource: Resource, namespace: str | None = None, label_selector: str | None = None, **query: str | int
+    ) -> list[JSON]:
+        params: dict[str, str | int | bool] = dict(query)
+        if label_selector:
+            params["labelSelector"] = label_selector
+        items: list[JSON] = []
+        while True:
+            page = self.request("GET", resource.path(namespace), query=params)
+            items.extend(page.get("items") or [])
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return items
+            params["continue"] = token
+
+    def create(self, resource: Resource, namespace: str | None, body: JSON) -> JSON:
+        return self.request("POST", resource.path(namespace), body=body)
+
+    def replace(self, resource: Resource, namespace: str | None, name: str, body: JSON) -> JSON:
+        """PUT: the body's metadata.resourceVersion is the precondition."""
+        return self.request("PUT", resource.path(namespace, name), body=body)
+
+    def patch(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        name: str,
+        patch: JSON,
+        *,
+        resource_version: str | None = None,
+        subresource: str | None = None,
+    ) -> JSON:
+        return self.request(
+            "PATCH",
+            resource.path(namespace, name, subresource),
+            body=merge_patch_with_precondition(patch, resource_version),
+            content_type=MERGE_PATCH,
+        )
+
+    def delete(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        name: str,
+        *,
+        resource_version: str | None = None,
+        propagation: str = "Background",
+    ) -> JSON:
+        body: JSON = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation}
+        if resource_version:
+            body["preconditions"] = {"resourceVersion": resource_version}
+        return self.request("DELETE", resource.path(namespace, name), body=body)

@@ -1,0 +1,184 @@
+"""Claims on shards as coordination.k8s.io Leases, with `leaseTransitions` as the fencing token.
+
+A shard's Lease is created on its first claim and never deleted while the shard lives (the Shard
+owns it, so the garbage collector removes it with the shard). Releasing clears the holder instead
+of deleting: that keeps `leaseTransitions` growing for the shard's whole life, so a token handed out
+once is never handed out again and a stale holder can always be told apart (seed 001 §2.2).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+
+from shardops.k8s.api import LEASES, AlreadyExists, Conflict, Kube, NotFound
+
+JSON = dict[str, Any]
+
+
+class LeaseLost(Exception):
+    """The Lease is no longer ours: someone took it over after it expired, or it was released."""
+
+
+@dataclass(frozen=True)
+class Claim:
+    namespace: str
+    name: str
+    holder: str
+    fencing_token: int
+    resource_version: str
+    duration_seconds: int
+    renewed_at: dt.datetime
+
+    @property
+    def until(self) -> dt.datetime:
+        return self.renewed_at + dt.timedelta(seconds=self.duration_seconds)
+
+
+def format_micro_time(moment: dt.datetime) -> str:
+    return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_time(value: str | None) -> dt.datetime | None:
+    if not value:
+        return None
+    return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def lease_expires_at(lease: JSON) -> dt.datetime | None:
+    spec = lease.get("spec") or {}
+    renewed = parse_time(spec.get("renewTime")) or parse_time(spec.get("acquireTime"))
+    if not spec.get("holderIdentity") or renewed is None:
+        return None
+    return renewed + dt.timedelta(seconds=int(spec.get("leaseDurationSeconds") or 0))
+
+
+def is_free(lease: JSON, now: dt.datetime) -> bool:
+    """Nobody holds it, or the holder stopped renewing before it ran out (a zombie's claim)."""
+    expires = lease_expires_at(lease)
+    return expires is None or expires <= now
+
+
+def _lease_body(
+    name: str, holder: str, duration: int, transitions: int, now: dt.datetime, owner: JSON | None
+) -> JSON:
+    metadata: JSON = {"name": name}
+    if owner:
+        metadata["ownerReferences"] = [owner]
+    stamp = format_micro_time(now)
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": metadata,
+        "spec": {
+            "holderIdentity": holder,
+            "leaseDurationSeconds": duration,
+            "acquireTime": stamp,
+            "renewTime": stamp,
+            "leaseTransitions": transitions,
+        },
+    }
+
+
+def _claim_from(lease: JSON, namespace: str, now: dt.datetime) -> Claim:
+    spec = lease["spec"]
+    return Claim(
+        namespace=namespace,
+        name=lease["metadata"]["name"],
+        holder=spec["holderIdentity"],
+        fencing_token=int(spec.get("leaseTransitions") or 0),
+        resource_version=lease["metadata"]["resourceVersion"],
+        duration_seconds=int(spec["leaseDurationSeconds"]),
+        renewed_at=now,
+    )
+
+
+def acquire(
+    kube: Kube,
+    namespace: str,
+    name: str,
+    holder: str,
+    duration_seconds: int,
+    now: dt.datetime,
+    owner: JSON | None = None,
+) -> Claim | None:
+    """Take the Lease if it is free; None when someone else holds it or won the race."""
+    try:
+        current = kube.get(LEASES, namespace, name)
+    except NotFound:
+        try:
+            created = kube.create(LEASES, namespace, _lease_body(name, holder, duration_seconds, 1, now, owner))
+        except AlreadyExists:
+            return None
+        return _claim_from(created, namespace, now)
+    if not is_free(current, now):
+        return None
+    transitions = int((current.get("spec") or {}).get("leaseTransitions") or 0) + 1
+    body = _lease_body(name, holder, duration_seconds, transitions, now, None)
+    body["metadata"] = {**current["metadata"]}
+    try:
+        updated = kube.replace(LEASES, namespace, name, body)
+    except Conflict:
+        return None
+    return _claim_from(updated, namespace, now)
+
+
+def renew(kube: Kube, claim: Claim, now: dt.datetime) -> Claim:
+    """Extend our claim. Raises LeaseLost when it is not ours any more: the caller must stop at once.
+
+    One PATCH with our last resourceVersion as precondition; only on a conflict do we re-read, to
+    tell "someone else touched it" (lost) from "our own earlier write raced" (retry once).
+    """
+    resource_version = claim.resource_version
+    for _ in range(2):
+        try:
+            updated = kube.patch(
+                LEASES,
+                claim.namespace,
+                claim.name,
+                {"spec": {"renewTime": format_micro_time(now)}},
+                resource_version=resource_version,
+            )
+            return _claim_from(updated, claim.namespace, now)
+        except NotFound as error:
+            raise LeaseLost(f"lease {claim.name} is gone") from error
+        except Conflict:
+            current = _read_if_ours(kube, claim)
+            resource_version = current["metadata"]["resourceVersion"]
+    raise LeaseLost(f"lease {claim.name} keeps changing under us")
+
+
+def release(kube: Kube, claim: Claim) -> bool:
+    """Give the claim back (graceful shutdown, completion). False when it was no longer ours."""
+    try:
+        current = _read_if_ours(kube, claim)
+        kube.patch(
+            LEASES,
+            claim.namespace,
+            claim.name,
+            {"spec": {"holderIdentity": None, "renewTime": None, "acquireTime": None}},
+            resource_version=current["metadata"]["resourceVersion"],
+        )
+    except (LeaseLost, Conflict, NotFound):
+        return False
+    return True
+
+
+def _read_if_ours(kube: Kube, claim: Claim) -> JSON:
+    try:
+        current = kube.get(LEASES, claim.namespace, claim.name)
+    except NotFound as error:
+        raise LeaseLost(f"lease {claim.name} is gone") from error
+    if not holds(current, claim):
+        spec = current.get("spec") or {}
+        raise LeaseLost(
+            f"lease {claim.name} is held by {spec.get('holderIdentity')!r} "
+            f"(token {spec.get('leaseTransitions')}), not by us (token {claim.fencing_token})"
+        )
+    return current
+
+
+def holds(lease: JSON, claim: Claim) -> bool:
+    spec = lease.get("spec") or {}
+    return spec.get("holderIdentity") == claim.holder and int(spec.get("leaseTransitions") or 0) == claim.fencing_token

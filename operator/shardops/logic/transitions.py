@@ -1,0 +1,167 @@
+"""The shard state machine of DESIGN.md as one table: which action moves which phase where, and what it records.
+
+Operator and worker both go through `transition`, so a phase change and its event reason can never disagree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from shardops.api.enums import ShardPhase
+
+
+class Action(StrEnum):
+    MATERIALIZE = "Materialize"
+    CLAIM = "Claim"
+    COMPLETE = "Complete"
+    FAIL_RETRYABLE = "FailRetryable"
+    FAIL_FINAL = "FailFinal"
+    BLOCK = "Block"
+    RECLAIM = "Reclaim"
+    RELEASE = "Release"
+    PAUSE = "Pause"
+    RESUME = "Resume"
+    RETRY = "Retry"
+    REVOKE = "Revoke"
+
+
+class EventReason(StrEnum):
+    """Kubernetes Event reasons (and status.history reasons) for shards."""
+
+    MATERIALIZED = "Materialized"
+    CLAIMED = "Claimed"
+    COMPLETED = "Completed"
+    ATTEMPT_FAILED = "AttemptFailed"
+    FAILED = "Failed"
+    BLOCKED = "Blocked"
+    LEASE_EXPIRED = "LeaseExpired"
+    RELEASED = "Released"
+    PAUSED = "Paused"
+    RESUMED = "Resumed"
+    RETRIED = "Retried"
+    REVOKED = "Revoked"
+    # Not a transition: emitted when a lease is classified STUCK and the stall policy only reports.
+    STALLED = "Stalled"
+
+
+class EventType(StrEnum):
+    NORMAL = "Normal"
+    WARNING = "Warning"
+
+
+class AttemptEffect(StrEnum):
+    KEEP = "keep"
+    # The attempt was used up: the next claim is attempt+1.
+    CHARGE = "charge"
+    # An explicit retry gives the shard a fresh set of attempts; history keeps the old count.
+    RESET = "reset"
+
+
+@dataclass(frozen=True)
+class Rule:
+    sources: frozenset[ShardPhase]
+    target: ShardPhase
+    reason: EventReason
+    event_type: EventType
+    attempt: AttemptEffect
+
+
+_P = ShardPhase
+_N, _W = EventType.NORMAL, EventType.WARNING
+_KEEP, _CHARGE, _RESET = AttemptEffect.KEEP, AttemptEffect.CHARGE, AttemptEffect.RESET
+_RUNNING = frozenset({_P.RUNNING})
+
+TRANSITIONS: dict[Action, Rule] = {
+    Action.MATERIALIZE: Rule(frozenset({_P.QUEUED}), _P.PENDING, EventReason.MATERIALIZED, _N, _KEEP),
+    Action.CLAIM: Rule(frozenset({_P.PENDING}), _P.RUNNING, EventReason.CLAIMED, _N, _KEEP),
+    Action.COMPLETE: Rule(_RUNNING, _P.DONE, EventReason.COMPLETED, _N, _KEEP),
+    Action.FAIL_RETRYABLE: Rule(_RUNNING, _P.PENDING, EventReason.ATTEMPT_FAILED, _W, _CHARGE),
+    Action.FAIL_FINAL: Rule(_RUNNING, _P.FAILED, EventReason.FAILED, _W, _KEEP),
+    Action.BLOCK: Rule(_RUNNING, _P.BLOCKED, EventReason.BLOCKED, _W, _KEEP),
+    Action.RECLAIM: Rule(_RUNNING, _P.PENDING, EventReason.LEASE_EXPIRED, _W, _CHARGE),
+    # A graceful shutdown is not the shard's fault, so it does not use up an attempt.
+    Action.RELEASE: Rule(_RUNNING, _P.PENDING, EventReason.RELEASED, _N, _KEEP),
+    Action.PAUSE: Rule(frozenset({_P.PENDING, _P.QUEUED}), _P.PAUSED, EventReason.PAUSED, _N, _KEEP),
+    Action.RESUME: Rule(frozenset({_P.PAUSED}), _P.PENDING, EventReason.RESUMED, _N, _KEEP),
+    # Done is never retried: its result is stored under the idempotency key and would just be returned.
+    Action.RETRY: Rule(frozenset({_P.FAILED, _P.BLOCKED}), _P.PENDING, EventReason.RETRIED, _N, _RESET),
+    Action.REVOKE: Rule(_RUNNING, _P.PENDING, EventReason.REVOKED, _W, _CHARGE),
+}
+
+
+class IllegalTransition(ValueError):
+    def __init__(self, current: ShardPhase, action: Action) -> None:
+        allowed = ", ".join(sorted(TRANSITIONS[action].sources))
+        self.current = current
+        self.action = action
+        self.reason = f"{action} is not allowed from {current} (only from {allowed})"
+        super().__init__(self.reason)
+
+
+def can_transition(current: ShardPhase, action: Action) -> bool:
+    return current in TRANSITIONS[action].sources
+
+
+def transition(current: ShardPhase, action: Action) -> ShardPhase:
+    """The phase after `action`; raises IllegalTransition instead of guessing."""
+    rule = TRANSITIONS[action]
+    if current not in rule.sources:
+        raise IllegalTransition(current, action)
+    return rule.target
+
+
+def next_attempt(attempt: int, action: Action) -> int:
+    effect = TRANSITIONS[action].attempt
+    if effect is AttemptEffect.CHARGE:
+        return attempt + 1
+    if effect is AttemptEffect.RESET:
+        return 1
+    return attempt
+
+
+def event_reason(action: Action) -> EventReason:
+    return TRANSITIONS[action].reason
+
+
+def event_type(action: Action) -> EventType:
+    return TRANSITIONS[action].event_type
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    """One line of a Shard's bounded status.history; `event` is the Kubernetes Event's name once known."""
+
+    time: datetime
+    action: Action
+    reason: EventReason
+    from_phase: ShardPhase
+    to_phase: ShardPhase
+    attempt: int
+    message: str
+    event: str | None
+
+
+def history_entry(
+    current: ShardPhase,
+    action: Action,
+    *,
+    now: datetime,
+    attempt: int,
+    message: str,
+    event: str | None = None,
+) -> HistoryEntry:
+    """Validates the move and records it; `attempt` is the one the action happened on."""
+    target = transition(current, action)
+    return HistoryEntry(now, action, event_reason(action), current, target, attempt, message, event)
+
+
+def append_history(
+    history: Sequence[HistoryEntry], entry: HistoryEntry, limit: int
+) -> tuple[HistoryEntry, ...]:
+    """Keeps the newest `limit` entries so status stays small however often a shard bounces."""
+    if limit < 1:
+        raise ValueError(f"history limit must be at least 1, got {limit}")
+    return (*history, entry)[-limit:]
