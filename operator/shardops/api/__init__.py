@@ -1,1 +1,77 @@
+"""The shardops API: pydantic models of Campaign and Shard, the single source of the CRDs.
 
+Import models from here; `shardops.api.crdgen` turns them into `crds/*.yaml`.
+"""
+
+from shardops.api.campaign import (
+    Backoff,
+    Budget,
+    Campaign,
+    CampaignSpec,
+    CampaignStatus,
+    EnvVar,
+    ItemsFrom,
+    ResourceRequirements,
+    RetryRequest,
+    ShardCounts,
+    Source,
+    SourceBreaker,
+    Stall,
+    WorkerSpec,
+)
+from shardops.api.common import Condition, ObjectMeta, find_condition, set_condition
+from shardops.api.enums import (
+    BreakerState,
+    CampaignPhase,
+    ErrorClass,
+    ShardClass,
+    ShardPhase,
+    StallPolicy,
+)
+from shardops.api.shard import (
+    HISTORY_LIMIT,
+    HistoryEntry,
+    ItemRange,
+    Progress,
+    Shard,
+    ShardError,
+    ShardResult,
+    ShardSpec,
+    ShardStatus,
+)
+
+__all__ = [
+    "HISTORY_LIMIT",
+    "Backoff",
+    "BreakerState",
+    "Budget",
+    "Campaign",
+    "CampaignPhase",
+    "CampaignSpec",
+    "CampaignStatus",
+    "Condition",
+    "EnvVar",
+    "ErrorClass",
+    "HistoryEntry",
+    "ItemRange",
+    "ItemsFrom",
+    "ObjectMeta",
+    "Progress",
+    "ResourceRequirements",
+    "RetryRequest",
+    "Shard",
+    "ShardClass",
+    "ShardCounts",
+    "ShardError",
+    "ShardPhase",
+    "ShardResult",
+    "ShardSpec",
+    "ShardStatus",
+    "Source",
+    "SourceBreaker",
+    "Stall",
+    "StallPolicy",
+    "WorkerSpec",
+    "find_condition",
+    "set_condition",
+]

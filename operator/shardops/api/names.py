@@ -23,5 +23,9 @@ SHARD_PLURAL: Final = "shards"
 SHARD_SINGULAR: Final = "shard"
 SHARD_SHORT_NAME: Final = "shard"
 
-# Worker Jobs and Shards carry this label so "everything of campaign X" is one label selector.
+# Labels from docs/architecture.md ("Objects"). Shards, Leases, worker Jobs and result
+# ConfigMaps carry the campaign label so "everything of campaign X" is one label selector.
 CAMPAIGN_LABEL: Final = f"{API_GROUP}/campaign"
+CLASS_LABEL: Final = f"{API_GROUP}/class"
+ROLE_LABEL: Final = f"{API_GROUP}/role"
+IDEMPOTENCY_KEY_LABEL: Final = f"{API_GROUP}/idempotency-key"

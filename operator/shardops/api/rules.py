@@ -97,9 +97,7 @@ DEFAULT_SOURCE_DECLARED: Final = CelRule(
 
 BUDGET_PER_SHARD_WITHIN_LIMIT: Final = CelRule(
     rule="!has(self.maxPerShard) || self.maxPerShard <= self.limit",
-    message=(
-        "spec.budget.maxPerShard must not exceed spec.budget.limit; lower maxPerShard or raise limit"
-    ),
+    message=("spec.budget.maxPerShard must not exceed spec.budget.limit; lower maxPerShard or raise limit"),
     field_path=".maxPerShard",
 )
 
@@ -115,8 +113,7 @@ BACKOFF_BASE_WITHIN_CAP: Final = CelRule(
 WORK_SHARD_HAS_ITEMS: Final = CelRule(
     rule="self.shardClass == 'finalize' || has(self.items) || has(self.itemRange)",
     message=(
-        "a work shard needs spec.items or spec.itemRange; set one of them, "
-        "or set spec.shardClass to finalize"
+        "a work shard needs spec.items or spec.itemRange; set one of them, or set spec.shardClass to finalize"
     ),
 )
 

@@ -19,14 +19,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="shardops", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
 
-    crds = commands.add_parser("crds", help="write the CustomResourceDefinitions generated from the API models")
+    crds = commands.add_parser(
+        "crds", help="write the CustomResourceDefinitions generated from the API models"
+    )
     crds.add_argument("--output", "-o", default="crds", help="directory to write into, or - for stdout")
     crds.set_defaults(run=_run_crds)
 
     operator = commands.add_parser("operator", help="run the scheduler (kopf operator)")
     operator.set_defaults(run=_not_yet("operator"))
 
-    worker = commands.add_parser("worker", help="run a worker: claim shards of a campaign and run its command")
+    worker = commands.add_parser(
+        "worker", help="run a worker: claim shards of a campaign and run its command"
+    )
     worker.add_argument("--campaign", required=True)
     worker.set_defaults(run=_not_yet("worker"))
     return parser

@@ -83,7 +83,9 @@ class Resource:
     version: str
     plural: str
 
-    def path(self, namespace: str | None = None, name: str | None = None, subresource: str | None = None) -> str:
+    def path(
+        self, namespace: str | None = None, name: str | None = None, subresource: str | None = None
+    ) -> str:
         return resource_path(self, namespace, name, subresource)
 
 
@@ -99,7 +101,9 @@ EVENTS = Resource("events.k8s.io", "v1", "events")
 def resource_path(
     resource: Resource, namespace: str | None = None, name: str | None = None, subresource: str | None = None
 ) -> str:
-    prefix = f"/api/{resource.version}" if not resource.group else f"/apis/{resource.group}/{resource.version}"
+    prefix = (
+        f"/api/{resource.version}" if not resource.group else f"/apis/{resource.group}/{resource.version}"
+    )
     parts = [prefix]
     if namespace:
         parts.append(f"namespaces/{quote(namespace, safe='')}")
@@ -131,7 +135,8 @@ class RetryPolicy:
     def delay(self, attempt: int, retry_after: str | None) -> float:
         if retry_after and retry_after.isdigit():
             return min(float(retry_after), self.cap_seconds)
-        return min(self.base_seconds * 2 ** (attempt - 1), self.cap_seconds) * (0.5 + self.rand() * 0.5)
+        jitter: float = 0.5 + self.rand() * 0.5
+        return min(self.base_seconds * 2.0 ** (attempt - 1), self.cap_seconds) * jitter
 
 
 RequestObserver = Callable[[str, str, int], None]
@@ -159,9 +164,11 @@ class Kube:
         try:
             if kubeconfig:
                 raise config.ConfigException("explicit kubeconfig")
-            config.load_incluster_config(client_configuration=configuration)
+            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
         except config.ConfigException:
-            config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+            config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=kubeconfig, client_configuration=configuration
+            )
         return cls(client.ApiClient(configuration), field_manager)
 
     def request(
@@ -188,8 +195,10 @@ class Kube:
                 body=body,
                 auth_settings=["BearerToken"],
             )
-            response = self.api_client.call_api(method, url, header_params=headers, body=serialized, _request_timeout=timeout)
-            raw = response.read() or b""
+            response = self.api_client.call_api(
+                method, url, header_params=headers, body=serialized, _request_timeout=timeout
+            )
+            raw: bytes = response.read() or b""  # type: ignore[no-untyped-call]
             if self.observer:
                 self.observer(method, path, response.status)
             text = raw.decode("utf-8", errors="replace")
@@ -203,18 +212,25 @@ class Kube:
             if 200 <= response.status < 300:
                 return parsed
             if response.status in RETRYABLE_STATUSES and attempt < self.retry.attempts:
-                delay = self.retry.delay(attempt, response.getheader("Retry-After"))
+                retry_after = response.getheader("Retry-After")  # type: ignore[no-untyped-call]
+                delay = self.retry.delay(attempt, retry_after)
                 log.debug("%s %s -> %s; retrying in %.2fs", method, path, response.status, delay)
                 self.retry.sleep(delay)
                 continue
             raise _error_for(response.status, parsed, text)
 
     # Conveniences over request(); each is one call.
-    def get(self, resource: Resource, namespace: str | None, name: str, subresource: str | None = None) -> JSON:
+    def get(
+        self, resource: Resource, namespace: str | None, name: str, subresource: str | None = None
+    ) -> JSON:
         return self.request("GET", resource.path(namespace, name, subresource))
 
     def list(
-        self, resource: Resource, namespace: str | None = None, label_selector: str | None = None, **query: str | int
+        self,
+        resource: Resource,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        **query: str | int,
     ) -> list[JSON]:
         params: dict[str, str | int | bool] = dict(query)
         if label_selector:

@@ -108,7 +108,9 @@ def acquire(
         current = kube.get(LEASES, namespace, name)
     except NotFound:
         try:
-            created = kube.create(LEASES, namespace, _lease_body(name, holder, duration_seconds, 1, now, owner))
+            created = kube.create(
+                LEASES, namespace, _lease_body(name, holder, duration_seconds, 1, now, owner)
+            )
         except AlreadyExists:
             return None
         return _claim_from(created, namespace, now)
@@ -181,4 +183,7 @@ def _read_if_ours(kube: Kube, claim: Claim) -> JSON:
 
 def holds(lease: JSON, claim: Claim) -> bool:
     spec = lease.get("spec") or {}
-    return spec.get("holderIdentity") == claim.holder and int(spec.get("leaseTransitions") or 0) == claim.fencing_token
+    return (
+        spec.get("holderIdentity") == claim.holder
+        and int(spec.get("leaseTransitions") or 0) == claim.fencing_token
+    )

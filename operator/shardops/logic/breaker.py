@@ -82,6 +82,7 @@ def route(
     fallbacks: Mapping[str, str],
     now: datetime,
     cooldown: timedelta,
+    *,
     probing: Set[str],
 ) -> Route | None:
     """The first usable source along `source → fallback → fallback …`, or None: claim nothing for it.

@@ -132,9 +132,7 @@ def next_phase_after_failure(error_class: ErrorClass, attempt: int, max_attempts
     if attempt < 1 or max_attempts < 1:
         raise ValueError(f"attempt and max_attempts are 1-based, got {attempt}/{max_attempts}")
     if not error_class.retryable:
-        return FailureDecision(
-            Action.FAIL_FINAL, ShardPhase.FAILED, False, f"{error_class} is not retryable"
-        )
+        return FailureDecision(Action.FAIL_FINAL, ShardPhase.FAILED, False, f"{error_class} is not retryable")
     if attempt >= max_attempts:
         return FailureDecision(
             Action.BLOCK,

@@ -94,7 +94,9 @@ def _by_progress(obs: LeaseObservation, now: datetime, stall_heartbeats: int) ->
     return LeaseClassification(LeaseVerdict.PROGRESSING, "heartbeating with progress")
 
 
-def track_progress(prev_done: int, prev_changed_at: datetime, new_done: int, heartbeat_at: datetime) -> datetime:
+def track_progress(
+    prev_done: int, prev_changed_at: datetime, new_done: int, heartbeat_at: datetime
+) -> datetime:
     """The new `progress_changed_at` after a heartbeat: moves only when `done` rises.
 
     At claim, `prev_done` is the count already done (items resumed by sub-key) and

@@ -1,4 +1,4 @@
-"""The shard state machine of DESIGN.md as one table: which action moves which phase where, and what it records.
+"""The shard state machine of DESIGN.md as one table: which action moves which phase where, what it records.
 
 Operator and worker both go through `transition`, so a phase change and its event reason can never disagree.
 """

@@ -1,0 +1,631 @@
+"""The Campaign resource: a body of work, how to run it, and how it is going.
+
+The defaults in this module are the only ones: the CRD's `default:` values are generated from
+them, and the operator parses every object through these models.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Annotated
+
+from pydantic import (
+    AwareDatetime,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    computed_field,
+    field_validator,
+    model_validator,
+)
+
+from shardops.api import rules
+from shardops.api.common import (
+    DNS_SUBDOMAIN_MAX,
+    DNS_SUBDOMAIN_PATTERN,
+    Condition,
+    Item,
+    Quantity,
+    ResourceModel,
+    SpecModel,
+    StatusModel,
+    cel_rules,
+    find_condition,
+    keeping_first,
+    schema_default,
+    set_condition,
+    truncating,
+)
+from shardops.api.enums import BreakerState, CampaignPhase, StallPolicy
+from shardops.api.names import API_GROUP_VERSION, CAMPAIGN_KIND
+
+# Inline items are stored in the Campaign object (etcd caps objects at ~1.5 MiB) and the
+# API server's CEL cost estimate needs a bound; bigger campaigns use itemsFrom.
+MAX_INLINE_ITEMS = 10000
+MAX_SOURCES = 32
+SOURCE_NAME_MAX = 63
+# Source names end up in metric labels and events, so they follow label-value syntax.
+SOURCE_NAME_PATTERN = r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+# Bounds the lists of shard names in the status; the counts carry the full numbers.
+MAX_LISTED_SHARDS = 50
+BREAKER_REASON_MAX = 1024
+ENV_NAME_PATTERN = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
+CONFIGMAP_KEY_PATTERN = r"^[-._a-zA-Z0-9]+$"
+
+SourceName = Annotated[str, Field(min_length=1, max_length=SOURCE_NAME_MAX, pattern=SOURCE_NAME_PATTERN)]
+
+
+class ItemsFrom(SpecModel):
+    """Where to read the campaign's items when they are too many to list inline."""
+
+    config_map_name: str = Field(
+        min_length=1,
+        max_length=DNS_SUBDOMAIN_MAX,
+        pattern=DNS_SUBDOMAIN_PATTERN,
+        description="Name of a ConfigMap in the campaign's namespace.",
+    )
+    key: str = Field(
+        min_length=1,
+        max_length=DNS_SUBDOMAIN_MAX,
+        pattern=CONFIGMAP_KEY_PATTERN,
+        description=(
+            "Key in that ConfigMap whose value is JSONL: one JSON object (item) per line, "
+            "blank lines skipped."
+        ),
+    )
+
+    def parse_items(self, text: str) -> list[Item]:
+        """The items in the ConfigMap value `text` (JSONL).
+
+        Raises ValueError naming the ConfigMap, key and line, so the operator can put the reason
+        on the campaign's Invalid condition as is.
+        """
+        items: list[Item] = []
+        for number, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            where = f"ConfigMap {self.config_map_name} key {self.key} line {number}"
+            try:
+                value = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise ValueError(
+                    f"{where}: not valid JSON ({error.msg}); write one JSON object per line"
+                ) from None
+            if not isinstance(value, dict):
+                raise ValueError(f"{where}: an item must be a JSON object, got {type(value).__name__}")
+            items.append(value)
+        return items
+
+
+class EnvVar(SpecModel):
+    """An environment variable for the worker's command."""
+
+    name: str = Field(min_length=1, max_length=256, pattern=ENV_NAME_PATTERN, description="Variable name.")
+    value: str = Field(default="", max_length=32768, description='Variable value. Default "".')
+
+
+class ResourceRequirements(SpecModel):
+    """CPU and memory for each worker pod, as in a core/v1 container."""
+
+    requests: dict[str, Quantity] = Field(
+        default_factory=dict,
+        description=(
+            'Resources reserved per worker pod, for example {cpu: "500m", memory: 256Mi}. Default none.'
+        ),
+    )
+    limits: dict[str, Quantity] = Field(
+        default_factory=dict,
+        description="Resources a worker pod may use at most, for example {memory: 1Gi}. Default none.",
+    )
+
+
+class WorkerSpec(SpecModel):
+    """The command that processes items, and the pod it runs in."""
+
+    image: str = Field(
+        min_length=1,
+        max_length=4096,
+        description=(
+            "Container image of the worker pods. It must contain the shardops worker runtime and the command."
+        ),
+    )
+    command: list[Annotated[str, Field(max_length=4096)]] = Field(
+        min_length=1,
+        max_length=64,
+        description=(
+            "Command that processes one shard, run by the shardops worker runtime: it reads the items "
+            "from the JSONL file $SHARDOPS_ITEMS_FILE and appends one JSON result line per item to "
+            "$SHARDOPS_RESULTS_FILE. Exit 0 means done; exit 75 or $SHARDOPS_ERROR_FILE with a "
+            "retryable class means retry later."
+        ),
+    )
+    args: list[Annotated[str, Field(max_length=32768)]] = Field(
+        default_factory=list,
+        max_length=256,
+        description="Arguments appended to command. Default none.",
+    )
+    env: list[EnvVar] = Field(
+        default_factory=list,
+        max_length=256,
+        description="Environment variables for the command. Default none.",
+    )
+    resources: ResourceRequirements = Field(
+        default_factory=ResourceRequirements,
+        description="CPU and memory requests and limits of each worker pod. Default none.",
+    )
+    service_account_name: str | None = Field(
+        default=None,
+        max_length=DNS_SUBDOMAIN_MAX,
+        pattern=DNS_SUBDOMAIN_PATTERN,
+        description=(
+            "ServiceAccount the worker pods run as; it needs the shardops worker role. "
+            "Default: the one the shardops chart installs."
+        ),
+    )
+
+    def full_command(self) -> list[str]:
+        """command followed by args, as the worker runtime executes it."""
+        return [*self.command, *self.args]
+
+    def env_dict(self) -> dict[str, str]:
+        """env as a mapping; a later entry wins over an earlier one of the same name, as in a pod."""
+        return {var.name: var.value for var in self.env}
+
+
+class Backoff(SpecModel):
+    """Delay before a retryable failure is retried: min(base * 2^(attempt-1), cap), with jitter."""
+
+    model_config = ConfigDict(json_schema_extra=cel_rules(rules.BACKOFF_BASE_WITHIN_CAP))
+
+    base_seconds: float = Field(
+        default=2,
+        gt=0,
+        le=3600,
+        description=(
+            "Delay after the first failed attempt, in seconds; doubles with every further attempt. Default 2."
+        ),
+    )
+    cap_seconds: float = Field(
+        default=120,
+        gt=0,
+        le=86400,
+        description="Longest delay between attempts, in seconds. Default 120.",
+    )
+
+    @model_validator(mode="after")
+    def _base_within_cap(self) -> Backoff:
+        if self.base_seconds > self.cap_seconds:
+            raise ValueError(rules.BACKOFF_BASE_WITHIN_CAP.message)
+        return self
+
+
+class Stall(SpecModel):
+    """When a running shard that keeps heartbeating without progress counts as stuck."""
+
+    policy: StallPolicy = Field(
+        default=StallPolicy.REPORT,
+        description=(
+            "What to do with a stuck shard: Report raises an event and the Stalled condition and lets "
+            "it run; Revoke also takes its lease away so another worker retries it (attempt+1). "
+            "Default Report."
+        ),
+    )
+    heartbeats: int = Field(
+        default=2,
+        ge=1,
+        le=100,
+        description="Consecutive heartbeats without progress after which a shard is stuck. Default 2.",
+    )
+
+
+class Source(SpecModel):
+    """An upstream the work depends on (an LLM API, a model, a site), with its own circuit breaker."""
+
+    model_config = ConfigDict(json_schema_extra=cel_rules(rules.FALLBACK_NOT_SELF))
+
+    name: SourceName = Field(
+        description="Name that items and shards refer to; letters, digits, '-', '_' and '.', at most 63."
+    )
+    fallback: SourceName | None = Field(
+        default=None,
+        description=(
+            "Another declared source to use while this one's breaker is open. Default: none, shards of this "
+            "source wait for the cooldown."
+        ),
+    )
+    breaker_threshold: int = Field(
+        default=3,
+        ge=1,
+        le=100,
+        description=(
+            "Consecutive rate-limited failures of this source that open its breaker and stop claiming "
+            "its shards. Default 3."
+        ),
+    )
+    cooldown_seconds: int = Field(
+        default=300,
+        ge=1,
+        le=86400,
+        description=(
+            "Seconds an open breaker waits before letting one trial shard through (half-open). Default 300."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _fallback_not_self(self) -> Source:
+        if self.fallback is not None and self.fallback == self.name:
+            raise ValueError(rules.FALLBACK_NOT_SELF.message)
+        return self
+
+
+class Budget(SpecModel):
+    """A spending cap in the unit the command reports cost in (for example USD or tokens)."""
+
+    model_config = ConfigDict(json_schema_extra=cel_rules(rules.BUDGET_PER_SHARD_WITHIN_LIMIT))
+
+    limit: float = Field(
+        gt=0,
+        description=(
+            "Total cost the campaign may spend. At the limit unclaimed shards are Paused and running ones "
+            "finish; that is not a failure. Required."
+        ),
+    )
+    warn_ratio: float = Field(
+        default=0.8,
+        gt=0,
+        lt=1,
+        description=(
+            "Fraction of limit (between 0 and 1, exclusive) from which only finalize shards start and "
+            "the BudgetWarning condition is set. Default 0.8."
+        ),
+    )
+    max_per_shard: float | None = Field(
+        default=None,
+        gt=0,
+        description=(
+            "Cost one shard may spend; a shard that exceeds it fails with class over-budget. "
+            "At most limit. Default: no per-shard cap."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _per_shard_within_limit(self) -> Budget:
+        if self.max_per_shard is not None and self.max_per_shard > self.limit:
+            raise ValueError(rules.BUDGET_PER_SHARD_WITHIN_LIMIT.message)
+        return self
+
+
+class RetryRequest(SpecModel):
+    """A recorded request to retry the shards that gave up."""
+
+    generation: int = Field(
+        default=0,
+        ge=0,
+        description=(
+            "Increase by one to retry every Blocked and Failed shard once, with its attempts reset. "
+            "The operator acts once per value and records it in status.lastRetryGeneration. Default 0."
+        ),
+    )
+
+
+class CampaignSpec(SpecModel):
+    """What to process and how: items, the worker command, concurrency, leases, retries, sources, budget."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cel_rules(
+            rules.ITEMS_XOR_ITEMS_FROM,
+            rules.HEARTBEAT_UNDER_HALF_LEASE,
+            rules.SOURCE_NAMES_UNIQUE,
+            rules.FALLBACK_DECLARED,
+            rules.DEFAULT_SOURCE_DECLARED,
+        )
+    )
+
+    items: list[Item] | None = Field(
+        default=None,
+        max_length=MAX_INLINE_ITEMS,
+        description=(
+            "The work, inline: one JSON object per unit of work, passed to the command as is; an "
+            "item's optional `source` key picks its source. "
+            f"At most {MAX_INLINE_ITEMS}; use itemsFrom for more. Set exactly one of items and itemsFrom."
+        ),
+    )
+    items_from: ItemsFrom | None = Field(
+        default=None,
+        description="The work, from a ConfigMap key holding JSONL. Set exactly one of items and itemsFrom.",
+    )
+    shard_size: int = Field(
+        default=10,
+        ge=1,
+        description="Items per shard; one shard is one claim and one run of the command. Default 10.",
+    )
+    worker: WorkerSpec = Field(
+        description="The command that processes a shard's items, and its pod. Required."
+    )
+    finalize: WorkerSpec | None = Field(
+        default=None,
+        description=(
+            "A closing step (merge, validate, report) run once after every work shard is Done, Failed "
+            "or Blocked. Default: none."
+        ),
+    )
+    max_concurrency: int = Field(
+        default=6,
+        ge=1,
+        le=1000,
+        description="Most shards running, and worker pods alive, at any time. Default 6.",
+    )
+    backlog_ratio: int = Field(
+        default=5,
+        ge=1,
+        description=(
+            "More shards are made claimable only while Pending <= backlogRatio * max(Running, 1). Default 5."
+        ),
+    )
+    lease_seconds: int = Field(
+        default=120,
+        ge=10,
+        le=3600,
+        description=(
+            "How long a claim lasts without a heartbeat, in seconds. An expired lease makes the shard "
+            "claimable again with attempt+1. Default 120."
+        ),
+    )
+    heartbeat_seconds: int | None = Field(
+        default=None,
+        ge=1,
+        le=1800,
+        description=(
+            "Seconds between worker heartbeats (which renew the lease and report progress). Must be "
+            "less than half of leaseSeconds. Default leaseSeconds/3."
+        ),
+    )
+    max_attempts: int = Field(
+        default=3,
+        ge=1,
+        le=20,
+        description="Attempts per shard; after the last retryable failure the shard is Blocked. Default 3.",
+    )
+    backoff: Backoff = Field(
+        default_factory=Backoff,
+        json_schema_extra=schema_default(Backoff),
+        description="Delay before retrying a retryable failure. Default base 2s, cap 120s.",
+    )
+    stall: Stall = Field(
+        default_factory=Stall,
+        json_schema_extra=schema_default(Stall),
+        description=(
+            "When a shard without progress is stuck, and what happens "
+            "then. Default: report after 2 heartbeats."
+        ),
+    )
+    sources: list[Source] | None = Field(
+        default=None,
+        max_length=MAX_SOURCES,
+        description=(
+            f"Upstreams the work calls, each with a circuit breaker and an optional fallback. At most "
+            f"{MAX_SOURCES}, names unique. Default none."
+        ),
+    )
+    default_source: SourceName | None = Field(
+        default=None,
+        description="The source a shard uses when its items do not name one; must be declared in sources.",
+    )
+    budget: Budget | None = Field(default=None, description="Spending cap. Default: unlimited.")
+    suspend: bool = Field(
+        default=False,
+        description="true stops claiming new shards (running ones finish); false resumes. Default false.",
+    )
+    priority: int = Field(
+        default=0,
+        ge=-1000000,
+        le=1000000,
+        description="Higher-priority campaigns' shards are dispatched first when workers compete. Default 0.",
+    )
+    retry: RetryRequest = Field(
+        default_factory=RetryRequest,
+        json_schema_extra=schema_default(RetryRequest),
+        description="Bump retry.generation to retry Blocked and Failed shards once.",
+    )
+    idle_seconds: int = Field(
+        default=30,
+        ge=0,
+        le=3600,
+        description="Seconds a worker waits for a claimable shard before it exits. Default 30.",
+    )
+
+    @model_validator(mode="after")
+    def _cross_field_rules(self) -> CampaignSpec:
+        # All violations at once, so a user fixes a manifest in one round trip.
+        problems: list[str] = []
+        if (self.items is None) == (self.items_from is None):
+            problems.append(rules.ITEMS_XOR_ITEMS_FROM.message)
+        if self.heartbeat_seconds is not None and self.heartbeat_seconds * 2 >= self.lease_seconds:
+            problems.append(rules.HEARTBEAT_UNDER_HALF_LEASE.message)
+        names = self.source_names
+        if len(set(names)) != len(names):
+            duplicates = sorted({name for name in names if names.count(name) > 1})
+            problems.append(f"{rules.SOURCE_NAMES_UNIQUE.message} (duplicated: {', '.join(duplicates)})")
+        undeclared = [s for s in self.sources or [] if s.fallback is not None and s.fallback not in names]
+        if undeclared:
+            detail = ", ".join(f"{s.name} -> {s.fallback}" for s in undeclared)
+            problems.append(f"{rules.FALLBACK_DECLARED.message} ({detail})")
+        if self.default_source is not None and self.default_source not in names:
+            problems.append(f"{rules.DEFAULT_SOURCE_DECLARED.message} ({self.default_source})")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    @property
+    def effective_heartbeat_seconds(self) -> float:
+        """heartbeatSeconds, or leaseSeconds/3 when unset."""
+        if self.heartbeat_seconds is not None:
+            return float(self.heartbeat_seconds)
+        return self.lease_seconds / 3
+
+    @property
+    def source_names(self) -> list[str]:
+        """Names of the declared sources, in declaration order."""
+        return [source.name for source in self.sources or []]
+
+    def source(self, name: str) -> Source | None:
+        """The declared source of that name, or None."""
+        return next((s for s in self.sources or [] if s.name == name), None)
+
+    def expected_shards(self, items_total: int) -> int:
+        """Number of work shards for `items_total` items (the finalize shard not included)."""
+        return math.ceil(items_total / self.shard_size)
+
+    @property
+    def inline_items_total(self) -> int | None:
+        """Number of inline items, or None when they come from itemsFrom."""
+        return None if self.items is None else len(self.items)
+
+
+class ShardCounts(StatusModel):
+    """How many shards are in each phase."""
+
+    queued: int = Field(default=0, ge=0, description="Shards known but not yet created as Shard objects.")
+    pending: int = Field(default=0, ge=0, description="Shards waiting to be claimed (includes backing off).")
+    running: int = Field(default=0, ge=0, description="Shards claimed by a worker.")
+    done: int = Field(default=0, ge=0, description="Shards finished successfully.")
+    failed: int = Field(default=0, ge=0, description="Shards that hit a non-retryable error.")
+    blocked: int = Field(default=0, ge=0, description="Shards that used up maxAttempts.")
+    paused: int = Field(default=0, ge=0, description="Shards held back by the budget or by suspend.")
+    total: int = Field(default=0, ge=0, description="Shards known so far, in any phase.")
+    materialized: int = Field(default=0, ge=0, description="Shards that exist as Shard objects.")
+
+    @property
+    def terminal(self) -> int:
+        """Done + Failed + Blocked."""
+        return self.done + self.failed + self.blocked
+
+
+class SourceBreaker(StatusModel):
+    """The circuit breaker of one source."""
+
+    source: str = Field(max_length=SOURCE_NAME_MAX, description="Name of the source.")
+    state: BreakerState = Field(
+        default=BreakerState.CLOSED,
+        description=(
+            "Closed: shards are claimed. Open: not claimed (fallback used if any). HalfOpen: one trial."
+        ),
+    )
+    consecutive_failures: int = Field(
+        default=0, ge=0, description="Rate-limited failures in a row; a success resets it."
+    )
+    opened_at: AwareDatetime | None = Field(default=None, description="When the breaker last opened.")
+    reason: Annotated[str | None, BeforeValidator(truncating(BREAKER_REASON_MAX))] = Field(
+        default=None,
+        max_length=BREAKER_REASON_MAX,
+        description="Why the breaker opened, from the last failure.",
+    )
+
+
+ShardNames = Annotated[list[str], BeforeValidator(keeping_first(MAX_LISTED_SHARDS))]
+
+
+class CampaignStatus(StatusModel):
+    """How the campaign is going, written by the operator only."""
+
+    phase: CampaignPhase | None = Field(default=None, description="Where the campaign is in its life.")
+    observed_generation: int | None = Field(
+        default=None, ge=0, description="The metadata.generation this status was computed from."
+    )
+    counts: ShardCounts = Field(default_factory=ShardCounts, description="Shards per phase.")
+    items_total: int | None = Field(default=None, ge=0, description="Number of items, once they were read.")
+    shards_total: int | None = Field(
+        default=None, ge=0, description="Expected number of work shards, once the items were read."
+    )
+    spent: float = Field(default=0, ge=0, description="Cost reported so far, in the budget's unit.")
+    budget_ratio: float | None = Field(
+        default=None, ge=0, description="spent / budget.limit; absent without a budget."
+    )
+    breakers: list[SourceBreaker] = Field(
+        default_factory=list,
+        max_length=MAX_SOURCES,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["source"]},
+        description="Circuit breaker of each source that has one.",
+    )
+    oldest_pending_seconds: float | None = Field(
+        default=None,
+        ge=0,
+        description="Age in seconds of the longest-waiting Pending shard (starvation signal).",
+    )
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+        description="Latest observations of the campaign's state, for example Ready, Stalled, BudgetWarning.",
+    )
+    blocked_shards: ShardNames = Field(
+        default_factory=list,
+        max_length=MAX_LISTED_SHARDS,
+        description=f"Names of Blocked shards, at most {MAX_LISTED_SHARDS}; counts.blocked has the total.",
+    )
+    failed_shards: ShardNames = Field(
+        default_factory=list,
+        max_length=MAX_LISTED_SHARDS,
+        description=f"Names of Failed shards, at most {MAX_LISTED_SHARDS}; counts.failed has the total.",
+    )
+    last_retry_generation: int = Field(
+        default=0, ge=0, description="The spec.retry.generation the operator last acted on."
+    )
+
+    @computed_field(  # type: ignore[prop-decorator]
+        description='Done/total shards as text, for example "8/10", shown by kubectl get.'
+    )
+    @property
+    def progress_text(self) -> str:
+        total = self.shards_total if self.shards_total is not None else self.counts.total
+        return f"{self.counts.done}/{total}"
+
+    def condition(self, type_: str) -> Condition | None:
+        """The condition of that type, or None."""
+        return find_condition(self.conditions, type_)
+
+    def with_condition(self, condition: Condition) -> CampaignStatus:
+        """A copy with `condition` set (lastTransitionTime kept when its status is unchanged)."""
+        return self.model_copy(update={"conditions": set_condition(self.conditions, condition)})
+
+    def breaker(self, source: str) -> SourceBreaker | None:
+        """The breaker of that source, or None when it never tripped."""
+        return next((b for b in self.breakers if b.source == source), None)
+
+
+class Campaign(ResourceModel):
+    """A Campaign: a body of long, flaky work that shardops splits into leased shards."""
+
+    api_version: str = Field(default=API_GROUP_VERSION, description="Always shardops.dev/v1alpha1.")
+    kind: str = Field(default=CAMPAIGN_KIND, description="Always Campaign.")
+    spec: CampaignSpec = Field(description="Desired state.")
+    status: CampaignStatus | None = Field(default=None, description="Observed state.")
+
+    @field_validator("api_version")
+    @classmethod
+    def _known_version(cls, value: str) -> str:
+        if value != API_GROUP_VERSION:
+            raise ValueError(f"apiVersion must be {API_GROUP_VERSION}, not {value}")
+        return value
+
+    @field_validator("kind")
+    @classmethod
+    def _known_kind(cls, value: str) -> str:
+        if value != CAMPAIGN_KIND:
+            raise ValueError(f"kind must be {CAMPAIGN_KIND}, not {value}")
+        return value
+
+    @property
+    def current_status(self) -> CampaignStatus:
+        """status, or an empty one for a campaign the operator has not seen yet."""
+        return self.status if self.status is not None else CampaignStatus()
+
+    @property
+    def retry_requested(self) -> bool:
+        """True when spec.retry.generation is ahead of the one the operator last acted on."""
+        return self.spec.retry.generation > self.current_status.last_retry_generation
+
+    @property
+    def spec_observed(self) -> bool:
+        """True when the status reflects the current spec."""
+        return self.current_status.observed_generation == self.generation

@@ -1,0 +1,280 @@
+"""The Shard resource: one claimable slice of a campaign, and the record of its attempts.
+
+Shards are created by the operator, not by users; their status is written only by shardops
+code (operator and worker), which the chart enforces with a ValidatingAdmissionPolicy.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import (
+    AwareDatetime,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    computed_field,
+    field_validator,
+    model_validator,
+)
+
+from shardops.api import rules
+from shardops.api.campaign import MAX_INLINE_ITEMS, SOURCE_NAME_MAX, SourceName
+from shardops.api.common import (
+    DNS_SUBDOMAIN_MAX,
+    Item,
+    ResourceModel,
+    SpecModel,
+    StatusModel,
+    cel_rules,
+    keeping_last,
+    truncating,
+)
+from shardops.api.enums import ErrorClass, ShardClass, ShardPhase
+from shardops.api.names import API_GROUP_VERSION, SHARD_KIND
+
+# Each transition appends one entry; the oldest fall off so a shard that flaps for days stays a
+# small object. Events and metrics keep the full story.
+HISTORY_LIMIT = 20
+ERROR_MESSAGE_MAX = 1024
+REASON_MAX = 128
+IDEMPOTENCY_KEY_MAX = 253
+
+
+class ItemRange(SpecModel):
+    """A slice of the campaign's items: indices start (inclusive) to end (exclusive)."""
+
+    model_config = ConfigDict(json_schema_extra=cel_rules(rules.ITEM_RANGE_ORDERED))
+
+    start: int = Field(ge=0, description="Index of the first item, counting from 0.")
+    end: int = Field(ge=0, description="Index after the last item (exclusive).")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ItemRange:
+        if self.start > self.end:
+            raise ValueError(rules.ITEM_RANGE_ORDERED.message)
+        return self
+
+    def __len__(self) -> int:
+        return self.end - self.start
+
+
+class ShardSpec(SpecModel):
+    """What this shard covers. Written once by the operator when it creates the shard."""
+
+    model_config = ConfigDict(json_schema_extra=cel_rules(rules.WORK_SHARD_HAS_ITEMS))
+
+    campaign: str = Field(
+        min_length=1, max_length=DNS_SUBDOMAIN_MAX, description="Name of the Campaign (same namespace)."
+    )
+    index: int = Field(ge=0, description="Position of the shard in its campaign, from 0.")
+    shard_class: ShardClass = Field(
+        default=ShardClass.WORK,
+        description=(
+            "work shards process items; the finalize shard runs the campaign's closing step. Default work."
+        ),
+    )
+    items: list[Item] | None = Field(
+        default=None,
+        max_length=MAX_INLINE_ITEMS,
+        description=(
+            "The shard's items, copied from the campaign; absent when itemRange points into itemsFrom."
+        ),
+    )
+    item_range: ItemRange | None = Field(
+        default=None, description="The indices of the shard's items in the campaign's item list."
+    )
+    source: SourceName | None = Field(
+        default=None, description="The source these items call, before any fallback. Default: none."
+    )
+    idempotency_key: str = Field(
+        min_length=1,
+        max_length=IDEMPOTENCY_KEY_MAX,
+        description=(
+            "Hash of campaign, shard input and command; the same on every retry. A result stored under "
+            "it is reused instead of recomputed."
+        ),
+    )
+    priority: int = Field(
+        default=0,
+        ge=-1000000,
+        le=1000000,
+        description="Dispatch order within the campaign: higher first. Default 0.",
+    )
+
+    @model_validator(mode="after")
+    def _work_has_items(self) -> ShardSpec:
+        if self.shard_class == ShardClass.WORK and self.items is None and self.item_range is None:
+            raise ValueError(rules.WORK_SHARD_HAS_ITEMS.message)
+        return self
+
+    @property
+    def is_finalize(self) -> bool:
+        """True for the campaign's closing step."""
+        return self.shard_class == ShardClass.FINALIZE
+
+    @property
+    def item_count(self) -> int:
+        """Number of items this shard covers (inline items win over the range)."""
+        if self.items is not None:
+            return len(self.items)
+        if self.item_range is not None:
+            return len(self.item_range)
+        return 0
+
+
+class Progress(StatusModel):
+    """Items finished out of the shard's total, as the last heartbeat reported."""
+
+    done: int = Field(default=0, ge=0, description="Items finished.")
+    total: int = Field(default=0, ge=0, description="Items in the shard.")
+
+
+class ShardResult(StatusModel):
+    """Where the shard's result is stored."""
+
+    ref: str = Field(
+        max_length=DNS_SUBDOMAIN_MAX,
+        description="Reference to the stored result (by default the name of a ConfigMap in the namespace).",
+    )
+    fingerprint: str = Field(max_length=128, description="SHA-256 of the stored bytes, as sha256:<hex>.")
+    bytes: int = Field(ge=0, description="Size of the stored result in bytes.")
+
+
+class ShardError(StatusModel):
+    """The last failure of the shard."""
+
+    error_class: ErrorClass = Field(
+        alias="class", description="Error class; decides whether the shard is retried."
+    )
+    source: str | None = Field(
+        default=None, max_length=SOURCE_NAME_MAX, description="Source that failed, when the command said."
+    )
+    message: Annotated[str, BeforeValidator(truncating(ERROR_MESSAGE_MAX))] = Field(
+        default="",
+        max_length=ERROR_MESSAGE_MAX,
+        description=f"What went wrong, cut to {ERROR_MESSAGE_MAX} characters.",
+    )
+    event: str | None = Field(
+        default=None, max_length=DNS_SUBDOMAIN_MAX, description="Name of the Event that recorded the failure."
+    )
+    at: AwareDatetime | None = Field(default=None, description="When the failure happened (RFC 3339).")
+
+
+class HistoryEntry(StatusModel):
+    """One transition of the shard."""
+
+    phase: ShardPhase = Field(description="Phase entered.")
+    at: AwareDatetime = Field(description="When (RFC 3339).")
+    reason: str = Field(
+        max_length=REASON_MAX,
+        description="CamelCase reason of the transition, also the reason of its Event, for example Claimed.",
+    )
+    attempt: int = Field(default=0, ge=0, description="Attempt number at the transition.")
+    owner: str | None = Field(
+        default=None, max_length=DNS_SUBDOMAIN_MAX, description="Worker holding the claim."
+    )
+    event: str | None = Field(
+        default=None, max_length=DNS_SUBDOMAIN_MAX, description="Name of the Event recording the transition."
+    )
+
+
+History = Annotated[list[HistoryEntry], BeforeValidator(keeping_last(HISTORY_LIMIT))]
+
+
+class ShardStatus(StatusModel):
+    """The shard's phase, claim and attempts. Written by the operator and the claiming worker only."""
+
+    phase: ShardPhase | None = Field(default=None, description="Where the shard is in its life.")
+    attempt: int = Field(
+        default=0, ge=0, description="Attempts started so far; a claim after a failure adds one."
+    )
+    owner: str | None = Field(
+        default=None, max_length=DNS_SUBDOMAIN_MAX, description="Worker (pod name) holding the claim."
+    )
+    lease_until: AwareDatetime | None = Field(
+        default=None, description="When the claim expires unless renewed by a heartbeat."
+    )
+    last_heartbeat: AwareDatetime | None = Field(default=None, description="When the owner last heartbeated.")
+    progress: Progress | None = Field(default=None, description="Progress from the last heartbeat.")
+    cost: float = Field(default=0, ge=0, description="Cost reported for this shard, in the budget's unit.")
+    not_before: AwareDatetime | None = Field(
+        default=None, description="Earliest time the shard may be claimed again (backoff)."
+    )
+    result: ShardResult | None = Field(default=None, description="Where the result is stored, once Done.")
+    last_error: ShardError | None = Field(default=None, description="The last failure.")
+    history: History = Field(
+        default_factory=list,
+        max_length=HISTORY_LIMIT,
+        description=f"The last {HISTORY_LIMIT} transitions, oldest first; older ones are dropped.",
+    )
+    fencing_token: int | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "The Lease's leaseTransitions at claim time; fences out writes from a worker whose claim "
+            "was taken over."
+        ),
+    )
+    source: str | None = Field(
+        default=None, max_length=SOURCE_NAME_MAX, description="Source actually used, after any fallback."
+    )
+    observed_generation: int | None = Field(
+        default=None, ge=0, description="The metadata.generation this status was computed from."
+    )
+
+    @computed_field(  # type: ignore[prop-decorator]
+        description='Items done/total as text, for example "3/5", shown by kubectl get.'
+    )
+    @property
+    def progress_text(self) -> str | None:
+        if self.progress is None:
+            return None
+        return f"{self.progress.done}/{self.progress.total}"
+
+    def with_history(self, entry: HistoryEntry) -> ShardStatus:
+        """A copy with `entry` appended and the history cut to the last HISTORY_LIMIT entries."""
+        return self.model_copy(update={"history": [*self.history, entry][-HISTORY_LIMIT:]})
+
+
+class Shard(ResourceModel):
+    """A Shard: one claimable slice of a Campaign."""
+
+    api_version: str = Field(default=API_GROUP_VERSION, description="Always shardops.dev/v1alpha1.")
+    kind: str = Field(default=SHARD_KIND, description="Always Shard.")
+    spec: ShardSpec = Field(description="What the shard covers.")
+    status: ShardStatus | None = Field(default=None, description="Observed state.")
+
+    @field_validator("api_version")
+    @classmethod
+    def _known_version(cls, value: str) -> str:
+        if value != API_GROUP_VERSION:
+            raise ValueError(f"apiVersion must be {API_GROUP_VERSION}, not {value}")
+        return value
+
+    @field_validator("kind")
+    @classmethod
+    def _known_kind(cls, value: str) -> str:
+        if value != SHARD_KIND:
+            raise ValueError(f"kind must be {SHARD_KIND}, not {value}")
+        return value
+
+    @property
+    def current_status(self) -> ShardStatus:
+        """status, or an empty one for a shard nobody has written yet."""
+        return self.status if self.status is not None else ShardStatus()
+
+    @property
+    def phase(self) -> ShardPhase | None:
+        """status.phase, or None before the operator set one."""
+        return self.current_status.phase
+
+    @property
+    def campaign_name(self) -> str:
+        """spec.campaign."""
+        return self.spec.campaign
+
+    @property
+    def lease_name(self) -> str:
+        """Name of the coordination.k8s.io Lease that claims this shard: the shard's own name."""
+        return self.name

@@ -1,0 +1,111 @@
+"""Shard state changes on the API server: one transition = one status patch with a resourceVersion
+precondition + one Event whose name the history records. The operator and the worker both go
+through `apply_transition`, so the rules of `logic.transitions` hold whoever acts."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
+
+from shardops.api.enums import ShardPhase
+from shardops.api.names import CAMPAIGN_LABEL
+from shardops.api.shard import HistoryEntry, Shard, ShardStatus
+from shardops.k8s import events
+from shardops.k8s.api import SHARDS, Kube
+from shardops.logic.transitions import Action, EventType, event_reason, event_type, next_attempt, transition
+
+JSON = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who acts: the reporting controller and instance of Events, and the status field manager."""
+
+    controller: str
+    instance: str
+
+
+@dataclass(frozen=True)
+class TransitionRequest:
+    action: Action
+    message: str
+    # ShardStatus fields (snake_case) to set along with the phase, e.g. owner, lease_until, last_error.
+    updates: dict[str, Any] = field(default_factory=dict)
+    # Override of the attempt the shard ends up with (the claim sets it explicitly).
+    attempt: int | None = None
+
+
+def planned_status(
+    shard: Shard, request: TransitionRequest, now: dt.datetime, event_name: str | None
+) -> ShardStatus:
+    """The status after the transition, or IllegalTransition: pure, so it is unit-tested without a cluster."""
+    current = shard.current_status
+    phase = current.phase or ShardPhase.QUEUED
+    target = transition(phase, request.action)
+    attempt = (
+        request.attempt
+        if request.attempt is not None
+        else next_attempt(max(current.attempt, 1), request.action)
+    )
+    updates = dict(request.updates)
+    if "last_error" in updates and updates["last_error"] is not None and event_name:
+        updates["last_error"] = updates["last_error"].model_copy(update={"event": event_name})
+    status = current.model_copy(update={**updates, "phase": target, "attempt": attempt})
+    entry = HistoryEntry(
+        phase=target,
+        at=now,
+        reason=event_reason(request.action),
+        attempt=attempt if request.action is Action.CLAIM else max(current.attempt, 1),
+        owner=status.owner if target is ShardPhase.RUNNING else current.owner,
+        event=event_name,
+    )
+    return ShardStatus.model_validate(status.with_history(entry).model_dump())
+
+
+def apply_transition(
+    kube: Kube,
+    shard: Shard,
+    request: TransitionRequest,
+    actor: Actor,
+    now: dt.datetime,
+    body: JSON | None = None,
+) -> Shard:
+    """Write the transition if the shard is still at the version we read (else Conflict) and record it.
+
+    `body` is the shard as the API server returned it (for the Event's object reference); it
+    defaults to the parsed model's own dump.
+    """
+    target = body or shard.to_dict()
+    event_name = events.new_event_name(target)
+    status = planned_status(shard, request, now, event_name)
+    patched = kube.patch(
+        SHARDS,
+        shard.namespace,
+        shard.name,
+        {"status": status.to_merge_patch()},
+        resource_version=shard.metadata.resource_version,
+        subresource="status",
+    )
+    events.record(
+        kube,
+        events.event_body(
+            target,
+            reason=str(event_reason(request.action)),
+            note=request.message,
+            action=str(request.action),
+            controller=actor.controller,
+            instance=actor.instance,
+            now=now,
+            warning=event_type(request.action) is EventType.WARNING,
+            name=event_name,
+        ),
+    )
+    return Shard.parse(patched)
+
+
+def list_shards(kube: Kube, namespace: str, campaign: str) -> list[Shard]:
+    return [
+        Shard.parse(item)
+        for item in kube.list(SHARDS, namespace, label_selector=f"{CAMPAIGN_LABEL}={campaign}")
+    ]

@@ -1,0 +1,470 @@
+"""PlanDispatch: what the operator should do this cycle, and the one reason it cannot do more.
+
+A pure function of what the operator observed. It also backs `kubectl campaign plan` (a dry run),
+so every shard it does not hand out gets a skip reason a person can read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from shardops.api.enums import BreakerState, ShardClass, ShardPhase
+from shardops.logic.backpressure import (
+    backlog_bound,
+    backlog_room,
+    cluster_full,
+    workers_to_start,
+)
+from shardops.logic.breaker import CLOSED_BREAKER, Route, SourceBreaker, describe_blocked, effective, route
+from shardops.logic.budget import BudgetGate, BudgetStatus, allows
+from shardops.logic.timefmt import rfc3339
+from shardops.logic.views import ItemProgress, ShardView
+
+
+class LimitReason(StrEnum):
+    NONE = "None"
+    CAPACITY = "Capacity"
+    BACKPRESSURE = "Backpressure"
+    BUDGET = "Budget"
+    BREAKER = "Breaker"
+    SUSPENDED = "Suspended"
+    NOTHING_READY = "NothingReady"
+    CLUSTER_FULL = "ClusterFull"
+
+
+# When several limits apply, the plan's `reason` is the first of these: the one a person would
+# have to lift first for anything else to matter.
+_PRECEDENCE = (
+    LimitReason.SUSPENDED,
+    LimitReason.BUDGET,
+    LimitReason.CLUSTER_FULL,
+    LimitReason.CAPACITY,
+    LimitReason.BREAKER,
+    LimitReason.BACKPRESSURE,
+    LimitReason.NOTHING_READY,
+)
+
+
+@dataclass(frozen=True)
+class Limit:
+    reason: LimitReason
+    message: str
+
+
+@dataclass(frozen=True)
+class DispatchLimits:
+    max_concurrency: int
+    backlog_ratio: float
+
+    def __post_init__(self) -> None:
+        if self.max_concurrency < 0:
+            raise ValueError(f"maxConcurrency must not be negative, got {self.max_concurrency}")
+        if self.backlog_ratio <= 0:
+            raise ValueError(f"backlogRatio must be positive, got {self.backlog_ratio}")
+
+
+@dataclass(frozen=True)
+class WorkerCounts:
+    """`alive_jobs`: worker Jobs not finished; pods as the caller counted them (see backpressure)."""
+
+    alive_jobs: int
+    running_pods: int
+    stuck_pending_pods: int
+
+
+@dataclass(frozen=True)
+class Breakers:
+    states: Mapping[str, SourceBreaker]
+    fallbacks: Mapping[str, str]
+    cooldown: timedelta
+
+
+@dataclass(frozen=True)
+class DispatchInputs:
+    limits: DispatchLimits
+    items: ItemProgress
+    shards: Sequence[ShardView]
+    breakers: Breakers
+    budget: BudgetStatus
+    suspended: bool
+    workers: WorkerCounts
+    now: datetime
+
+
+@dataclass(frozen=True)
+class DispatchPlan:
+    """`materialize`: new shards to cut from the items now, created straight in Pending (the creation is
+    the MATERIALIZE transition). `promote`: existing Queued shards to move to Pending; they take the
+    backlog room first, so a caller that creates new shards as Queued still stays within the bound.
+    `claimable`: in claim order; `routes` gives the source each claimable shard must call (a fallback
+    when its own breaker is open; `probe` marks the single HalfOpen trial).
+    `skipped`: why every other unclaimed, non-terminal shard is not claimable now.
+    """
+
+    materialize: int
+    promote: tuple[str, ...]
+    start_workers: int
+    claimable: tuple[str, ...]
+    routes: Mapping[str, Route]
+    pause: tuple[str, ...]
+    resume: tuple[str, ...]
+    skipped: Mapping[str, str]
+    limits: tuple[Limit, ...]
+    reason: LimitReason
+    message: str
+
+    def as_dict(self) -> dict[str, object]:
+        """JSON-ready, for `kubectl campaign plan -o json`."""
+        return {
+            "materialize": self.materialize,
+            "promote": list(self.promote),
+            "startWorkers": self.start_workers,
+            "claimable": list(self.claimable),
+            "routes": {name: {"source": r.source, "probe": r.probe} for name, r in self.routes.items()},
+            "pause": list(self.pause),
+            "resume": list(self.resume),
+            "skipped": dict(self.skipped),
+            "limits": [{"reason": str(limit.reason), "message": limit.message} for limit in self.limits],
+            "reason": str(self.reason),
+            "message": self.message,
+        }
+
+
+@dataclass(frozen=True)
+class _Skip:
+    reason: LimitReason
+    text: str
+
+
+@dataclass(frozen=True)
+class _Census:
+    running: int
+    pending: tuple[ShardView, ...]
+    queued: tuple[ShardView, ...]
+    paused: tuple[ShardView, ...]
+    running_sources: frozenset[str]
+    unfinished_work: int
+
+
+@dataclass(frozen=True)
+class _Growth:
+    promote: tuple[str, ...]
+    materialize: int
+    held: Mapping[str, _Skip]
+    limit: Limit | None
+
+
+@dataclass
+class _Selection:
+    claimable: list[str] = field(default_factory=list)
+    routes: dict[str, Route] = field(default_factory=dict)
+    skipped: dict[str, _Skip] = field(default_factory=dict)
+    probing: set[str] = field(default_factory=set)
+
+
+@dataclass(frozen=True)
+class _Draft:
+    """Every decision of one cycle, before the limits and skip reasons are explained."""
+
+    census: _Census
+    growth: _Growth
+    selection: _Selection
+    pause: tuple[str, ...]
+    resume: tuple[str, ...]
+    start_workers: int
+    cluster_limit: Limit | None
+
+
+def plan_dispatch(inputs: DispatchInputs) -> DispatchPlan:
+    draft = _draft(inputs)
+    skipped = _all_skips(inputs, draft)
+    limits = _collect_limits(inputs, draft, skipped)
+    selection, growth = draft.selection, draft.growth
+    return DispatchPlan(
+        materialize=growth.materialize,
+        promote=growth.promote,
+        start_workers=draft.start_workers,
+        claimable=tuple(selection.claimable),
+        routes=dict(selection.routes),
+        pause=draft.pause,
+        resume=draft.resume,
+        skipped={name: skip.text for name, skip in skipped.items()},
+        limits=limits,
+        reason=limits[0].reason if limits else LimitReason.NONE,
+        message=_message(limits, selection, growth),
+    )
+
+
+def _draft(inputs: DispatchInputs) -> _Draft:
+    census = _census(inputs)
+    selection = _select_claims(inputs, census)
+    start, cluster_limit = _plan_workers(inputs, census, len(selection.claimable))
+    return _Draft(
+        census=census,
+        growth=_plan_growth(inputs, census),
+        selection=selection,
+        pause=_to_pause(inputs, census),
+        resume=_to_resume(inputs, census),
+        start_workers=start,
+        cluster_limit=cluster_limit,
+    )
+
+
+def claim_order_key(shard: ShardView) -> tuple[int, int, str]:
+    """Higher priority first, then FIFO by creation index; the name only makes ties deterministic."""
+    return (-shard.priority, shard.index, shard.name)
+
+
+def _census(inputs: DispatchInputs) -> _Census:
+    shards = inputs.shards
+
+    def in_phase(phase: ShardPhase) -> tuple[ShardView, ...]:
+        return tuple(sorted((s for s in shards if s.phase is phase), key=claim_order_key))
+
+    running = in_phase(ShardPhase.RUNNING)
+    open_work = sum(1 for s in shards if s.shard_class is ShardClass.WORK and not s.phase.terminal)
+    return _Census(
+        running=len(running),
+        pending=in_phase(ShardPhase.PENDING),
+        queued=in_phase(ShardPhase.QUEUED),
+        paused=in_phase(ShardPhase.PAUSED),
+        running_sources=frozenset(s.source for s in running if s.source is not None),
+        unfinished_work=open_work + inputs.items.remaining_shards,
+    )
+
+
+def _holding(inputs: DispatchInputs) -> bool:
+    """Suspended or out of budget: unclaimed shards wait in Paused; nothing is lost."""
+    return inputs.suspended or inputs.budget.gate is BudgetGate.EXHAUSTED
+
+
+def _to_pause(inputs: DispatchInputs, census: _Census) -> tuple[str, ...]:
+    if not _holding(inputs):
+        return ()
+    return tuple(s.name for s in (*census.queued, *census.pending))
+
+
+def _to_resume(inputs: DispatchInputs, census: _Census) -> tuple[str, ...]:
+    if _holding(inputs):
+        return ()
+    return tuple(s.name for s in census.paused)
+
+
+def _plan_growth(inputs: DispatchInputs, census: _Census) -> _Growth:
+    """Promote Queued shards, then cut new ones, only into the room the backlog bound leaves."""
+    if _holding(inputs):
+        return _Growth((), 0, {}, None)
+    gate = inputs.budget.gate
+    eligible = [s for s in census.queued if allows(gate, s.shard_class)]
+    room = backlog_room(len(census.pending), inputs.limits.backlog_ratio, census.running)
+    promote = tuple(s.name for s in eligible[:room])
+    remaining = inputs.items.remaining_shards
+    # At warn no new shards are cut: only finalize work may start.
+    creatable = remaining if gate is BudgetGate.OPEN else 0
+    materialize = min(room - len(promote), creatable)
+    held_back = len(eligible) - len(promote) + creatable - materialize
+    backlog = _describe_backlog(inputs, census)
+    held = {s.name: _Skip(LimitReason.BACKPRESSURE, f"queued: {backlog}") for s in eligible[room:]}
+    held.update(_budget_held_queue(inputs, census))
+    limit = Limit(LimitReason.BACKPRESSURE, f"{backlog}: holding back {held_back} shard(s)")
+    return _Growth(promote, materialize, held, limit if held_back > 0 else None)
+
+
+def _budget_held_queue(inputs: DispatchInputs, census: _Census) -> dict[str, _Skip]:
+    text = f"queued: budget at warn ({inputs.budget.describe()}): no new work shards"
+    gate = inputs.budget.gate
+    return {s.name: _Skip(LimitReason.BUDGET, text) for s in census.queued if not allows(gate, s.shard_class)}
+
+
+def _describe_backlog(inputs: DispatchInputs, census: _Census) -> str:
+    ratio = inputs.limits.backlog_ratio
+    bound = backlog_bound(ratio, census.running)
+    return (
+        f"pending {len(census.pending)} of bound {bound} "
+        f"(backlogRatio {ratio:g} * max(running {census.running}, 1))"
+    )
+
+
+def _select_claims(inputs: DispatchInputs, census: _Census) -> _Selection:
+    selection = _Selection(probing=set(_probes_in_flight(inputs, census)))
+    free = max(0, inputs.limits.max_concurrency - census.running)
+    for shard in census.pending:
+        skip = _static_skip(shard, inputs, census) or _route_or_skip(shard, inputs, selection, free)
+        if skip is not None:
+            selection.skipped[shard.name] = skip
+        else:
+            selection.claimable.append(shard.name)
+    return selection
+
+
+def _probes_in_flight(inputs: DispatchInputs, census: _Census) -> set[str]:
+    """A HalfOpen source with a shard already running has its one probe out."""
+    b = inputs.breakers
+    return {
+        source
+        for source in census.running_sources
+        if effective(b.states.get(source, CLOSED_BREAKER), inputs.now, b.cooldown) is BreakerState.HALF_OPEN
+    }
+
+
+def _static_skip(shard: ShardView, inputs: DispatchInputs, census: _Census) -> _Skip | None:
+    """Reasons that hold whatever else is claimed this cycle, most fundamental first."""
+    budget = inputs.budget
+    if _holding(inputs):
+        return _Skip(_hold_reason(inputs), f"pausing: {_hold_text(inputs)}")
+    if not allows(budget.gate, shard.shard_class):
+        return _Skip(LimitReason.BUDGET, f"budget at warn ({budget.describe()}): only finalize shards start")
+    if shard.shard_class is ShardClass.FINALIZE and census.unfinished_work > 0:
+        return _Skip(
+            LimitReason.NOTHING_READY, f"finalize waits for {census.unfinished_work} unfinished work shard(s)"
+        )
+    if shard.not_before is not None and shard.not_before > inputs.now:
+        wait = (shard.not_before - inputs.now).total_seconds()
+        return _Skip(LimitReason.NOTHING_READY, f"backoff until {rfc3339(shard.not_before)} ({wait:.0f}s)")
+    return None
+
+
+def _route_or_skip(
+    shard: ShardView, inputs: DispatchInputs, selection: _Selection, free: int
+) -> _Skip | None:
+    """Routes a ready shard and, if a slot is free, takes it (recording any probe); else says why not."""
+    found = _route(shard, inputs, selection.probing)
+    if shard.source is not None and found is None:
+        b = inputs.breakers
+        text = describe_blocked(shard.source, b.states, b.fallbacks, inputs.now, b.cooldown)
+        return _Skip(LimitReason.BREAKER, text)
+    if len(selection.claimable) >= free:
+        limit = inputs.limits.max_concurrency
+        return _Skip(LimitReason.CAPACITY, f"ready; waits for a free slot (maxConcurrency {limit})")
+    if found is not None:
+        selection.routes[shard.name] = found
+        if found.probe:
+            selection.probing.add(found.source)
+    return None
+
+
+def _route(shard: ShardView, inputs: DispatchInputs, probing: set[str]) -> Route | None:
+    if shard.source is None:
+        return None
+    b = inputs.breakers
+    return route(shard.source, b.states, b.fallbacks, inputs.now, b.cooldown, probing=probing)
+
+
+def _plan_workers(inputs: DispatchInputs, census: _Census, claimable: int) -> tuple[int, Limit | None]:
+    w = inputs.workers
+    wanted = workers_to_start(inputs.limits.max_concurrency, claimable, census.running, w.alive_jobs)
+    if wanted > 0 and cluster_full(w.stuck_pending_pods, w.running_pods):
+        text = (
+            f"{w.stuck_pending_pods} worker pod(s) stuck Pending ≥ max(1, running pods {w.running_pods}): "
+            f"not starting {wanted} Job(s)"
+        )
+        return 0, Limit(LimitReason.CLUSTER_FULL, text)
+    return wanted, None
+
+
+def _all_skips(inputs: DispatchInputs, draft: _Draft) -> dict[str, _Skip]:
+    """A reason for every unclaimed, non-terminal shard that is not claimable this cycle."""
+    skipped: dict[str, _Skip] = dict(draft.selection.skipped)
+    skipped.update(draft.growth.held)
+    for name in draft.growth.promote:
+        skipped[name] = _Skip(LimitReason.NONE, "materializing now: claimable once Pending")
+    for name in draft.resume:
+        skipped[name] = _Skip(LimitReason.NONE, "resuming now: claimable once Pending")
+    if _holding(inputs):
+        hold = _hold_text(inputs)
+        for shard in draft.census.queued:
+            skipped[shard.name] = _Skip(_hold_reason(inputs), f"pausing: {hold}")
+        for shard in draft.census.paused:
+            skipped[shard.name] = _Skip(_hold_reason(inputs), f"paused: {hold}")
+    return skipped
+
+
+def _hold_reason(inputs: DispatchInputs) -> LimitReason:
+    return LimitReason.SUSPENDED if inputs.suspended else LimitReason.BUDGET
+
+
+def _hold_text(inputs: DispatchInputs) -> str:
+    if inputs.suspended:
+        return "campaign suspended"
+    return f"budget exhausted ({inputs.budget.describe()})"
+
+
+def _collect_limits(inputs: DispatchInputs, draft: _Draft, skipped: Mapping[str, _Skip]) -> tuple[Limit, ...]:
+    """Every limit that held something back this cycle, in precedence order."""
+    found: dict[LimitReason, Limit] = {}
+    if inputs.suspended:
+        found[LimitReason.SUSPENDED] = Limit(LimitReason.SUSPENDED, "campaign suspended: nothing starts")
+    budget_limit = _budget_limit(inputs, draft, skipped)
+    if budget_limit is not None:
+        found[LimitReason.BUDGET] = budget_limit
+    if draft.cluster_limit is not None:
+        found[LimitReason.CLUSTER_FULL] = draft.cluster_limit
+    found.update(_selection_limits(inputs, draft.census, draft.selection))
+    if draft.growth.limit is not None:
+        found[LimitReason.BACKPRESSURE] = draft.growth.limit
+    if not draft.selection.claimable and not found.keys() - {LimitReason.BACKPRESSURE}:
+        found[LimitReason.NOTHING_READY] = _nothing_ready(draft.census, draft.selection)
+    return tuple(found[r] for r in _PRECEDENCE if r in found)
+
+
+def _budget_limit(inputs: DispatchInputs, draft: _Draft, skipped: Mapping[str, _Skip]) -> Limit | None:
+    budget = inputs.budget
+    if budget.gate is BudgetGate.OPEN or inputs.suspended:
+        return None
+    withheld = inputs.items.remaining_shards
+    affected = any(s.reason is LimitReason.BUDGET for s in skipped.values())
+    if not (affected or withheld or draft.pause):
+        return None
+    if budget.gate is BudgetGate.EXHAUSTED:
+        return Limit(
+            LimitReason.BUDGET,
+            f"budget exhausted ({budget.describe()}): {len(draft.pause)} unclaimed shard(s) pause, "
+            f"{draft.census.running} running finish",
+        )
+    return Limit(
+        LimitReason.BUDGET,
+        f"budget at warn ({budget.describe()}): only finalize shards start, no new shards",
+    )
+
+
+def _selection_limits(
+    inputs: DispatchInputs, census: _Census, selection: _Selection
+) -> dict[LimitReason, Limit]:
+    found: dict[LimitReason, Limit] = {}
+    waiting = sum(1 for s in selection.skipped.values() if s.reason is LimitReason.CAPACITY)
+    if waiting:
+        found[LimitReason.CAPACITY] = Limit(
+            LimitReason.CAPACITY,
+            f"running {census.running} + claimable {len(selection.claimable)} fills maxConcurrency "
+            f"{inputs.limits.max_concurrency}: {waiting} ready shard(s) wait",
+        )
+    blocked = [s.text for s in selection.skipped.values() if s.reason is LimitReason.BREAKER]
+    if blocked:
+        found[LimitReason.BREAKER] = Limit(
+            LimitReason.BREAKER,
+            f"{len(blocked)} shard(s) held by breakers ({'; '.join(sorted(set(blocked)))})",
+        )
+    return found
+
+
+def _nothing_ready(census: _Census, selection: _Selection) -> Limit:
+    waits = [s.text for s in selection.skipped.values() if s.reason is LimitReason.NOTHING_READY]
+    if waits:
+        text = f"no shard ready: {len(waits)} waiting (first: {waits[0]})"
+    elif census.running:
+        text = f"no shard pending; {census.running} running"
+    else:
+        text = "nothing left to dispatch"
+    return Limit(LimitReason.NOTHING_READY, text)
+
+
+def _message(limits: tuple[Limit, ...], selection: _Selection, growth: _Growth) -> str:
+    if limits:
+        return "; ".join(limit.message for limit in limits)
+    return (
+        f"nothing limits dispatch: {len(selection.claimable)} claimable, "
+        f"{len(growth.promote) + growth.materialize} shard(s) to materialize"
+    )

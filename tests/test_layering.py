@@ -1,0 +1,251 @@
+"""`logic/` stays pure: no Kubernetes, no network or file I/O, no clock or randomness it was not handed.
+
+The checker resolves import aliases, so `import datetime as dt; dt.datetime.now()` is caught too,
+and it is itself tested against known-bad and known-good snippets so a pass means something.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+LOGIC_DIR = Path(__file__).resolve().parents[1] / "operator" / "shardops" / "logic"
+LOGIC_PACKAGE = "shardops.logic"
+
+# Everything logic may import. A new stdlib module must be added here on purpose, after checking
+# that it does no I/O and reads no clock.
+ALLOWED_IMPORTS = frozenset(
+    {
+        "__future__",
+        "bisect",
+        "collections",
+        "collections.abc",
+        "dataclasses",
+        "datetime",
+        "decimal",
+        "enum",
+        "fractions",
+        "functools",
+        "hashlib",
+        "heapq",
+        "itertools",
+        "json",
+        "math",
+        "operator",
+        # Only for the `random.Random` type of an injected generator; module functions are refused below.
+        "random",
+        "re",
+        "signal",
+        "statistics",
+        "string",
+        "typing",
+        "shardops.api.enums",
+    }
+)
+NAMED_OFFENDERS = {
+    "kopf": "the operator framework",
+    "kubernetes": "the Kubernetes client",
+    "requests": "network I/O",
+    "urllib": "network I/O",
+    "urllib3": "network I/O",
+    "http": "network I/O",
+    "httpx": "network I/O",
+    "aiohttp": "network I/O",
+    "socket": "network I/O",
+    "subprocess": "process I/O",
+    "os": "environment and file I/O",
+    "time": "the wall clock",
+    "pathlib": "file I/O",
+    "io": "file I/O",
+    "shutil": "file I/O",
+    "tempfile": "file I/O",
+    "logging": "log I/O: return a reason string instead",
+    "secrets": "uninjectable randomness",
+    "uuid": "uninjectable randomness",
+    "pydantic": "the api models: logic takes its own dataclasses",
+}
+FORBIDDEN_NAMES = {
+    "os.environ": "environment access",
+    "os.getenv": "environment access",
+    "os.putenv": "environment access",
+    "os.urandom": "uninjectable randomness",
+    "time.time": "the wall clock",
+    "time.time_ns": "the wall clock",
+    "time.monotonic": "the clock",
+    "time.monotonic_ns": "the clock",
+    "time.perf_counter": "the clock",
+    "time.perf_counter_ns": "the clock",
+    "time.process_time": "the clock",
+    "time.sleep": "sleeping",
+    "datetime.datetime.now": "the wall clock: take `now` as a parameter",
+    "datetime.datetime.utcnow": "the wall clock: take `now` as a parameter",
+    "datetime.datetime.today": "the wall clock: take `now` as a parameter",
+    "datetime.date.today": "the wall clock: take `now` as a parameter",
+    "uuid.uuid1": "uninjectable randomness",
+    "uuid.uuid4": "uninjectable randomness",
+    "open": "file I/O",
+    "input": "terminal I/O",
+    "print": "terminal I/O",
+    "breakpoint": "debugging left in",
+    "eval": "dynamic code",
+    "exec": "dynamic code",
+    "__import__": "dynamic imports dodge this check",
+}
+# random.Random is the type of an injected generator; every other attribute is the shared global one.
+RANDOM_ALLOWED = frozenset({"random.Random"})
+
+
+def _import_allowed(module: str) -> bool:
+    if module == LOGIC_PACKAGE or module.startswith(LOGIC_PACKAGE + "."):
+        return True
+    return module in ALLOWED_IMPORTS
+
+
+def _check_import(module: str, line: int) -> list[str]:
+    root = module.partition(".")[0]
+    if root in NAMED_OFFENDERS:
+        return [f"line {line}: imports {module} ({NAMED_OFFENDERS[root]})"]
+    if not _import_allowed(module):
+        return [f"line {line}: imports {module}, which is not on the logic allowlist"]
+    return []
+
+
+def _absolute(node: ast.ImportFrom, module_name: str) -> str:
+    if node.level == 0:
+        return node.module or ""
+    package = module_name.split(".")[: -node.level]
+    return ".".join([*package, *([node.module] if node.module else [])])
+
+
+class _Checker(ast.NodeVisitor):
+    def __init__(self, module_name: str) -> None:
+        self.module_name = module_name
+        self.aliases: dict[str, str] = {}
+        self.problems: list[str] = []
+
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            self.problems += _check_import(alias.name, node.lineno)
+            bound = alias.asname or alias.name.partition(".")[0]
+            self.aliases[bound] = alias.name if alias.asname else bound
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        base = _absolute(node, self.module_name)
+        for alias in node.names:
+            full = f"{base}.{alias.name}"
+            # `from pkg import module` imports a module; `from module import name` imports a name.
+            target = full if _import_allowed(full) or base.startswith(LOGIC_PACKAGE) else base
+            self.problems += _check_import(target, node.lineno)
+            self.aliases[alias.asname or alias.name] = full
+            self._check_name(full, node.lineno)
+
+    def visit_Name(self, node: ast.Name) -> None:
+        self._check_name(self.aliases.get(node.id, node.id), node.lineno)
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        dotted = self._dotted(node)
+        if dotted is None:
+            self.generic_visit(node)
+            return
+        self._check_name(dotted, node.lineno)
+
+    def _dotted(self, node: ast.expr) -> str | None:
+        if isinstance(node, ast.Name):
+            return self.aliases.get(node.id, node.id)
+        if isinstance(node, ast.Attribute):
+            base = self._dotted(node.value)
+            return None if base is None else f"{base}.{node.attr}"
+        return None
+
+    def _check_name(self, dotted: str, line: int) -> None:
+        parts = dotted.split(".")
+        for end in range(1, len(parts) + 1):
+            prefix = ".".join(parts[:end])
+            if prefix in FORBIDDEN_NAMES:
+                self.problems.append(f"line {line}: uses {prefix} ({FORBIDDEN_NAMES[prefix]})")
+                return
+        if parts[0] == "random" and len(parts) > 1 and ".".join(parts[:2]) not in RANDOM_ALLOWED:
+            self.problems.append(
+                f"line {line}: uses {'.'.join(parts[:2])} (module-level randomness: inject a Random)"
+            )
+
+
+def violations(source: str, module_name: str = f"{LOGIC_PACKAGE}.example") -> list[str]:
+    checker = _Checker(module_name)
+    checker.visit(ast.parse(source))
+    return checker.problems
+
+
+def _logic_modules() -> list[Path]:
+    return sorted(LOGIC_DIR.glob("*.py"))
+
+
+def test_logic_package_is_found() -> None:
+    names = {p.name for p in _logic_modules()}
+    assert {"planner.py", "leases.py", "transitions.py"} <= names
+
+
+@pytest.mark.parametrize("path", _logic_modules(), ids=lambda p: p.name)
+def test_logic_module_is_pure(path: Path) -> None:
+    problems = violations(path.read_text(encoding="utf-8"), f"{LOGIC_PACKAGE}.{path.stem}")
+    assert not problems, f"{path.name}:\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import kopf",
+        "import kubernetes.client",
+        "from kubernetes import client",
+        "import requests",
+        "from urllib.request import urlopen",
+        "import socket",
+        "import subprocess",
+        "import os\nos.environ['X']",
+        "from os import environ",
+        "from os import getenv as g",
+        "import time\ntime.time()",
+        "from time import monotonic",
+        "from datetime import datetime\ndatetime.now()",
+        "import datetime\ndatetime.datetime.utcnow()",
+        "import datetime as dt\ndt.datetime.now()",
+        "from datetime import date as D\nD.today()",
+        "import random\nrandom.random()",
+        "import random as r\nr.choice([1])",
+        "from random import shuffle",
+        "import random\ndef f(rng=random.random): pass",
+        "open('x')",
+        "print('hi')",
+        "from shardops.api import models",
+        "from shardops.api.campaign import CampaignSpec",
+        "import shardops.k8s.api",
+        "from ..k8s import api",
+        "import pydantic",
+        "import sqlite3",
+    ],
+)
+def test_checker_catches(source: str) -> None:
+    assert violations(source)
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from datetime import UTC, datetime, timedelta\nx = datetime(2025, 1, 1, tzinfo=UTC) + timedelta(1)",
+        "from datetime import datetime\ndef f(now: datetime) -> datetime:\n    return now",
+        "import random\ndef f(rng: random.Random) -> float:\n    return rng.random()",
+        "from random import Random\ndef f(rng: Random) -> float:\n    return rng.uniform(0, 1)",
+        "from collections.abc import Callable\ndef f(rand: Callable[[], float]) -> float:\n    return rand()",
+        "from shardops.api.enums import ShardPhase",
+        "from shardops.api import enums",
+        "from shardops.logic.views import ShardView",
+        "from .views import ShardView",
+        "from . import budget",
+        "import hashlib, json, math",
+        "x = obj.now()",
+    ],
+)
+def test_checker_allows(source: str) -> None:
+    assert violations(source) == []
