@@ -46,10 +46,13 @@ class Cluster:
             env[lifecycle.MARKER_ENV] = str(self.local.directory)
         return env
 
-    def kubectl(self, *args: str, check: bool = True, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    def kubectl(
+        self, *args: str, check: bool = True, stdin: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
         result = subprocess.run(
             [str(self.bin_dir / "kubectl"), *args],
             input=stdin,
+            check=False,
             capture_output=True,
             text=True,
             env=self.env(),
@@ -91,8 +94,10 @@ def cluster() -> Iterator[Cluster]:
         yield Cluster(external, bin_dir, config.new_client_from_config(str(external)), None)
         return
     with lifecycle.running_cluster() as local:
-        print(f"\nlocal control plane: /readyz in {local.timings['readyz']:.1f}s, "
-              f"node ready in {local.timings['usable']:.1f}s ({local.directory})")
+        print(
+            f"\nlocal control plane: /readyz in {local.timings['readyz']:.1f}s, "
+            f"node ready in {local.timings['usable']:.1f}s ({local.directory})"
+        )
         api = config.new_client_from_config(str(local.kubeconfig))
         yield Cluster(local.kubeconfig, local.binaries, api, local)
         api.close()

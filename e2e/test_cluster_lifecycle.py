@@ -41,7 +41,9 @@ def test_no_process_outlives_the_supervisor(tmp_path: Path, stop_signal: signal.
                     restart_policy="Never",
                     containers=[
                         client.V1Container(
-                            name="main", image="none", command=["python", "-c", "import time; time.sleep(600)"]
+                            name="main",
+                            image="none",
+                            command=["python", "-c", "import time; time.sleep(600)"],
                         )
                     ],
                 ),

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from e2e.conftest import REPO_ROOT, Cluster, wait_for
+from e2e.conftest import REPO_ROOT, Cluster, dump_json, objects_in, wait_for
 
 INVALID_SAMPLES = sorted((REPO_ROOT / "tests" / "data" / "invalid").glob("*.yaml"))
 
@@ -28,9 +28,13 @@ def _expectations(path: Path) -> list[str]:
         ("campaigns", ["NAME", "PHASE", "DONE/TOTAL", "RUNNING", "PENDING", "BLOCKED", "SPENT", "AGE"]),
     ],
 )
-def test_printer_columns_show_in_kubectl_get(cluster: Cluster, namespace: str, resource: str, columns: list[str]) -> None:
+def test_printer_columns_show_in_kubectl_get(
+    cluster: Cluster, namespace: str, resource: str, columns: list[str]
+) -> None:
     for sample in sorted((REPO_ROOT / "crds" / "samples").glob("*.yaml")):
-        cluster.kubectl("apply", "-n", namespace, "-f", str(sample))
+        for obj in objects_in(sample):
+            obj["metadata"].pop("namespace", None)
+            cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=dump_json(obj))
     header = cluster.kubectl("get", resource, "-n", namespace).stdout.splitlines()[0].split()
     assert header == columns
 
@@ -50,7 +54,9 @@ def test_invalid_samples_rejected_by_api_server(cluster: Cluster, namespace: str
     result = cluster.kubectl("create", "-n", namespace, "-f", str(sample), check=False)
     assert result.returncode != 0, f"{sample.name} was accepted by the API server"
     for text in expected:
-        assert text in result.stderr, f"{sample.name}: {text!r} not in the API server's answer:\n{result.stderr}"
+        assert text in result.stderr, (
+            f"{sample.name}: {text!r} not in the API server's answer:\n{result.stderr}"
+        )
 
 
 @pytest.mark.usefixtures("crds_installed")
@@ -91,11 +97,21 @@ def _job_condition(batch: client.BatchV1Api, namespace: str, name: str) -> str |
 
 def test_job_completes_through_the_job_controller(local_cluster: Cluster, namespace: str) -> None:
     batch = client.BatchV1Api(local_cluster.api)
-    batch.create_namespaced_job(namespace, _job("hello", "import os; print('hello from', os.environ['HOSTNAME'] if 'HOSTNAME' in os.environ else 'pod')"))
+    batch.create_namespaced_job(
+        namespace,
+        _job(
+            "hello",
+            "import os; print('hello from', os.environ['HOSTNAME'] if 'HOSTNAME' in os.environ else 'pod')",
+        ),
+    )
     assert wait_for("job hello to finish", lambda: _job_condition(batch, namespace, "hello")) == "Complete"
     job = batch.read_namespaced_job_status("hello", namespace)
     assert job.status.succeeded == 1
-    pods = client.CoreV1Api(local_cluster.api).list_namespaced_pod(namespace, label_selector="job-name=hello").items
+    pods = (
+        client.CoreV1Api(local_cluster.api)
+        .list_namespaced_pod(namespace, label_selector="job-name=hello")
+        .items
+    )
     assert len(pods) == 1
     terminated = pods[0].status.container_statuses[0].state.terminated
     assert terminated.exit_code == 0 and terminated.finished_at is not None
@@ -163,5 +179,7 @@ def test_deployment_pod_runs_through_process_kubelet(local_cluster: Cluster, nam
     )
     wait_for(
         "deployment idle to be available",
-        lambda: (apps.read_namespaced_deployment_status("idle", namespace).status.available_replicas or 0) == 1,
+        lambda: (
+            (apps.read_namespaced_deployment_status("idle", namespace).status.available_replicas or 0) == 1
+        ),
     )

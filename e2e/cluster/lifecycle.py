@@ -98,8 +98,8 @@ def free_port() -> int:
 
 def _read_versions() -> dict[str, str]:
     versions: dict[str, str] = {}
-    for line in (CLUSTER_DIR / "versions.env").read_text().splitlines():
-        line = line.strip()
+    for raw in (CLUSTER_DIR / "versions.env").read_text().splitlines():
+        line = raw.strip()
         if line and not line.startswith("#") and "=" in line:
             key, value = line.split("=", 1)
             versions[key] = value
@@ -167,7 +167,8 @@ class LocalCluster:
             stdin=subprocess.DEVNULL,
             env=self.env(),
             cwd=self.directory,
-            preexec_fn=_parent_death_signal(death_signal),
+            # Only prctl runs between fork and exec, which is safe even with threads around.
+            preexec_fn=_parent_death_signal(death_signal),  # noqa: PLW1509
         )
         log.close()
 
@@ -407,8 +408,11 @@ def _run_foreground(directory: Path) -> int:
     cluster = LocalCluster(directory=directory, binaries=bin_dir())
     try:
         cluster.start()
-        print(f"local control plane ready in {cluster.timings['readyz']:.1f}s (readyz), "
-              f"{cluster.timings['usable']:.1f}s (node ready)", flush=True)
+        print(
+            f"local control plane ready in {cluster.timings['readyz']:.1f}s (readyz), "
+            f"{cluster.timings['usable']:.1f}s (node ready)",
+            flush=True,
+        )
         while not stop_requested:
             cluster._check_alive()
             time.sleep(0.5)
@@ -473,7 +477,9 @@ def _down(directory: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m e2e.cluster.lifecycle", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m e2e.cluster.lifecycle", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("action", choices=["up", "down", "run"])
     parser.add_argument("--dir", type=Path, default=DEFAULT_DIR, help="cluster state directory")
     args = parser.parse_args(argv)

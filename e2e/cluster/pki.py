@@ -139,7 +139,14 @@ def generate(directory: Path) -> Pki:
     _write_key(pki.serving_key, serving_key)
     _write_cert(
         pki.serving_cert,
-        _issue(ca_key, ca_name, _subject("kube-apiserver"), serving_key, usage=ExtendedKeyUsageOID.SERVER_AUTH, sans=sans),
+        _issue(
+            ca_key,
+            ca_name,
+            _subject("kube-apiserver"),
+            serving_key,
+            usage=ExtendedKeyUsageOID.SERVER_AUTH,
+            sans=sans,
+        ),
     )
 
     for cert_path, key_path, subject in (
