@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardops.k8s.api import LEASES, AlreadyExists, Conflict, Kube, NotFound
+from shardops.logic.timefmt import micro_time as format_micro_time
+from shardops.logic.timefmt import parse_rfc3339
 
 JSON = dict[str, Any]
 
@@ -36,14 +38,8 @@ class Claim:
         return self.renewed_at + dt.timedelta(seconds=self.duration_seconds)
 
 
-def format_micro_time(moment: dt.datetime) -> str:
-    return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
 def parse_time(value: str | None) -> dt.datetime | None:
-    if not value:
-        return None
-    return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return parse_rfc3339(value) if value else None
 
 
 def lease_expires_at(lease: JSON) -> dt.datetime | None:

@@ -12,6 +12,13 @@ def rfc3339(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def micro_time(moment: datetime) -> str:
+    """Microsecond precision in UTC, as metav1.MicroTime serialises (Lease renewTime, Event eventTime)."""
+    if moment.tzinfo is None:
+        raise ValueError(f"naive datetime {moment!r}: pass a timezone-aware time")
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 def parse_rfc3339(text: str) -> datetime:
     parsed = datetime.fromisoformat(text)
     if parsed.tzinfo is None:

@@ -1,0 +1,216 @@
+"""The k8s layer's request building and error handling, without a network."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from shardops.api.enums import ErrorClass, ShardPhase
+from shardops.api.shard import Shard, ShardError
+from shardops.k8s import leases
+from shardops.k8s.api import (
+    CAMPAIGNS,
+    LEASES,
+    PODS,
+    AlreadyExists,
+    ApiError,
+    Conflict,
+    Kube,
+    NotFound,
+    RetryPolicy,
+    merge_patch_with_precondition,
+    resource_path,
+)
+from shardops.k8s.shards import TransitionRequest, planned_status
+from shardops.logic.transitions import Action, IllegalTransition
+
+NOW = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.UTC)
+
+
+def test_resource_paths() -> None:
+    assert resource_path(PODS, "ns", "p", "status") == "/api/v1/namespaces/ns/pods/p/status"
+    assert resource_path(CAMPAIGNS, "ns") == "/apis/shardops.dev/v1alpha1/namespaces/ns/campaigns"
+    assert LEASES.path("a b", "x/y") == "/apis/coordination.k8s.io/v1/namespaces/a%20b/leases/x%2Fy"
+
+
+def test_precondition_is_added_without_touching_the_patch() -> None:
+    patch = {"status": {"phase": "Running"}, "metadata": {"labels": {"a": "b"}}}
+    guarded = merge_patch_with_precondition(patch, "42")
+    assert guarded["metadata"] == {"labels": {"a": "b"}, "resourceVersion": "42"}
+    assert patch["metadata"] == {"labels": {"a": "b"}}
+    assert merge_patch_with_precondition(patch, None) is patch
+
+
+@dataclass
+class FakeResponse:
+    status: int
+    body: bytes
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def read(self) -> bytes:
+        return self.body
+
+    def getheader(self, name: str) -> str | None:
+        return self.headers.get(name)
+
+
+@dataclass
+class FakeApiClient:
+    """Answers call_api from a script of responses and records what was sent."""
+
+    responses: list[FakeResponse]
+    sent: list[tuple[str, str, Any]] = field(default_factory=list)
+
+    def param_serialize(
+        self,
+        *,
+        method: str,
+        resource_path: str,
+        query_params: Any,
+        header_params: Any,
+        body: Any,
+        auth_settings: Any,
+    ) -> tuple[str, str, dict[str, str], Any, None]:
+        query = "&".join(f"{k}={v}" for k, v in query_params)
+        return method, f"https://x{resource_path}?{query}", dict(header_params), body, None
+
+    def call_api(
+        self, method: str, url: str, header_params: Any, body: Any, _request_timeout: Any
+    ) -> FakeResponse:
+        self.sent.append((method, url, body))
+        return self.responses.pop(0)
+
+
+def _status(code: int, reason: str, message: str = "m") -> FakeResponse:
+    return FakeResponse(code, json.dumps({"kind": "Status", "reason": reason, "message": message}).encode())
+
+
+def _kube(*responses: FakeResponse) -> tuple[Kube, FakeApiClient, list[float]]:
+    fake = FakeApiClient(list(responses))
+    slept: list[float] = []
+    kube = Kube(fake, "tester", RetryPolicy(attempts=3, sleep=slept.append, rand=lambda: 0.0))  # type: ignore[arg-type]
+    return kube, fake, slept
+
+
+def test_retries_throttling_and_server_errors_then_succeeds() -> None:
+    kube, fake, slept = _kube(
+        FakeResponse(429, b"", {"Retry-After": "1"}),
+        _status(503, "ServiceUnavailable"),
+        FakeResponse(200, b'{"ok": 1}'),
+    )
+    assert kube.get(PODS, "ns", "p") == {"ok": 1}
+    assert len(fake.sent) == 3
+    assert slept == [1.0, 0.2]
+
+
+def test_gives_up_after_the_retry_budget() -> None:
+    kube, fake, _ = _kube(*[_status(500, "InternalError")] * 3)
+    with pytest.raises(ApiError) as error:
+        kube.get(PODS, "ns", "p")
+    assert error.value.status == 500 and len(fake.sent) == 3
+
+
+@pytest.mark.parametrize(
+    ("response", "expected"),
+    [
+        (_status(404, "NotFound"), NotFound),
+        (_status(409, "AlreadyExists"), AlreadyExists),
+        (_status(409, "Conflict"), Conflict),
+    ],
+)
+def test_conflicts_and_missing_objects_are_typed_and_never_retried(
+    response: FakeResponse, expected: type
+) -> None:
+    kube, fake, _ = _kube(response)
+    with pytest.raises(expected):
+        kube.patch(PODS, "ns", "p", {"a": 1}, resource_version="7")
+    assert len(fake.sent) == 1
+
+
+def test_writes_carry_the_field_manager_and_the_precondition() -> None:
+    kube, fake, _ = _kube(FakeResponse(200, b"{}"))
+    kube.patch(CAMPAIGNS, "ns", "c", {"status": {"x": 1}}, resource_version="9", subresource="status")
+    method, url, body = fake.sent[0]
+    assert (
+        method == "PATCH"
+        and "fieldManager=tester" in url
+        and url.split("?")[0].endswith("/campaigns/c/status")
+    )
+    assert body == {"status": {"x": 1}, "metadata": {"resourceVersion": "9"}}
+
+
+def test_list_follows_continue_tokens() -> None:
+    kube, fake, _ = _kube(
+        FakeResponse(200, json.dumps({"items": [{"a": 1}], "metadata": {"continue": "t"}}).encode()),
+        FakeResponse(200, json.dumps({"items": [{"a": 2}], "metadata": {}}).encode()),
+    )
+    assert kube.list(PODS, "ns", label_selector="x=y") == [{"a": 1}, {"a": 2}]
+    assert "continue=t" in fake.sent[1][1] and "labelSelector=x=y" in fake.sent[1][1]
+
+
+def _lease(
+    holder: str | None, renewed: dt.datetime, duration: int = 10, transitions: int = 3
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {"leaseDurationSeconds": duration, "leaseTransitions": transitions}
+    if holder:
+        spec |= {"holderIdentity": holder, "renewTime": leases.format_micro_time(renewed)}
+    return {"metadata": {"name": "s", "resourceVersion": "1"}, "spec": spec}
+
+
+def test_lease_is_free_when_released_or_expired_but_not_while_held() -> None:
+    assert leases.is_free(_lease(None, NOW), NOW)
+    assert not leases.is_free(_lease("w1", NOW - dt.timedelta(seconds=9)), NOW)
+    assert leases.is_free(_lease("w1", NOW - dt.timedelta(seconds=10)), NOW)
+
+
+def test_holding_needs_both_identity_and_fencing_token() -> None:
+    claim = leases.Claim("ns", "s", "w1", 3, "1", 10, NOW)
+    assert leases.holds(_lease("w1", NOW), claim)
+    assert not leases.holds(_lease("w1", NOW, transitions=4), claim)
+    assert not leases.holds(_lease("w2", NOW), claim)
+
+
+def _shard(phase: ShardPhase | None, attempt: int = 1) -> Shard:
+    body: dict[str, Any] = {
+        "apiVersion": "shardops.dev/v1alpha1",
+        "kind": "Shard",
+        "metadata": {"name": "c-00000", "namespace": "ns", "resourceVersion": "5"},
+        "spec": {"campaign": "c", "index": 0, "items": [{"x": 1}], "idempotencyKey": "k"},
+    }
+    if phase:
+        body["status"] = {"phase": phase.value, "attempt": attempt}
+    return Shard.parse(body)
+
+
+def test_planned_status_follows_the_transition_table() -> None:
+    claimed = planned_status(
+        _shard(ShardPhase.PENDING), TransitionRequest(Action.CLAIM, "claimed", {"owner": "w1"}), NOW, "ev1"
+    )
+    assert claimed.phase is ShardPhase.RUNNING and claimed.owner == "w1" and claimed.attempt == 1
+    assert claimed.history[-1].reason == "Claimed" and claimed.history[-1].event == "ev1"
+
+    error = ShardError(error_class=ErrorClass.TIMEOUT, message="slow")
+    failed = planned_status(
+        _shard(ShardPhase.RUNNING, attempt=2),
+        TransitionRequest(Action.FAIL_RETRYABLE, "timeout", {"last_error": error, "owner": None}),
+        NOW,
+        "ev2",
+    )
+    assert failed.phase is ShardPhase.PENDING and failed.attempt == 3 and failed.owner is None
+    assert failed.last_error is not None and failed.last_error.event == "ev2"
+    # The merge patch must clear the owner explicitly, or the API server keeps the old one.
+    assert failed.to_merge_patch()["owner"] is None
+
+
+def test_materialize_starts_from_a_shard_without_status() -> None:
+    status = planned_status(_shard(None), TransitionRequest(Action.MATERIALIZE, "m"), NOW, None)
+    assert status.phase is ShardPhase.PENDING and status.attempt == 1
+
+
+def test_illegal_transitions_are_refused_before_any_write() -> None:
+    with pytest.raises(IllegalTransition):
+        planned_status(_shard(ShardPhase.DONE), TransitionRequest(Action.CLAIM, "x"), NOW, None)
