@@ -40,6 +40,9 @@ e2e: $(STAMP) tools ## tests against the local control plane (or KUBECONFIG when
 
 test: lint typecheck unit e2e ## everything CI runs
 
+demo: $(STAMP) tools ## local control plane (unless KUBECONFIG is set) + operator via Helm + a sample campaign to completion
+	$(BIN)/python -m e2e.demo
+
 cluster-up: $(STAMP) tools ## start the local control plane in the background; prints how to use it
 	$(BIN)/python -m e2e.cluster.lifecycle up
 
@@ -53,4 +56,4 @@ fmt: $(STAMP) ## format and autofix
 clean: ## remove the venv and local state (not the ~/.cache build)
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .shardops
 
-.PHONY: help venv tools lint typecheck manifests unit e2e test cluster-up cluster-down fmt clean
+.PHONY: help venv tools lint typecheck manifests unit e2e test demo cluster-up cluster-down fmt clean

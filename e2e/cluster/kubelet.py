@@ -45,7 +45,8 @@ Differences from a real kubelet, by necessity or on purpose:
   affinity, taints/tolerations and resource fit are ignored (there is only one node anyway).
 * No liveness or startup probes, lifecycle hooks, ephemeral containers or kubelet API (so no
   `kubectl logs/exec/port-forward`). Logs are files: DIR/logs/<namespace>/<pod>/<container>.log
-  (stdout and stderr, appended across restarts); see pod_log_path().
+  (stdout and stderr, appended across restarts and across pods that reuse a name); see
+  pod_log_path().
 * A restarted kubelet does not adopt processes: it kills the ones it recorded for pods it finds
   running (pid files) and marks those pods Failed with reason KubeletRestarted.
 """
@@ -146,6 +147,10 @@ class EntrypointUnsupported(Exception):
 
 class EnvResolutionError(Exception):
     """The container's environment cannot be built yet (missing ConfigMap/Secret/key, bad reference)."""
+
+
+class NotYet(Exception):
+    """Something the pod needs does not exist yet but is expected to appear (retried, then fatal)."""
 
 
 def rfc3339(timestamp: float | None = None) -> str:
@@ -836,6 +841,18 @@ def _signal_group(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
 
 
+def kill_recorded_processes(pod_dir: Path) -> None:
+    """SIGKILL the process groups an earlier kubelet recorded in `pod_dir`, if still the same processes."""
+    for pid_file in (pod_dir / "pids").glob("*.pid"):
+        with contextlib.suppress(OSError, ValueError):
+            pid_text, _, ticks = pid_file.read_text().strip().partition(" ")
+            pid = int(pid_text)
+            if ticks and _proc_start_time(pid) == ticks:
+                _signal_group(pid, signal.SIGKILL)
+                log.info("killed leftover process group %d (%s)", pid, pid_file)
+            pid_file.unlink()
+
+
 def _raw(method: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
     """Call a client method and return the JSON body as a dict (no model (de)serialization quirks)."""
     kwargs.setdefault("_request_timeout", API_TIMEOUT)
@@ -971,7 +988,8 @@ class PodWorker:
         self.initialized = not self.init_specs
         self.start_time: str | None = None
         self.started_mono: float | None = None
-        self.injected: dict[str, str] = {"HOSTNAME": self.name}
+        # A container's hostname: spec.hostname when set, else the pod name (as the kubelet does).
+        self.injected: dict[str, str] = {"HOSTNAME": str(spec.get("hostname") or self.name)[:63]}
         self.last_status: dict[str, Any] | None = None
         self.conditions: list[dict[str, Any]] = list((pod.get("status") or {}).get("conditions") or [])
         self.pod_dir = kubelet.state_dir / "pods" / self.uid
@@ -1028,7 +1046,7 @@ class PodWorker:
             log.exception("pod %s/%s: unexpected error", self.namespace, self.name)
             # One bad pod must not take the node down: it fails loudly instead.
             with contextlib.suppress(Exception):
-                self._kill_everything()
+                self._terminate_all(0)
                 self._publish_until_done(
                     phase="Failed",
                     stopping=True,
@@ -1048,6 +1066,8 @@ class PodWorker:
 
     def _lifecycle(self) -> None:
         pod = self.pod
+        # Processes an earlier kubelet started (and was killed before reporting) are not ours either.
+        kill_recorded_processes(self.pod_dir)
         if status_shows_started(pod):
             self._abandon(pod)
             return
@@ -1105,8 +1125,7 @@ class PodWorker:
             self._wake.clear()
 
     def _abandon(self, pod: dict[str, Any]) -> None:
-        """A pod some earlier kubelet ran: its processes are not ours to adopt."""
-        self._kill_orphans()
+        """A pod some earlier kubelet ran: its processes (killed already) are not ours to adopt."""
         status = pod.get("status") or {}
         if status.get("phase") not in TERMINAL_PHASES:
             now = rfc3339()
@@ -1124,7 +1143,10 @@ class PodWorker:
             for key in ("initContainerStatuses", "containerStatuses"):
                 if status.get(key):
                     patch[key] = fail_running_statuses(status[key], "KubeletRestarted", message, now)
-            self._patch_status(patch)
+            delay = 0.5
+            while not self._patch_status(patch) and not self._gone and not self._shutdown:
+                self._wake.wait(delay)
+                delay = min(delay * 2, 5.0)
             log.warning(
                 "pod %s/%s: was running before this kubelet started; marked Failed", self.namespace, self.name
             )
@@ -1165,6 +1187,8 @@ class PodWorker:
                 problem = f"service account {self.namespace}/{self.service_account}: {_describe(exc)}"
                 if not _transient(exc) or time.monotonic() > deadline:
                     log.warning("pod %s/%s: %s", self.namespace, self.name, problem)
+                    for run in [*self.init_runs, *self.runs]:
+                        run.waiting_reason, run.waiting_message = "ServiceAccountUnavailable", problem
                     self._publish_until_done(
                         phase="Failed", stopping=True, reason="ServiceAccountUnavailable", message=problem
                     )
@@ -1187,7 +1211,7 @@ class PodWorker:
         except ApiException as exc:
             if exc.status == 404:
                 # Retried: the serviceaccount controller may not have created it yet.
-                raise ApiException(status=503, reason="not found (yet)") from exc
+                raise NotYet("not found") from exc
             raise
         if automount is None and account.get("automountServiceAccountToken") is False:
             return
@@ -1483,16 +1507,6 @@ class PodWorker:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.popen.wait(timeout=5)
 
-    def _kill_orphans(self) -> None:
-        for pid_file in (self.pod_dir / "pids").glob("*.pid"):
-            with contextlib.suppress(OSError, ValueError):
-                pid_text, _, ticks = pid_file.read_text().strip().partition(" ")
-                pid = int(pid_text)
-                if ticks and _proc_start_time(pid) == ticks:
-                    _signal_group(pid, signal.SIGKILL)
-                    log.info("pod %s/%s: killed leftover process group %d", self.namespace, self.name, pid)
-                pid_file.unlink()
-
     # -- status -------------------------------------------------------------------------------------
 
     def _publish(
@@ -1522,6 +1536,8 @@ class PodWorker:
             return True
         if not self._patch_status(status):
             return False
+        if self.last_status is None or self.last_status.get("phase") != phase:
+            log.info("pod %s/%s: %s%s", self.namespace, self.name, phase, f" ({reason})" if reason else "")
         self.last_status = status
         self.conditions = conditions
         return True
@@ -1556,6 +1572,8 @@ class PodWorker:
 
 
 def _describe(exc: BaseException) -> str:
+    if isinstance(exc, NotYet):
+        return str(exc)
     if isinstance(exc, ApiException):
         detail = ""
         with contextlib.suppress(Exception):
@@ -1752,6 +1770,15 @@ class Kubelet:
             vanished = [(uid, w) for uid, w in self.workers.items() if uid not in seen]
         for uid, _worker in vanished:
             self._handle("DELETED", {"metadata": {"uid": uid}})
+        # Pods deleted while no kubelet was watching: stop what is left of them and forget their files.
+        # (Vanished pods with a worker are left to it: it stops their processes with a grace period.)
+        handed_over = {uid for uid, _worker in vanished}
+        for pod_dir in (self.state_dir / "pods").glob("*"):
+            with self.lock:
+                known = pod_dir.name in self.workers
+            if pod_dir.name not in seen and not known and pod_dir.name not in handed_over:
+                kill_recorded_processes(pod_dir)
+                shutil.rmtree(pod_dir, ignore_errors=True)
         for pod in pods:
             self._handle("ADDED", pod)
         return str(page["metadata"]["resourceVersion"])

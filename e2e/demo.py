@@ -1,0 +1,90 @@
+"""`make demo`: a local control plane (unless KUBECONFIG is set), the operator installed by its Helm
+chart, and a sample campaign run to completion, with its progress shown as it goes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from e2e.cluster import lifecycle
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+RELEASE = "shardops"
+OPERATOR_NAMESPACE = "shardops-system"
+DEMO_NAMESPACE = "shardops-demo"
+CAMPAIGN = REPO_ROOT / "examples" / "demo.yaml"
+
+
+def _run(env: dict[str, str], *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    print(f"$ {' '.join(argv)}", flush=True)
+    result = subprocess.run(argv, env=env, text=True, capture_output=True, check=False)
+    if result.stdout.strip():
+        print(result.stdout.rstrip(), flush=True)
+    if check and result.returncode != 0:
+        print(result.stderr, file=sys.stderr)
+        raise SystemExit(f"demo failed at: {' '.join(argv)}")
+    return result
+
+
+def _environment() -> dict[str, str]:
+    env = dict(os.environ)
+    binaries = lifecycle.bin_dir()
+    env["PATH"] = f"{binaries}{os.pathsep}{env.get('PATH', '')}"
+    if not env.get("KUBECONFIG"):
+        if lifecycle.main(["up"]) != 0:
+            raise SystemExit("could not start the local control plane")
+        env["KUBECONFIG"] = str(lifecycle.DEFAULT_DIR / "kubeconfig")
+    return env
+
+
+def _campaign_phase(env: dict[str, str], name: str) -> tuple[str, str]:
+    result = _run(env, "kubectl", "get", "campaign", name, "-n", DEMO_NAMESPACE, "-o", "json", check=False)
+    if result.returncode != 0:
+        return "", ""
+    status = json.loads(result.stdout).get("status") or {}
+    return status.get("phase") or "", status.get("progressText") or ""
+
+
+def main() -> int:
+    env = _environment()
+    _run(
+        env,
+        "helm", "upgrade", "--install", RELEASE, str(REPO_ROOT / "charts" / "shardops"),
+        "--namespace", OPERATOR_NAMESPACE, "--create-namespace",
+        "--set", f"watchNamespaces={{{DEMO_NAMESPACE}}}",
+        "--wait", "--timeout", "180s",
+    )  # fmt: skip
+    _run(env, "kubectl", "create", "namespace", DEMO_NAMESPACE, check=False)
+    _run(env, "kubectl", "apply", "-n", DEMO_NAMESPACE, "-f", str(CAMPAIGN))
+    name = "demo"
+    started = time.monotonic()
+    deadline = started + 600
+    last = None
+    while time.monotonic() < deadline:
+        phase, progress = _campaign_phase(env, name)
+        if (phase, progress) != last:
+            print(f"[{time.monotonic() - started:5.1f}s] campaign {name}: {phase or '-'} {progress}", flush=True)
+            last = (phase, progress)
+        if phase in ("Succeeded", "Completed"):
+            break
+        time.sleep(2)
+    else:
+        raise SystemExit("the demo campaign did not finish within 10 minutes; see `kubectl get shards -A`")
+    _run(env, "kubectl", "get", "campaigns,shards", "-n", DEMO_NAMESPACE)
+    print(
+        "\nDone. Try:\n"
+        f"  export KUBECONFIG={env['KUBECONFIG']}\n"
+        f"  export PATH={lifecycle.bin_dir()}:$PATH\n"
+        f"  kubectl get shards -n {DEMO_NAMESPACE}\n"
+        f"  kubectl campaign status {name} -n {DEMO_NAMESPACE}\n"
+        "  make cluster-down   # when finished (local control plane only)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
