@@ -67,7 +67,9 @@ def main() -> int:
     while time.monotonic() < deadline:
         phase, progress = _campaign_phase(env, name)
         if (phase, progress) != last:
-            print(f"[{time.monotonic() - started:5.1f}s] campaign {name}: {phase or '-'} {progress}", flush=True)
+            print(
+                f"[{time.monotonic() - started:5.1f}s] campaign {name}: {phase or '-'} {progress}", flush=True
+            )
             last = (phase, progress)
         if phase in ("Succeeded", "Completed"):
             break
