@@ -8,7 +8,7 @@ import secrets
 from typing import Any
 
 from shardops.k8s.api import EVENTS, ApiError, Kube
-from shardops.k8s.leases import format_micro_time
+from shardops.logic.timefmt import micro_time as format_micro_time
 
 JSON = dict[str, Any]
 NOTE_LIMIT = 1024
