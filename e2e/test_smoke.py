@@ -124,9 +124,12 @@ def test_deleted_pod_gets_sigterm_and_job_records_failure(
     marker = tmp_path / f"sigterm-{uuid.uuid4().hex}"
     script = textwrap.dedent(
         f"""
-        import signal, sys, time
+        import os, signal, sys, time
         def on_term(signum, frame):
-            open({str(marker)!r}, "w").write("SIGTERM")
+            # Written aside and renamed, so the test never sees a created-but-empty marker.
+            with open({str(marker) + ".tmp"!r}, "w") as out:
+                out.write("SIGTERM")
+            os.rename({str(marker) + ".tmp"!r}, {str(marker)!r})
             sys.exit(143)
         signal.signal(signal.SIGTERM, on_term)
         print("ready", flush=True)
