@@ -10,17 +10,13 @@ from shardops.logic.transitions import (
     Action,
     EventReason,
     EventType,
-    HistoryEntry,
     IllegalTransition,
-    append_history,
     can_transition,
     event_reason,
     event_type,
-    history_entry,
     next_attempt,
     transition,
 )
-from test_logic_support import NOW
 
 P = ShardPhase
 
@@ -85,22 +81,6 @@ def test_every_action_has_an_event_reason_and_type() -> None:
 )
 def test_attempt_accounting(action: Action, after: int) -> None:
     assert next_attempt(2, action) == after
-
-
-def test_history_entry_validates_and_history_is_bounded() -> None:
-    entry = history_entry(P.RUNNING, Action.BLOCK, now=NOW, attempt=3, message="timeout", event="ev-1")
-    assert (entry.reason, entry.from_phase, entry.to_phase, entry.event) == (
-        EventReason.BLOCKED,
-        P.RUNNING,
-        P.BLOCKED,
-        "ev-1",
-    )
-    with pytest.raises(IllegalTransition):
-        history_entry(P.DONE, Action.CLAIM, now=NOW, attempt=1, message="")
-    history: tuple[HistoryEntry, ...] = ()
-    for i in range(5):
-        history = append_history(history, entry, 3)
-        assert len(history) == min(i + 1, 3)
 
 
 @settings(max_examples=300, deadline=None)

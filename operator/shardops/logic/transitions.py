@@ -5,9 +5,7 @@ Operator and worker both go through `transition`, so a phase change and its even
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from enum import StrEnum
 
 from shardops.api.enums import ShardPhase
@@ -128,40 +126,3 @@ def event_reason(action: Action) -> EventReason:
 
 def event_type(action: Action) -> EventType:
     return TRANSITIONS[action].event_type
-
-
-@dataclass(frozen=True)
-class HistoryEntry:
-    """One line of a Shard's bounded status.history; `event` is the Kubernetes Event's name once known."""
-
-    time: datetime
-    action: Action
-    reason: EventReason
-    from_phase: ShardPhase
-    to_phase: ShardPhase
-    attempt: int
-    message: str
-    event: str | None
-
-
-def history_entry(
-    current: ShardPhase,
-    action: Action,
-    *,
-    now: datetime,
-    attempt: int,
-    message: str,
-    event: str | None = None,
-) -> HistoryEntry:
-    """Validates the move and records it; `attempt` is the one the action happened on."""
-    target = transition(current, action)
-    return HistoryEntry(now, action, event_reason(action), current, target, attempt, message, event)
-
-
-def append_history(
-    history: Sequence[HistoryEntry], entry: HistoryEntry, limit: int
-) -> tuple[HistoryEntry, ...]:
-    """Keeps the newest `limit` entries so status stays small however often a shard bounces."""
-    if limit < 1:
-        raise ValueError(f"history limit must be at least 1, got {limit}")
-    return (*history, entry)[-limit:]
