@@ -6,16 +6,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardops.api.enums import CampaignPhase, ShardClass, ShardPhase
+from shardops.logic import conditions
 from shardops.logic.aggregate import MAX_LISTED_NAMES, Aggregate, CampaignFacts, aggregate
-from shardops.logic.budget import BudgetGate
-from shardops.logic.conditions import (
-    Condition,
-    ConditionStatus,
-    condition_from_dict,
-    condition_to_dict,
-    merge_conditions,
-    status_changed,
-)
+from shardops.logic.budget import BudgetGate, budget_status
+from shardops.logic.conditions import ConditionStatus, ConditionType, DesiredCondition
 from shardops.logic.views import ItemProgress, ShardView
 from test_logic_support import NOW, shard
 
@@ -24,12 +18,21 @@ FIN = ShardClass.FINALIZE
 
 
 def agg(
-    shards: list[ShardView], *, suspended: bool = False, remaining_items: int = 0, limit: float | None = None
+    shards: list[ShardView],
+    *,
+    suspended: bool = False,
+    remaining_items: int = 0,
+    limit: float | None = None,
+    finalize_pending: bool = False,
+    previous_spent: float = 0.0,
 ) -> Aggregate:
-    return aggregate(shards, NOW, CampaignFacts(suspended, ItemProgress(remaining_items, 0, 10), limit, 0.8))
+    facts = CampaignFacts(
+        suspended, ItemProgress(remaining_items, 0, 10), limit, 0.8, finalize_pending, previous_spent
+    )
+    return aggregate(shards, NOW, facts)
 
 
-def condition(result: Aggregate, kind: str) -> Condition:
+def condition(result: Aggregate, kind: str) -> DesiredCondition:
     return next(c for c in result.conditions if c.type == kind)
 
 
@@ -58,7 +61,7 @@ def test_all_done_including_finalize_succeeds() -> None:
     result = agg([shard("a", P.DONE), shard("f", P.DONE, shard_class=FIN)])
     assert result.phase is CampaignPhase.SUCCEEDED
     assert condition(result, "Complete").reason == "Succeeded"
-    assert condition(result, "Progressing").status is ConditionStatus.FALSE
+    assert condition(result, "Complete").status is ConditionStatus.TRUE
 
 
 def test_terminal_with_failures_is_completed_and_degraded() -> None:
@@ -67,7 +70,8 @@ def test_terminal_with_failures_is_completed_and_degraded() -> None:
     assert (result.failed, result.blocked) == (("c",), ("b",))
     degraded = condition(result, "Degraded")
     assert degraded.status is ConditionStatus.TRUE
-    assert degraded.message == "1 failed (c), 1 blocked (b)"
+    assert degraded.message.startswith("1 failed (c), 1 blocked (b); ")
+    assert "spec.retry.generation" in degraded.message
 
 
 def test_terminal_shards_with_items_left_are_not_finished() -> None:
@@ -84,7 +88,8 @@ def test_budget_exhausted_is_paused_and_suspend_wins() -> None:
     paused = agg(shards, limit=10.0)
     assert paused.phase is CampaignPhase.PAUSED
     assert paused.budget.gate is BudgetGate.EXHAUSTED
-    assert condition(paused, "BudgetLimited").reason == "BudgetExhausted"
+    assert condition(paused, "BudgetExhausted").status is ConditionStatus.TRUE
+    assert condition(paused, "BudgetWarning").status is ConditionStatus.TRUE
     assert agg(shards, limit=10.0, suspended=True).phase is CampaignPhase.SUSPENDED
 
 
@@ -109,50 +114,68 @@ def test_counts_always_sum_to_the_number_of_shards(spec: list[tuple[ShardPhase, 
     assert set(result.counts) == set(ShardPhase)
 
 
-# --- conditions ---------------------------------------------------------------------------------
-
-LATER = NOW + timedelta(minutes=5)
-
-
-def test_merge_keeps_transition_time_when_status_is_unchanged() -> None:
-    first = merge_conditions([], [Condition("Ready", ConditionStatus.FALSE, "Init", "a")], NOW, 1)
-    assert first[0].last_transition_time == NOW and first[0].observed_generation == 1
-    same = merge_conditions(first, [Condition("Ready", ConditionStatus.FALSE, "Other", "b")], LATER, 2)
-    assert same[0].last_transition_time == NOW
-    assert (same[0].reason, same[0].message, same[0].observed_generation) == ("Other", "b", 2)
-    flipped = merge_conditions(same, [Condition("Ready", ConditionStatus.TRUE, "Up", "c")], LATER, 2)
-    assert flipped[0].last_transition_time == LATER
+def test_finalize_not_yet_created_keeps_the_campaign_finalizing() -> None:
+    result = agg([shard("a", P.DONE), shard("b", P.DONE)], finalize_pending=True)
+    assert result.phase is CampaignPhase.FINALIZING
+    assert result.total_shards == 3 and result.progress_text == "2/3"
+    assert condition(result, "Complete").status is ConditionStatus.FALSE
 
 
-def test_merge_keeps_other_types_in_place() -> None:
-    old = merge_conditions(
-        [],
-        [Condition("A", ConditionStatus.TRUE, "X", ""), Condition("B", ConditionStatus.TRUE, "X", "")],
-        NOW,
-        1,
-    )
-    merged = merge_conditions(old, [Condition("C", ConditionStatus.TRUE, "X", "")], LATER, 1)
-    assert [c.type for c in merged] == ["A", "B", "C"]
-    assert merged[0] == old[0]
+def test_spend_never_goes_down() -> None:
+    assert agg([shard("a", P.DONE, cost=2.0)], previous_spent=5.0).spent == 5.0
+    assert agg([shard("a", P.DONE, cost=7.0)], previous_spent=5.0).spent == 7.0
 
 
-def test_condition_dict_round_trip() -> None:
-    merged = merge_conditions([], [Condition("Ready", ConditionStatus.TRUE, "Up", "ok")], NOW, 3)[0]
-    data = condition_to_dict(merged)
-    assert data == {
-        "type": "Ready",
-        "status": "True",
-        "reason": "Up",
-        "message": "ok",
-        "lastTransitionTime": "2025-01-01T12:00:00Z",
-        "observedGeneration": 3,
+def test_budget_warning_without_exhaustion() -> None:
+    result = agg([shard("a", P.DONE, cost=8.5), shard("b")], limit=10.0)
+    assert result.phase is CampaignPhase.RUNNING
+    assert condition(result, "BudgetWarning").status is ConditionStatus.TRUE
+    assert "only finalize shards start" in condition(result, "BudgetWarning").message
+    assert condition(result, "BudgetExhausted").status is ConditionStatus.FALSE
+
+
+# --- condition builders -------------------------------------------------------------------------
+
+
+def test_every_condition_type_has_a_builder_that_uses_it() -> None:
+    built = {
+        conditions.ready(None, "ok").type,
+        conditions.backpressured(None).type,
+        conditions.cluster_full(None).type,
+        *(c.type for c in conditions.budget(budget_status(0.0, None, 0.8))),
+        conditions.degraded([], 0, [], 0).type,
+        conditions.suspended(False).type,
+        conditions.stalled([]).type,
+        conditions.breaker_open([]).type,
+        conditions.complete(CampaignPhase.RUNNING, "0/1").type,
+        conditions.scheduled("me", True).type,
+        conditions.workers_failing(None).type,
     }
-    assert condition_from_dict(data) == merged
+    assert built == set(ConditionType)
 
 
-def test_status_changed_compares_only_keys_we_set() -> None:
-    old = {"phase": "Running", "counts": {"Done": 1, "Pending": 2}, "other": "theirs"}
-    assert not status_changed(old, {"counts": {"Pending": 2, "Done": 1.0}, "phase": "Running"})
-    assert status_changed(old, {"phase": "Paused"})
-    assert not status_changed(old, {"gone": None})
-    assert status_changed(None, {"phase": "Running"})
+def test_ready_false_carries_the_problem() -> None:
+    bad = conditions.ready("ItemsNotFound", "create ConfigMap items")
+    assert (bad.status, bad.reason) == (ConditionStatus.FALSE, "ItemsNotFound")
+    assert conditions.ready(None, "fine").status is ConditionStatus.TRUE
+
+
+def test_limit_conditions_carry_the_planner_numbers() -> None:
+    held = conditions.backpressured("pending 20 of bound 20: holding back 3 shard(s)")
+    assert held.status is ConditionStatus.TRUE and "20 of bound 20" in held.message
+    assert conditions.backpressured(None).status is ConditionStatus.FALSE
+    full = conditions.cluster_full("2 worker pod(s) stuck Pending")
+    assert full.status is ConditionStatus.TRUE and full.reason == "WorkerPodsPending"
+
+
+def test_no_budget_means_neither_budget_condition() -> None:
+    warn, exhausted = conditions.budget(budget_status(100.0, None, 0.8))
+    assert warn.status is ConditionStatus.FALSE and exhausted.status is ConditionStatus.FALSE
+    assert warn.reason == "NoBudget"
+
+
+def test_lists_in_messages_are_bounded() -> None:
+    names = [f"s{i:03}" for i in range(30)]
+    message = conditions.stalled(names).message
+    assert "s019" in message and "s020" not in message and "+10 more" in message
+    assert conditions.breaker_open(["A"]).message.startswith("breaker open for (A)")

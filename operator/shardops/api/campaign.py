@@ -571,6 +571,13 @@ class CampaignStatus(StatusModel):
     last_retry_generation: int = Field(
         default=0, ge=0, description="The spec.retry.generation the operator last acted on."
     )
+    history_folded_until: AwareDatetime | None = Field(
+        default=None,
+        description=(
+            "Shard history entries up to this time are counted in breakers; a new operator leader "
+            "continues from here instead of counting them twice."
+        ),
+    )
 
     @computed_field(  # type: ignore[prop-decorator]
         description='Done/total shards as text, for example "8/10", shown by kubectl get.'

@@ -177,6 +177,16 @@ class HistoryEntry(StatusModel):
     event: str | None = Field(
         default=None, max_length=DNS_SUBDOMAIN_MAX, description="Name of the Event recording the transition."
     )
+    # The operator folds these into the per-source breakers in time order; lastError alone would lose
+    # a failure when two land between two of its reads.
+    source: str | None = Field(
+        default=None,
+        max_length=SOURCE_NAME_MAX,
+        description="Source the attempt used (after any fallback), when the shard has one.",
+    )
+    error_class: ErrorClass | None = Field(
+        default=None, description="Error class of a failed attempt (AttemptFailed, Failed, Blocked)."
+    )
 
 
 History = Annotated[list[HistoryEntry], BeforeValidator(keeping_last(HISTORY_LIMIT))]

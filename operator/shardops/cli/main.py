@@ -26,14 +26,29 @@ def build_parser() -> argparse.ArgumentParser:
     crds.set_defaults(run=_run_crds)
 
     operator = commands.add_parser("operator", help="run the scheduler (kopf operator)")
-    operator.set_defaults(run=_not_yet("operator"))
+    operator.set_defaults(run=_run_operator)
 
     worker = commands.add_parser(
         "worker", help="run a worker: claim shards of a campaign and run its command"
     )
-    worker.add_argument("--campaign", required=True)
-    worker.set_defaults(run=_not_yet("worker"))
+    worker.add_argument("--campaign", required=True, help="name of the Campaign whose shards to work on")
+    worker.set_defaults(run=_run_worker)
     return parser
+
+
+def _run_worker(args: argparse.Namespace) -> int:
+    from shardops.worker.main import run_worker
+    from shardops.worker.settings import WorkerSettings
+
+    return run_worker(WorkerSettings(), args.campaign)
+
+
+def _run_operator(_: argparse.Namespace) -> int:
+    # Settings come from the environment (SHARDOPS_*), loaded here, before kopf or any handler exists.
+    from shardops.operator.main import run_operator
+    from shardops.operator.settings import OperatorSettings
+
+    return run_operator(OperatorSettings())
 
 
 def _run_crds(args: argparse.Namespace) -> int:

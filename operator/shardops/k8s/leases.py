@@ -115,6 +115,10 @@ def acquire(
     transitions = int((current.get("spec") or {}).get("leaseTransitions") or 0) + 1
     body = _lease_body(name, holder, duration_seconds, transitions, now, None)
     body["metadata"] = {**current["metadata"]}
+    if owner:
+        # A Campaign deleted and re-applied leaves a Lease owned by the old Shard until the garbage
+        # collector gets to it; the new holder re-points it, or the collector deletes it under us.
+        body["metadata"]["ownerReferences"] = [owner]
     try:
         updated = kube.replace(LEASES, namespace, name, body)
     except Conflict:
@@ -183,3 +187,32 @@ def holds(lease: JSON, claim: Claim) -> bool:
         spec.get("holderIdentity") == claim.holder
         and int(spec.get("leaseTransitions") or 0) == claim.fencing_token
     )
+
+
+def read(kube: Kube, namespace: str, name: str) -> JSON | None:
+    """The Lease as stored, or None when it does not exist (the shard was never claimed)."""
+    try:
+        return kube.get(LEASES, namespace, name)
+    except NotFound:
+        return None
+
+
+def revoke(kube: Kube, lease: JSON) -> bool:
+    """Clear the holder of `lease` as it was read: the scheduler takes back an expired or stalled claim.
+
+    The resourceVersion precondition makes this lose to a renewal that landed after the read (the
+    holder was alive after all): False then, and the caller leaves the shard alone. The holder's
+    next renewal conflicts, it re-reads, sees it is no longer the holder and stops (LeaseLost).
+    """
+    metadata = lease.get("metadata") or {}
+    try:
+        kube.patch(
+            LEASES,
+            str(metadata.get("namespace") or ""),
+            str(metadata.get("name") or ""),
+            {"spec": {"holderIdentity": None, "renewTime": None, "acquireTime": None}},
+            resource_version=metadata.get("resourceVersion"),
+        )
+    except (Conflict, NotFound):
+        return False
+    return True

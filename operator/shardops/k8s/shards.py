@@ -36,6 +36,10 @@ class TransitionRequest:
     attempt: int | None = None
 
 
+# Transitions that end an attempt with an error; their history entry carries its class and source.
+_FAILURES = frozenset({Action.FAIL_RETRYABLE, Action.FAIL_FINAL, Action.BLOCK, Action.RECLAIM, Action.REVOKE})
+
+
 def planned_status(
     shard: Shard, request: TransitionRequest, now: dt.datetime, event_name: str | None
 ) -> ShardStatus:
@@ -52,6 +56,7 @@ def planned_status(
     if "last_error" in updates and updates["last_error"] is not None and event_name:
         updates["last_error"] = updates["last_error"].model_copy(update={"event": event_name})
     status = current.model_copy(update={**updates, "phase": target, "attempt": attempt})
+    error = updates.get("last_error") if request.action in _FAILURES else None
     entry = HistoryEntry(
         phase=target,
         at=now,
@@ -59,6 +64,8 @@ def planned_status(
         attempt=attempt if request.action is Action.CLAIM else max(current.attempt, 1),
         owner=status.owner if target is ShardPhase.RUNNING else current.owner,
         event=event_name,
+        source=(error.source if error is not None and error.source else None) or status.source,
+        error_class=error.error_class if error is not None else None,
     )
     return ShardStatus.model_validate(status.with_history(entry).model_dump())
 

@@ -9,29 +9,33 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from shardops.api.enums import CampaignPhase, ShardClass, ShardPhase
+from shardops.logic import conditions
 from shardops.logic.budget import BudgetGate, BudgetStatus, budget_status
-from shardops.logic.conditions import Condition, ConditionStatus
+from shardops.logic.conditions import MAX_LISTED_NAMES, DesiredCondition
 from shardops.logic.views import ItemProgress, ShardView
-
-# Status lists names so a person can jump to a shard; the counts carry the full size.
-MAX_LISTED_NAMES = 20
-
-_ACTIVE_PHASES = frozenset({CampaignPhase.PENDING, CampaignPhase.RUNNING, CampaignPhase.FINALIZING})
-_FINISHED_PHASES = frozenset({CampaignPhase.SUCCEEDED, CampaignPhase.COMPLETED})
 
 
 @dataclass(frozen=True)
 class CampaignFacts:
+    """`finalize_pending`: a finalize step is configured but its shard does not exist yet, so the
+    campaign is not finished even when every existing shard is.
+    `previous_spent`: what the status already says was spent; spend never goes down, even if a
+    shard's reported cost is lost (an edited or deleted Shard cannot un-spend money).
+    """
+
     suspended: bool
     items: ItemProgress
     budget_limit: float | None
     budget_warn_ratio: float
+    finalize_pending: bool = False
+    previous_spent: float = 0.0
 
 
 @dataclass(frozen=True)
 class Aggregate:
     """`counts` covers every phase (zeros included) and sums to the number of shards given.
-    `total_shards` also counts shards not yet cut from the items, so progress does not jump back.
+    `total_shards` also counts shards not yet cut from the items (and a pending finalize shard),
+    so progress does not jump back.
     """
 
     counts: Mapping[ShardPhase, int]
@@ -45,15 +49,15 @@ class Aggregate:
     spent: float
     budget: BudgetStatus
     phase: CampaignPhase
-    conditions: tuple[Condition, ...]
+    conditions: tuple[DesiredCondition, ...]
 
 
 def aggregate(shards: Sequence[ShardView], now: datetime, facts: CampaignFacts) -> Aggregate:
     counts = count_phases(shards)
-    spent = math.fsum(s.cost for s in shards)
+    spent = max(facts.previous_spent, math.fsum(s.cost for s in shards))
     budget = budget_status(spent, facts.budget_limit, facts.budget_warn_ratio)
     phase = campaign_phase(shards, facts, budget.gate)
-    total = len(shards) + facts.items.remaining_shards
+    total = len(shards) + facts.items.remaining_shards + (1 if facts.finalize_pending else 0)
     failed = _names_in(shards, ShardPhase.FAILED)
     blocked = _names_in(shards, ShardPhase.BLOCKED)
     progress = f"{counts[ShardPhase.DONE]}/{total}"
@@ -69,8 +73,11 @@ def aggregate(shards: Sequence[ShardView], now: datetime, facts: CampaignFacts) 
         spent=spent,
         budget=budget,
         phase=phase,
-        conditions=campaign_conditions(
-            phase, progress=progress, failed=failed, blocked=blocked, budget=budget, suspended=facts.suspended
+        conditions=(
+            conditions.complete(phase, progress),
+            conditions.degraded(failed, len(failed), blocked, len(blocked)),
+            *conditions.budget(budget),
+            conditions.suspended(facts.suspended),
         ),
     )
 
@@ -91,8 +98,8 @@ def oldest_pending_age(shards: Sequence[ShardView], now: datetime) -> timedelta 
 def campaign_phase(shards: Sequence[ShardView], facts: CampaignFacts, gate: BudgetGate) -> CampaignPhase:
     if facts.suspended:
         return CampaignPhase.SUSPENDED
-    all_cut = facts.items.remaining_shards == 0
-    if all_cut and all(s.phase.terminal for s in shards):
+    work_cut = facts.items.remaining_shards == 0
+    if work_cut and not facts.finalize_pending and all(s.phase.terminal for s in shards):
         # Failed or Blocked shards make the campaign Completed, never Succeeded: a blocked shard is not done.
         return (
             CampaignPhase.SUCCEEDED
@@ -101,7 +108,7 @@ def campaign_phase(shards: Sequence[ShardView], facts: CampaignFacts, gate: Budg
         )
     if gate is BudgetGate.EXHAUSTED:
         return CampaignPhase.PAUSED
-    if all_cut and all(s.phase.terminal for s in shards if s.shard_class is ShardClass.WORK):
+    if work_cut and all(s.phase.terminal for s in shards if s.shard_class is ShardClass.WORK):
         return CampaignPhase.FINALIZING
     if not any(_started(s) for s in shards):
         return CampaignPhase.PENDING
@@ -114,74 +121,3 @@ def _started(shard: ShardView) -> bool:
 
 def _names_in(shards: Sequence[ShardView], phase: ShardPhase) -> list[str]:
     return sorted(s.name for s in shards if s.phase is phase)
-
-
-def campaign_conditions(
-    phase: CampaignPhase,
-    *,
-    progress: str,
-    failed: Sequence[str],
-    blocked: Sequence[str],
-    budget: BudgetStatus,
-    suspended: bool,
-) -> tuple[Condition, ...]:
-    return (
-        _progressing(phase, progress),
-        _complete(phase, progress),
-        _degraded(failed, blocked),
-        _budget_limited(budget),
-        _suspended(suspended),
-    )
-
-
-def _flag(value: bool) -> ConditionStatus:
-    return ConditionStatus.TRUE if value else ConditionStatus.FALSE
-
-
-def _progressing(phase: CampaignPhase, progress: str) -> Condition:
-    return Condition("Progressing", _flag(phase in _ACTIVE_PHASES), str(phase), f"{progress} shards done")
-
-
-def _complete(phase: CampaignPhase, progress: str) -> Condition:
-    if phase is CampaignPhase.SUCCEEDED:
-        return Condition("Complete", ConditionStatus.TRUE, "Succeeded", f"all {progress} shards done")
-    if phase is CampaignPhase.COMPLETED:
-        return Condition(
-            "Complete", ConditionStatus.TRUE, "CompletedWithFailures", f"{progress} shards done; see Degraded"
-        )
-    return Condition("Complete", ConditionStatus.FALSE, "InProgress", f"{progress} shards done")
-
-
-def _degraded(failed: Sequence[str], blocked: Sequence[str]) -> Condition:
-    if not failed and not blocked:
-        return Condition("Degraded", ConditionStatus.FALSE, "NoFailures", "no shard failed or blocked")
-    message = f"{len(failed)} failed{_listing(failed)}, {len(blocked)} blocked{_listing(blocked)}"
-    return Condition("Degraded", ConditionStatus.TRUE, "ShardsFailed", message)
-
-
-def _listing(names: Sequence[str]) -> str:
-    if not names:
-        return ""
-    shown = ", ".join(names[:MAX_LISTED_NAMES])
-    more = f", +{len(names) - MAX_LISTED_NAMES} more" if len(names) > MAX_LISTED_NAMES else ""
-    return f" ({shown}{more})"
-
-
-_BUDGET_REASONS = {
-    BudgetGate.OPEN: "WithinBudget",
-    BudgetGate.WARN: "BudgetWarning",
-    BudgetGate.EXHAUSTED: "BudgetExhausted",
-}
-
-
-def _budget_limited(budget: BudgetStatus) -> Condition:
-    limited = budget.gate is not BudgetGate.OPEN
-    return Condition("BudgetLimited", _flag(limited), _BUDGET_REASONS[budget.gate], budget.describe())
-
-
-def _suspended(suspended: bool) -> Condition:
-    if suspended:
-        return Condition(
-            "Suspended", ConditionStatus.TRUE, "Suspended", "spec.suspend is set: nothing starts"
-        )
-    return Condition("Suspended", ConditionStatus.FALSE, "Active", "not suspended")

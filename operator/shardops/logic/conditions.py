@@ -1,18 +1,21 @@
-"""metav1.Condition handling with apimachinery's SetStatusCondition semantics, and change detection.
+"""The campaign's condition types and what each one says, decided from plain facts.
 
-lastTransitionTime moves only when a condition's status flips, so `kubectl get` ages stay truthful
-and an unchanged status produces no write at all.
+These are *desired* conditions: type, status, reason, message. Keeping lastTransitionTime and
+observedGeneration is the job of `shardops.api.common.set_condition` (the one merge rule, with
+metav1 semantics); the operator turns each desired condition into an `api.Condition` and merges it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
-from datetime import datetime
+from collections.abc import Sequence
+from dataclasses import dataclass
 from enum import StrEnum
 
-from shardops.logic.idempotency import canonical_json
-from shardops.logic.timefmt import parse_rfc3339, rfc3339
+from shardops.api.enums import CampaignPhase
+from shardops.logic.budget import BudgetGate, BudgetStatus
+
+# Lists in messages are cut so a condition stays readable; counts carry the full numbers.
+MAX_LISTED_NAMES = 20
 
 
 class ConditionStatus(StrEnum):
@@ -21,68 +24,187 @@ class ConditionStatus(StrEnum):
     UNKNOWN = "Unknown"
 
 
-@dataclass(frozen=True)
-class Condition:
-    """A desired condition leaves the two bookkeeping fields None; `merge_conditions` fills them."""
+class ConditionType(StrEnum):
+    """Every condition a Campaign can carry; `kubectl wait --for=condition=<type>` uses these names."""
 
-    type: str
+    READY = "Ready"
+    BACKPRESSURED = "Backpressured"
+    CLUSTER_FULL = "ClusterFull"
+    BUDGET_WARNING = "BudgetWarning"
+    BUDGET_EXHAUSTED = "BudgetExhausted"
+    DEGRADED = "Degraded"
+    SUSPENDED = "Suspended"
+    STALLED = "Stalled"
+    BREAKER_OPEN = "BreakerOpen"
+    COMPLETE = "Complete"
+    SCHEDULED = "Scheduled"
+    WORKERS_FAILING = "WorkersFailing"
+
+
+@dataclass(frozen=True)
+class DesiredCondition:
+    type: ConditionType
     status: ConditionStatus
     reason: str
     message: str
-    last_transition_time: datetime | None = None
-    observed_generation: int | None = None
 
 
-def merge_conditions(
-    old: Sequence[Condition], new: Sequence[Condition], now: datetime, generation: int
-) -> tuple[Condition, ...]:
-    """Sets each new condition by type; conditions of other types are kept as they were."""
-    merged = list(old)
-    for desired in new:
-        position = next((i for i, c in enumerate(merged) if c.type == desired.type), None)
-        if position is None:
-            merged.append(replace(desired, last_transition_time=now, observed_generation=generation))
-            continue
-        previous = merged[position]
-        unchanged = previous.status == desired.status and previous.last_transition_time is not None
-        since = previous.last_transition_time if unchanged else now
-        merged[position] = replace(desired, last_transition_time=since, observed_generation=generation)
-    return tuple(merged)
+def _flag(value: bool) -> ConditionStatus:
+    return ConditionStatus.TRUE if value else ConditionStatus.FALSE
 
 
-def condition_to_dict(condition: Condition) -> dict[str, object]:
-    if condition.last_transition_time is None:
-        raise ValueError(f"condition {condition.type} has no lastTransitionTime: merge it first")
-    out: dict[str, object] = {
-        "type": condition.type,
-        "status": str(condition.status),
-        "reason": condition.reason,
-        "message": condition.message,
-        "lastTransitionTime": rfc3339(condition.last_transition_time),
-    }
-    if condition.observed_generation is not None:
-        out["observedGeneration"] = condition.observed_generation
-    return out
+def listing(names: Sequence[str]) -> str:
+    """` (a, b, +3 more)`, or "" for no names."""
+    if not names:
+        return ""
+    shown = ", ".join(names[:MAX_LISTED_NAMES])
+    more = f", +{len(names) - MAX_LISTED_NAMES} more" if len(names) > MAX_LISTED_NAMES else ""
+    return f" ({shown}{more})"
 
 
-def condition_from_dict(data: Mapping[str, object]) -> Condition:
-    stamp = data.get("lastTransitionTime")
-    generation = data.get("observedGeneration")
-    return Condition(
-        type=str(data["type"]),
-        status=ConditionStatus(str(data["status"])),
-        reason=str(data.get("reason", "")),
-        message=str(data.get("message", "")),
-        last_transition_time=parse_rfc3339(stamp) if isinstance(stamp, str) else None,
-        observed_generation=generation if isinstance(generation, int) else None,
+def ready(problem_reason: str | None, message: str) -> DesiredCondition:
+    """False with the problem's reason when the spec or its items cannot be used; nothing is created then."""
+    if problem_reason is None:
+        return DesiredCondition(ConditionType.READY, ConditionStatus.TRUE, "SpecValid", message)
+    return DesiredCondition(ConditionType.READY, ConditionStatus.FALSE, problem_reason, message)
+
+
+def backpressured(limit_message: str | None) -> DesiredCondition:
+    """`limit_message` is the planner's backpressure limit (with its numbers), None when it held nothing."""
+    if limit_message is None:
+        return DesiredCondition(
+            ConditionType.BACKPRESSURED, ConditionStatus.FALSE, "WithinBacklog", "backlog below its bound"
+        )
+    return DesiredCondition(ConditionType.BACKPRESSURED, ConditionStatus.TRUE, "BacklogFull", limit_message)
+
+
+def cluster_full(limit_message: str | None) -> DesiredCondition:
+    if limit_message is None:
+        return DesiredCondition(
+            ConditionType.CLUSTER_FULL,
+            ConditionStatus.FALSE,
+            "WorkersScheduled",
+            "no worker pod stuck Pending",
+        )
+    return DesiredCondition(
+        ConditionType.CLUSTER_FULL, ConditionStatus.TRUE, "WorkerPodsPending", limit_message
     )
 
 
-def status_changed(old: Mapping[str, object] | None, new: Mapping[str, object]) -> bool:
-    """Would a merge patch of `new` change anything? Keys `new` does not set are not ours to compare.
+def budget(status: BudgetStatus) -> tuple[DesiredCondition, DesiredCondition]:
+    """BudgetWarning holds from the warn ratio on (also when exhausted); BudgetExhausted from the limit on."""
+    text = status.describe()
+    if status.limit is None:
+        return (
+            DesiredCondition(ConditionType.BUDGET_WARNING, ConditionStatus.FALSE, "NoBudget", text),
+            DesiredCondition(ConditionType.BUDGET_EXHAUSTED, ConditionStatus.FALSE, "NoBudget", text),
+        )
+    warn = status.gate is not BudgetGate.OPEN
+    exhausted = status.gate is BudgetGate.EXHAUSTED
+    return (
+        DesiredCondition(
+            ConditionType.BUDGET_WARNING,
+            _flag(warn),
+            "WarnRatioReached" if warn else "WithinBudget",
+            f"{text}: only finalize shards start" if warn else text,
+        ),
+        DesiredCondition(
+            ConditionType.BUDGET_EXHAUSTED,
+            _flag(exhausted),
+            "LimitReached" if exhausted else "WithinBudget",
+            f"{text}: unclaimed shards paused, running ones finish; raise spec.budget.limit to resume"
+            if exhausted
+            else text,
+        ),
+    )
 
-    Compared as canonical JSON, so key order and 1 vs 1.0 are not changes; a key set to None
-    (a delete in a merge patch) equals a missing one.
-    """
-    before = old or {}
-    return any(canonical_json(before.get(key)) != canonical_json(value) for key, value in new.items())
+
+def degraded(
+    failed: Sequence[str], failed_count: int, blocked: Sequence[str], blocked_count: int
+) -> DesiredCondition:
+    if not failed_count and not blocked_count:
+        return DesiredCondition(
+            ConditionType.DEGRADED, ConditionStatus.FALSE, "NoFailures", "no shard failed or blocked"
+        )
+    message = (
+        f"{failed_count} failed{listing(failed)}, {blocked_count} blocked{listing(blocked)}; "
+        "bump spec.retry.generation to retry them"
+    )
+    return DesiredCondition(ConditionType.DEGRADED, ConditionStatus.TRUE, "ShardsGaveUp", message)
+
+
+def suspended(is_suspended: bool) -> DesiredCondition:
+    if is_suspended:
+        return DesiredCondition(
+            ConditionType.SUSPENDED,
+            ConditionStatus.TRUE,
+            "SpecSuspend",
+            "spec.suspend is true: no claims, no new workers; running shards finish",
+        )
+    return DesiredCondition(ConditionType.SUSPENDED, ConditionStatus.FALSE, "Active", "not suspended")
+
+
+def stalled(stuck: Sequence[str]) -> DesiredCondition:
+    if not stuck:
+        return DesiredCondition(
+            ConditionType.STALLED, ConditionStatus.FALSE, "Progressing", "no shard is stuck"
+        )
+    return DesiredCondition(
+        ConditionType.STALLED,
+        ConditionStatus.TRUE,
+        "NoProgress",
+        f"{len(stuck)} running shard(s) heartbeat without progress{listing(stuck)}",
+    )
+
+
+def breaker_open(open_sources: Sequence[str]) -> DesiredCondition:
+    if not open_sources:
+        return DesiredCondition(
+            ConditionType.BREAKER_OPEN, ConditionStatus.FALSE, "AllClosed", "no breaker open"
+        )
+    return DesiredCondition(
+        ConditionType.BREAKER_OPEN,
+        ConditionStatus.TRUE,
+        "SourceRateLimited",
+        f"breaker open for{listing(open_sources)}: their shards wait or use the fallback",
+    )
+
+
+def complete(phase: CampaignPhase, progress: str) -> DesiredCondition:
+    if phase is CampaignPhase.SUCCEEDED:
+        return DesiredCondition(
+            ConditionType.COMPLETE, ConditionStatus.TRUE, "Succeeded", f"all {progress} shards done"
+        )
+    if phase is CampaignPhase.COMPLETED:
+        return DesiredCondition(
+            ConditionType.COMPLETE,
+            ConditionStatus.TRUE,
+            "CompletedWithFailures",
+            f"{progress} shards done; see Degraded",
+        )
+    return DesiredCondition(
+        ConditionType.COMPLETE, ConditionStatus.FALSE, "InProgress", f"{progress} shards done"
+    )
+
+
+def scheduled(identity: str, renewing: bool) -> DesiredCondition:
+    """Which operator replica leads; False while its leader lease renewals are failing."""
+    if renewing:
+        return DesiredCondition(
+            ConditionType.SCHEDULED, ConditionStatus.TRUE, "Leader", f"scheduled by the leader {identity}"
+        )
+    return DesiredCondition(
+        ConditionType.SCHEDULED,
+        ConditionStatus.FALSE,
+        "LeaderRenewalFailing",
+        f"leader {identity} cannot renew its lease; another replica may take over",
+    )
+
+
+def workers_failing(message: str | None) -> DesiredCondition:
+    """True while new worker Jobs are held back because recent ones kept failing."""
+    if message is None:
+        return DesiredCondition(
+            ConditionType.WORKERS_FAILING, ConditionStatus.FALSE, "WorkersHealthy", "workers are not failing"
+        )
+    return DesiredCondition(ConditionType.WORKERS_FAILING, ConditionStatus.TRUE, "WorkerJobsFailing", message)

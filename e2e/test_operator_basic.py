@@ -1,0 +1,122 @@
+"""The scheduler end to end: a campaign runs to Succeeded under its concurrency cap, once per shard."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import pytest
+
+from e2e.conftest import Cluster
+from e2e.test_operator_support import (
+    audit_entries,
+    campaign_body,
+    condition,
+    create_campaign,
+    kube_for,
+    max_overlap,
+    operator_running,
+    phase_counts,
+    phase_of,
+    print_writes_table,
+    reasons,
+    recording,
+    running_intervals,
+    shards_of,
+    wait_phase,
+    writes_by_shard,
+)
+
+pytestmark = pytest.mark.usefixtures("crds_installed")
+
+
+def test_forty_items_in_eight_shards_never_more_than_three_running(
+    local_cluster: Cluster, namespace: str
+) -> None:
+    kube = kube_for(local_cluster)
+    items = [{"n": i} for i in range(40)]
+    body = campaign_body(
+        "forty",
+        items,
+        shardSize=5,
+        maxConcurrency=3,
+        worker_env={"SHARDOPS_AGENT_LATENCY": 0.15, "SHARDOPS_AGENT_COST": 0.25},
+    )
+    with (
+        operator_running(local_cluster, namespace) as operator,
+        recording(local_cluster, namespace, "shards", "jobs") as recorded,
+    ):
+        create_campaign(kube, namespace, body)
+        final = wait_phase(kube, namespace, "forty", {"Succeeded", "Completed", "Paused"}, timeout=240)
+        status = final["status"]
+
+        shards = shards_of(kube, namespace)
+        assert status["phase"] == "Succeeded", status
+        assert sorted(s["metadata"]["name"] for s in shards) == [f"forty-{i:05d}" for i in range(8)]
+        assert all(phase_of(s) == "Done" for s in shards)
+        # Exactly once: one claim and one completion per shard, all on the first attempt.
+        assert all(reasons(s).count("Claimed") == 1 and reasons(s).count("Completed") == 1 for s in shards)
+        assert {s["status"]["attempt"] for s in shards} == {1}
+
+        counts = status["counts"]
+        assert counts == {
+            "queued": 0,
+            "pending": 0,
+            "running": 0,
+            "done": 8,
+            "failed": 0,
+            "blocked": 0,
+            "paused": 0,
+            "total": 8,
+            "materialized": 8,
+        }
+        assert (status["itemsTotal"], status["shardsTotal"], status["progressText"]) == (40, 8, "8/8")
+        assert math.isclose(status["spent"], 40 * 0.25), status["spent"]
+        assert status["observedGeneration"] == final["metadata"]["generation"]
+        assert condition(final, "Complete")["status"] == "True"
+        assert condition(final, "Ready")["status"] == "True"
+
+        # Never more than 3 running: from every shard's own history (each attempt from its claim to
+        # whatever ended it), and from every version of every shard the watch delivered.
+        history_peak = max_overlap(running_intervals(shards))
+        recorded["shards"].check()
+        watched_peak = max(phase_counts(state)["Running"] for _, state in recorded["shards"].states())
+        alive_jobs_peak = max(
+            sum(1 for job in state.values() if not _finished(job)) for _, state in recorded["jobs"].states()
+        )
+        jobs_created = len({seen.name for seen in recorded["jobs"].events})
+        print(
+            f"\nmax running: {history_peak} by shard history, {watched_peak} by watch; "
+            f"max live worker Jobs: {alive_jobs_peak}; Jobs created: {jobs_created}"
+        )
+        assert history_peak <= 3 and watched_peak <= 3 and alive_jobs_peak <= 3
+
+        healthz = operator.http("/healthz")
+        metrics = operator.http("/metrics")[1]
+        assert healthz[0] == 200, healthz
+        key = f'campaign="{namespace}/forty"'
+        assert f'shardops_shards{{{key},phase="Done"}} 8.0' in metrics
+        assert "shardops_reconcile_duration_seconds_count" in metrics
+        assert 'shardops_api_requests_total{code="200",verb="GET"}' in metrics
+        assert f"shardops_claims_total{{{key}}} 8.0" in metrics
+
+    entries = audit_entries(local_cluster, namespace)
+    per_shard = writes_by_shard(entries, shards)
+    assert set(per_shard) == {s["metadata"]["name"] for s in shards}
+    figures = print_writes_table("40 items / 8 shards", per_shard)
+    assert figures.without_heartbeats > 0
+    # Writes that belong to the campaign rather than to one shard, for scale.
+    campaign_writes = Counter(
+        f"{e['user']['username'].rsplit(':', 1)[-1]} {e['verb']} {e['objectRef']['resource']}"
+        + (f"/{e['objectRef']['subresource']}" if e["objectRef"].get("subresource") else "")
+        for e in entries
+        if e["verb"] in ("create", "patch", "update")
+        and 200 <= (e.get("responseStatus") or {}).get("code", 0) < 300
+        and e["objectRef"].get("resource") in ("campaigns", "jobs")
+    )
+    print(f"  campaign-level writes over the whole run: {dict(sorted(campaign_writes.items()))}")
+
+
+def _finished(job: dict) -> bool:
+    conditions = (job.get("status") or {}).get("conditions") or []
+    return any(c["type"] in ("Complete", "Failed") and c["status"] == "True" for c in conditions)

@@ -1,0 +1,93 @@
+"""Campaign I/O: read one, write its status, read its items from a ConfigMap, record its events."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from shardops.api.campaign import ItemsFrom
+from shardops.api.common import Item
+from shardops.k8s import events
+from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS, Kube, NotFound
+from shardops.k8s.shards import Actor
+
+JSON = dict[str, Any]
+
+
+class ItemsUnavailable(Exception):
+    """The campaign's items cannot be read. `reason` is the Ready condition's reason, `message` says how
+    to fix it; both go on the campaign as they are."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+def get(kube: Kube, namespace: str, name: str) -> JSON | None:
+    """The campaign as stored, or None once it is gone."""
+    try:
+        return kube.get(CAMPAIGNS, namespace, name)
+    except NotFound:
+        return None
+
+
+def patch_status(kube: Kube, namespace: str, name: str, status: JSON, resource_version: str | None) -> JSON:
+    """One merge patch of the status subresource; Conflict when the campaign changed since it was read."""
+    return kube.patch(
+        CAMPAIGNS,
+        namespace,
+        name,
+        {"status": status},
+        resource_version=resource_version,
+        subresource="status",
+    )
+
+
+def read_items(kube: Kube, namespace: str, source: ItemsFrom) -> tuple[list[Item], str]:
+    """The items in the ConfigMap key (JSONL) and the ConfigMap's resourceVersion (to cache by)."""
+    where = f"ConfigMap {source.config_map_name} in namespace {namespace}"
+    try:
+        config_map = kube.get(CONFIGMAPS, namespace, source.config_map_name)
+    except NotFound:
+        raise ItemsUnavailable(
+            "ItemsNotFound",
+            f"spec.itemsFrom names {where}, which does not exist: create it with key {source.key} "
+            "holding one JSON object per line, or fix spec.itemsFrom.configMapName",
+        ) from None
+    data = config_map.get("data") or {}
+    if source.key not in data:
+        keys = ", ".join(sorted(data)) or "none"
+        raise ItemsUnavailable(
+            "ItemsKeyNotFound",
+            f"{where} has no key {source.key} (keys: {keys}): add it or fix spec.itemsFrom.key",
+        )
+    try:
+        items = source.parse_items(str(data[source.key]))
+    except ValueError as error:
+        raise ItemsUnavailable("ItemsInvalid", f"{error}; fix that line in {where}") from None
+    return items, str((config_map.get("metadata") or {}).get("resourceVersion") or "")
+
+
+def record_event(
+    kube: Kube,
+    campaign: JSON,
+    *,
+    reason: str,
+    note: str,
+    actor: Actor,
+    now: dt.datetime,
+    warning: bool = False,
+) -> str | None:
+    """An Event about the campaign itself (invalid spec, breaker opened, retry done); its name, or None."""
+    body = events.event_body(
+        campaign,
+        reason=reason,
+        note=note,
+        action=reason,
+        controller=actor.controller,
+        instance=actor.instance,
+        now=now,
+        warning=warning,
+    )
+    return events.record(kube, body)

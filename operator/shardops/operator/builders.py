@@ -1,0 +1,517 @@
+"""Pure builders: the objects the operator creates, the views `logic/` decides on, the status it writes.
+
+No I/O here; `reconcile` reads the cluster, calls these and `logic/`, and writes what they return.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from shardops.api.campaign import Campaign, CampaignSpec, CampaignStatus, ShardCounts, WorkerSpec
+from shardops.api.campaign import SourceBreaker as StatusBreaker
+from shardops.api.common import Condition, Item, set_condition
+from shardops.api.enums import BreakerState, ShardClass, ShardPhase
+from shardops.api.names import API_GROUP_VERSION, CAMPAIGN_LABEL, CLASS_LABEL, ROLE_LABEL, SHARD_KIND
+from shardops.api.shard import Shard
+from shardops.k8s.jobs import WORKER_ROLE
+from shardops.k8s.leases import lease_expires_at
+from shardops.logic.aggregate import Aggregate
+from shardops.logic.breaker import CLOSED_BREAKER, SourceBreaker, effective
+from shardops.logic.conditions import DesiredCondition
+from shardops.logic.idempotency import idempotency_key
+from shardops.logic.leases import LeaseObservation
+from shardops.logic.planner import Breakers, WorkerCounts
+from shardops.logic.transitions import EventReason
+from shardops.logic.views import ShardView
+
+JSON = dict[str, Any]
+
+# The worker ServiceAccount of config/rbac/worker.yaml and of the chart.
+DEFAULT_WORKER_SERVICE_ACCOUNT = "shardops-worker"
+JOB_TTL_SECONDS = 300
+# The worker gets SIGTERM, releases its claim (not charged as an attempt) and stops its command.
+WORKER_GRACE_SECONDS = 30
+# Job names become the `job-name` label of their pods, which must fit in 63 characters together
+# with generateName's 5 random characters.
+_JOB_PREFIX_MAX = 40
+# Labels carry the campaign's name (docs/architecture.md, "Objects"), and label values stop at 63.
+LABEL_VALUE_MAX = 63
+# oldestPendingSeconds changes every second; rewriting the status only for it would turn an idle
+# campaign into a stream of writes. It is refreshed with any other change, or once it is this stale.
+OLDEST_PENDING_SLACK_SECONDS = 30.0
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+def shard_name(campaign: str, index: int) -> str:
+    return f"{campaign}-{index:05d}"
+
+
+def finalize_name(campaign: str) -> str:
+    return f"{campaign}-finalize"
+
+
+def owner_reference(campaign: Campaign) -> JSON:
+    """The Campaign as controller owner: deleting it garbage-collects shards and worker Jobs."""
+    return {
+        "apiVersion": API_GROUP_VERSION,
+        "kind": campaign.kind,
+        "name": campaign.name,
+        "uid": campaign.metadata.uid,
+        "controller": True,
+    }
+
+
+def shard_slice(total: int, shard_size: int, index: int) -> tuple[int, int]:
+    """[start, end) of shard `index`'s items: FIFO, shardSize each, the last one may be short."""
+    start = index * shard_size
+    return start, min(start + shard_size, total)
+
+
+def shard_source(items: Sequence[Item], default_source: str | None) -> str | None:
+    """The first source an item names, else the campaign's default: a shard calls one source."""
+    for item in items:
+        named = item.get("source")
+        if isinstance(named, str) and named:
+            return named
+    return default_source
+
+
+def shard_body(campaign: Campaign, index: int, items: Sequence[Item]) -> JSON:
+    """A work Shard holding its slice of the items (copied in: the worker never re-reads the source)."""
+    spec = campaign.spec
+    start, end = shard_slice(len(items), spec.shard_size, index)
+    chunk = list(items[start:end])
+    body_spec: JSON = {
+        "campaign": campaign.name,
+        "index": index,
+        "shardClass": str(ShardClass.WORK),
+        "items": chunk,
+        "itemRange": {"start": start, "end": end},
+        "idempotencyKey": idempotency_key(campaign.name, chunk, spec.worker.full_command()),
+    }
+    source = shard_source(chunk, spec.default_source)
+    if source is not None:
+        body_spec["source"] = source
+    return _shard(campaign, shard_name(campaign.name, index), ShardClass.WORK, body_spec)
+
+
+def finalize_shard_body(campaign: Campaign, work_shards: int, items_total: int) -> JSON:
+    """The closing shard. Its input is the campaign's shape: re-running the campaign finds its result."""
+    finalize = campaign.spec.finalize
+    if finalize is None:
+        raise ValueError(f"campaign {campaign.name} has no spec.finalize")
+    shape = {"finalize": campaign.name, "items": items_total, "shards": work_shards}
+    body_spec: JSON = {
+        "campaign": campaign.name,
+        "index": work_shards,
+        "shardClass": str(ShardClass.FINALIZE),
+        "idempotencyKey": idempotency_key(campaign.name, shape, finalize.full_command()),
+    }
+    return _shard(campaign, finalize_name(campaign.name), ShardClass.FINALIZE, body_spec)
+
+
+def _shard(campaign: Campaign, name: str, shard_class: ShardClass, spec: JSON) -> JSON:
+    return {
+        "apiVersion": API_GROUP_VERSION,
+        "kind": SHARD_KIND,
+        "metadata": {
+            "name": name,
+            "namespace": campaign.namespace,
+            "labels": {CAMPAIGN_LABEL: campaign.name, CLASS_LABEL: str(shard_class)},
+            "ownerReferences": [owner_reference(campaign)],
+        },
+        "spec": spec,
+    }
+
+
+def worker_job_body(
+    campaign: Campaign, worker: WorkerSpec, default_service_account: str = DEFAULT_WORKER_SERVICE_ACCOUNT
+) -> JSON:
+    """One worker: `shardops worker` claims shards one at a time until none is left, then exits.
+
+    backoffLimit 0: a failed pod is not retried by the Job controller; retries are the scheduler's
+    (backoff, attempts, breakers), and the operator starts a new Job when work remains.
+    """
+    labels = {CAMPAIGN_LABEL: campaign.name, ROLE_LABEL: WORKER_ROLE}
+    env: list[JSON] = [
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "SHARDOPS_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+        *({"name": var.name, "value": var.value} for var in worker.env),
+    ]
+    container: JSON = {
+        "name": "worker",
+        "image": worker.image,
+        "command": ["shardops", "worker", "--campaign", campaign.name],
+        "env": env,
+    }
+    resources = worker.resources.to_dict()
+    if resources.get("requests") or resources.get("limits"):
+        container["resources"] = {k: v for k, v in resources.items() if v}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "generateName": f"{campaign.name[:_JOB_PREFIX_MAX]}-worker-",
+            "namespace": campaign.namespace,
+            "labels": labels,
+            "ownerReferences": [owner_reference(campaign)],
+        },
+        "spec": {
+            "backoffLimit": 0,
+            "ttlSecondsAfterFinished": JOB_TTL_SECONDS,
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "serviceAccountName": worker.service_account_name or default_service_account,
+                    # The worker ServiceAccount leaves token mounting off; workers are pods that call the API.
+                    "automountServiceAccountToken": True,
+                    "terminationGracePeriodSeconds": WORKER_GRACE_SECONDS,
+                    "containers": [container],
+                },
+            },
+        },
+    }
+
+
+def worker_spec_for(spec: CampaignSpec, claimable_classes: Iterable[ShardClass]) -> WorkerSpec:
+    """The finalize step's image and resources when only finalize work is left; else the worker's."""
+    classes = set(claimable_classes)
+    if spec.finalize is not None and classes == {ShardClass.FINALIZE}:
+        return spec.finalize
+    return spec.worker
+
+
+# --- views for logic/ ------------------------------------------------------------------------------
+
+
+def phase_of(shard: Shard) -> ShardPhase:
+    """A shard nobody wrote a status for is Queued (created, not yet materialized)."""
+    return shard.phase or ShardPhase.QUEUED
+
+
+def shard_view(shard: Shard) -> ShardView:
+    status = shard.current_status
+    phase = phase_of(shard)
+    since = status.history[-1].at if status.history else (shard.created_at or EPOCH)
+    # A running shard's source is the one it really calls (maybe a fallback), which is what a
+    # HalfOpen probe in flight is about; an unclaimed one is routed from its own source.
+    source = status.source if phase is ShardPhase.RUNNING and status.source else shard.spec.source
+    return ShardView(
+        name=shard.name,
+        phase=phase,
+        shard_class=shard.spec.shard_class,
+        priority=shard.spec.priority,
+        index=shard.spec.index,
+        attempt=max(status.attempt, 1),
+        source=source,
+        not_before=status.not_before,
+        since=since,
+        cost=status.cost,
+    )
+
+
+def materialized_items(shards: Iterable[Shard], shard_size: int, total_items: int) -> int:
+    """Items already cut into work shards. Shards are cut in index order, so the highest index tells."""
+    indices = [s.spec.index for s in shards if s.spec.shard_class is ShardClass.WORK]
+    if not indices:
+        return 0
+    return min(total_items, (max(indices) + 1) * shard_size)
+
+
+def claimed_at(shard: Shard) -> dt.datetime | None:
+    """When the current attempt was claimed, from the newest Claimed history entry."""
+    for entry in reversed(shard.current_status.history):
+        if entry.reason == str(EventReason.CLAIMED):
+            return entry.at
+    return None
+
+
+def lease_observation(
+    shard: Shard,
+    lease: JSON | None,
+    lease_seconds: int,
+    heartbeat_seconds: float,
+    progress_changed_at: dt.datetime,
+) -> LeaseObservation:
+    """The claim as the Lease records it; the shard's own leaseUntil only when the Lease does not speak
+    for this claim (missing, or held by someone other than the shard's owner)."""
+    status = shard.current_status
+    until: dt.datetime | None = None
+    if lease is not None:
+        spec = lease.get("spec") or {}
+        holder = spec.get("holderIdentity")
+        if not holder:
+            # Released or revoked while the shard still says Running: nobody is working on it.
+            until = EPOCH
+        elif status.owner is None or holder == status.owner:
+            until = lease_expires_at(lease)
+    if until is None:
+        until = status.lease_until
+    if until is None:
+        start = claimed_at(shard) or shard.created_at or EPOCH
+        until = start + dt.timedelta(seconds=lease_seconds)
+    return LeaseObservation(
+        lease_until=until,
+        last_heartbeat=status.last_heartbeat,
+        heartbeat_seconds=heartbeat_seconds,
+        progress_changed_at=progress_changed_at,
+    )
+
+
+# FailureTarget and SuccessCriteriaMet come before Failed and Complete: the pod is done already.
+_JOB_DONE = frozenset({"Complete", "Failed", "FailureTarget", "SuccessCriteriaMet"})
+
+
+def _job_finished(job: JSON) -> bool:
+    if (job.get("metadata") or {}).get("deletionTimestamp"):
+        return True
+    for condition in (job.get("status") or {}).get("conditions") or []:
+        if condition.get("status") == "True" and condition.get("type") in _JOB_DONE:
+            return True
+    return False
+
+
+def _pod_stuck(pod: JSON, now: dt.datetime, grace: dt.timedelta) -> bool:
+    status = pod.get("status") or {}
+    if status.get("phase") != "Pending":
+        return False
+    for condition in status.get("conditions") or []:
+        scheduled = condition.get("type") == "PodScheduled" and condition.get("status") == "False"
+        if scheduled and condition.get("reason") == "Unschedulable":
+            return True
+    created = _created(pod)
+    return created is not None and now - created >= grace
+
+
+def _created(obj: JSON) -> dt.datetime | None:
+    stamp = (obj.get("metadata") or {}).get("creationTimestamp")
+    return dt.datetime.fromisoformat(str(stamp).replace("Z", "+00:00")) if stamp else None
+
+
+def _job_of(pod: JSON) -> str | None:
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    return labels.get("batch.kubernetes.io/job-name") or labels.get("job-name")
+
+
+def worker_counts(
+    jobs: Sequence[JSON], pods: Sequence[JSON], now: dt.datetime, pending_grace: dt.timedelta
+) -> WorkerCounts:
+    """Jobs not finished count as alive (their pod may still be starting). Pods stuck Pending say the
+    cluster has no room for more; so does a Job that got no pod at all within the grace (its pods are
+    refused: quota, admission, a missing ServiceAccount)."""
+    alive_jobs = [job for job in jobs if not _job_finished(job)]
+    live_pods = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
+    running = sum(1 for p in live_pods if (p.get("status") or {}).get("phase") == "Running")
+    stuck = sum(1 for p in live_pods if _pod_stuck(p, now, pending_grace))
+    with_pods = {_job_of(p) for p in pods}
+    for job in alive_jobs:
+        created = _created(job)
+        if (
+            (job.get("metadata") or {}).get("name") not in with_pods
+            and created
+            and now - created >= pending_grace
+        ):
+            stuck += 1
+    return WorkerCounts(alive_jobs=len(alive_jobs), running_pods=running, stuck_pending_pods=stuck)
+
+
+# A worker that dies at start (RBAC, configuration, a broken image) would be replaced every tick:
+# after this many failures in the window, new Jobs wait until no worker failed for the quiet time.
+WORKER_FAILURE_WINDOW = dt.timedelta(minutes=5)
+WORKER_FAILURE_QUIET = dt.timedelta(seconds=60)
+MIN_WORKER_FAILURES = 3
+
+
+@dataclass(frozen=True)
+class WorkerFailures:
+    count: int
+    last_at: dt.datetime | None
+    last_reason: str
+
+    def hold(self, max_concurrency: int, now: dt.datetime) -> bool:
+        """Stop starting Jobs for now: many workers failed lately and the last one only just did."""
+        too_many = self.count >= max(MIN_WORKER_FAILURES, max_concurrency)
+        return too_many and self.last_at is not None and now - self.last_at < WORKER_FAILURE_QUIET
+
+    def describe(self) -> str:
+        minutes = WORKER_FAILURE_WINDOW.total_seconds() / 60
+        return (
+            f"{self.count} worker Job(s) failed in the last {minutes:.0f}m "
+            f"(last: {self.last_reason}); no new workers until none fails for "
+            f"{WORKER_FAILURE_QUIET.total_seconds():.0f}s: read the worker pods' logs"
+        )
+
+
+def worker_failures(jobs: Sequence[JSON], now: dt.datetime) -> WorkerFailures:
+    """Worker Jobs that failed within the window, the newest one's time and reason."""
+    failed: list[tuple[dt.datetime, str]] = []
+    for job in jobs:
+        for condition in (job.get("status") or {}).get("conditions") or []:
+            if condition.get("type") != "Failed" or condition.get("status") != "True":
+                continue
+            stamp = condition.get("lastTransitionTime")
+            at = dt.datetime.fromisoformat(str(stamp).replace("Z", "+00:00")) if stamp else None
+            if at is not None and now - at <= WORKER_FAILURE_WINDOW:
+                name = (job.get("metadata") or {}).get("name")
+                failed.append((at, f"{name}: {condition.get('reason')}: {condition.get('message', '')}"))
+    if not failed:
+        return WorkerFailures(0, None, "")
+    last_at, last_reason = max(failed)
+    return WorkerFailures(len(failed), last_at, last_reason)
+
+
+# --- breakers -------------------------------------------------------------------------------------
+
+
+def breakers_from_status(status: CampaignStatus) -> dict[str, SourceBreaker]:
+    """The breakers as last written. HalfOpen is derived from the clock, so it is stored back as Open."""
+    states: dict[str, SourceBreaker] = {}
+    for b in status.breakers:
+        state = BreakerState.CLOSED if b.state is BreakerState.CLOSED else BreakerState.OPEN
+        opened = b.opened_at if state is BreakerState.OPEN else None
+        states[b.source] = SourceBreaker(state, b.consecutive_failures, opened)
+    return states
+
+
+def cooldown_of(spec: CampaignSpec, source: str) -> dt.timedelta:
+    declared = spec.source(source)
+    seconds = declared.cooldown_seconds if declared is not None else _DEFAULT_COOLDOWN_SECONDS
+    return dt.timedelta(seconds=seconds)
+
+
+_DEFAULT_COOLDOWN_SECONDS = 300
+
+
+def planner_breakers(spec: CampaignSpec, states: Mapping[str, SourceBreaker]) -> Breakers:
+    """The planner takes one cooldown for all sources; each source's own cooldown is expressed by
+    moving its openedAt forward by that cooldown and giving the planner zero. `effective` then turns
+    HalfOpen exactly when openedAt + the source's cooldown has passed, and skip reasons print that time."""
+    shifted = {
+        source: (
+            SourceBreaker(b.state, b.consecutive_rate_limited, b.opened_at + cooldown_of(spec, source))
+            if b.opened_at is not None
+            else b
+        )
+        for source, b in states.items()
+    }
+    fallbacks = {s.name: s.fallback for s in spec.sources or [] if s.fallback}
+    return Breakers(shifted, fallbacks, dt.timedelta(0))
+
+
+def breakers_to_status(
+    spec: CampaignSpec,
+    states: Mapping[str, SourceBreaker],
+    reasons: Mapping[str, str],
+    previous: CampaignStatus,
+    now: dt.datetime,
+) -> list[StatusBreaker]:
+    """Every declared source (Closed ones too, so `kubectl get -o yaml` shows them) and any other
+    source that has tripped, with the state the clock gives now."""
+    names = list(spec.source_names)
+    names += sorted(s for s in states if s not in names)
+    old_reasons = {b.source: b.reason for b in previous.breakers}
+    out: list[StatusBreaker] = []
+    for name in names:
+        b = states.get(name, CLOSED_BREAKER)
+        state = effective(b, now, cooldown_of(spec, name))
+        reason = reasons.get(name, old_reasons.get(name)) if state is not BreakerState.CLOSED else None
+        out.append(
+            StatusBreaker(
+                source=name,
+                state=state,
+                consecutive_failures=b.consecutive_rate_limited,
+                opened_at=b.opened_at,
+                reason=reason,
+            )
+        )
+    return out
+
+
+# --- status ---------------------------------------------------------------------------------------
+
+
+def merge_conditions(
+    current: Sequence[Condition], desired: Iterable[DesiredCondition], now: dt.datetime, generation: int
+) -> list[Condition]:
+    """Each desired condition set by `api.common.set_condition` (the metav1 rule), others kept."""
+    merged = list(current)
+    for d in desired:
+        merged = set_condition(
+            merged,
+            Condition(
+                type=str(d.type),
+                status=str(d.status),
+                reason=d.reason,
+                message=d.message[:32768],
+                observed_generation=generation,
+                last_transition_time=now,
+            ),
+        )
+    return merged
+
+
+@dataclass(frozen=True)
+class StatusFacts:
+    """What the status says beyond the aggregate of the shards."""
+
+    generation: int
+    items_total: int
+    work_shards_total: int
+    has_finalize: bool
+    remaining_shards: int
+    materialized: int
+    breakers: list[StatusBreaker]
+    conditions: list[Condition]
+    last_retry_generation: int
+    history_folded_until: dt.datetime | None
+    budget_limit: float | None
+
+
+def campaign_status(agg: Aggregate, facts: StatusFacts, previous: CampaignStatus) -> CampaignStatus:
+    counts = agg.counts
+    oldest = agg.oldest_pending_age
+    return previous.model_copy(
+        update={
+            "phase": agg.phase,
+            "observed_generation": facts.generation,
+            "counts": ShardCounts(
+                queued=counts[ShardPhase.QUEUED] + facts.remaining_shards,
+                pending=counts[ShardPhase.PENDING],
+                running=counts[ShardPhase.RUNNING],
+                done=counts[ShardPhase.DONE],
+                failed=counts[ShardPhase.FAILED],
+                blocked=counts[ShardPhase.BLOCKED],
+                paused=counts[ShardPhase.PAUSED],
+                total=agg.total_shards,
+                materialized=facts.materialized,
+            ),
+            "items_total": facts.items_total,
+            "shards_total": facts.work_shards_total + (1 if facts.has_finalize else 0),
+            "spent": agg.spent,
+            "budget_ratio": (agg.spent / facts.budget_limit) if facts.budget_limit else None,
+            "breakers": facts.breakers,
+            "oldest_pending_seconds": round(oldest.total_seconds(), 1) if oldest is not None else None,
+            "conditions": facts.conditions,
+            "blocked_shards": list(agg.blocked),
+            "failed_shards": list(agg.failed),
+            "last_retry_generation": facts.last_retry_generation,
+            "history_folded_until": facts.history_folded_until,
+        }
+    )
+
+
+def status_differs(old: CampaignStatus | None, new: CampaignStatus) -> bool:
+    """Worth a write? Everything counts except small drifts of oldestPendingSeconds (see the slack)."""
+    if old is None:
+        return True
+    before, after = old.to_dict(), new.to_dict()
+    old_age, new_age = before.pop("oldestPendingSeconds", None), after.pop("oldestPendingSeconds", None)
+    if before != after:
+        return True
+    if (old_age is None) != (new_age is None):
+        return True
+    return old_age is not None and abs(float(new_age) - float(old_age)) >= OLDEST_PENDING_SLACK_SECONDS

@@ -1,0 +1,374 @@
+"""Leader election through one coordination.k8s.io Lease: only the leader runs kopf and reconciles.
+
+Why not kopf peering: with equal priorities every replica pauses and none reconciles, silently
+(kopf issue #734). Here the rules are client-go's:
+
+* The leader renews every `renew` seconds with a resourceVersion precondition and keeps acting only
+  while its last renewal is younger than the renew deadline (2/3 of the lease), so it stops before
+  anyone may take over.
+* A standby takes the Lease once it has watched it stay unchanged for a whole lease duration
+  (measured on its own monotonic clock, so clock skew between nodes does not matter), or at once when
+  it is released. Takeover after a leader dies: at most lease + retry seconds.
+* Nothing freezes silently: a leader that cannot renew, a replica that cannot read the Lease, a Lease
+  renewed under our own identity by another process (two replicas with one name), and a blocked
+  event loop are each logged, counted in `shardops_leader_election_problems_total`, reported as an
+  Event on the Lease, and make /healthz fail so the pod is restarted. A leader whose event loop is
+  blocked stops renewing, so a healthy standby takes over.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from shardops.k8s import events
+from shardops.k8s.api import LEASES, AlreadyExists, Conflict, Kube, NotFound
+from shardops.logic.timefmt import micro_time
+from shardops.operator.metrics import Metrics
+from shardops.operator.settings import REPORTING_CONTROLLER, OperatorSettings
+
+log = logging.getLogger(__name__)
+
+JSON = dict[str, Any]
+
+
+class Problem(StrEnum):
+    RENEWAL_FAILED = "RenewalFailed"
+    LEASE_UNREADABLE = "LeaseUnreadable"
+    DUPLICATE_IDENTITY = "DuplicateIdentity"
+    LOOP_STALLED = "EventLoopStalled"
+    LEADERSHIP_LOST = "LeadershipLost"
+
+
+@dataclass
+class _Seen:
+    """The Lease version a standby last saw, and when (monotonic) it first saw it."""
+
+    resource_version: str
+    since: float
+
+
+def lease_body(name: str, identity: str, seconds: int, transitions: int, now: dt.datetime) -> JSON:
+    stamp = micro_time(now)
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": name},
+        "spec": {
+            "holderIdentity": identity,
+            "leaseDurationSeconds": seconds,
+            "acquireTime": stamp,
+            "renewTime": stamp,
+            "leaseTransitions": transitions,
+        },
+    }
+
+
+def lease_expired(seen: _Seen, holder: str | None, duration: float, mono_now: float) -> bool:
+    """Free when nobody holds it, or when it has not changed for a whole lease duration."""
+    return not holder or mono_now - seen.since >= duration
+
+
+class LeaderElector:
+    """Run `run(stop)` on a thread; ask `is_leader()` before acting."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        settings: OperatorSettings,
+        metrics: Metrics,
+        *,
+        loop_healthy: Callable[[], bool] = lambda: True,
+        on_lost: Callable[[], None] = lambda: None,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+    ) -> None:
+        self.kube = kube
+        self.settings = settings
+        self.metrics = metrics
+        self.identity = settings.identity
+        self.loop_healthy = loop_healthy
+        self.on_lost = on_lost
+        self.clock = clock
+        self.wall = wall
+        self.namespace = settings.leader_election_namespace
+        self.name = settings.leader_election_lease_name
+        self.leading = False
+        self.holder: str | None = None
+        self._lock = threading.Lock()
+        self._leader_until = 0.0
+        self._my_version: str | None = None
+        self._seen: _Seen | None = None
+        self._last_read_ok = clock()
+        self._last_step = clock()
+        self._renewal_failing = False
+        self._reported: set[Problem] = set()
+        self.became_leader = threading.Event()
+        metrics.is_leader.labels(identity=self.identity).set(0)
+        metrics.leader_known.labels(identity=self.identity).set(0)
+
+    # --- queries ----------------------------------------------------------------------------------
+
+    def is_leader(self) -> bool:
+        with self._lock:
+            return self.leading and self.clock() < self._leader_until
+
+    def renewing(self) -> bool:
+        """False while the leader's renewals fail (it still leads until the deadline)."""
+        return self.is_leader() and not self._renewal_failing
+
+    def health(self) -> tuple[bool, str]:
+        now = self.clock()
+        step_age = now - self._last_step
+        limit = (
+            max(self.settings.leader_election_retry_seconds, self.settings.leader_election_renew_seconds) * 3
+            + 30
+        )
+        if step_age > limit:
+            return False, f"leader election thread has not run for {step_age:.0f}s"
+        unknown = now - self._last_read_ok
+        if unknown > 3 * self.settings.leader_election_lease_seconds:
+            return False, f"cannot tell who leads: leader Lease unreadable for {unknown:.0f}s"
+        if Problem.DUPLICATE_IDENTITY in self._reported:
+            return False, f"another process renews the leader Lease as {self.identity}"
+        role = "leader" if self.is_leader() else f"standby (leader: {self.holder or 'none'})"
+        return True, role
+
+    # --- the loop ---------------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        log.info("leader election: %s competes for Lease %s/%s", self.identity, self.namespace, self.name)
+        while not stop.is_set():
+            try:
+                wait = self.step()
+            except Exception:
+                # The thread must outlive any one bad look: a dead election thread is a silent freeze.
+                log.exception("leader election: unexpected error; trying again")
+                self.metrics.leader_problems.labels(identity=self.identity, kind="UnexpectedError").inc()
+                wait = self.settings.leader_election_retry_seconds
+            stop.wait(wait)
+
+    def step(self) -> float:
+        """One look at the Lease: renew, acquire or wait. Returns seconds until the next look."""
+        self._last_step = self.clock()
+        try:
+            lease = self.kube.get(LEASES, self.namespace, self.name)
+        except NotFound:
+            lease = None
+        except Exception as error:  # any failure to read is: cannot tell who leads
+            return self._unreadable(error)
+        self._read_ok()
+        if lease is None:
+            self._create()
+            return self._next_wait()
+        spec = lease.get("spec") or {}
+        holder = spec.get("holderIdentity") or None
+        version = str(lease["metadata"]["resourceVersion"])
+        self.holder = holder
+        if self.leading:
+            self._as_leader(lease, holder, version)
+        else:
+            self._as_standby(lease, holder, version)
+        return self._next_wait()
+
+    def _next_wait(self) -> float:
+        if self.leading and not self._renewal_failing:
+            return self.settings.leader_election_renew_seconds
+        return self.settings.leader_election_retry_seconds
+
+    def _as_leader(self, lease: JSON, holder: str | None, version: str) -> None:
+        if holder != self.identity or version != self._my_version:
+            if holder == self.identity:
+                self._problem(
+                    Problem.DUPLICATE_IDENTITY,
+                    f"the leader Lease was renewed as {self.identity} by another process: two replicas share "
+                    "one identity (set POD_NAME from metadata.name); stepping down",
+                    lease,
+                )
+            self._lose(f"Lease now held by {holder or 'nobody'}")
+            return
+        if not self.loop_healthy():
+            self._problem(
+                Problem.LOOP_STALLED,
+                f"{self.identity}'s event loop is blocked: not renewing, so a healthy replica takes over",
+                lease,
+            )
+            self._check_deadline()
+            return
+        try:
+            renewed = self.kube.patch(
+                LEASES,
+                self.namespace,
+                self.name,
+                {"spec": {"renewTime": micro_time(self.wall()), "holderIdentity": self.identity}},
+                resource_version=version,
+            )
+        except Conflict:
+            # Changed between our read and write: the next look decides who holds it.
+            self._renewal_failed("the Lease changed under us", lease)
+            return
+        except Exception as error:
+            self._renewal_failed(str(error), lease)
+            return
+        with self._lock:
+            self._my_version = str(renewed["metadata"]["resourceVersion"])
+            self._leader_until = self.clock() + self.settings.renew_deadline_seconds
+        if self._renewal_failing:
+            log.info("leader election: renewals of %s work again", self.identity)
+        self._renewal_failing = False
+        self._reported.discard(Problem.RENEWAL_FAILED)
+
+    def _as_standby(self, lease: JSON, holder: str | None, version: str) -> None:
+        now = self.clock()
+        if self._seen is None or self._seen.resource_version != version:
+            if self._seen is not None and holder == self.identity:
+                self._problem(
+                    Problem.DUPLICATE_IDENTITY,
+                    f"the leader Lease is being renewed as {self.identity} by another process: two replicas "
+                    "share one identity (set POD_NAME from metadata.name); not taking over",
+                    lease,
+                )
+            self._seen = _Seen(version, now)
+        duration = float(
+            (lease.get("spec") or {}).get("leaseDurationSeconds")
+            or self.settings.leader_election_lease_seconds
+        )
+        if not lease_expired(self._seen, holder, duration, now):
+            return
+        transitions = int((lease.get("spec") or {}).get("leaseTransitions") or 0) + 1
+        body = lease_body(
+            self.name, self.identity, self.settings.leader_election_lease_seconds, transitions, self.wall()
+        )
+        body["metadata"] = {**lease["metadata"]}
+        try:
+            taken = self.kube.replace(LEASES, self.namespace, self.name, body)
+        except Conflict:
+            return
+        except Exception as error:
+            log.warning("leader election: taking over the Lease failed: %s", error)
+            return
+        self._won(taken, previous=holder)
+
+    def _create(self) -> None:
+        body = lease_body(
+            self.name, self.identity, self.settings.leader_election_lease_seconds, 0, self.wall()
+        )
+        try:
+            created = self.kube.create(LEASES, self.namespace, body)
+        except AlreadyExists:
+            return
+        except Exception as error:
+            log.warning("leader election: creating the Lease failed: %s", error)
+            return
+        self._won(created, previous=None)
+
+    def _won(self, lease: JSON, previous: str | None) -> None:
+        with self._lock:
+            self.leading = True
+            self._my_version = str(lease["metadata"]["resourceVersion"])
+            self._leader_until = self.clock() + self.settings.renew_deadline_seconds
+        self.holder = self.identity
+        self._renewal_failing = False
+        self.metrics.is_leader.labels(identity=self.identity).set(1)
+        note = f"{self.identity} leads" + (f", taking over from {previous}" if previous else "")
+        log.info("leader election: %s", note)
+        self._event(lease, "LeaderElected", note, warning=False)
+        self.became_leader.set()
+
+    def _renewal_failed(self, why: str, lease: JSON) -> None:
+        self._renewal_failing = True
+        self._problem(
+            Problem.RENEWAL_FAILED, f"{self.identity} could not renew the leader Lease: {why}", lease
+        )
+        self._check_deadline()
+
+    def _check_deadline(self) -> None:
+        if self.leading and self.clock() >= self._leader_until:
+            self._lose("no successful renewal within the renew deadline")
+
+    def _lose(self, why: str) -> None:
+        with self._lock:
+            was = self.leading
+            self.leading = False
+            self._leader_until = 0.0
+        self.metrics.is_leader.labels(identity=self.identity).set(0)
+        if was:
+            self.metrics.leader_problems.labels(
+                identity=self.identity, kind=str(Problem.LEADERSHIP_LOST)
+            ).inc()
+            log.error("leader election: %s lost the leadership (%s); stopping", self.identity, why)
+            self.on_lost()
+
+    def _unreadable(self, error: BaseException) -> float:
+        self.metrics.leader_known.labels(identity=self.identity).set(0)
+        unknown = self.clock() - self._last_read_ok
+        if unknown >= self.settings.leader_election_lease_seconds:
+            self._problem(
+                Problem.LEASE_UNREADABLE,
+                f"{self.identity} cannot tell who leads: the leader Lease has been unreadable for "
+                f"{unknown:.0f}s ({error})",
+                None,
+            )
+        else:
+            log.warning("leader election: reading the Lease failed: %s", error)
+        if self.leading:
+            self._renewal_failing = True
+            self._check_deadline()
+        return self.settings.leader_election_retry_seconds
+
+    def _read_ok(self) -> None:
+        self._last_read_ok = self.clock()
+        self.metrics.leader_known.labels(identity=self.identity).set(1)
+        self._reported.discard(Problem.LEASE_UNREADABLE)
+
+    def _problem(self, kind: Problem, message: str, lease: JSON | None) -> None:
+        """Log and count every time; post an Event once per episode so a stuck replica is visible in
+        `kubectl get events` without flooding it."""
+        self.metrics.leader_problems.labels(identity=self.identity, kind=str(kind)).inc()
+        log.error("leader election: %s", message)
+        if kind in self._reported:
+            return
+        self._reported.add(kind)
+        if lease is not None:
+            self._event(lease, str(kind), message, warning=True)
+
+    def _event(self, lease: JSON, reason: str, note: str, *, warning: bool) -> None:
+        target = {**lease, "apiVersion": "coordination.k8s.io/v1", "kind": "Lease"}
+        target["metadata"] = {**(lease.get("metadata") or {}), "namespace": self.namespace}
+        body = events.event_body(
+            target,
+            reason=reason,
+            note=note,
+            action="LeaderElection",
+            controller=REPORTING_CONTROLLER,
+            instance=self.identity,
+            now=self.wall(),
+            warning=warning,
+        )
+        events.record(self.kube, body)
+
+    def release(self) -> None:
+        """On a graceful stop: hand the Lease back so a standby takes over at once, not after a lease."""
+        with self._lock:
+            if not self.leading or self._my_version is None:
+                return
+            self.leading = False
+            version = self._my_version
+        self.metrics.is_leader.labels(identity=self.identity).set(0)
+        try:
+            self.kube.patch(
+                LEASES,
+                self.namespace,
+                self.name,
+                {"spec": {"holderIdentity": None, "renewTime": None, "acquireTime": None}},
+                resource_version=version,
+            )
+            log.info("leader election: %s released the Lease", self.identity)
+        except Exception as error:
+            log.warning("leader election: releasing the Lease failed: %s", error)

@@ -1,0 +1,153 @@
+"""`shardops operator`: metrics, leader election, then kopf, in that order; and a clean stop.
+
+Only the leader runs kopf. A replica that loses the leadership stops kopf and exits non-zero, so
+its pod restarts as a fresh standby (client-go's rule: never keep going after losing the lease).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import threading
+import time
+from types import FrameType
+
+import kopf
+
+from shardops import API_GROUP
+from shardops.k8s.api import Kube
+from shardops.operator.handlers import register
+from shardops.operator.leader import LeaderElector
+from shardops.operator.metrics import Metrics
+from shardops.operator.reconcile import Reconciler
+from shardops.operator.settings import FIELD_MANAGER, OperatorSettings
+
+log = logging.getLogger(__name__)
+
+# Exit codes: 0 stopped on request; 1 lost the leadership (restart as a standby).
+EXIT_LOST_LEADERSHIP = 1
+
+
+class LoopHeartbeat:
+    """Ticks inside the event loop. A blocked loop (a sync call on it, a deadlock) stops the ticks,
+    which /healthz and the leader renewals notice."""
+
+    def __init__(self, stall_seconds: float) -> None:
+        self.stall_seconds = stall_seconds
+        self.started = False
+        self.last = time.monotonic()
+
+    async def run(self) -> None:
+        self.started = True
+        while True:
+            self.last = time.monotonic()
+            await asyncio.sleep(1.0)
+
+    def age(self) -> float:
+        return time.monotonic() - self.last if self.started else 0.0
+
+    def healthy(self) -> bool:
+        return self.age() < self.stall_seconds
+
+
+def kopf_settings(settings: OperatorSettings) -> kopf.OperatorSettings:
+    configured = kopf.OperatorSettings()
+    # kopf's bookkeeping under our own prefix, so `kubectl get -o yaml` shows one vocabulary.
+    configured.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=API_GROUP)
+    configured.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=API_GROUP)
+    configured.persistence.finalizer = f"{API_GROUP}/kopf-finalizer"
+    # Logs stay logs: Events are ours and carry the transitions.
+    configured.posting.enabled = False
+    # Leadership is decided by our Lease (leader.py), not by kopf peering (kopf #734).
+    configured.peering.standalone = True
+    # Serve the CRDs present at start; no list/watch permission on all CRDs and namespaces needed.
+    configured.scanning.disabled = True
+    return configured
+
+
+def run_operator(settings: OperatorSettings) -> int:
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    if settings.log_level.upper() != "DEBUG":
+        # kopf logs every successful handler call at INFO: one line per tick per campaign.
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    metrics = Metrics()
+    kube = Kube.from_environment(FIELD_MANAGER, settings.kubeconfig)
+    kube.observer = metrics.observe_api
+    heartbeat = LoopHeartbeat(settings.loop_stall_seconds)
+    stop = threading.Event()
+    outcome = {"code": 0}
+
+    def lost() -> None:
+        outcome["code"] = EXIT_LOST_LEADERSHIP
+        stop.set()
+
+    elector = LeaderElector(kube, settings, metrics, loop_healthy=heartbeat.healthy, on_lost=lost)
+
+    def healthy() -> tuple[bool, str]:
+        metrics.loop_lag.set(heartbeat.age())
+        if not heartbeat.healthy():
+            return False, f"event loop blocked for {heartbeat.age():.0f}s"
+        if settings.leader_election:
+            return elector.health()
+        return True, "leader election disabled"
+
+    server = metrics.serve(settings.metrics_host, settings.metrics_port, healthy)
+    election_stop = threading.Event()
+    election = threading.Thread(
+        target=elector.run, args=(election_stop,), name="leader-election", daemon=True
+    )
+
+    def request_stop(signum: int, _frame: FrameType | None) -> None:
+        log.info("signal %s: stopping", signal.Signals(signum).name)
+        stop.set()
+
+    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        if settings.leader_election:
+            election.start()
+            log.info("standby: waiting to become the leader")
+            while not stop.is_set() and not elector.became_leader.wait(0.5):
+                pass
+            is_leader, renewing = elector.is_leader, elector.renewing
+        else:
+            is_leader = renewing = lambda: True
+        if stop.is_set():
+            return outcome["code"]
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        reconciler = Reconciler(kube, settings, metrics, is_leader=is_leader, renewing=renewing)
+        registry = kopf.OperatorRegistry()
+        register(registry, settings, reconciler)
+        asyncio.run(_serve(registry, settings, stop, heartbeat))
+        return outcome["code"]
+    finally:
+        election_stop.set()
+        if outcome["code"] == 0:
+            elector.release()
+        server.stop()
+
+
+async def _serve(
+    registry: kopf.OperatorRegistry,
+    settings: OperatorSettings,
+    stop: threading.Event,
+    heartbeat: LoopHeartbeat,
+) -> None:
+    beat = asyncio.create_task(heartbeat.run())
+    try:
+        await kopf.operator(
+            registry=registry,
+            settings=kopf_settings(settings),
+            standalone=True,
+            clusterwide=not settings.namespaces,
+            namespaces=settings.namespaces,
+            stop_flag=stop,
+        )
+    finally:
+        beat.cancel()
+        # kopf waits for a threading.Event stop flag in an executor thread; when kopf stopped for
+        # another reason (its own SIGTERM handler), that thread must be released or the loop never closes.
+        stop.set()

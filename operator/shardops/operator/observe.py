@@ -1,0 +1,160 @@
+"""What the scheduler sees: live objects (Campaign, Shards, Leases, worker Jobs and Pods) turned into
+the inputs of `logic.planner.plan_dispatch`. Pure: no I/O, no clock (`now` is a parameter).
+
+One home for this mapping. `kubectl campaign plan` (a dry run) calls it with what it read from the
+API server, so its answer is the operator's: the reconcile's `_plan` builds exactly these inputs
+(see `tests/test_cli_campaign_plan.py`, which checks the two agree) and should call
+`dispatch_inputs` itself.
+
+A process that just became the leader has folded nothing yet: `breaker_states` is what it computes
+from the status and the shard history not yet folded. A running operator passes its own fold.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from shardops.api.campaign import Campaign, CampaignSpec
+from shardops.api.enums import ShardPhase
+from shardops.api.shard import Shard
+from shardops.logic.aggregate import CampaignFacts
+from shardops.logic.breaker import BreakerPolicy, SourceBreaker
+from shardops.logic.budget import budget_status
+from shardops.logic.leases import LeaseVerdict, classify_lease, lease_action
+from shardops.logic.planner import DispatchInputs, DispatchLimits
+from shardops.logic.transitions import Action
+from shardops.logic.views import ItemProgress
+from shardops.operator import builders, history
+
+JSON = dict[str, Any]
+
+# The operator's defaults (OperatorSettings.worker_pending_grace_seconds; the breaker policy of a
+# source that is not declared in spec.sources). Kept equal by tests/test_cli_campaign_plan.py.
+DEFAULT_PENDING_GRACE = dt.timedelta(seconds=120)
+DEFAULT_BREAKER_POLICY = BreakerPolicy(threshold=3, cooldown=dt.timedelta(seconds=300))
+DEFAULT_WARN_RATIO = 0.8
+
+
+def item_progress(campaign: Campaign, shards: Iterable[Shard], items_total: int) -> ItemProgress:
+    """How many of the campaign's `items_total` items are already cut into work shards."""
+    size = campaign.spec.shard_size
+    return ItemProgress(items_total, builders.materialized_items(shards, size, items_total), size)
+
+
+def campaign_facts(campaign: Campaign, shards: Iterable[Shard], items_total: int) -> CampaignFacts:
+    """What `logic.aggregate.aggregate` needs beyond the shard views (the reconcile's status step)."""
+    shards = list(shards)
+    spec = campaign.spec
+    has_finalize = spec.finalize is not None
+    return CampaignFacts(
+        suspended=spec.suspend,
+        items=item_progress(campaign, shards, items_total),
+        budget_limit=spec.budget.limit if spec.budget is not None else None,
+        budget_warn_ratio=spec.budget.warn_ratio if spec.budget is not None else DEFAULT_WARN_RATIO,
+        finalize_pending=has_finalize
+        and builders.finalize_name(campaign.name) not in {s.name for s in shards},
+        previous_spent=campaign.current_status.spent,
+    )
+
+
+def breaker_policies(spec: CampaignSpec) -> dict[str, BreakerPolicy]:
+    """Each declared source's breaker threshold and cooldown."""
+    return {
+        s.name: BreakerPolicy(s.breaker_threshold, dt.timedelta(seconds=s.cooldown_seconds))
+        for s in spec.sources or []
+    }
+
+
+def breaker_states(campaign: Campaign, shards: Iterable[Shard]) -> dict[str, SourceBreaker]:
+    """The breakers a new leader would start from: the status, plus the shard history written after
+    status.historyFoldedUntil, folded in time order."""
+    status = campaign.current_status
+    outcomes = history.new_outcomes(shards, {}, status.history_folded_until)
+    fold = history.fold_breakers(
+        builders.breakers_from_status(status),
+        outcomes,
+        breaker_policies(campaign.spec),
+        DEFAULT_BREAKER_POLICY,
+    )
+    return fold.states
+
+
+def dispatch_inputs(
+    campaign: Campaign,
+    shards: Iterable[Shard],
+    jobs: Sequence[JSON],
+    pods: Sequence[JSON],
+    now: dt.datetime,
+    *,
+    items_total: int,
+    breakers: Mapping[str, SourceBreaker] | None = None,
+    pending_grace: dt.timedelta = DEFAULT_PENDING_GRACE,
+) -> DispatchInputs:
+    """The planner's inputs for one cycle of `campaign`.
+
+    `shards`: the campaign's Shards as listed; `jobs`/`pods`: its worker Jobs and their pods;
+    `items_total`: the number of items (inline, or read from itemsFrom); `breakers`: the per-source
+    breakers after folding (default: `breaker_states`); `pending_grace`: how long a worker pod may
+    stay Pending before the cluster counts as full.
+    """
+    shards = list(shards)
+    spec = campaign.spec
+    views = [builders.shard_view(s) for s in shards]
+    # Spend never goes down: a deleted or edited shard cannot un-spend money.
+    spent = max(campaign.current_status.spent, sum(v.cost for v in views))
+    limit = spec.budget.limit if spec.budget is not None else None
+    warn = spec.budget.warn_ratio if spec.budget is not None else DEFAULT_WARN_RATIO
+    states = breakers if breakers is not None else breaker_states(campaign, shards)
+    return DispatchInputs(
+        limits=DispatchLimits(spec.max_concurrency, spec.backlog_ratio),
+        items=item_progress(campaign, shards, items_total),
+        shards=views,
+        breakers=builders.planner_breakers(spec, states),
+        budget=budget_status(spent, limit, warn),
+        suspended=spec.suspend,
+        workers=builders.worker_counts(jobs, pods, now, pending_grace),
+        now=now,
+    )
+
+
+@dataclass(frozen=True)
+class ExpiredClaim:
+    """A Running shard whose claim has run out: the lease sweep takes it back before planning."""
+
+    shard: str
+    action: Action
+    attempt: int
+    max_attempts: int
+    reason: str
+
+
+def expired_claims(
+    campaign: Campaign, shards: Iterable[Shard], leases: Mapping[str, JSON | None], now: dt.datetime
+) -> list[ExpiredClaim]:
+    """Zombies among the Running shards (seed 000: no heartbeat and the lease expired), with what the
+    sweep does about each: Reclaim (back to Pending, attempt+1) or Block on the last attempt.
+
+    `leases` maps a shard name to its Lease (None when it has none). Stalls are not predicted: they
+    depend on how long progress has stood still, which only the running operator remembers.
+    """
+    spec = campaign.spec
+    found: list[ExpiredClaim] = []
+    for shard in sorted(shards, key=lambda s: s.name):
+        if builders.phase_of(shard) is not ShardPhase.RUNNING:
+            continue
+        # Progress timing does not matter for a zombie (the expiry is checked first).
+        observation = builders.lease_observation(
+            shard, leases.get(shard.name), spec.lease_seconds, spec.effective_heartbeat_seconds, now
+        )
+        verdict = classify_lease(observation, now, spec.stall.heartbeats)
+        if verdict.verdict is not LeaseVerdict.ZOMBIE:
+            continue
+        attempt = max(shard.current_status.attempt, 1)
+        action = lease_action(verdict.verdict, spec.stall.policy, attempt, spec.max_attempts)
+        if action is None:  # pragma: no cover - a zombie is always reclaimed or blocked
+            continue
+        found.append(ExpiredClaim(shard.name, action, attempt, spec.max_attempts, verdict.reason))
+    return found

@@ -1,0 +1,731 @@
+"""The campaign reconcile: observe the campaign's objects, decide with `logic/`, act through `k8s/`.
+
+One pass:
+  1. read the Campaign; parse and validate it and its items (a bad one: Ready=False, nothing created);
+  2. observe its Shards, worker Jobs and their pods;
+  3. act on recorded requests (retry of Blocked/Failed shards) and sweep the leases of Running shards
+     (zombies back to Pending, stalls reported or revoked);
+  4. plan (`logic.planner.plan_dispatch`) and carry the plan out: pause/resume, materialize shards
+     within the backlog bound, the finalize shard once the work is done;
+  5. fold the new shard history (this pass's included) into the per-source breakers, plan again on
+     what now exists, and keep the worker Jobs the plan wants;
+  6. write the status if it changed, then announce the conditions that turned.
+
+Every shard transition goes through `k8s.shards.apply_transition` (resourceVersion precondition +
+Event). A Conflict on one shard means it moved meanwhile: it is left for the next pass.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from shardops.api.campaign import Campaign, CampaignStatus
+from shardops.api.common import Condition, Item
+from shardops.api.enums import BreakerState, CampaignPhase, ErrorClass, ShardClass, ShardPhase
+from shardops.api.shard import Shard, ShardError
+from shardops.k8s import campaigns, events, jobs, leases
+from shardops.k8s.api import SHARDS, AlreadyExists, ApiError, Conflict, Kube, NotFound
+from shardops.k8s.shards import Actor, TransitionRequest, apply_transition, list_shards
+from shardops.logic import conditions
+from shardops.logic.aggregate import aggregate
+from shardops.logic.breaker import SourceBreaker, effective
+from shardops.logic.budget import BudgetGate, allows, budget_status
+from shardops.logic.conditions import ConditionType, DesiredCondition
+from shardops.logic.leases import LeaseVerdict, classify_lease, lease_action
+from shardops.logic.planner import DispatchPlan, LimitReason, plan_dispatch
+from shardops.logic.transitions import Action
+from shardops.logic.views import ItemProgress
+from shardops.operator import builders, history, observe
+from shardops.operator.metrics import BREAKER_VALUES, Metrics
+from shardops.operator.settings import REPORTING_CONTROLLER, OperatorSettings
+
+log = logging.getLogger(__name__)
+
+JSON = dict[str, Any]
+CONFLICT_ROUNDS = 3
+_DEFAULT_POLICY = observe.DEFAULT_BREAKER_POLICY
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+@dataclass
+class _Progress:
+    """When a running shard's progress last rose, as this process saw it (for stall detection)."""
+
+    attempt: int
+    done: int
+    changed_at: dt.datetime
+    reported: bool = False
+
+
+@dataclass
+class _Memory:
+    """What one campaign's reconciles remember between passes. Losing it (restart, failover) only
+    delays stall detection and makes history folding fall back to the status watermark."""
+
+    items_key: tuple[str, int, str] | None = None
+    items: list[Item] = field(default_factory=list)
+    folded: dict[str, dt.datetime] = field(default_factory=dict)
+    progress: dict[str, _Progress] = field(default_factory=dict)
+    shard_seen: dict[str, tuple[str, float]] = field(default_factory=dict)
+    # Coalescing of concurrent requests: one pass at a time, and one more if asked meanwhile.
+    running: bool = False
+    again: bool = False
+    last_started: float = 0.0
+
+
+@dataclass
+class _Observed:
+    body: JSON
+    campaign: Campaign
+    items: list[Item]
+    shards: dict[str, Shard]
+    jobs: list[JSON]
+    pods: list[JSON]
+
+
+class Reconciler:
+    def __init__(
+        self,
+        kube: Kube,
+        settings: OperatorSettings,
+        metrics: Metrics,
+        *,
+        is_leader: Callable[[], bool] = lambda: True,
+        renewing: Callable[[], bool] = lambda: True,
+        clock: Callable[[], dt.datetime] = utcnow,
+    ) -> None:
+        self.kube = kube
+        self.settings = settings
+        self.metrics = metrics
+        self.is_leader = is_leader
+        self.renewing = renewing
+        self.clock = clock
+        self.actor = Actor(controller=REPORTING_CONTROLLER, instance=settings.identity)
+        self._lock = threading.Lock()
+        self._memory: dict[tuple[str, str], _Memory] = {}
+
+    # --- entry points (called from kopf handlers, in kopf's thread pool) ------------------------------
+
+    def kick(self, namespace: str, name: str) -> None:
+        """Reconcile now, unless a pass is running: then that pass runs once more when it ends."""
+        memory = self._remember(namespace, name)
+        with self._lock:
+            if memory.running:
+                memory.again = True
+                return
+            memory.running = True
+        try:
+            while True:
+                pause = memory.last_started + self.settings.min_reconcile_interval_seconds - time.monotonic()
+                if pause > 0:
+                    threading.Event().wait(pause)
+                memory.last_started = time.monotonic()
+                self.reconcile(namespace, name)
+                with self._lock:
+                    if not memory.again:
+                        memory.running = False
+                        return
+                    memory.again = False
+        except BaseException:
+            with self._lock:
+                memory.running = False
+                memory.again = False
+            raise
+
+    def shard_event(self, namespace: str, body: JSON) -> None:
+        """A Shard changed. Reconcile its campaign when the change matters to scheduling (a phase
+        change or new cost); heartbeats that only renew the lease do not."""
+        spec = body.get("spec") or {}
+        campaign = spec.get("campaign")
+        name = (body.get("metadata") or {}).get("name")
+        if not campaign or not name:
+            return
+        status = body.get("status") or {}
+        marker = (str(status.get("phase") or ShardPhase.QUEUED), float(status.get("cost") or 0.0))
+        memory = self._remember(namespace, str(campaign))
+        if memory.shard_seen.get(str(name)) == marker:
+            return
+        memory.shard_seen[str(name)] = marker
+        self.kick(namespace, str(campaign))
+
+    def reconcile(self, namespace: str, name: str) -> None:
+        if not self.is_leader():
+            log.debug("not the leader: skipping %s/%s", namespace, name)
+            return
+        started = time.monotonic()
+        outcome = "ok"
+        try:
+            for round_ in range(CONFLICT_ROUNDS):
+                try:
+                    self._once(namespace, name)
+                    return
+                except Conflict:
+                    # The campaign (or a shard we planned from) changed under us: read again, decide again.
+                    if round_ == CONFLICT_ROUNDS - 1:
+                        outcome = "conflict"
+                        log.info("campaign %s/%s kept changing; next pass decides", namespace, name)
+        except Exception:
+            outcome = "error"
+            raise
+        finally:
+            self.metrics.reconcile_seconds.labels(outcome=outcome).observe(time.monotonic() - started)
+
+    # --- one pass --------------------------------------------------------------------------------------
+
+    def _remember(self, namespace: str, name: str) -> _Memory:
+        with self._lock:
+            return self._memory.setdefault((namespace, name), _Memory())
+
+    def _once(self, namespace: str, name: str) -> None:
+        key = f"{namespace}/{name}"
+        body = campaigns.get(self.kube, namespace, name)
+        if body is None or (body.get("metadata") or {}).get("deletionTimestamp"):
+            with self._lock:
+                self._memory.pop((namespace, name), None)
+            self.metrics.forget_campaign(key)
+            return
+        now = self.clock()
+        try:
+            campaign = Campaign.parse(body)
+        except ValidationError as error:
+            self._invalid(body, "InvalidSpec", _validation_message(error), now)
+            return
+        if len(campaign.name) > builders.LABEL_VALUE_MAX:
+            self._invalid(
+                body,
+                "NameTooLong",
+                f"campaign name has {len(campaign.name)} characters; shards and workers are labelled with it "
+                f"and label values stop at {builders.LABEL_VALUE_MAX}: recreate it with a shorter name",
+                now,
+            )
+            return
+        memory = self._remember(namespace, name)
+        try:
+            items = self._items(campaign, memory)
+        except campaigns.ItemsUnavailable as problem:
+            self._invalid(body, problem.reason, problem.message, now)
+            return
+        seen = _Observed(
+            body=body,
+            campaign=campaign,
+            items=items,
+            shards={s.name: s for s in list_shards(self.kube, namespace, name)},
+            jobs=jobs.list_workers(self.kube, namespace, name),
+            pods=jobs.list_worker_pods(self.kube, namespace, name),
+        )
+        status = campaign.current_status
+        retried = self._retry(seen, now)
+        stuck = self._sweep(seen, memory, now)
+        # Materialize, pause and resume do not depend on breakers; folding after them takes in the
+        # entries this pass wrote, so the next pass has nothing new to fold (and no status to rewrite).
+        first = self._plan(seen, builders.breakers_from_status(status), now)
+        self._act(seen, first, now)
+        fold = self._fold(seen, memory, status, now)
+        plan = self._plan(seen, fold.states, now)
+        workers_held = self._start_workers(seen, plan, now)
+        self._write_status(seen, plan, fold, stuck, retried, workers_held, now)
+        self.metrics.dispatch.labels(campaign=key, reason=str(plan.reason)).inc()
+
+    # --- items -------------------------------------------------------------------------------------------
+
+    def _items(self, campaign: Campaign, memory: _Memory) -> list[Item]:
+        if campaign.spec.items is not None:
+            return campaign.spec.items
+        source = campaign.spec.items_from
+        if source is None:  # pragma: no cover - the model requires one of the two
+            raise campaigns.ItemsUnavailable("NoItems", "set spec.items or spec.itemsFrom")
+        # The ConfigMap is read once per spec generation: items are the campaign's input and are not
+        # expected to change under a running campaign; a fixed spec (new generation) reads them again.
+        cache_key = (
+            campaign.metadata.uid or "",
+            campaign.generation,
+            source.config_map_name + "/" + source.key,
+        )
+        if memory.items_key == cache_key:
+            return memory.items
+        items, _ = campaigns.read_items(self.kube, campaign.namespace, source)
+        memory.items_key, memory.items = cache_key, items
+        return items
+
+    # --- recorded requests ---------------------------------------------------------------------------
+
+    def _retry(self, seen: _Observed, now: dt.datetime) -> int | None:
+        """spec.retry.generation ahead of status.lastRetryGeneration: retry every Blocked and Failed shard
+        once. Returns the generation acted on (recorded in the status by this pass), or None."""
+        campaign = seen.campaign
+        if not campaign.retry_requested:
+            return None
+        wanted = campaign.spec.retry.generation
+        retried = []
+        for shard in list(seen.shards.values()):
+            if builders.phase_of(shard) not in (ShardPhase.BLOCKED, ShardPhase.FAILED):
+                continue
+            request = TransitionRequest(
+                Action.RETRY,
+                f"retry requested by spec.retry.generation={wanted}",
+                updates={"not_before": None, "owner": None, "lease_until": None},
+            )
+            if self._transition(seen, shard, request, now):
+                retried.append(shard.name)
+        campaigns.record_event(
+            self.kube,
+            seen.body,
+            reason="RetryRequested",
+            note=f"spec.retry.generation={wanted}: {len(retried)} shard(s) back to Pending"
+            + conditions.listing(retried),
+            actor=self.actor,
+            now=now,
+        )
+        return wanted
+
+    # --- lease sweep --------------------------------------------------------------------------------------
+
+    def _sweep(self, seen: _Observed, memory: _Memory, now: dt.datetime) -> list[str]:
+        """Seed 000's heartbeat table for every Running shard. Returns the shards found stuck."""
+        spec = seen.campaign.spec
+        key = f"{seen.campaign.namespace}/{seen.campaign.name}"
+        stuck: list[str] = []
+        running = {n for n, s in seen.shards.items() if builders.phase_of(s) is ShardPhase.RUNNING}
+        for gone in set(memory.progress) - running:
+            del memory.progress[gone]
+        for name in sorted(running):
+            shard = seen.shards[name]
+            status = shard.current_status
+            mark = self._progress_mark(memory, shard, now)
+            lease = leases.read(self.kube, shard.namespace, shard.lease_name)
+            observation = builders.lease_observation(
+                shard, lease, spec.lease_seconds, spec.effective_heartbeat_seconds, mark.changed_at
+            )
+            verdict = classify_lease(observation, now, spec.stall.heartbeats)
+            attempt = max(status.attempt, 1)
+            if verdict.verdict is LeaseVerdict.STUCK:
+                stuck.append(name)
+                if not mark.reported:
+                    mark.reported = True
+                    self.metrics.stalls.labels(campaign=key).inc()
+                    self._stalled_event(seen, shard, verdict.reason, now)
+            action = lease_action(verdict.verdict, spec.stall.policy, attempt, spec.max_attempts)
+            if action is None:
+                continue
+            held = lease is not None and bool((lease.get("spec") or {}).get("holderIdentity"))
+            if held and lease is not None and not leases.revoke(self.kube, lease):
+                continue  # renewed since we read it: alive after all
+            zombie = verdict.verdict is LeaseVerdict.ZOMBIE
+            error = ShardError(
+                error_class=ErrorClass.UNKNOWN if zombie else ErrorClass.TIMEOUT,
+                source=status.source or shard.spec.source,
+                message=("worker lost: " if zombie else "no progress: ") + verdict.reason,
+                at=now,
+            )
+            request = TransitionRequest(
+                action,
+                f"{verdict.reason}; attempt {attempt} of {spec.max_attempts}",
+                updates={
+                    "owner": None,
+                    "lease_until": None,
+                    "last_heartbeat": None,
+                    "not_before": None,
+                    "last_error": error,
+                },
+            )
+            self._transition(seen, shard, request, now)
+        return stuck
+
+    def _progress_mark(self, memory: _Memory, shard: Shard, now: dt.datetime) -> _Progress:
+        status = shard.current_status
+        done = status.progress.done if status.progress is not None else 0
+        attempt = max(status.attempt, 1)
+        mark = memory.progress.get(shard.name)
+        if mark is None or mark.attempt != attempt:
+            # First sight of this attempt: without progress yet, it has been still since its claim.
+            claimed = builders.claimed_at(shard)
+            start = claimed if (done == 0 and claimed is not None) else now
+            mark = _Progress(attempt, done, start)
+            memory.progress[shard.name] = mark
+        elif done > mark.done:
+            mark.done, mark.changed_at, mark.reported = done, now, False
+        return mark
+
+    def _stalled_event(self, seen: _Observed, shard: Shard, reason: str, now: dt.datetime) -> None:
+        policy = seen.campaign.spec.stall.policy
+        events.record(
+            self.kube,
+            events.event_body(
+                shard.to_dict(),
+                reason="Stalled",
+                note=f"{reason}; stall policy {policy}",
+                action="Stall",
+                controller=self.actor.controller,
+                instance=self.actor.instance,
+                now=now,
+                warning=True,
+            ),
+        )
+
+    # --- history -> breakers --------------------------------------------------------------------------
+
+    def _fold(
+        self, seen: _Observed, memory: _Memory, status: CampaignStatus, now: dt.datetime
+    ) -> _FoldResult:
+        spec = seen.campaign.spec
+        key = f"{seen.campaign.namespace}/{seen.campaign.name}"
+        outcomes = history.new_outcomes(seen.shards.values(), memory.folded, status.history_folded_until)
+        policies = observe.breaker_policies(spec)
+        fold = history.fold_breakers(
+            builders.breakers_from_status(status), outcomes, policies, _DEFAULT_POLICY
+        )
+        watermark = history.mark_folded(memory.folded, status.history_folded_until, outcomes)
+        counts = history.tally(outcomes)
+        if counts.claims:
+            self.metrics.claims.labels(campaign=key).inc(counts.claims)
+        if counts.lease_expirations:
+            self.metrics.lease_expirations.labels(campaign=key).inc(counts.lease_expirations)
+        if counts.blocked:
+            self.metrics.blocked.labels(campaign=key).inc(counts.blocked)
+        for cls, n in counts.retries.items():
+            self.metrics.retries.labels(campaign=key, error_class=cls).inc(n)
+        for cls, n in counts.failed.items():
+            self.metrics.failed.labels(campaign=key, error_class=cls).inc(n)
+        for source in fold.opened:
+            fallback = next((s.fallback for s in spec.sources or [] if s.name == source), None)
+            then = f"its shards use fallback {fallback}" if fallback else "its shards wait for the cooldown"
+            campaigns.record_event(
+                self.kube,
+                seen.body,
+                reason="BreakerOpened",
+                note=f"source {source}: {fold.reasons.get(source, 'rate limited')}; {then}",
+                actor=self.actor,
+                now=now,
+                warning=True,
+            )
+        for source in fold.closed:
+            campaigns.record_event(
+                self.kube,
+                seen.body,
+                reason="BreakerClosed",
+                note=f"source {source} answered again: claims resume",
+                actor=self.actor,
+                now=now,
+            )
+        for source, breaker in fold.states.items():
+            state = effective(breaker, now, builders.cooldown_of(spec, source))
+            self.metrics.breaker_state.labels(campaign=key, source=source).set(BREAKER_VALUES[state])
+        return _FoldResult(fold.states, fold.reasons, watermark)
+
+    # --- planning and acting -----------------------------------------------------------------------------
+
+    def _plan(self, seen: _Observed, states: dict[str, SourceBreaker], now: dt.datetime) -> DispatchPlan:
+        # The inputs come from `observe`, the one mapping of live objects to planner inputs, which
+        # `kubectl campaign plan` uses too: its dry run is this plan.
+        inputs = observe.dispatch_inputs(
+            seen.campaign,
+            seen.shards.values(),
+            seen.jobs,
+            seen.pods,
+            now,
+            items_total=len(seen.items),
+            breakers=states,
+            pending_grace=dt.timedelta(seconds=self.settings.worker_pending_grace_seconds),
+        )
+        return plan_dispatch(inputs)
+
+    def _item_progress(self, seen: _Observed) -> ItemProgress:
+        return observe.item_progress(seen.campaign, seen.shards.values(), len(seen.items))
+
+    def _act(self, seen: _Observed, plan: DispatchPlan, now: dt.datetime) -> None:
+        hold = "campaign suspended (spec.suspend)" if seen.campaign.spec.suspend else "budget exhausted"
+        for name in plan.pause:
+            self._transition_named(seen, name, TransitionRequest(Action.PAUSE, f"paused: {hold}"), now)
+        for name in plan.resume:
+            self._transition_named(
+                seen, name, TransitionRequest(Action.RESUME, "resumed: nothing holds it"), now
+            )
+        for name in plan.promote:
+            self._transition_named(seen, name, TransitionRequest(Action.MATERIALIZE, "claimable"), now)
+        self._materialize(seen, plan.materialize, now)
+        self._maybe_finalize(seen, plan, now)
+
+    def _materialize(self, seen: _Observed, count: int, now: dt.datetime) -> None:
+        """Cut the next `count` shards (FIFO by item index) and make them Pending."""
+        if count <= 0:
+            return
+        progress = self._item_progress(seen)
+        size = seen.campaign.spec.shard_size
+        first = -(-progress.materialized_items // size)
+        for index in range(first, first + count):
+            start, end = builders.shard_slice(len(seen.items), size, index)
+            if start >= end:
+                return
+            body = builders.shard_body(seen.campaign, index, seen.items)
+            shard = self._create_shard(seen, body)
+            if shard is None:
+                return
+            message = f"items {start}..{end - 1} of {len(seen.items)}"
+            self._transition(seen, shard, TransitionRequest(Action.MATERIALIZE, message), now)
+
+    def _maybe_finalize(self, seen: _Observed, plan: DispatchPlan, now: dt.datetime) -> None:
+        campaign = seen.campaign
+        spec = campaign.spec
+        if spec.finalize is None or builders.finalize_name(campaign.name) in seen.shards:
+            return
+        if self._item_progress(seen).remaining_shards:
+            return
+        work = [s for s in seen.shards.values() if s.spec.shard_class is ShardClass.WORK]
+        if not all(builders.phase_of(s).terminal for s in work):
+            return
+        gate = self._gate(seen)
+        if spec.suspend or not allows(gate, ShardClass.FINALIZE):
+            return
+        body = builders.finalize_shard_body(campaign, len(work), len(seen.items))
+        shard = self._create_shard(seen, body)
+        if shard is not None:
+            note = f"all {len(work)} work shard(s) finished: the closing step may start"
+            self._transition(seen, shard, TransitionRequest(Action.MATERIALIZE, note), now)
+
+    def _gate(self, seen: _Observed) -> BudgetGate:
+        spec = seen.campaign.spec
+        if spec.budget is None:
+            return BudgetGate.OPEN
+        spent = max(
+            seen.campaign.current_status.spent, sum(s.current_status.cost for s in seen.shards.values())
+        )
+        return budget_status(spent, spec.budget.limit, spec.budget.warn_ratio).gate
+
+    def _create_shard(self, seen: _Observed, body: JSON) -> Shard | None:
+        name = body["metadata"]["name"]
+        try:
+            created = self.kube.create(SHARDS, seen.campaign.namespace, body)
+        except AlreadyExists:
+            # A previous pass created it and stopped before materializing: take it as it is.
+            try:
+                created = self.kube.get(SHARDS, seen.campaign.namespace, name)
+            except NotFound:
+                return None
+        except ApiError as error:
+            log.error("creating shard %s/%s failed: %s", seen.campaign.namespace, name, error)
+            return None
+        shard = Shard.parse(created)
+        seen.shards[shard.name] = shard
+        if shard.phase not in (None, ShardPhase.QUEUED):
+            return None
+        return shard
+
+    def _start_workers(self, seen: _Observed, plan: DispatchPlan, now: dt.datetime) -> str | None:
+        """Start the planned worker Jobs; the reason they are held back, when they are."""
+        failures = builders.worker_failures(seen.jobs, now)
+        if failures.hold(seen.campaign.spec.max_concurrency, now):
+            return failures.describe()
+        if plan.start_workers <= 0:
+            return None
+        classes = [seen.shards[n].spec.shard_class for n in plan.claimable if n in seen.shards]
+        worker = builders.worker_spec_for(seen.campaign.spec, classes)
+        for _ in range(plan.start_workers):
+            try:
+                job = jobs.create(
+                    self.kube,
+                    seen.campaign.namespace,
+                    builders.worker_job_body(seen.campaign, worker, self.settings.worker_service_account),
+                )
+            except ApiError as error:
+                log.error("creating a worker Job for %s failed: %s", seen.campaign.name, error)
+                return None
+            seen.jobs.append(job)
+        return None
+
+    def _transition_named(
+        self, seen: _Observed, name: str, request: TransitionRequest, now: dt.datetime
+    ) -> bool:
+        shard = seen.shards.get(name)
+        return shard is not None and self._transition(seen, shard, request, now)
+
+    def _transition(
+        self, seen: _Observed, shard: Shard, request: TransitionRequest, now: dt.datetime
+    ) -> bool:
+        """Apply one transition. A Conflict means the shard moved since we read it: left for the next pass."""
+        try:
+            updated = apply_transition(self.kube, shard, request, self.actor, now)
+        except (Conflict, NotFound):
+            return False
+        seen.shards[updated.name] = updated
+        return True
+
+    # --- status ----------------------------------------------------------------------------------------
+
+    def _write_status(
+        self,
+        seen: _Observed,
+        plan: DispatchPlan,
+        fold: _FoldResult,
+        stuck: list[str],
+        retried: int | None,
+        workers_held: str | None,
+        now: dt.datetime,
+    ) -> None:
+        campaign = seen.campaign
+        spec = campaign.spec
+        previous = campaign.current_status
+        views = [builders.shard_view(s) for s in seen.shards.values()]
+        progress = self._item_progress(seen)
+        has_finalize = spec.finalize is not None
+        finalize_pending = has_finalize and builders.finalize_name(campaign.name) not in seen.shards
+        agg = aggregate(views, now, observe.campaign_facts(campaign, seen.shards.values(), len(seen.items)))
+        limits = {limit.reason: limit.message for limit in plan.limits}
+        open_sources = [
+            source
+            for source, b in fold.states.items()
+            if effective(b, now, builders.cooldown_of(spec, source)) is not BreakerState.CLOSED
+        ]
+        work_total = spec.expected_shards(len(seen.items))
+        desired: list[DesiredCondition] = [
+            conditions.ready(
+                None, f"{len(seen.items)} item(s) in {work_total} shard(s) of {spec.shard_size}"
+            ),
+            conditions.backpressured(limits.get(LimitReason.BACKPRESSURE)),
+            conditions.cluster_full(limits.get(LimitReason.CLUSTER_FULL)),
+            *agg.conditions,
+            conditions.stalled(sorted(stuck)),
+            conditions.breaker_open(sorted(open_sources)),
+            conditions.scheduled(self.settings.identity, self.renewing()),
+            conditions.workers_failing(workers_held),
+        ]
+        merged = builders.merge_conditions(previous.conditions, desired, now, campaign.generation)
+        new = builders.campaign_status(
+            agg,
+            builders.StatusFacts(
+                generation=campaign.generation,
+                items_total=len(seen.items),
+                work_shards_total=work_total,
+                has_finalize=has_finalize,
+                remaining_shards=progress.remaining_shards + (1 if finalize_pending else 0),
+                materialized=len(seen.shards),
+                breakers=builders.breakers_to_status(spec, fold.states, fold.reasons, previous, now),
+                conditions=merged,
+                last_retry_generation=retried if retried is not None else previous.last_retry_generation,
+                history_folded_until=fold.watermark,
+                budget_limit=spec.budget.limit if spec.budget is not None else None,
+            ),
+            previous,
+        )
+        self._metrics(seen, agg.counts, agg.oldest_pending_age, agg.budget.spent, new)
+        if campaign.status is not None and not builders.status_differs(campaign.status, new):
+            return
+        resource_version = seen.body["metadata"].get("resourceVersion")
+        campaigns.patch_status(
+            self.kube, campaign.namespace, campaign.name, new.to_merge_patch(), resource_version
+        )
+        # After the write: a pass that lost the write (Conflict) and runs again must not repeat them.
+        self._announce(seen, previous.conditions, merged, now)
+
+    def _announce(
+        self, seen: _Observed, before: list[Condition], after: list[Condition], now: dt.datetime
+    ) -> None:
+        """An Event when a condition a person should hear about turns True (or Ready turns False)."""
+        loud = {
+            str(ConditionType.BUDGET_WARNING),
+            str(ConditionType.BUDGET_EXHAUSTED),
+            str(ConditionType.CLUSTER_FULL),
+            str(ConditionType.SUSPENDED),
+            str(ConditionType.COMPLETE),
+            str(ConditionType.DEGRADED),
+            str(ConditionType.WORKERS_FAILING),
+        }
+        old = {c.type: c for c in before}
+        for condition in after:
+            was = old.get(condition.type)
+            if condition.type not in loud or condition.status != "True":
+                continue
+            if was is not None and was.status == condition.status:
+                continue
+            warning = condition.type != str(ConditionType.COMPLETE) or condition.reason != "Succeeded"
+            campaigns.record_event(
+                self.kube,
+                seen.body,
+                reason=condition.reason,
+                note=condition.message,
+                actor=self.actor,
+                now=now,
+                warning=warning,
+            )
+
+    def _metrics(
+        self,
+        seen: _Observed,
+        counts: Any,
+        oldest: dt.timedelta | None,
+        spent: float,
+        status: CampaignStatus,
+    ) -> None:
+        key = f"{seen.campaign.namespace}/{seen.campaign.name}"
+        self.metrics.set_phases(key, dict(counts))
+        self.metrics.oldest_pending.labels(campaign=key).set(oldest.total_seconds() if oldest else 0.0)
+        budget = seen.campaign.spec.budget
+        if budget is not None:
+            self.metrics.budget_ratio.labels(campaign=key).set(spent / budget.limit)
+
+    def _invalid(self, body: JSON, reason: str, message: str, now: dt.datetime) -> None:
+        """Ready=False with the reason, an Event naming the fix (once per problem); nothing is created."""
+        try:
+            previous = CampaignStatus.model_validate(body.get("status") or {})
+        except ValidationError:
+            previous = CampaignStatus()
+        generation = int((body.get("metadata") or {}).get("generation") or 0)
+        merged = builders.merge_conditions(
+            previous.conditions, [conditions.ready(reason, message)], now, generation
+        )
+        new = previous.model_copy(
+            update={"phase": CampaignPhase.INVALID, "observed_generation": generation, "conditions": merged}
+        )
+        if not builders.status_differs(previous if body.get("status") else None, new):
+            return
+        metadata = body.get("metadata") or {}
+        log.warning(
+            "campaign %s/%s is not usable: %s: %s",
+            metadata.get("namespace"),
+            metadata.get("name"),
+            reason,
+            message,
+        )
+        campaigns.patch_status(
+            self.kube,
+            str(metadata.get("namespace")),
+            str(metadata.get("name")),
+            new.to_merge_patch(),
+            metadata.get("resourceVersion"),
+        )
+        # After the write, so a pass that lost it to a Conflict does not post the Event twice.
+        old_ready = next((c for c in previous.conditions if c.type == str(ConditionType.READY)), None)
+        if old_ready is None or (old_ready.status, old_ready.reason, old_ready.message) != (
+            "False",
+            reason,
+            message,
+        ):
+            campaigns.record_event(
+                self.kube, body, reason=reason, note=message, actor=self.actor, now=now, warning=True
+            )
+
+
+@dataclass(frozen=True)
+class _FoldResult:
+    states: dict[str, SourceBreaker]
+    reasons: dict[str, str]
+    watermark: dt.datetime | None
+
+
+def _validation_message(error: ValidationError) -> str:
+    problems = []
+    for item in error.errors()[:10]:
+        where = ".".join(str(part) for part in item.get("loc", ()) if part != "__root__")
+        problems.append(f"{where or 'spec'}: {item.get('msg')}")
+    more = f" (+{error.error_count() - 10} more)" if error.error_count() > 10 else ""
+    return "fix the Campaign (kubectl edit campaign): " + "; ".join(problems) + more

@@ -1,0 +1,126 @@
+"""Operator configuration from the environment (prefix SHARDOPS_), read once in `main` before kopf starts.
+
+Nothing reads these at import time: the handlers are registered by `handlers.register(registry,
+settings, ...)` after the settings exist, so a tick interval from the environment really applies.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from typing import Annotated
+
+from pydantic import AliasChoices, Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from shardops import API_GROUP
+from shardops.operator.builders import DEFAULT_WORKER_SERVICE_ACCOUNT
+
+FIELD_MANAGER = "shardops-operator"
+REPORTING_CONTROLLER = f"{API_GROUP}/operator"
+
+
+def _hostname() -> str:
+    return socket.gethostname()
+
+
+class OperatorSettings(BaseSettings):
+    """Defaults suit a cluster; the e2e tests shorten the tick and the leader lease through the env."""
+
+    model_config = SettingsConfigDict(env_prefix="SHARDOPS_", extra="ignore", populate_by_name=True)
+
+    tick_seconds: float = Field(
+        default=5.0, gt=0, le=3600, description="Interval of the campaign-level periodic reconcile."
+    )
+    min_reconcile_interval_seconds: float = Field(
+        default=1.0,
+        ge=0,
+        le=60,
+        description="Shard changes closer together than this share one reconcile of their campaign.",
+    )
+    namespaces: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Namespaces to watch, comma-separated or a JSON list; empty means the whole cluster.",
+    )
+    metrics_port: int = Field(
+        default=8080, ge=0, le=65535, description="Port of /metrics and /healthz; 0 picks a free port."
+    )
+    metrics_host: str = Field(default="0.0.0.0", description="Address /metrics and /healthz listen on.")
+    kubeconfig: str | None = Field(
+        default=None, description="Kubeconfig path; default: in-cluster config, else $KUBECONFIG."
+    )
+    identity: str = Field(
+        default_factory=_hostname,
+        validation_alias=AliasChoices("SHARDOPS_IDENTITY", "SHARDOPS_POD_NAME", "POD_NAME", "identity"),
+        min_length=1,
+        max_length=253,
+        description="This replica's name in the leader Lease and in Events: the pod name, else the hostname.",
+    )
+    leader_election: bool = Field(
+        default=True, description="false: reconcile without a leader Lease (one replica only)."
+    )
+    leader_election_lease_name: str = Field(default="shardops-operator", min_length=1, max_length=253)
+    leader_election_namespace: str = Field(
+        default="default",
+        validation_alias=AliasChoices(
+            "SHARDOPS_LEADER_ELECTION_NAMESPACE", "POD_NAMESPACE", "leader_election_namespace"
+        ),
+        min_length=1,
+        description="Namespace of the leader Lease: the operator's own (POD_NAMESPACE) in a cluster.",
+    )
+    leader_election_lease_seconds: int = Field(
+        default=15,
+        ge=3,
+        le=300,
+        description="A leader silent this long is replaced; takeover takes at most this plus one retry.",
+    )
+    leader_election_renew_seconds: float = Field(
+        default=5.0, gt=0, description="How often the leader renews its Lease."
+    )
+    leader_election_retry_seconds: float = Field(
+        default=2.0,
+        gt=0,
+        description="How often a standby looks at the Lease (and a failed renewal is retried).",
+    )
+    loop_stall_seconds: float = Field(
+        default=20.0,
+        gt=0,
+        description="An event loop silent this long counts as frozen: /healthz fails, renewals stop.",
+    )
+    worker_pending_grace_seconds: float = Field(
+        default=120.0,
+        gt=0,
+        description="A worker pod Pending this long (or Unschedulable) is stuck: the cluster is full.",
+    )
+    worker_service_account: str = Field(
+        default=DEFAULT_WORKER_SERVICE_ACCOUNT,
+        min_length=1,
+        description="ServiceAccount of worker pods when spec.worker.serviceAccountName is unset.",
+    )
+    log_level: str = Field(default="INFO")
+
+    @field_validator("namespaces", mode="before")
+    @classmethod
+    def _split(cls, value: object) -> object:
+        # Both spellings: "a,b" by hand, and a JSON list as the chart renders it ('[]', '["a","b"]').
+        if isinstance(value, str) and value.strip().startswith("["):
+            return json.loads(value)
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @model_validator(mode="after")
+    def _renew_within_lease(self) -> OperatorSettings:
+        # A leader must renew several times per lease, or one slow request costs it the leadership.
+        if self.leader_election_renew_seconds * 2 >= self.leader_election_lease_seconds:
+            raise ValueError(
+                "SHARDOPS_LEADER_ELECTION_RENEW_SECONDS must be less than half of "
+                "SHARDOPS_LEADER_ELECTION_LEASE_SECONDS"
+            )
+        return self
+
+    @property
+    def renew_deadline_seconds(self) -> float:
+        """How long a leader keeps acting without a successful renewal: two thirds of the lease, so it
+        stops before a standby (which waits the whole lease) can take over."""
+        return self.leader_election_lease_seconds * 2 / 3

@@ -1,0 +1,327 @@
+"""Pure builders of the operator: child objects, views for logic/, breakers and status."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from shardops.api.campaign import Campaign, CampaignStatus
+from shardops.api.common import Condition
+from shardops.api.enums import BreakerState, CampaignPhase, ShardClass, ShardPhase
+from shardops.api.shard import Shard
+from shardops.logic import conditions
+from shardops.logic.aggregate import CampaignFacts, aggregate
+from shardops.logic.breaker import SourceBreaker, effective
+from shardops.logic.idempotency import idempotency_key
+from shardops.logic.timefmt import micro_time
+from shardops.logic.views import ItemProgress
+from shardops.operator import builders
+from test_operator_support import T0, campaign, entry, shard
+
+
+def parsed(**spec: object) -> Campaign:
+    body = campaign(**spec)  # type: ignore[arg-type]
+    body["metadata"]["namespace"] = "ns"
+    return Campaign.parse(body)
+
+
+# --- child objects ------------------------------------------------------------------------------------
+
+
+def test_shard_body_cuts_fifo_slices_with_a_stable_key() -> None:
+    items = [{"id": i} for i in range(7)]
+    camp = parsed(items=items, shardSize=3)
+    body = builders.shard_body(camp, 2, items)
+    assert body["metadata"]["name"] == "camp-00002"
+    assert body["metadata"]["labels"] == {"shardops.dev/campaign": "camp", "shardops.dev/class": "work"}
+    assert body["metadata"]["ownerReferences"] == [
+        {
+            "apiVersion": "shardops.dev/v1alpha1",
+            "kind": "Campaign",
+            "name": "camp",
+            "uid": "uid-camp",
+            "controller": True,
+        }
+    ]
+    assert body["spec"]["items"] == [{"id": 6}] and body["spec"]["itemRange"] == {"start": 6, "end": 7}
+    assert body["spec"]["idempotencyKey"] == idempotency_key("camp", [{"id": 6}], ["agent"])
+    assert Shard.parse(body).spec.item_count == 1, "a valid Shard"
+
+
+def test_shard_source_is_the_first_named_else_the_default() -> None:
+    assert builders.shard_source([{"a": 1}, {"source": "B"}, {"source": "C"}], "A") == "B"
+    assert builders.shard_source([{"a": 1}], "A") == "A"
+    assert builders.shard_source([{"source": 7}], None) is None
+
+
+def test_finalize_shard_has_no_items_and_a_key_of_the_campaign_shape() -> None:
+    camp = parsed(finalize={"image": "img", "command": ["merge"]})
+    body = builders.finalize_shard_body(camp, work_shards=4, items_total=4)
+    assert body["metadata"]["name"] == "camp-finalize"
+    assert body["spec"]["shardClass"] == "finalize" and "items" not in body["spec"]
+    assert body["spec"]["index"] == 4
+    assert Shard.parse(body).spec.is_finalize
+
+
+def test_worker_job_is_owned_labelled_retried_by_us_and_cleaned_up() -> None:
+    camp = parsed(worker={"image": "img", "command": ["agent"], "env": [{"name": "K", "value": "v"}]})
+    job = builders.worker_job_body(camp, camp.spec.worker, "sa-default")
+    labels = {"shardops.dev/campaign": "camp", "shardops.dev/role": "worker"}
+    pod = job["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert job["metadata"]["generateName"] == "camp-worker-" and job["metadata"]["labels"] == labels
+    assert job["spec"]["template"]["metadata"]["labels"] == labels
+    assert job["metadata"]["ownerReferences"][0]["controller"] is True
+    assert (job["spec"]["backoffLimit"], job["spec"]["ttlSecondsAfterFinished"]) == (0, 300)
+    assert pod["restartPolicy"] == "Never" and pod["terminationGracePeriodSeconds"] >= 30
+    assert pod["serviceAccountName"] == "sa-default" and pod["automountServiceAccountToken"] is True
+    assert container["image"] == "img" and container["command"] == [
+        "shardops",
+        "worker",
+        "--campaign",
+        "camp",
+    ]
+    env = {v["name"]: v for v in container["env"]}
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert env["SHARDOPS_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    assert env["K"]["value"] == "v"
+    assert "resources" not in container
+
+
+def test_worker_job_uses_the_campaign_service_account_resources_and_a_short_prefix() -> None:
+    camp = parsed(
+        worker={
+            "image": "img",
+            "command": ["agent"],
+            "serviceAccountName": "mine",
+            "resources": {"requests": {"cpu": "500m"}},
+        }
+    )
+    camp = camp.model_copy(update={"metadata": camp.metadata.model_copy(update={"name": "x" * 60})})
+    job = builders.worker_job_body(camp, camp.spec.worker)
+    assert job["spec"]["template"]["spec"]["serviceAccountName"] == "mine"
+    assert job["spec"]["template"]["spec"]["containers"][0]["resources"] == {"requests": {"cpu": "500m"}}
+    assert len(job["metadata"]["generateName"]) + 5 <= 63
+
+
+def test_finalize_only_work_uses_the_finalize_spec() -> None:
+    camp = parsed(finalize={"image": "final", "command": ["merge"]})
+    assert builders.worker_spec_for(camp.spec, [ShardClass.FINALIZE]).image == "final"
+    assert builders.worker_spec_for(camp.spec, [ShardClass.WORK, ShardClass.FINALIZE]).image == "img"
+    assert builders.worker_spec_for(camp.spec, []).image == "img"
+
+
+# --- views ---------------------------------------------------------------------------------------------
+
+
+def test_shard_view_of_a_fresh_shard_is_queued() -> None:
+    view = builders.shard_view(Shard.parse(shard("camp", 3, None)))
+    assert view.phase is ShardPhase.QUEUED and view.attempt == 1 and view.index == 3
+
+
+def test_shard_view_uses_the_real_source_while_running() -> None:
+    body = shard("camp", 0, "Running", items=[{"id": 0, "source": "A"}], source="B")
+    body["spec"]["source"] = "A"
+    history = [
+        entry("Pending", T0, "Materialized"),
+        entry("Running", T0 + dt.timedelta(seconds=5), "Claimed"),
+    ]
+    body["status"]["history"] = history
+    view = builders.shard_view(Shard.parse(body))
+    assert view.source == "B" and view.since == T0 + dt.timedelta(seconds=5)
+    body["status"]["phase"] = "Pending"
+    assert builders.shard_view(Shard.parse(body)).source == "A"
+
+
+def test_materialized_items_from_the_highest_work_index() -> None:
+    shards = [Shard.parse(shard("camp", i, "Done")) for i in (0, 1, 2)]
+    shards.append(Shard.parse(shard("camp", 3, "Pending", shard_class="finalize")))
+    assert builders.materialized_items(shards, 5, 12) == 12
+    assert builders.materialized_items(shards[:2], 5, 12) == 10
+    assert builders.materialized_items([], 5, 12) == 0
+
+
+def _lease(holder: str | None, renewed: dt.datetime) -> dict:
+    spec: dict = {"leaseDurationSeconds": 30, "leaseTransitions": 2}
+    if holder:
+        spec.update(holderIdentity=holder, renewTime=micro_time(renewed))
+    return {"metadata": {"name": "s"}, "spec": spec}
+
+
+def test_lease_observation_trusts_the_lease_of_the_owner() -> None:
+    running = Shard.parse(
+        shard("c", 0, "Running", owner="w1", leaseUntil=(T0 + dt.timedelta(hours=1)).isoformat())
+    )
+    obs = builders.lease_observation(running, _lease("w1", T0), 30, 10, T0)
+    assert obs.lease_until == T0 + dt.timedelta(seconds=30)
+    released = builders.lease_observation(running, _lease(None, T0), 30, 10, T0)
+    assert released.lease_until == builders.EPOCH, "a released lease on a Running shard: nobody works on it"
+    foreign = builders.lease_observation(running, _lease("w2", T0), 30, 10, T0)
+    assert foreign.lease_until == T0 + dt.timedelta(hours=1), "the shard's own record then"
+
+
+def test_lease_observation_without_any_record_counts_from_the_claim() -> None:
+    body = shard("c", 0, "Running", history=[entry("Running", T0, "Claimed")])
+    obs = builders.lease_observation(Shard.parse(body), None, 30, 10, T0)
+    assert obs.lease_until == T0 + dt.timedelta(seconds=30)
+
+
+def test_worker_counts() -> None:
+    now = T0 + dt.timedelta(minutes=10)
+    jobs = [
+        {"metadata": {}, "status": {}},
+        {"metadata": {}, "status": {"conditions": [{"type": "Complete", "status": "True"}]}},
+        {"metadata": {}, "status": {"conditions": [{"type": "FailureTarget", "status": "True"}]}},
+        {"metadata": {"deletionTimestamp": "x"}, "status": {}},
+    ]
+    old = micro_time(T0)
+    pods = [
+        {"metadata": {"creationTimestamp": old}, "status": {"phase": "Running"}},
+        {"metadata": {"creationTimestamp": old}, "status": {"phase": "Pending"}},
+        {
+            "metadata": {"creationTimestamp": micro_time(now)},
+            "status": {
+                "phase": "Pending",
+                "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
+            },
+        },
+        {"metadata": {"creationTimestamp": micro_time(now)}, "status": {"phase": "Pending"}},
+        {"metadata": {"creationTimestamp": old, "deletionTimestamp": old}, "status": {"phase": "Pending"}},
+    ]
+    counts = builders.worker_counts(jobs, pods, now, dt.timedelta(minutes=2))
+    assert (counts.alive_jobs, counts.running_pods, counts.stuck_pending_pods) == (1, 1, 2)
+
+
+# --- breakers --------------------------------------------------------------------------------------------
+
+
+def test_each_source_keeps_its_own_cooldown_through_the_planner() -> None:
+    camp = parsed(
+        sources=[{"name": "A", "cooldownSeconds": 10}, {"name": "B", "cooldownSeconds": 100}],
+        items=[{"id": 1}],
+    )
+    states = {
+        "A": SourceBreaker(BreakerState.OPEN, 3, T0),
+        "B": SourceBreaker(BreakerState.OPEN, 3, T0),
+        "C": SourceBreaker(BreakerState.CLOSED, 1, None),
+    }
+    planned = builders.planner_breakers(camp.spec, states)
+    at = T0 + dt.timedelta(seconds=10)
+    assert (
+        effective(planned.states["A"], at - dt.timedelta(microseconds=1), planned.cooldown)
+        is BreakerState.OPEN
+    )
+    assert effective(planned.states["A"], at, planned.cooldown) is BreakerState.HALF_OPEN
+    assert effective(planned.states["B"], at, planned.cooldown) is BreakerState.OPEN
+    assert effective(planned.states["C"], at, planned.cooldown) is BreakerState.CLOSED
+
+
+def test_breakers_round_trip_through_the_status() -> None:
+    camp = parsed(
+        sources=[{"name": "A", "fallback": "B", "cooldownSeconds": 10}, {"name": "B"}], items=[{"id": 1}]
+    )
+    states = {"A": SourceBreaker(BreakerState.OPEN, 3, T0), "X": SourceBreaker(BreakerState.CLOSED, 1, None)}
+    listed = builders.breakers_to_status(
+        camp.spec, states, {"A": "429s"}, CampaignStatus(), T0 + dt.timedelta(seconds=11)
+    )
+    assert [(b.source, b.state) for b in listed] == [
+        ("A", BreakerState.HALF_OPEN),
+        ("B", BreakerState.CLOSED),
+        ("X", BreakerState.CLOSED),
+    ]
+    assert listed[0].reason == "429s" and listed[1].reason is None
+    back = builders.breakers_from_status(CampaignStatus(breakers=listed))
+    assert back["A"] == SourceBreaker(BreakerState.OPEN, 3, T0), "HalfOpen is read back as Open"
+    assert back["X"].consecutive_rate_limited == 1
+
+
+# --- status ------------------------------------------------------------------------------------------------
+
+
+def test_merge_conditions_uses_the_api_rule_and_stamps_the_generation() -> None:
+    first = builders.merge_conditions([], [conditions.suspended(True)], T0, 1)
+    later = T0 + dt.timedelta(minutes=1)
+    same = builders.merge_conditions(first, [conditions.suspended(True)], later, 2)
+    flipped = builders.merge_conditions(same, [conditions.suspended(False)], later, 2)
+    assert isinstance(first[0], Condition) and first[0].observed_generation == 1
+    assert same[0].last_transition_time == T0 and same[0].observed_generation == 2
+    assert flipped[0].last_transition_time == later and flipped[0].status == "False"
+
+
+def _status(oldest: float | None = None, pending: int = 0) -> CampaignStatus:
+    return CampaignStatus(phase=CampaignPhase.RUNNING, oldest_pending_seconds=oldest, spent=1.0).model_copy(
+        update={"counts": CampaignStatus().counts.model_copy(update={"pending": pending})}
+    )
+
+
+def test_status_differs_ignores_small_drifts_of_the_oldest_pending_age() -> None:
+    assert builders.status_differs(None, _status())
+    assert not builders.status_differs(_status(10.0), _status(25.0))
+    assert builders.status_differs(_status(10.0), _status(40.0))
+    assert builders.status_differs(_status(None), _status(1.0))
+    assert builders.status_differs(_status(10.0, pending=1), _status(11.0, pending=2))
+
+
+def test_campaign_status_counts_the_unmaterialized_as_queued() -> None:
+    views = [builders.shard_view(Shard.parse(shard("c", i, "Done", cost=0.5))) for i in range(2)]
+    agg = aggregate(views, T0, CampaignFacts(False, ItemProgress(10, 2, 1), 4.0, 0.8))
+    status = builders.campaign_status(
+        agg,
+        builders.StatusFacts(
+            generation=3,
+            items_total=10,
+            work_shards_total=10,
+            has_finalize=True,
+            remaining_shards=9,
+            materialized=2,
+            breakers=[],
+            conditions=[],
+            last_retry_generation=1,
+            history_folded_until=T0,
+            budget_limit=4.0,
+        ),
+        CampaignStatus(),
+    )
+    assert status.counts.queued == 9 and status.counts.done == 2 and status.counts.total == 10
+    assert status.shards_total == 11 and status.budget_ratio == 0.25 and status.observed_generation == 3
+    assert status.progress_text == "2/11"
+
+
+def test_a_job_that_never_got_a_pod_counts_as_stuck() -> None:
+    now = T0 + dt.timedelta(minutes=10)
+    jobs = [
+        {"metadata": {"name": "w-1", "creationTimestamp": micro_time(T0)}, "status": {}},
+        {"metadata": {"name": "w-2", "creationTimestamp": micro_time(T0)}, "status": {}},
+        {"metadata": {"name": "w-3", "creationTimestamp": micro_time(now)}, "status": {}},
+    ]
+    pods = [{"metadata": {"labels": {"batch.kubernetes.io/job-name": "w-2"}}, "status": {"phase": "Running"}}]
+    counts = builders.worker_counts(jobs, pods, now, dt.timedelta(minutes=2))
+    assert (counts.alive_jobs, counts.running_pods, counts.stuck_pending_pods) == (3, 1, 1)
+
+
+def _failed_job(name: str, at: dt.datetime) -> dict:
+    condition = {
+        "type": "Failed",
+        "status": "True",
+        "lastTransitionTime": micro_time(at),
+        "reason": "BackoffLimitExceeded",
+    }
+    return {"metadata": {"name": name}, "status": {"conditions": [condition]}}
+
+
+def test_workers_that_keep_failing_hold_new_jobs_until_quiet() -> None:
+    now = T0 + dt.timedelta(minutes=10)
+    recent = [_failed_job(f"w-{i}", now - dt.timedelta(seconds=10 * i)) for i in range(3)]
+    old = [_failed_job("w-old", now - dt.timedelta(minutes=6))]
+    failures = builders.worker_failures(recent + old, now)
+    assert (
+        failures.count == 3
+        and failures.last_at == now
+        and "w-0: BackoffLimitExceeded" in failures.last_reason
+    )
+    assert failures.hold(max_concurrency=2, now=now)
+    assert not failures.hold(max_concurrency=4, now=now), "fewer failures than workers: not a pattern yet"
+    assert not failures.hold(max_concurrency=2, now=now + dt.timedelta(seconds=61)), (
+        "quiet long enough: try again"
+    )
+    assert not builders.worker_failures(old, now).hold(1, now)
+    assert "3 worker Job(s) failed" in failures.describe()

@@ -1,0 +1,433 @@
+"""The campaign reconcile against an in-memory API server: what it creates, what it moves, what it writes."""
+
+from __future__ import annotations
+
+import pytest
+
+from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS, EVENTS, JOBS, LEASES, PODS, SHARDS
+from test_operator_support import (
+    NAMESPACE,
+    T0,
+    Clock,
+    OperatorKube,
+    campaign,
+    condition,
+    entry,
+    put_campaign,
+    put_lease,
+    put_shard,
+    reconciler,
+    shard,
+    shard_of,
+    status_of,
+)
+
+
+@pytest.fixture
+def kube() -> OperatorKube:
+    return OperatorKube()
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+def run(kube: OperatorKube, clock: Clock, name: str = "camp") -> None:
+    reconciler(kube, clock).reconcile(NAMESPACE, name)
+
+
+def names(kube: OperatorKube, resource: object = SHARDS) -> list[str]:
+    return sorted(o["metadata"]["name"] for o in kube.list(resource, NAMESPACE))  # type: ignore[arg-type]
+
+
+# --- invalid campaigns --------------------------------------------------------------------------------
+
+
+def test_missing_items_configmap_is_reported_and_nothing_is_created(kube: OperatorKube, clock: Clock) -> None:
+    body = campaign(items=None)
+    del body["spec"]["items"]
+    body["spec"]["itemsFrom"] = {"configMapName": "questions", "key": "items.jsonl"}
+    put_campaign(kube, body)
+    run(kube, clock)
+    run(kube, clock.advance(5))
+    status = status_of(kube)
+    ready = condition(status, "Ready")
+    assert status["phase"] == "Invalid"
+    assert (ready["status"], ready["reason"]) == ("False", "ItemsNotFound")
+    assert "create it" in ready["message"] and ready["observedGeneration"] == 1
+    assert names(kube) == [] and names(kube, JOBS) == []
+    assert kube.event_reasons("camp") == ["ItemsNotFound"], "one Event per problem, not per pass"
+
+
+def test_malformed_jsonl_names_the_line(kube: OperatorKube, clock: Clock) -> None:
+    body = campaign()
+    del body["spec"]["items"]
+    body["spec"]["itemsFrom"] = {"configMapName": "questions", "key": "items.jsonl"}
+    put_campaign(kube, body)
+    kube.put(
+        CONFIGMAPS,
+        NAMESPACE,
+        {"metadata": {"name": "questions"}, "data": {"items.jsonl": '{"a":1}\n\n{oops\n'}},
+    )
+    run(kube, clock)
+    ready = condition(status_of(kube), "Ready")
+    assert ready["reason"] == "ItemsInvalid" and "line 3" in ready["message"]
+    assert names(kube) == []
+
+
+def test_spec_invalid_past_admission_is_reported(kube: OperatorKube, clock: Clock) -> None:
+    body = campaign(shardSize=0)
+    put_campaign(kube, body)
+    run(kube, clock)
+    ready = condition(status_of(kube), "Ready")
+    assert ready["reason"] == "InvalidSpec" and "shardSize" in ready["message"]
+    assert names(kube) == []
+
+
+def test_a_name_too_long_for_labels_is_reported(kube: OperatorKube, clock: Clock) -> None:
+    long_name = "c" * 64
+    put_campaign(kube, campaign(long_name))
+    run(kube, clock, long_name)
+    assert condition(status_of(kube, long_name), "Ready")["reason"] == "NameTooLong"
+
+
+# --- materialization and workers --------------------------------------------------------------------
+
+
+def test_first_pass_materializes_within_the_backlog_bound_and_starts_workers(
+    kube: OperatorKube, clock: Clock
+) -> None:
+    put_campaign(kube, campaign(items=[{"id": i} for i in range(100)], backlogRatio=2, maxConcurrency=3))
+    run(kube, clock)
+    assert names(kube) == ["camp-00000", "camp-00001"], "ratio 2 * max(running 0, 1)"
+    assert {shard_of(kube, n)["status"]["phase"] for n in names(kube)} == {"Pending"}
+    assert len(names(kube, JOBS)) == 2, "min(maxConcurrency, claimable + running) Jobs"
+    status = status_of(kube)
+    assert status["counts"]["pending"] == 2 and status["counts"]["queued"] == 98
+    assert status["counts"]["total"] == 100 and status["counts"]["materialized"] == 2
+    backpressured = condition(status, "Backpressured")
+    assert backpressured["status"] == "True" and "pending 2 of bound 2" in backpressured["message"]
+    assert kube.event_reasons("camp-00000") == ["Materialized"]
+
+
+def test_more_shards_once_some_run_and_never_more_jobs_than_the_cap(kube: OperatorKube, clock: Clock) -> None:
+    put_campaign(kube, campaign(items=[{"id": i} for i in range(100)], backlogRatio=2, maxConcurrency=3))
+    for index in range(3):
+        put_shard(kube, shard("camp", index, "Running", owner=f"w{index}"))
+        put_lease(kube, f"camp-{index:05d}", f"w{index}", T0)
+    run(kube, clock)
+    pending = [n for n in names(kube) if shard_of(kube, n)["status"]["phase"] == "Pending"]
+    assert len(pending) == 6, "ratio 2 * running 3"
+    assert pending[0] == "camp-00003", "FIFO: the next items"
+    assert names(kube, JOBS) == [], "three shards run, three is the cap"
+
+
+def test_worker_job_shape(kube: OperatorKube, clock: Clock) -> None:
+    put_campaign(kube, campaign(items=[{"id": 1}]))
+    run(kube, clock)
+    (job,) = kube.list(JOBS, NAMESPACE)
+    assert job["metadata"]["ownerReferences"][0]["uid"] == "uid-camp"
+    assert job["spec"]["template"]["spec"]["containers"][0]["command"] == [
+        "shardops",
+        "worker",
+        "--campaign",
+        "camp",
+    ]
+
+
+def test_status_is_written_only_when_it_changed(kube: OperatorKube, clock: Clock) -> None:
+    put_campaign(kube, campaign(items=[{"id": 1}]))
+    run(kube, clock)
+    writes = kube.status_writes("camp")
+    run(kube, clock.advance(1))
+    run(kube, clock.advance(1))
+    assert kube.status_writes("camp") == writes
+
+
+# --- lease sweep -------------------------------------------------------------------------------------
+
+
+def _running(kube: OperatorKube, attempt: int = 1, **status: object) -> None:
+    claimed = entry("Running", T0, "Claimed", attempt, owner="w1")
+    put_shard(
+        kube,
+        shard(
+            "camp",
+            0,
+            "Running",
+            attempt=attempt,
+            owner="w1",
+            history=[entry("Pending", T0, "Materialized"), claimed],
+            **status,
+        ),
+    )
+
+
+def test_expired_lease_sends_the_shard_back_with_attempt_plus_one(kube: OperatorKube, clock: Clock) -> None:
+    put_campaign(kube, campaign(items=[{"id": 0}]))
+    _running(kube)
+    put_lease(kube, "camp-00000", "w1", T0, seconds=30)
+    run(kube, clock.advance(31))
+    s = shard_of(kube, "camp-00000")["status"]
+    assert (s["phase"], s["attempt"]) == ("Pending", 2)
+    assert s["history"][-1]["reason"] == "LeaseExpired" and s["lastError"]["class"] == "unknown"
+    assert "holderIdentity" not in kube.obj(LEASES, NAMESPACE, "camp-00000")["spec"]
+    assert "LeaseExpired" in kube.event_reasons("camp-00000")
+
+
+def test_live_lease_is_not_stolen(kube: OperatorKube, clock: Clock) -> None:
+    put_campaign(kube, campaign(items=[{"id": 0}]))
+    _running(kube, lastHeartbeat=T0.isoformat())
+    put_lease(kube, "camp-00000", "w1", T0, seconds=30)
+    run(kube, clock.advance(29))
+    assert shard_of(kube, "camp-00000")["status"]["phase"] == "Running"
+
+
+def test_a_renewal_that_lands_first_wins(kube: OperatorKube, clock: Clock) -> None:
+    put_campaign(kube, campaign(items=[{"id": 0}]))
+    _running(kube)
+    put_lease(kube, "camp-00000", "w1", T0, seconds=30)
+
+    def renew_first(fake: object, verb: str, resource: object, name: str) -> None:
+        if verb == "patch" and resource is LEASES:
+            kube.before.clear()
+            kube.patch(LEASES, NAMESPACE, name, {"spec": {"renewTime": "2026-03-01T12:00:31.000000Z"}})
+
+    kube.before.append(renew_first)
+    run(kube, clock.advance(31))
+    assert shard_of(kube, "camp-00000")["status"]["phase"] == "Running"
+
+
+def test_expiry_on_the_last_attempt_blocks_with_the_error_and_its_event(
+    kube: OperatorKube, clock: Clock
+) -> None:
+    put_campaign(kube, campaign(items=[{"id": 0}], maxAttempts=2))
+    _running(kube, attempt=2)
+    put_lease(kube, "camp-00000", "w1", T0, seconds=30)
+    run(kube, clock.advance(31))
+    s = shard_of(kube, "camp-00000")["status"]
+    assert s["phase"] == "Blocked"
+    event = kube.obj(EVENTS, NAMESPACE, s["lastError"]["event"])
+    assert event is not None and event["reason"] == "Blocked"
+    status = status_of(kube)
+    assert status["phase"] == "Completed" and status["blockedShards"] == ["camp-00000"]
+    assert condition(status, "Degraded")["status"] == "True"
+
+
+def test_stall_is_reported_once_and_revoke_takes_the_claim_back(kube: OperatorKube, clock: Clock) -> None:
+    put_campaign(kube, campaign(items=[{"id": 0}], stall={"policy": "Report", "heartbeats": 2}))
+    _running(kube, progress={"done": 0, "total": 1})
+    operator = reconciler(kube, clock)
+    for _ in range(3):
+        clock.advance(10)
+        kube.patch(
+            SHARDS,
+            NAMESPACE,
+            "camp-00000",
+            {"status": {"lastHeartbeat": clock.now.isoformat()}},
+            subresource="status",
+        )
+        put_lease(kube, "camp-00000", "w1", clock.now, seconds=30)
+        operator.reconcile(NAMESPACE, "camp")
+    assert kube.event_reasons("camp-00000").count("Stalled") == 1
+    assert condition(status_of(kube), "Stalled")["status"] == "True"
+    assert shard_of(kube, "camp-00000")["status"]["phase"] == "Running", "Report only reports"
+
+    kube.patch(CAMPAIGNS, NAMESPACE, "camp", {"spec": {"stall": {"policy": "Revoke", "heartbeats": 2}}})
+    operator.reconcile(NAMESPACE, "camp")
+    s = shard_of(kube, "camp-00000")["status"]
+    assert (s["phase"], s["attempt"], s["history"][-1]["reason"]) == ("Pending", 2, "Revoked")
+
+
+# --- recorded actions, budget, suspend, finalize ---------------------------------------------------------
+
+
+def test_retry_is_acted_on_once(kube: OperatorKube, clock: Clock) -> None:
+    put_campaign(kube, campaign(items=[{"id": 0}], retry={"generation": 1}))
+    put_shard(kube, shard("camp", 0, "Blocked", attempt=3))
+    run(kube, clock)
+    s = shard_of(kube, "camp-00000")["status"]
+    assert (s["phase"], s["attempt"]) == ("Pending", 1)
+    assert status_of(kube)["lastRetryGeneration"] == 1
+    run(kube, clock.advance(1))
+    assert kube.event_reasons("camp").count("RetryRequested") == 1
+    assert [h["reason"] for h in shard_of(kube, "camp-00000")["status"]["history"]].count("Retried") == 1
+
+
+def test_suspend_pauses_unclaimed_shards_and_unsuspend_resumes(kube: OperatorKube, clock: Clock) -> None:
+    put_campaign(kube, campaign(items=[{"id": i} for i in range(3)], suspend=True))
+    put_shard(kube, shard("camp", 0, "Pending"))
+    put_shard(kube, shard("camp", 1, "Pending"))
+    run(kube, clock)
+    assert {shard_of(kube, f"camp-0000{i}")["status"]["phase"] for i in (0, 1)} == {"Paused"}
+    assert names(kube, JOBS) == [] and len(names(kube)) == 2, "nothing new while suspended"
+    status = status_of(kube)
+    assert status["phase"] == "Suspended" and condition(status, "Suspended")["status"] == "True"
+
+    kube.patch(CAMPAIGNS, NAMESPACE, "camp", {"spec": {"suspend": False}})
+    run(kube, clock.advance(1))
+    assert {shard_of(kube, f"camp-0000{i}")["status"]["phase"] for i in (0, 1)} == {"Pending"}
+    assert shard_of(kube, "camp-00000")["status"]["attempt"] == 1
+
+
+def test_budget_exhausted_pauses_and_is_not_a_failure(kube: OperatorKube, clock: Clock) -> None:
+    put_campaign(kube, campaign(items=[{"id": i} for i in range(3)], budget={"limit": 2}))
+    put_shard(kube, shard("camp", 0, "Done", cost=2.5))
+    put_shard(kube, shard("camp", 1, "Pending"))
+    run(kube, clock)
+    status = status_of(kube)
+    assert shard_of(kube, "camp-00001")["status"]["phase"] == "Paused"
+    assert status["phase"] == "Paused" and status["spent"] == 2.5
+    assert condition(status, "BudgetExhausted")["status"] == "True"
+    assert "BudgetExhausted" not in [c["type"] for c in status["conditions"] if c["status"] == "False"]
+    assert names(kube) == ["camp-00000", "camp-00001"], "no new shards at the limit"
+
+
+def test_finalize_shard_starts_only_when_the_work_is_terminal(kube: OperatorKube, clock: Clock) -> None:
+    finalize = {"image": "img", "command": ["merge"]}
+    put_campaign(kube, campaign(items=[{"id": 0}, {"id": 1}], finalize=finalize))
+    put_shard(kube, shard("camp", 0, "Done"))
+    put_shard(kube, shard("camp", 1, "Running", owner="w"))
+    put_lease(kube, "camp-00001", "w", T0)
+    run(kube, clock)
+    assert "camp-finalize" not in names(kube)
+    assert status_of(kube)["phase"] == "Running"
+
+    kube.patch(SHARDS, NAMESPACE, "camp-00001", {"status": {"phase": "Failed"}}, subresource="status")
+    run(kube, clock.advance(1))
+    final = shard_of(kube, "camp-finalize")
+    assert final["spec"]["shardClass"] == "finalize" and final["status"]["phase"] == "Pending"
+    assert status_of(kube)["phase"] == "Finalizing"
+    (job,) = kube.list(JOBS, NAMESPACE)
+    assert job["spec"]["template"]["spec"]["containers"][0]["image"] == "img"
+
+    kube.patch(SHARDS, NAMESPACE, "camp-finalize", {"status": {"phase": "Done"}}, subresource="status")
+    run(kube, clock.advance(1))
+    status = status_of(kube)
+    assert status["phase"] == "Completed", "one work shard failed"
+    assert status["failedShards"] == ["camp-00001"] and status["progressText"] == "2/3"
+
+
+def test_all_done_succeeds_with_exact_counts(kube: OperatorKube, clock: Clock) -> None:
+    put_campaign(kube, campaign(items=[{"id": i} for i in range(4)], shardSize=2))
+    put_shard(kube, shard("camp", 0, "Done", items=[{"id": 0}, {"id": 1}], cost=1.0))
+    put_shard(kube, shard("camp", 1, "Done", items=[{"id": 2}, {"id": 3}], cost=0.5))
+    run(kube, clock)
+    status = status_of(kube)
+    assert status["phase"] == "Succeeded" and condition(status, "Complete")["reason"] == "Succeeded"
+    assert status["counts"] == {
+        "queued": 0, "pending": 0, "running": 0, "done": 2, "failed": 0, "blocked": 0,
+        "paused": 0, "total": 2, "materialized": 2,
+    }  # fmt: skip
+    assert status["spent"] == 1.5 and status["itemsTotal"] == 4
+    assert names(kube, JOBS) == []
+
+
+# --- breakers ---------------------------------------------------------------------------------------------
+
+
+def _failed(index: int, seconds: float, source: str, cls: str) -> dict:
+    at = T0.replace(second=int(seconds))
+    return shard(
+        "camp",
+        index,
+        "Pending",
+        attempt=2,
+        history=[
+            entry("Pending", T0, "Materialized"),
+            entry("Running", at, "Claimed", source=source),
+            entry("Pending", at, "AttemptFailed", source=source, errorClass=cls),
+        ],
+        items=[{"id": index, "source": "A"}],
+    )
+
+
+def test_three_rate_limited_failures_open_the_breaker(kube: OperatorKube, clock: Clock) -> None:
+    sources = [{"name": "A", "fallback": "B", "cooldownSeconds": 60}, {"name": "B"}]
+    put_campaign(kube, campaign(items=[{"id": i, "source": "A"} for i in range(3)], sources=sources))
+    for index in range(3):
+        put_shard(kube, _failed(index, 10 + index, "A", "rate-limited"))
+    run(kube, clock.advance(30))
+    breakers = {b["source"]: b for b in status_of(kube)["breakers"]}
+    assert breakers["A"]["state"] == "Open" and breakers["A"]["consecutiveFailures"] == 3
+    assert breakers["B"]["state"] == "Closed"
+    assert "BreakerOpened" in kube.event_reasons("camp")
+    assert condition(status_of(kube), "BreakerOpen")["status"] == "True"
+    # Folded once: the next pass does not count the same failures again.
+    run(kube, clock.advance(1))
+    assert {b["source"]: b for b in status_of(kube)["breakers"]}["A"]["consecutiveFailures"] == 3
+    assert kube.event_reasons("camp").count("BreakerOpened") == 1
+
+
+def test_other_failure_classes_do_not_trip_the_breaker(kube: OperatorKube, clock: Clock) -> None:
+    put_campaign(kube, campaign(items=[{"id": i, "source": "A"} for i in range(3)], sources=[{"name": "A"}]))
+    for index in range(3):
+        put_shard(kube, _failed(index, 10 + index, "A", "timeout"))
+    run(kube, clock.advance(30))
+    assert status_of(kube)["breakers"][0]["state"] == "Closed"
+
+
+# --- workers -------------------------------------------------------------------------------------------
+
+
+def test_worker_pods_stuck_pending_stop_new_jobs_and_say_why(kube: OperatorKube, clock: Clock) -> None:
+    put_campaign(kube, campaign(items=[{"id": i} for i in range(3)], maxConcurrency=3))
+    kube.put(
+        JOBS,
+        NAMESPACE,
+        {
+            "metadata": {
+                "name": "camp-worker-1",
+                "labels": {"shardops.dev/campaign": "camp", "shardops.dev/role": "worker"},
+            },
+            "status": {},
+        },
+    )
+    kube.put(
+        PODS,
+        NAMESPACE,
+        {
+            "metadata": {
+                "name": "camp-worker-1-x",
+                "labels": {
+                    "shardops.dev/campaign": "camp",
+                    "shardops.dev/role": "worker",
+                    "job-name": "camp-worker-1",
+                },
+            },
+            "status": {
+                "phase": "Pending",
+                "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
+            },
+        },
+    )
+    run(kube, clock)
+    assert names(kube, JOBS) == ["camp-worker-1"]
+    full = condition(status_of(kube), "ClusterFull")
+    assert full["status"] == "True" and "stuck Pending" in full["message"]
+    assert "WorkerPodsPending" in kube.event_reasons("camp")
+
+
+def test_failing_workers_are_not_replaced_every_pass(kube: OperatorKube, clock: Clock) -> None:
+    put_campaign(kube, campaign(items=[{"id": i} for i in range(3)], maxConcurrency=2))
+    labels = {"shardops.dev/campaign": "camp", "shardops.dev/role": "worker"}
+    for index in range(3):
+        failed = {
+            "type": "Failed",
+            "status": "True",
+            "lastTransitionTime": T0.isoformat(),
+            "reason": "BackoffLimitExceeded",
+        }
+        kube.put(
+            JOBS,
+            NAMESPACE,
+            {"metadata": {"name": f"old-{index}", "labels": labels}, "status": {"conditions": [failed]}},
+        )
+    run(kube, clock.advance(5))
+    assert len(names(kube, JOBS)) == 3, "held back"
+    failing = condition(status_of(kube), "WorkersFailing")
+    assert failing["status"] == "True" and "3 worker Job(s) failed" in failing["message"]
+    run(kube, clock.advance(60))
+    assert len(names(kube, JOBS)) == 5, "quiet for a minute: try again"
+    assert condition(status_of(kube), "WorkersFailing")["status"] == "False"

@@ -1,0 +1,157 @@
+"""Builders for the operator's unit tests (no tests here): an in-memory API server that also names
+objects from generateName, and a Reconciler wired to it with an injected clock."""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import itertools
+from typing import Any
+
+from shardops.api.names import CAMPAIGN_LABEL, CLASS_LABEL
+from shardops.k8s.api import CAMPAIGNS, EVENTS, LEASES, SHARDS, Resource
+from shardops.logic.idempotency import idempotency_key
+from shardops.logic.timefmt import micro_time
+from shardops.operator.metrics import Metrics
+from shardops.operator.reconcile import Reconciler
+from shardops.operator.settings import OperatorSettings
+from test_worker_support import NAMESPACE, FakeKube
+
+JSON = dict[str, Any]
+T0 = dt.datetime(2026, 3, 1, 12, 0, tzinfo=dt.UTC)
+__all__ = ["NAMESPACE", "OperatorKube"]
+
+
+class OperatorKube(FakeKube):
+    """FakeKube plus generateName (worker Jobs) and a record of every Event's reason."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._suffixes = itertools.count(1)
+
+    def create(self, resource: Resource, namespace: str | None, body: JSON) -> JSON:
+        body = copy.deepcopy(body)
+        meta = body.setdefault("metadata", {})
+        if "name" not in meta and "generateName" in meta:
+            meta["name"] = f"{meta['generateName']}{next(self._suffixes):05d}"
+        return super().create(resource, namespace, body)
+
+    def event_reasons(self, regarding: str | None = None) -> list[str]:
+        return [
+            e["reason"]
+            for e in self.list(EVENTS, NAMESPACE)
+            if regarding is None or e["regarding"]["name"] == regarding
+        ]
+
+    def status_writes(self, name: str) -> int:
+        return len(self.writes_to("campaigns", name))
+
+
+class Clock:
+    def __init__(self, start: dt.datetime = T0) -> None:
+        self.now = start
+
+    def __call__(self) -> dt.datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> Clock:
+        self.now += dt.timedelta(seconds=seconds)
+        return self
+
+
+def settings(**overrides: Any) -> OperatorSettings:
+    return OperatorSettings(**{"identity": "op-test", "metrics_port": 0, **overrides})
+
+
+def reconciler(kube: OperatorKube, clock: Clock, **overrides: Any) -> Reconciler:
+    return Reconciler(kube, settings(**overrides), Metrics(), clock=clock)  # type: ignore[arg-type]
+
+
+def campaign(name: str = "camp", items: list[JSON] | None = None, **spec: Any) -> JSON:
+    return {
+        "apiVersion": "shardops.dev/v1alpha1",
+        "kind": "Campaign",
+        "metadata": {"name": name, "generation": 1, "uid": f"uid-{name}"},
+        "spec": {
+            "items": items if items is not None else [{"id": i} for i in range(4)],
+            "shardSize": 1,
+            "leaseSeconds": 30,
+            "heartbeatSeconds": 10,
+            "worker": {"image": "img", "command": ["agent"]},
+            **spec,
+        },
+    }
+
+
+def put_campaign(kube: OperatorKube, body: JSON) -> JSON:
+    return kube.put(CAMPAIGNS, NAMESPACE, body)
+
+
+def shard(
+    campaign_name: str,
+    index: int,
+    phase: str | None,
+    *,
+    items: list[JSON] | None = None,
+    attempt: int = 1,
+    history: list[JSON] | None = None,
+    shard_class: str = "work",
+    **status: Any,
+) -> JSON:
+    chunk = items if items is not None else [{"id": index}]
+    body: JSON = {
+        "apiVersion": "shardops.dev/v1alpha1",
+        "kind": "Shard",
+        "metadata": {
+            "name": f"{campaign_name}-{index:05d}" if shard_class == "work" else f"{campaign_name}-finalize",
+            "labels": {CAMPAIGN_LABEL: campaign_name, CLASS_LABEL: shard_class},
+        },
+        "spec": {
+            "campaign": campaign_name,
+            "index": index,
+            "shardClass": shard_class,
+            "idempotencyKey": idempotency_key(campaign_name, chunk, ["agent"]),
+            **({"items": chunk} if shard_class == "work" else {}),
+        },
+    }
+    if phase is not None:
+        body["status"] = {
+            "phase": phase,
+            "attempt": attempt,
+            "history": history if history is not None else [entry(phase, T0, "Materialized", attempt)],
+            **status,
+        }
+    return body
+
+
+def entry(phase: str, at: dt.datetime, reason: str, attempt: int = 1, **extra: Any) -> JSON:
+    return {"phase": phase, "at": at.isoformat(), "reason": reason, "attempt": attempt, **extra}
+
+
+def put_shard(kube: OperatorKube, body: JSON) -> JSON:
+    return kube.put(SHARDS, NAMESPACE, body)
+
+
+def put_lease(
+    kube: OperatorKube, name: str, holder: str | None, renewed: dt.datetime, seconds: int = 30
+) -> JSON:
+    spec: JSON = {"leaseDurationSeconds": seconds, "leaseTransitions": 1}
+    if holder is not None:
+        spec.update(holderIdentity=holder, renewTime=micro_time(renewed), acquireTime=micro_time(renewed))
+    return kube.put(LEASES, NAMESPACE, {"metadata": {"name": name}, "spec": spec})
+
+
+def status_of(kube: OperatorKube, name: str = "camp") -> JSON:
+    found = kube.obj(CAMPAIGNS, NAMESPACE, name)
+    assert found is not None
+    return dict(found.get("status") or {})
+
+
+def shard_of(kube: OperatorKube, name: str) -> JSON:
+    found = kube.obj(SHARDS, NAMESPACE, name)
+    assert found is not None
+    return found
+
+
+def condition(status: JSON, type_: str) -> JSON:
+    return next(c for c in status.get("conditions") or [] if c["type"] == type_)

@@ -1,0 +1,130 @@
+"""Settings from the environment, kopf wiring on an explicit registry, metrics on their own registry."""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+
+import kopf
+import pytest
+from prometheus_client import REGISTRY
+
+from shardops.api.enums import ShardPhase
+from shardops.operator import handlers
+from shardops.operator.main import LoopHeartbeat, kopf_settings
+from shardops.operator.metrics import Metrics
+from shardops.operator.settings import OperatorSettings
+from test_operator_support import OperatorKube, reconciler, settings
+
+
+def test_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SHARDOPS_TICK_SECONDS", "2.5")
+    monkeypatch.setenv("SHARDOPS_NAMESPACES", "a, b,,c")
+    monkeypatch.setenv("SHARDOPS_POD_NAME", "operator-7f9-x")
+    monkeypatch.setenv("SHARDOPS_LEADER_ELECTION_NAMESPACE", "shardops-system")
+    monkeypatch.setenv("SHARDOPS_LEADER_ELECTION_LEASE_SECONDS", "30")
+    monkeypatch.setenv("SHARDOPS_METRICS_PORT", "9090")
+    loaded = OperatorSettings()
+    assert loaded.tick_seconds == 2.5 and loaded.namespaces == ["a", "b", "c"]
+    assert loaded.identity == "operator-7f9-x" and loaded.leader_election_namespace == "shardops-system"
+    assert loaded.metrics_port == 9090 and loaded.renew_deadline_seconds == 20
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"), [("[]", []), ('["a", "b"]', ["a", "b"]), ("a", ["a"]), ("", [])]
+)
+def test_namespaces_as_the_chart_renders_them(
+    monkeypatch: pytest.MonkeyPatch, given: str, expected: list[str]
+) -> None:
+    monkeypatch.setenv("SHARDOPS_NAMESPACES", given)
+    assert OperatorSettings().namespaces == expected
+
+
+def test_settings_defaults_and_fallbacks(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("SHARDOPS_POD_NAME", "SHARDOPS_IDENTITY", "SHARDOPS_NAMESPACES", "SHARDOPS_TICK_SECONDS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("POD_NAME", "from-downward-api")
+    loaded = OperatorSettings()
+    assert (loaded.tick_seconds, loaded.metrics_port, loaded.namespaces) == (5.0, 8080, [])
+    assert loaded.identity == "from-downward-api" and loaded.leader_election_lease_seconds == 15
+
+
+def test_renewals_must_fit_several_times_in_a_lease() -> None:
+    with pytest.raises(ValueError, match="less than half"):
+        OperatorSettings(leader_election_lease_seconds=10, leader_election_renew_seconds=5)
+
+
+def test_handlers_are_registered_with_ids_and_the_tick_from_settings() -> None:
+    registry = kopf.OperatorRegistry()
+    handlers.register(registry, settings(tick_seconds=7), reconciler(OperatorKube(), lambda: None))  # type: ignore[arg-type]
+    changing = registry._changing.get_all_handlers()
+    spawning = registry._spawning.get_all_handlers()
+    watching = registry._watching.get_all_handlers()
+    assert {h.id for h in changing} == {"campaign-reconcile"} and len(changing) == 3
+    # Resume is the initial listing (reason None, initial True); create and update are changes.
+    assert sorted((str(h.reason), bool(h.initial)) for h in changing) == [
+        ("None", True),
+        ("create", False),
+        ("update", False),
+    ]
+    (tick,) = spawning
+    assert tick.id == "campaign-tick" and tick.interval == 7
+    (shard_watch,) = watching
+    assert shard_watch.id == "shard-changed"
+    assert [h.id for h in registry._activities.get_all_handlers()] == ["login"]
+    assert not kopf.get_default_registry()._changing.get_all_handlers(), "nothing at import time"
+
+
+def test_kopf_keeps_its_bookkeeping_under_our_prefix_and_posts_no_events() -> None:
+    configured = kopf_settings(settings())
+    assert configured.persistence.finalizer.startswith("shardops.dev/")
+    assert configured.persistence.progress_storage.prefix == "shardops.dev"  # type: ignore[attr-defined]
+    assert configured.persistence.diffbase_storage.prefix == "shardops.dev"  # type: ignore[attr-defined]
+    assert configured.posting.enabled is False and configured.peering.standalone is True
+    assert configured.scanning.disabled is True
+
+
+def test_metrics_live_on_their_own_registry() -> None:
+    first, second = Metrics(), Metrics()
+    first.set_phases("ns/c", {ShardPhase.DONE: 3})
+    assert first.registry.get_sample_value("shardops_shards", {"campaign": "ns/c", "phase": "Done"}) == 3
+    assert second.registry.get_sample_value("shardops_shards", {"campaign": "ns/c", "phase": "Done"}) is None
+    assert REGISTRY.get_sample_value("shardops_shards", {"campaign": "ns/c", "phase": "Done"}) is None
+    first.forget_campaign("ns/c")
+    assert first.registry.get_sample_value("shardops_shards", {"campaign": "ns/c", "phase": "Done"}) is None
+
+
+def _get(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def test_metrics_and_health_endpoints() -> None:
+    metrics = Metrics()
+    metrics.observe_api("GET", "/api/v1/pods", 200)
+    health = [(True, "leader")]
+    server = metrics.serve("127.0.0.1", 0, lambda: health[0])
+    try:
+        code, text = _get(server.port, "/metrics")
+        assert code == 200 and 'shardops_api_requests_total{code="200",verb="GET"} 1.0' in text
+        assert (
+            "shardops_reconcile_duration_seconds_bucket" in text
+            or "shardops_reconcile_duration_seconds" in text
+        )
+        assert _get(server.port, "/healthz") == (200, "ok: leader\n")
+        health[0] = (False, "event loop blocked for 30s")
+        assert _get(server.port, "/healthz") == (503, "unhealthy: event loop blocked for 30s\n")
+        assert _get(server.port, "/nope")[0] == 404
+    finally:
+        server.stop()
+
+
+def test_loop_heartbeat_is_healthy_until_the_loop_stops_ticking() -> None:
+    beat = LoopHeartbeat(stall_seconds=5)
+    assert beat.healthy() and beat.age() == 0.0, "no loop yet: nothing to be stuck"
+    beat.started = True
+    beat.last -= 10
+    assert not beat.healthy()
