@@ -1,0 +1,108 @@
+"""Fencing (seed 001 §2.2): a worker frozen past its lease comes back to find the shard taken over;
+its write is refused and the shard's result is the second worker's.
+
+Worker A claims a shard and is frozen (SIGSTOP) before it stored anything. Its command keeps
+running and finishes every item while A sleeps. The lease expires, worker B takes the shard over
+(reclaim, attempt 2), runs it and completes it. Then A is thawed (SIGCONT) holding a complete result:
+its renewal is refused by the API server (409 on the Lease, in the audit log), it writes nothing,
+and the stored result is B's.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+
+from e2e import workerkit as kit
+from e2e.conftest import Cluster
+from shardops.k8s.results import OWNER_ANNOTATION
+
+ITEMS = 2
+
+
+def test_frozen_worker_past_its_lease_is_fenced_and_the_result_is_the_new_holders(
+    local_cluster: Cluster, namespace: str, crds_installed: None, tmp_path: Path
+) -> None:
+    kube = kit.admin_kube(local_cluster)
+    ledger = tmp_path / "ledger.jsonl"
+    body = kit.campaign_body(
+        "fence",
+        [{"id": i} for i in range(ITEMS)],
+        shard_size=ITEMS,
+        lease_seconds=10,
+        heartbeat_seconds=2,
+        # Long enough that A is frozen before its command has a single result to flush.
+        env={"SHARDOPS_AGENT_LEDGER": str(ledger), "SHARDOPS_AGENT_LATENCY": "4"},
+    )
+    with kit.worker_pool(local_cluster, namespace, tmp_path) as pool:
+        kit.materialize(kube, namespace, body)
+        key = kit.shard_key(body, body["spec"]["items"])
+        a = pool.start("fence", "worker-a", SHARDOPS_IDLE_SECONDS="5")
+        kit.poll("worker A to claim the shard", lambda: a.events("command-started"))
+        a.signal(signal.SIGSTOP)
+        frozen_at = time.monotonic()
+        assert kit.stored_items(kube, namespace, key) == {}, "A flushed results before it was frozen"
+        claimed = kit.get_shard(kube, namespace, "fence-00000").current_status
+        assert claimed.owner == a.holder and claimed.attempt == 1 and claimed.fencing_token == 1
+
+        # B must outwait the lease A stopped renewing.
+        b = pool.start("fence", "worker-b", SHARDOPS_IDLE_SECONDS="30")
+        done = kit.poll(
+            "worker B to take the shard over and complete it",
+            lambda: (s := kit.get_shard(kube, namespace, "fence-00000")).phase == "Done" and s,
+            timeout=90,
+        )
+        taken_over_after = time.monotonic() - frozen_at
+        # A's command ran on while A was frozen: both its items are done (attempt 1).
+        a_runs = [e for e in kit.ledger(ledger) if e["event"] == "done" and e["attempt"] == 1]
+        assert len(a_runs) == ITEMS
+
+        a.signal(signal.SIGCONT)
+        fenced = kit.poll("worker A to notice it was fenced", lambda: a.events("fenced"), timeout=30)
+        assert kit.wait_exit([a, b], timeout=60) == [0, 0]
+
+    # A held a complete result and threw it away.
+    assert fenced[0]["shard"] == "fence-00000" and fenced[0]["token"] == 1
+    assert fenced[0]["discarded"] == ITEMS, fenced
+    assert not a.events("completed") and not a.events("failed")
+
+    # The shard's story: A claimed, its lease expired, B reclaimed and claimed (attempt 2), B completed.
+    status = kit.get_shard(kube, namespace, "fence-00000").current_status
+    assert status == done.current_status, "something wrote the shard after B completed it"
+    story = [(h.reason, h.attempt, h.owner) for h in status.history]
+    assert story == [
+        ("Materialized", 1, None),
+        ("Claimed", 1, a.holder),
+        ("LeaseExpired", 1, a.holder),
+        ("Claimed", 2, b.holder),
+        ("Completed", 2, b.holder),
+    ], story
+
+    # The stored result is B's: written by B, every item from attempt 2.
+    configmap = kit.stored_result(kube, namespace, key)
+    assert configmap is not None and status.result is not None
+    assert configmap["metadata"]["name"] == status.result.ref
+    assert configmap["metadata"]["annotations"][OWNER_ANNOTATION] == b.holder
+    document = json.loads(configmap["data"]["result.json"])
+    assert [entry["result"]["attempt"] for entry in document["items"]] == [2] * ITEMS
+
+    # The API server's record: after B's claim, every write A tried was refused.
+    audit = kit.audit_entries(local_cluster, namespace)
+    a_writes = [e for e in audit if a.holder in (e.get("userAgent") or "")]
+    b_claim = min(
+        e["stageTimestamp"]
+        for e in audit
+        if b.holder in (e.get("userAgent") or "") and (e.get("objectRef") or {}).get("resource") == "shards"
+    )
+    late = [e for e in a_writes if e["stageTimestamp"] > b_claim]
+    codes = [(e["verb"], e["objectRef"]["resource"], e["responseStatus"]["code"]) for e in late]
+    assert late, "A made no write attempt after B's claim: the fence was not exercised"
+    assert all(code >= 400 for _, _, code in codes), codes
+    assert ("patch", "leases", 409) in codes, codes
+    print(
+        f"\nfencing: A frozen {taken_over_after:.1f}s until B completed (lease 10s); A thawed with "
+        f"{fenced[0]['discarded']} unflushed results and was fenced: its writes after B's claim {codes}; "
+        f"result written by {b.holder}, attempt 2"
+    )

@@ -1,0 +1,106 @@
+"""Idempotency: results live under the shard's idempotency key and outlive the Campaign.
+
+Deleting and re-applying the same Campaign finds every result already stored and recomputes none;
+changing one item changes one shard's key, and only that shard runs again.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+from e2e import workerkit as kit
+from e2e.conftest import Cluster
+from shardops.k8s.results import check_result, result_name
+
+
+def _run_to_completion(
+    pool: kit.WorkerPool, campaign: str, workers: int, tag: str
+) -> list[kit.WorkerProcess]:
+    started = [pool.start(campaign, f"{tag}-{i}", SHARDOPS_IDLE_SECONDS="3") for i in range(workers)]
+    assert kit.wait_exit(started, timeout=120) == [0] * workers
+    return started
+
+
+def test_reapplied_campaign_reuses_results_and_a_changed_item_recomputes_only_its_shard(
+    local_cluster: Cluster, namespace: str, crds_installed: None, tmp_path: Path
+) -> None:
+    kube = kit.admin_kube(local_cluster)
+    ledger = tmp_path / "ledger.jsonl"
+    items = [{"id": i, "text": f"item {i}"} for i in range(12)]
+    body = kit.campaign_body(
+        "idem",
+        items,
+        shard_size=3,
+        env={"SHARDOPS_AGENT_LEDGER": str(ledger), "SHARDOPS_AGENT_LATENCY": "0.02"},
+    )
+    with kit.worker_pool(local_cluster, namespace, tmp_path) as pool:
+        # 1. First run: every item computed once.
+        kit.materialize(kube, namespace, body)
+        _run_to_completion(pool, "idem", 2, "first")
+        first = kit.shards_of(kube, namespace, "idem")
+        assert [s.phase for s in first] == ["Done"] * 4
+        computed_first = Counter(e["key"] for e in kit.ledger(ledger) if e["event"] == "done")
+        assert len(computed_first) == 12 and set(computed_first.values()) == {1}
+        results_first = {s.spec.idempotency_key: s.current_status.result for s in first}
+        assert all(r is not None for r in results_first.values())
+
+        # 2. Delete the Campaign (shards and Leases go with it), re-apply the same one.
+        kit.delete_campaign(kube, namespace, "idem")
+        assert len(kit.result_configmaps(kube, namespace)) == 4, "results must outlive the Campaign"
+        kit.materialize(kube, namespace, body)
+        second_workers = _run_to_completion(pool, "idem", 2, "again")
+        second = kit.shards_of(kube, namespace, "idem")
+        assert [s.phase for s in second] == ["Done"] * 4
+        after_reapply = kit.ledger(ledger)
+        assert len([e for e in after_reapply if e["event"] == "start"]) == 12, (
+            "a stored result was recomputed"
+        )
+        for shard in second:
+            assert shard.current_status.result == results_first[shard.spec.idempotency_key]
+        reused = [e for w in second_workers for e in w.events("completed") if e["reused"]]
+        assert len(reused) == 4
+
+        # 3. Change one item: only its shard gets a new key and runs again.
+        kit.delete_campaign(kube, namespace, "idem")
+        changed_items = [dict(item) for item in items]
+        changed_items[7]["text"] = "item 7, edited"
+        changed = kit.campaign_body(
+            "idem",
+            changed_items,
+            shard_size=3,
+            env={"SHARDOPS_AGENT_LEDGER": str(ledger), "SHARDOPS_AGENT_LATENCY": "0.02"},
+        )
+        kit.materialize(kube, namespace, changed)
+        third_workers = _run_to_completion(pool, "idem", 2, "changed")
+        third = kit.shards_of(kube, namespace, "idem")
+        assert [s.phase for s in third] == ["Done"] * 4
+        new_runs = kit.ledger(ledger)[len(after_reapply) :]
+        rerun_shards = {e["shard"] for e in new_runs}
+        assert rerun_shards == {"idem-00002"}, rerun_shards
+        assert sorted(e["index"] for e in new_runs if e["event"] == "done") == [0, 1, 2]
+        for shard in third:
+            same = shard.spec.idempotency_key in results_first
+            assert same == (shard.name != "idem-00002")
+        third_reused = [e for w in third_workers for e in w.events("completed") if e["reused"]]
+        assert len(third_reused) == 3
+
+        # Every stored result verifies, and the changed shard's result holds the edited item's answer.
+        stored = kit.result_configmaps(kube, namespace)
+        assert len(stored) == 5
+        for configmap in stored:
+            key = configmap["metadata"]["annotations"]["shardops.dev/idempotency-key"]
+            check_result(configmap, key)
+        edited = next(s for s in third if s.name == "idem-00002")
+        document = json.loads(
+            next(c for c in stored if c["metadata"]["name"] == result_name(edited.spec.idempotency_key))[
+                "data"
+            ]["result.json"]
+        )
+        assert [entry["index"] for entry in document["items"]] == [0, 1, 2]
+    print(
+        f"\nidempotency: first run computed {sum(computed_first.values())} items; re-apply reused "
+        f"{len(reused)}/4 shard results, computed 0; one edited item recomputed {len(rerun_shards)} shard "
+        f"({len([e for e in new_runs if e['event'] == 'done'])} items), reused {len(third_reused)}"
+    )

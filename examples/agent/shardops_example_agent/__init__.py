@@ -1,0 +1,1 @@
+"""A stand-in for an LLM/agent call, speaking the shardops worker protocol (docs/architecture.md)."""

@@ -1,0 +1,352 @@
+"""Which shard to claim, and claiming it: the Lease first, then one status patch (seed 000).
+
+Choosing is pure (`choose`): the same planner the operator uses decides what is claimable (phase,
+backoff, suspend, budget gate, breakers and fallbacks, capacity), in claim order — priority, then
+FIFO — and the worker picks at random among the first K so a crowd of workers does not all race for
+the head of the queue. Running shards whose lease ran out (zombies; seed 000: no heartbeat and the
+lease expired means anyone may claim it again, attempt+1) are candidates too: whoever takes the
+expired Lease over reclaims the shard (attempt+1, event LeaseExpired) and then claims it, or blocks
+it when that was its last attempt.
+
+Claiming (`claim`) is two writes, each with a precondition: the Lease (create, or take over an
+expired one at its resourceVersion; leaseTransitions is the fencing token), then the shard status
+(owner, leaseUntil, attempt, fencingToken, source in one patch at the shard's resourceVersion).
+Losing either race gives the Lease back and moves on to the next candidate.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from shardops.api.campaign import Campaign
+from shardops.api.common import Item
+from shardops.api.enums import ErrorClass, ShardClass, ShardPhase
+from shardops.api.names import API_GROUP_VERSION, SHARD_KIND
+from shardops.api.shard import Progress, Shard, ShardError
+from shardops.k8s import leases
+from shardops.k8s.api import SHARDS, Conflict, Kube, NotFound
+from shardops.k8s.results import ItemRecord
+from shardops.k8s.shards import Actor, TransitionRequest, apply_transition
+from shardops.logic.breaker import SourceBreaker, route
+from shardops.logic.budget import BudgetGate, BudgetStatus, allows, budget_status
+from shardops.logic.idempotency import item_subkey
+from shardops.logic.leases import LeaseVerdict, lease_action
+from shardops.logic.planner import (
+    Breakers,
+    DispatchInputs,
+    DispatchLimits,
+    WorkerCounts,
+    claim_order_key,
+    plan_dispatch,
+)
+from shardops.logic.timefmt import rfc3339
+from shardops.logic.transitions import Action
+from shardops.logic.views import ItemProgress, ShardView
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    shard: Shard
+    # The source to call: the shard's own, or its fallback while the own breaker is open.
+    source: str | None
+    zombie: bool
+
+
+@dataclass(frozen=True)
+class Claimed:
+    shard: Shard
+    lease: leases.Claim
+    source: str | None
+    # Item results found in the store at claim time: the attempt skips these (partial resume).
+    stored: Mapping[str, ItemRecord]
+    items: Sequence[Item]
+    reclaimed_from: str | None
+
+
+def view_of(shard: Shard, now: dt.datetime) -> ShardView:
+    status = shard.current_status
+    since = status.history[-1].at if status.history else (shard.created_at or now)
+    return ShardView(
+        name=shard.name,
+        phase=status.phase or ShardPhase.QUEUED,
+        shard_class=shard.spec.shard_class,
+        priority=shard.spec.priority,
+        index=shard.spec.index,
+        attempt=max(status.attempt, 1),
+        source=shard.spec.source,
+        not_before=status.not_before,
+        since=since,
+        cost=status.cost,
+    )
+
+
+def breakers_of(campaign: Campaign) -> Breakers:
+    """The breakers as the operator maintains them in campaign.status.
+
+    The planner takes one cooldown for all sources; the longest declared one is used, so a worker
+    never probes a source earlier than its own cooldown allows.
+    """
+    states = {
+        b.source: SourceBreaker(b.state, b.consecutive_failures, b.opened_at)
+        for b in campaign.current_status.breakers
+    }
+    sources = campaign.spec.sources or []
+    fallbacks = {s.name: s.fallback for s in sources if s.fallback is not None}
+    cooldown = max((s.cooldown_seconds for s in sources), default=300)
+    return Breakers(states, fallbacks, timedelta(seconds=cooldown))
+
+
+def _budget(campaign: Campaign) -> BudgetStatus:
+    budget = campaign.spec.budget
+    spent = campaign.current_status.spent
+    if budget is None:
+        return budget_status(spent, None, 0.8)
+    return budget_status(spent, budget.limit, budget.warn_ratio)
+
+
+def expected_shards(campaign: Campaign) -> int | None:
+    """Shards the campaign will have in all (finalize included), or None while unknown."""
+    status = campaign.current_status
+    work = status.shards_total
+    if work is None and campaign.spec.items is not None:
+        work = campaign.spec.expected_shards(len(campaign.spec.items))
+    if work is None:
+        return None
+    return work + (1 if campaign.spec.finalize is not None else 0)
+
+
+def stop_reason(campaign: Campaign, shards: Sequence[Shard]) -> str | None:
+    """Why a worker of this campaign should exit now rather than wait for work, or None."""
+    if campaign.metadata.deletion_timestamp is not None:
+        return "campaign is being deleted"
+    if campaign.spec.suspend:
+        return "campaign is suspended"
+    budget = _budget(campaign)
+    if budget.gate is BudgetGate.EXHAUSTED:
+        return f"campaign is out of budget ({budget.describe()})"
+    expected = expected_shards(campaign)
+    phases = [s.phase for s in shards]
+    if expected is not None and len(shards) >= expected and all(p is not None and p.terminal for p in phases):
+        done = sum(1 for p in phases if p is ShardPhase.DONE)
+        return f"campaign is finished ({done} of {len(shards)} shard(s) Done, the rest Failed or Blocked)"
+    return None
+
+
+def _item_progress(campaign: Campaign, shards: Sequence[Shard]) -> ItemProgress:
+    materialized = sum(s.spec.item_count for s in shards if s.spec.shard_class is ShardClass.WORK)
+    total = campaign.current_status.items_total
+    if total is None and campaign.spec.items is not None:
+        total = len(campaign.spec.items)
+    return ItemProgress(
+        total_items=max(total if total is not None else materialized, materialized),
+        materialized_items=materialized,
+        shard_size=campaign.spec.shard_size,
+    )
+
+
+def is_zombie(shard: Shard, now: dt.datetime) -> bool:
+    """Running with a lease that ran out by the shard's own record. The Lease object decides at claim
+    time; this only says it is worth trying."""
+    status = shard.current_status
+    if status.phase is not ShardPhase.RUNNING:
+        return False
+    return status.lease_until is None or status.lease_until <= now
+
+
+def choose(
+    campaign: Campaign, shards: Sequence[Shard], now: dt.datetime, k: int, rng: random.Random
+) -> list[Candidate]:
+    """Candidates to try, in the order to try them: a random order of the first `k` in claim order."""
+    by_name = {s.name: s for s in shards}
+    views = [view_of(s, now) for s in shards]
+    breakers = breakers_of(campaign)
+    budget = _budget(campaign)
+    plan = plan_dispatch(
+        DispatchInputs(
+            limits=DispatchLimits(campaign.spec.max_concurrency, campaign.spec.backlog_ratio),
+            items=_item_progress(campaign, shards),
+            shards=views,
+            breakers=breakers,
+            budget=budget,
+            suspended=campaign.spec.suspend,
+            workers=WorkerCounts(alive_jobs=0, running_pods=0, stuck_pending_pods=0),
+            now=now,
+        )
+    )
+    ranked: list[tuple[tuple[int, int, str], Candidate]] = []
+    for name in plan.claimable:
+        shard = by_name[name]
+        found = plan.routes.get(name)
+        source = found.source if found is not None else shard.spec.source
+        ranked.append((claim_order_key(view_of(shard, now)), Candidate(shard, source, zombie=False)))
+    if not campaign.spec.suspend and budget.gate is not BudgetGate.EXHAUSTED:
+        for shard in shards:
+            if not is_zombie(shard, now) or not allows(budget.gate, shard.spec.shard_class):
+                continue
+            source = shard.spec.source
+            if source is not None:
+                found = route(
+                    source, breakers.states, breakers.fallbacks, now, breakers.cooldown, probing=frozenset()
+                )
+                if found is None:
+                    continue
+                source = found.source
+            ranked.append((claim_order_key(view_of(shard, now)), Candidate(shard, source, zombie=True)))
+    ranked.sort(key=lambda pair: pair[0])
+    head = [candidate for _, candidate in ranked[:k]]
+    rng.shuffle(head)
+    return head
+
+
+def lease_owner_reference(shard: Shard) -> dict[str, Any]:
+    """The Shard owns its Lease, so the garbage collector removes the Lease with the shard."""
+    return {
+        "apiVersion": API_GROUP_VERSION,
+        "kind": SHARD_KIND,
+        "name": shard.name,
+        "uid": shard.metadata.uid,
+    }
+
+
+def progress_of(items: Sequence[Item], done_keys: Mapping[str, object] | set[str]) -> Progress:
+    keys = [item_subkey(item) for item in items]
+    return Progress(done=sum(1 for key in keys if key in done_keys), total=len(keys))
+
+
+@dataclass(frozen=True)
+class ClaimContext:
+    kube: Kube
+    namespace: str
+    holder: str
+    actor: Actor
+    now: Callable[[], dt.datetime]
+    items_of: Callable[[Shard], Sequence[Item]]
+    stored_of: Callable[[Shard, Sequence[Item]], Mapping[str, ItemRecord]]
+
+
+def claim(ctx: ClaimContext, campaign: Campaign, candidate: Candidate) -> Claimed | None:
+    """Claim `candidate`, or None when another worker was faster (or it is not claimable any more)."""
+    shard = candidate.shard
+    lease = leases.acquire(
+        ctx.kube,
+        ctx.namespace,
+        shard.lease_name,
+        ctx.holder,
+        campaign.spec.lease_seconds,
+        ctx.now(),
+        owner=lease_owner_reference(shard),
+    )
+    if lease is None:
+        return None
+    try:
+        return _claim_holding(ctx, campaign, candidate, lease)
+    except (Conflict, NotFound) as error:
+        log.info("claim of %s lost a race (%s); trying another", shard.name, error.reason)
+        leases.release(ctx.kube, lease)
+        return None
+    except BaseException:
+        leases.release(ctx.kube, lease)
+        raise
+
+
+def _claim_holding(
+    ctx: ClaimContext, campaign: Campaign, candidate: Candidate, lease: leases.Claim
+) -> Claimed | None:
+    fresh = Shard.parse(ctx.kube.get(SHARDS, ctx.namespace, candidate.shard.name))
+    reclaimed_from: str | None = None
+    if fresh.phase is ShardPhase.RUNNING:
+        # We hold a Lease that was free, so whoever ran this shard stopped renewing: a zombie.
+        reclaimed_from = fresh.current_status.owner
+        after = _reclaim(ctx, campaign, fresh, lease)
+        if after is None:
+            leases.release(ctx.kube, lease)
+            return None
+        fresh = after
+    now = ctx.now()
+    status = fresh.current_status
+    if fresh.phase is not ShardPhase.PENDING or (status.not_before is not None and status.not_before > now):
+        leases.release(ctx.kube, lease)
+        return None
+    items = ctx.items_of(fresh)
+    stored = ctx.stored_of(fresh, items)
+    attempt = max(status.attempt, 1)
+    message = f"claimed by {ctx.holder} (attempt {attempt}, fencing token {lease.fencing_token})"
+    if candidate.source is not None and candidate.source != fresh.spec.source:
+        message += f", calling fallback source {candidate.source} instead of {fresh.spec.source}"
+    if stored:
+        message += f", resuming with {len(stored)} item result(s) already stored"
+    claimed = apply_transition(
+        ctx.kube,
+        fresh,
+        TransitionRequest(
+            Action.CLAIM,
+            message,
+            updates={
+                "owner": ctx.holder,
+                "lease_until": lease.until,
+                "fencing_token": lease.fencing_token,
+                "source": candidate.source,
+                "last_heartbeat": now,
+                "progress": progress_of(items, set(stored)),
+                "not_before": None,
+            },
+            attempt=attempt,
+        ),
+        ctx.actor,
+        now,
+    )
+    return Claimed(claimed, lease, candidate.source, stored, items, reclaimed_from)
+
+
+def _reclaim(ctx: ClaimContext, campaign: Campaign, shard: Shard, lease: leases.Claim) -> Shard | None:
+    """Running shard, expired Lease now ours: reclaim it (attempt+1) and return it Pending, or block
+    it when the lost attempt was its last (None). Written as the operator's lease sweep writes it
+    (same lastError shape), so the history reads the same whoever noticed the zombie."""
+    status = shard.current_status
+    attempt = max(status.attempt, 1)
+    until = rfc3339(status.lease_until) if status.lease_until else "unknown"
+    of = campaign.spec.max_attempts
+    what = f"lease of {status.owner} expired (leaseUntil {until}, attempt {attempt} of {of})"
+    action = lease_action(
+        LeaseVerdict.ZOMBIE, campaign.spec.stall.policy, attempt, campaign.spec.max_attempts
+    )
+    now = ctx.now()
+    error = ShardError(
+        error_class=ErrorClass.UNKNOWN,
+        source=status.source or shard.spec.source,
+        message=f"worker lost: {what}; the worker stopped heartbeating (crashed, killed or cut off)",
+        at=now,
+    )
+    updates: dict[str, Any] = {
+        "owner": None,
+        "lease_until": None,
+        "last_heartbeat": None,
+        "not_before": None,
+        "fencing_token": None,
+        "last_error": error,
+    }
+    if action is Action.BLOCK:
+        apply_transition(
+            ctx.kube,
+            shard,
+            TransitionRequest(Action.BLOCK, f"{what}: no attempts left", updates=updates),
+            ctx.actor,
+            now,
+        )
+        log.warning("blocked %s: %s", shard.name, error.message)
+        return None
+    return apply_transition(
+        ctx.kube,
+        shard,
+        TransitionRequest(Action.RECLAIM, f"{what}; reclaimed by {ctx.holder}", updates=updates),
+        ctx.actor,
+        now,
+    )

@@ -1,0 +1,76 @@
+"""`shardops worker --campaign NAME`: wire settings, API client, signals and logs to the loop."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import signal
+import sys
+import threading
+from types import FrameType
+from typing import Any
+
+from shardops import __version__
+from shardops.k8s.api import Kube
+from shardops.worker.runtime import FIELD_MANAGER, Worker
+from shardops.worker.settings import WorkerSettings
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: pod logs stay greppable and tests can read them back."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": dt.datetime.fromtimestamp(record.created, dt.UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, dict):
+            entry.update(fields)
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str)
+
+
+def setup_logging(level: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    # The kubernetes client logs every retry of urllib3 at WARNING; Kube.request reports what matters.
+    logging.getLogger("urllib3").setLevel(logging.ERROR)
+
+
+def install_signal_handlers(stop: threading.Event) -> None:
+    """SIGTERM (pod deletion, eviction) and SIGINT ask for a graceful stop: no new claims, the
+    running command gets SIGTERM, partial results are flushed and the shard is released."""
+
+    def request_stop(signum: int, _frame: FrameType | None) -> None:
+        logging.getLogger("shardops.worker").info(
+            "stop requested", extra={"fields": {"event": "signal", "signal": signal.Signals(signum).name}}
+        )
+        stop.set()
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+
+
+def run_worker(settings: WorkerSettings, campaign: str) -> int:
+    setup_logging(settings.log_level)
+    stop = threading.Event()
+    install_signal_handlers(stop)
+    kube = Kube.from_environment(FIELD_MANAGER)
+    # The audit log records the user agent: it tells apart workers sharing one service account.
+    kube.api_client.user_agent = f"shardops-worker/{__version__} ({settings.identity})"
+    worker = Worker(
+        kube=kube,
+        settings=settings,
+        namespace=settings.resolved_namespace(),
+        campaign_name=campaign,
+        stop=stop,
+    )
+    return worker.run()

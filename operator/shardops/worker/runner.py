@@ -1,0 +1,300 @@
+"""Running the user's command for one attempt: files, process group, signals, and reading results.
+
+The command runs in its own process group, so stopping it (lease lost, cost cap, shutdown) reaches
+everything it started, and a SIGSTOP of the worker does not stop it. It also gets a parent-death
+signal, so a worker that is killed outright does not leave it running: in a pod the container's
+end would take it anyway, on a machine without one (the e2e process-kubelet) nothing else would.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from shardops.api.enums import ErrorClass
+from shardops.logic.idempotency import canonical_json
+
+ITEMS_FILE = "items.jsonl"
+RESULTS_FILE = "results.jsonl"
+ERROR_FILE = "error.json"
+_PR_SET_PDEATHSIG = 1
+_SNIPPET = 80
+# A longer error file is not a structured error any more; its message is cut later anyway.
+_ERROR_FILE_MAX = 64 * 1024
+
+
+class CommandFailure(Exception):
+    """The attempt failed for a reason the runtime found itself (not via the command's exit)."""
+
+    def __init__(self, error_class: ErrorClass, message: str) -> None:
+        super().__init__(message)
+        self.error_class = error_class
+        self.message = message
+
+
+def bad_output(message: str) -> CommandFailure:
+    return CommandFailure(ErrorClass.BAD_OUTPUT, message)
+
+
+@dataclass(frozen=True)
+class ResultLine:
+    key: str
+    result: Any
+    cost: float
+
+
+@dataclass(frozen=True)
+class WorkItem:
+    """One line of the items file: the item, its sub-key and its index in the shard."""
+
+    key: str
+    index: int
+    item: Any
+
+    def line(self) -> str:
+        return json.dumps({"key": self.key, "index": self.index, "item": self.item}, separators=(",", ":"))
+
+
+@dataclass
+class AttemptFiles:
+    directory: Path
+    items: Path
+    results: Path
+    error: Path
+
+    @classmethod
+    def create(cls, items: Sequence[WorkItem], prefix: str, base: Path | None) -> AttemptFiles:
+        if base is not None:
+            base.mkdir(parents=True, exist_ok=True)
+        directory = Path(tempfile.mkdtemp(prefix=prefix, dir=base))
+        files = cls(directory, directory / ITEMS_FILE, directory / RESULTS_FILE, directory / ERROR_FILE)
+        files.items.write_text("".join(item.line() + "\n" for item in items), encoding="utf-8")
+        files.results.touch()
+        return files
+
+    def remove(self) -> None:
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def read_error_file(path: Path) -> dict[str, object] | None:
+    """The command's structured error, or None when absent or unreadable (then the exit code decides)."""
+    try:
+        with path.open("rb") as handle:
+            raw = handle.read(_ERROR_FILE_MAX + 1)
+    except OSError:
+        return None
+    if not raw.strip() or len(raw) > _ERROR_FILE_MAX:
+        return None
+    try:
+        value = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+class ResultsReader:
+    """Reads the results file as the command appends to it; only whole lines count.
+
+    Every line must be `{"key": <a remaining sub-key>, "result": <JSON>, "cost": <number ≥ 0>?}`;
+    the first line that is not raises a bad-output CommandFailure naming its line number. A key seen
+    twice keeps its first result (the command retried internally; both are results of one input).
+    """
+
+    def __init__(self, path: Path, expected: Iterable[str], max_line_bytes: int) -> None:
+        self.path = path
+        self.expected = frozenset(expected)
+        self.max_line_bytes = max_line_bytes
+        self.offset = 0
+        self.pending = b""
+        self.line_number = 0
+        self.seen: set[str] = set()
+
+    def poll(self) -> list[ResultLine]:
+        """New complete lines since the last call."""
+        try:
+            with self.path.open("rb") as handle:
+                handle.seek(self.offset)
+                chunk = handle.read()
+        except FileNotFoundError:
+            return []
+        self.offset += len(chunk)
+        self.pending += chunk
+        *lines, self.pending = self.pending.split(b"\n")
+        if len(self.pending) > self.max_line_bytes:
+            raise CommandFailure(
+                ErrorClass.RESULT_TOO_LARGE,
+                f"results line {self.line_number + 1} is over {self.max_line_bytes} bytes and still "
+                "growing: over the result size cap",
+            )
+        return self._parse(lines)
+
+    def finish(self, tolerate_partial: bool) -> list[ResultLine]:
+        """Lines written since the last poll, including a last line without a newline.
+
+        `tolerate_partial`: the command was stopped by us, so a last line cut short is dropped (its
+        item is simply not done) instead of failing the attempt.
+        """
+        results = self.poll()
+        tail, self.pending = self.pending, b""
+        if not tail.strip():
+            return results
+        try:
+            return results + self._parse([tail])
+        except CommandFailure:
+            if tolerate_partial:
+                return results
+            raise
+
+    def _parse(self, lines: Iterable[bytes]) -> list[ResultLine]:
+        parsed: list[ResultLine] = []
+        for raw in lines:
+            self.line_number += 1
+            if not raw.strip():
+                continue
+            line = self._line(raw)
+            if line.key in self.seen:
+                continue
+            self.seen.add(line.key)
+            parsed.append(line)
+        return parsed
+
+    def _line(self, raw: bytes) -> ResultLine:
+        where = f"results line {self.line_number}"
+        snippet = raw[:_SNIPPET].decode("utf-8", errors="replace")
+        try:
+            value = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            detail = error.msg if isinstance(error, json.JSONDecodeError) else "not UTF-8"
+            raise bad_output(f"{where} is not valid JSON ({detail}): {snippet!r}") from None
+        if not isinstance(value, dict):
+            raise bad_output(f"{where} must be a JSON object with key and result, got: {snippet!r}")
+        key = value.get("key")
+        if not isinstance(key, str) or key not in self.expected:
+            raise bad_output(f"{where}: key {key!r} is not one of this attempt's items: {snippet!r}")
+        if "result" not in value:
+            raise bad_output(f"{where}: no result for key {key}: {snippet!r}")
+        try:
+            canonical_json(value["result"])
+        except (TypeError, ValueError) as error:
+            raise bad_output(f"{where}: result for key {key} has no exact JSON form ({error})") from None
+        cost = value.get("cost", 0)
+        if isinstance(cost, bool) or not isinstance(cost, int | float) or not math.isfinite(cost) or cost < 0:
+            raise bad_output(f"{where}: cost must be a number >= 0, got {cost!r}")
+        return ResultLine(key, value["result"], float(cost))
+
+
+def _parent_death_signal() -> None:
+    # Runs in the child between fork and exec (preexec_fn); Linux only, best effort elsewhere.
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+
+
+@dataclass
+class Command:
+    """The user's command as one process group. Start from the thread that stays alive (the main
+    thread): the parent-death signal fires when the starting thread exits."""
+
+    argv: Sequence[str]
+    env: Mapping[str, str]
+    cwd: Path
+    popen: subprocess.Popen[bytes] | None = None
+    signalled: bool = False
+    started_at: float = field(default=0.0)
+
+    def start(self) -> None:
+        if not self.argv:
+            raise CommandFailure(ErrorClass.COMMAND_NOT_FOUND, "spec.worker.command is empty")
+        try:
+            self.popen = subprocess.Popen(
+                list(self.argv),
+                env=dict(self.env),
+                cwd=self.cwd,
+                stdin=subprocess.DEVNULL,
+                process_group=0,
+                # Only the main thread starts commands, and no other thread forks meanwhile.
+                preexec_fn=_parent_death_signal,  # noqa: PLW1509
+            )
+        except FileNotFoundError as error:
+            raise CommandFailure(
+                ErrorClass.COMMAND_NOT_FOUND,
+                f"command not found: {self.argv[0]!r} ({error.strerror}); check spec.worker.command "
+                "and that the program is installed in the worker image",
+            ) from None
+        except PermissionError as error:
+            raise CommandFailure(
+                ErrorClass.COMMAND_NOT_FOUND,
+                f"command cannot be executed: {self.argv[0]!r} ({error.strerror})",
+            ) from None
+        except OSError as error:
+            raise CommandFailure(
+                ErrorClass.COMMAND_NOT_FOUND, f"command could not start: {self.argv[0]!r} ({error})"
+            ) from None
+        self.started_at = time.monotonic()
+
+    @property
+    def pid(self) -> int | None:
+        return self.popen.pid if self.popen else None
+
+    def poll(self) -> int | None:
+        """The exit code once the command has ended (a signal n shows as 128+n, as in a shell)."""
+        if self.popen is None:
+            return None
+        code = self.popen.poll()
+        if code is None:
+            return None
+        return 128 - code if code < 0 else code
+
+    def signal_group(self, sig: int) -> None:
+        if self.popen is None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.popen.pid, sig)
+
+    def terminate(self, grace: float, wait: Callable[[float], object] = time.sleep) -> int | None:
+        """SIGTERM to the group, SIGKILL after `grace` seconds; returns the exit code."""
+        if self.popen is None:
+            return None
+        self.signalled = True
+        if self.popen.poll() is None:
+            self.signal_group(signal.SIGTERM)
+            deadline = time.monotonic() + grace
+            while self.popen.poll() is None and time.monotonic() < deadline:
+                wait(0.05)
+        return self.kill()
+
+    def kill(self) -> int | None:
+        """SIGKILL whatever is left of the group (strays included) and reap the command."""
+        if self.popen is None:
+            return None
+        if self.popen.poll() is None:
+            self.signalled = True
+        self.signal_group(signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.popen.wait(timeout=10)
+        return self.poll()
+
+
+def command_env(
+    inherited: Mapping[str, str],
+    protocol: Mapping[str, str],
+    declared: Mapping[str, str],
+) -> dict[str, str]:
+    """The command's environment: the worker's own minus its API credentials, then the protocol
+    variables, then spec.worker.env (the user's word is last, as in a pod spec)."""
+    env = {k: v for k, v in inherited.items() if k != "KUBECONFIG"}
+    env.update(protocol)
+    env.update(declared)
+    return env

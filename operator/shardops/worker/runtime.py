@@ -1,0 +1,631 @@
+"""The worker loop: claim a shard, run it to an outcome, repeat until there is nothing left to do.
+
+One shard at a time, single-threaded: the loop polls the command's results file and exit, and
+heartbeats when due. A heartbeat (and every later write) first proves the claim is still ours
+(heartbeat.py); if it is not, the command is killed and nothing is written.
+
+Outcomes of one claimed shard:
+
+* reused: a verified result is already stored under the idempotency key -> Done, command not run;
+* done: every item has a result (stored earlier or by this attempt) -> Done with result
+  {ref, fingerprint, bytes};
+* failed: the command failed, or its output, cost or size broke a rule -> Pending with notBefore,
+  Failed or Blocked, as logic.errors decides;
+* released: SIGTERM; the command was stopped and partial results flushed -> Pending, attempt not
+  charged;
+* fenced: the Lease or the shard is not ours any more -> untouched, the new holder owns it.
+
+Partial results survive a crash up to the last heartbeat: each heartbeat flushes the item results
+read since the previous one to the items ConfigMap. Items a killed worker finished after its last
+flush are computed again by the next attempt.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import random
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Protocol
+
+import urllib3
+
+from shardops.api.campaign import Campaign
+from shardops.api.common import Item
+from shardops.api.enums import ErrorClass, ShardClass
+from shardops.api.shard import Progress, Shard, ShardError, ShardResult
+from shardops.k8s import leases, results
+from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS, ApiError, Forbidden, Kube, NotFound
+from shardops.k8s.results import ItemRecord, ResultMeta, ResultTooLarge, StoreCorrupt
+from shardops.k8s.shards import Actor, TransitionRequest, apply_transition, list_shards
+from shardops.logic.backoff import retry_not_before
+from shardops.logic.errors import classify_failure, next_phase_after_failure
+from shardops.logic.idempotency import item_subkey
+from shardops.logic.transitions import Action
+from shardops.worker import heartbeat
+from shardops.worker.claim import ClaimContext, Claimed, choose, claim, stop_reason
+from shardops.worker.heartbeat import Fenced
+from shardops.worker.runner import (
+    AttemptFiles,
+    Command,
+    CommandFailure,
+    ResultLine,
+    ResultsReader,
+    WorkItem,
+    command_env,
+    read_error_file,
+)
+from shardops.worker.settings import WorkerSettings
+
+log = logging.getLogger("shardops.worker")
+
+FIELD_MANAGER = "shardops-worker"
+CONTROLLER = "shardops.dev/worker"
+# API trouble that a later try may not have: keep the claim, try again next tick.
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (ApiError, urllib3.exceptions.HTTPError, OSError)
+# A heartbeat that failed for a transient reason is retried this soon, well inside the lease.
+_HEARTBEAT_RETRY_SECONDS = 1.0
+
+
+class Clock(Protocol):
+    def now(self) -> dt.datetime: ...
+    def monotonic(self) -> float: ...
+
+
+class SystemClock:
+    def now(self) -> dt.datetime:
+        return dt.datetime.now(dt.UTC)
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+
+class Outcome(StrEnum):
+    REUSED = "reused"
+    DONE = "done"
+    FAILED = "failed"
+    RELEASED = "released"
+    FENCED = "fenced"
+    ABANDONED = "abandoned"
+
+
+def emit(event: str, **fields: Any) -> None:
+    """A structured log line (see main.JsonFormatter): what happened, to which shard, with figures."""
+    log.info(event, extra={"fields": {"event": event, **fields}})
+
+
+@dataclass
+class Worker:
+    """What stays the same across shards: the API, the identity, the settings, the clock."""
+
+    kube: Kube
+    settings: WorkerSettings
+    namespace: str
+    campaign_name: str
+    clock: Clock = field(default_factory=SystemClock)
+    rng: random.Random = field(default_factory=random.Random)
+    stop: threading.Event = field(default_factory=threading.Event)
+    _items_cache: dict[tuple[str, str, str], list[Item]] = field(default_factory=dict)
+    # The campaign's spec.idleSeconds as last read; used unless SHARDOPS_IDLE_SECONDS overrides it.
+    _campaign_idle: int = 30
+
+    @property
+    def holder(self) -> str:
+        return self.settings.identity
+
+    @property
+    def actor(self) -> Actor:
+        return Actor(CONTROLLER, self.holder)
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep unless stopped; True when a stop was requested."""
+        return self.stop.wait(max(seconds, 0.0))
+
+    # --- the loop ---------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Exit code: 0 when there is nothing (left) to do or on a graceful stop, 1 on a fatal error."""
+        emit("started", holder=self.holder, campaign=self.campaign_name, namespace=self.namespace)
+        idle_since = self.clock.monotonic()
+        finished = 0
+        while not self.stop.is_set():
+            try:
+                step = self._step()
+            except Forbidden as error:
+                emit("fatal", reason="forbidden", message=error.message)
+                return 1
+            except TRANSIENT_ERRORS as error:
+                log.warning("API trouble, retrying: %s", error)
+                self.wait(self.settings.poll_seconds)
+                continue
+            if isinstance(step, Outcome):
+                finished += 1
+                idle_since = self.clock.monotonic()
+                if self.settings.max_shards and finished >= self.settings.max_shards:
+                    emit("exiting", reason=f"did {finished} shard(s), the most allowed", shards=finished)
+                    return 0
+                continue
+            if step is not None:
+                emit("exiting", reason=step, shards=finished)
+                return 0
+            idle = self._idle_seconds()
+            waited = self.clock.monotonic() - idle_since
+            if waited >= idle:
+                emit("exiting", reason=f"no claimable shard for {waited:.0f}s", shards=finished)
+                return 0
+            # Jitter so workers that went idle together do not poll in lockstep.
+            self.wait(min(self.settings.poll_seconds * (0.5 + self.rng.random()), idle - waited))
+        emit("exiting", reason="stop requested (SIGTERM)", shards=finished)
+        return 0
+
+    def _idle_seconds(self) -> float:
+        if self.settings.idle_seconds is not None:
+            return self.settings.idle_seconds
+        return float(self._campaign_idle)
+
+    def _step(self) -> Outcome | str | None:
+        """One look for work: an Outcome when a shard was claimed and run, a reason to exit, or None."""
+        try:
+            campaign = Campaign.parse(self.kube.get(CAMPAIGNS, self.namespace, self.campaign_name))
+        except NotFound:
+            return f"campaign {self.namespace}/{self.campaign_name} does not exist"
+        self._campaign_idle = campaign.spec.idle_seconds
+        shards = list_shards(self.kube, self.namespace, self.campaign_name)
+        reason = stop_reason(campaign, shards)
+        if reason is not None:
+            return reason
+        context = ClaimContext(
+            kube=self.kube,
+            namespace=self.namespace,
+            holder=self.holder,
+            actor=self.actor,
+            now=self.clock.now,
+            items_of=lambda shard: self.items_of(campaign, shard),
+            stored_of=self.stored_of,
+        )
+        candidates = choose(campaign, shards, self.clock.now(), self.settings.claim_candidates, self.rng)
+        for candidate in candidates:
+            if self.stop.is_set():
+                return None
+            claimed = claim(context, campaign, candidate)
+            if claimed is None:
+                emit("claim-lost", shard=candidate.shard.name)
+                continue
+            emit(
+                "claimed",
+                shard=claimed.shard.name,
+                attempt=claimed.shard.current_status.attempt,
+                token=claimed.lease.fencing_token,
+                source=claimed.source,
+                resumed=len(claimed.stored),
+                reclaimed_from=claimed.reclaimed_from,
+                holder=self.holder,
+                at=time.time(),
+            )
+            return ShardRun(self, campaign, claimed).execute()
+        return None
+
+    # --- items and stored results ----------------------------------------------------------------
+
+    def items_of(self, campaign: Campaign, shard: Shard) -> list[Item]:
+        """The shard's items: inline, or its slice of the campaign's itemsFrom ConfigMap."""
+        if shard.spec.items is not None:
+            return list(shard.spec.items)
+        if shard.spec.item_range is None or campaign.spec.items_from is None:
+            return []
+        source = campaign.spec.items_from
+        cache_key = (campaign.metadata.uid or "", source.config_map_name, source.key)
+        if cache_key not in self._items_cache:
+            configmap = self.kube.get(CONFIGMAPS, self.namespace, source.config_map_name)
+            text = (configmap.get("data") or {}).get(source.key, "")
+            self._items_cache[cache_key] = source.parse_items(text)
+        every = self._items_cache[cache_key]
+        return every[shard.spec.item_range.start : shard.spec.item_range.end]
+
+    def stored_of(self, shard: Shard, items: Sequence[Item]) -> dict[str, ItemRecord]:
+        found, corrupt = results.read_items(
+            self.kube, self.namespace, shard.spec.idempotency_key, [item_subkey(i) for i in items]
+        )
+        if corrupt:
+            log.warning(
+                "%s: %d stored item result(s) failed verification; recomputing them", shard.name, len(corrupt)
+            )
+        return found
+
+
+@dataclass
+class ShardRun:
+    """One claimed shard, from claim to outcome. Holds the latest shard object (its
+    resourceVersion is the precondition of our next write) and the Lease claim."""
+
+    worker: Worker
+    campaign: Campaign
+    claimed: Claimed
+    shard: Shard = field(init=False)
+    lease: leases.Claim = field(init=False)
+    stored: dict[str, ItemRecord] = field(init=False)
+    fresh: dict[str, ItemRecord] = field(default_factory=dict)
+    attempt_cost: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.shard = self.claimed.shard
+        self.lease = self.claimed.lease
+        self.stored = dict(self.claimed.stored)
+        self.items = list(self.claimed.items)
+        self.keys = [item_subkey(item) for item in self.items]
+        self.base_cost = self.shard.current_status.cost
+        self.attempt = max(self.shard.current_status.attempt, 1)
+        self.key = self.shard.spec.idempotency_key
+        self.kube = self.worker.kube
+        self.settings = self.worker.settings
+        self.clock = self.worker.clock
+
+    # --- bookkeeping ------------------------------------------------------------------------------
+
+    @property
+    def namespace(self) -> str:
+        return self.worker.namespace
+
+    @property
+    def name(self) -> str:
+        return self.shard.name
+
+    def known(self) -> dict[str, ItemRecord]:
+        return {**self.stored, **self.fresh}
+
+    def progress(self) -> Progress:
+        known = self.known()
+        return Progress(done=sum(1 for key in self.keys if key in known), total=len(self.keys))
+
+    def cost(self) -> float:
+        # Cumulative over the shard's attempts, so the operator can add shard costs up as they are.
+        return self.base_cost + self.attempt_cost
+
+    def remaining(self) -> list[WorkItem]:
+        known = self.known()
+        seen: set[str] = set()
+        work: list[WorkItem] = []
+        for index, (key, item) in enumerate(zip(self.keys, self.items, strict=True)):
+            if key in known or key in seen:
+                continue
+            seen.add(key)
+            work.append(WorkItem(key, index, item))
+        return work
+
+    def absorb(self, lines: Sequence[ResultLine]) -> None:
+        for line in lines:
+            if line.key not in self.known():
+                self.fresh[line.key] = ItemRecord(line.result, line.cost)
+            self.attempt_cost += line.cost
+        cap = self.campaign.spec.budget.max_per_shard if self.campaign.spec.budget else None
+        if cap is not None and self.cost() > cap:
+            raise CommandFailure(
+                ErrorClass.OVER_BUDGET,
+                f"shard cost {self.cost():g} passed the per-shard cap spec.budget.maxPerShard {cap:g} "
+                f"after {self.progress().done} of {len(self.keys)} item(s); the command was stopped",
+            )
+
+    # --- writes as the holder ---------------------------------------------------------------------
+
+    def renew(self) -> None:
+        self.lease = heartbeat.renew(self.kube, self.lease, self.clock.now())
+
+    def flush(self) -> int:
+        """Store the item results read since the last flush (only new ones)."""
+        if not self.fresh:
+            return 0
+        written = results.save_items(
+            self.kube,
+            self.namespace,
+            self.key,
+            self.campaign.name,
+            self.fresh,
+            self.settings.result_max_bytes,
+            shard=self.name,
+        )
+        self.stored.update(self.fresh)
+        self.fresh = {}
+        return written
+
+    def flush_if_possible(self) -> None:
+        """Before handing the shard back: keep what can be kept, but never let the store stop the
+        hand-back. Results not stored are computed again by the next attempt."""
+        try:
+            self.flush()
+        except ResultTooLarge:
+            # The partial results alone are over the cap: keep nothing rather than part of them.
+            self.fresh = {}
+        except TRANSIENT_ERRORS as error:
+            log.warning("%s: could not store %d item result(s): %s", self.name, len(self.fresh), error)
+            self.fresh = {}
+
+    def heartbeat(self) -> None:
+        self.renew()
+        self.flush()
+        patch = heartbeat.heartbeat_patch(
+            self.attempt, self.progress(), self.cost(), self.clock.now(), self.lease.until
+        )
+        self.shard = heartbeat.write_as_holder(
+            self.kube,
+            self.shard,
+            self.worker.holder,
+            self.lease.fencing_token,
+            lambda shard: heartbeat.patch_heartbeat(self.kube, shard, patch),
+        )
+
+    def transition(self, request: TransitionRequest) -> None:
+        now = self.clock.now()
+        self.shard = heartbeat.write_as_holder(
+            self.kube,
+            self.shard,
+            self.worker.holder,
+            self.lease.fencing_token,
+            lambda shard: apply_transition(self.kube, shard, request, self.worker.actor, now),
+        )
+
+    def _leaving(self) -> dict[str, Any]:
+        """Fields every exit from Running clears or settles: the claim goes, progress and cost stay."""
+        return {
+            "owner": None,
+            "lease_until": None,
+            "fencing_token": None,
+            "progress": self.progress(),
+            "cost": self.cost(),
+        }
+
+    def release_lease(self) -> None:
+        if not leases.release(self.kube, self.lease):
+            log.warning("%s: the Lease was no longer ours when releasing it", self.name)
+
+    # --- the run ----------------------------------------------------------------------------------
+
+    def execute(self) -> Outcome:
+        try:
+            try:
+                return self._execute()
+            except (Fenced, Forbidden):
+                raise
+            except Exception as error:
+                # Trouble of our own or of the API mid-shard: record it as a failed attempt (retryable,
+                # bounded by maxAttempts) if the API lets us, so the shard does not wait out its lease.
+                log.exception("%s: attempt %d broke off", self.name, self.attempt)
+                return self._abandon(error)
+        except Fenced as fenced:
+            emit(
+                "fenced",
+                shard=self.name,
+                attempt=self.attempt,
+                token=self.lease.fencing_token,
+                discarded=len(self.fresh),
+                reason=str(fenced),
+            )
+            return Outcome.FENCED
+
+    def _abandon(self, error: Exception) -> Outcome:
+        try:
+            return self.fail(
+                ErrorClass.UNKNOWN, f"the worker broke off the attempt: {error!r}", self.claimed.source
+            )
+        except (Fenced, Forbidden):
+            raise
+        except Exception as again:
+            # Nothing could be written: the Lease runs out and the shard is reclaimed as a zombie.
+            emit(
+                "abandoned",
+                shard=self.name,
+                error=repr(error),
+                then=repr(again),
+                lease_until=self.lease.until,
+            )
+            return Outcome.ABANDONED
+
+    def _execute(self) -> Outcome:
+        try:
+            existing = results.read_result(self.kube, self.namespace, self.key)
+        except StoreCorrupt as corrupt:
+            log.warning("%s: stored result does not verify (%s); recomputing", self.name, corrupt)
+            existing = None
+        if existing is not None:
+            return self.complete(existing, reused=True)
+        if self.worker.stop.is_set():
+            return self.release()
+        work = self.remaining()
+        # A finalize shard has no items: its command runs once, with an empty items file.
+        if not work and not self.finalize:
+            return self.complete(None, reused=False)
+        return self.run_command(work)
+
+    @property
+    def finalize(self) -> bool:
+        return self.shard.spec.shard_class is ShardClass.FINALIZE
+
+    def run_command(self, work: list[WorkItem]) -> Outcome:
+        worker_spec = (self.finalize and self.campaign.spec.finalize) or self.campaign.spec.worker
+        try:
+            files = AttemptFiles.create(work, f"{self.name}-a{self.attempt}-", self.settings.work_dir)
+        except OSError as error:
+            return self.fail(
+                ErrorClass.UNKNOWN, f"cannot write the attempt's files: {error}", self.claimed.source
+            )
+        protocol = {
+            "SHARDOPS_ITEMS_FILE": str(files.items),
+            "SHARDOPS_RESULTS_FILE": str(files.results),
+            "SHARDOPS_ERROR_FILE": str(files.error),
+            "SHARDOPS_SOURCE": self.claimed.source or "",
+            "SHARDOPS_SHARD": self.name,
+            "SHARDOPS_CAMPAIGN": self.campaign.name,
+            "SHARDOPS_ATTEMPT": str(self.attempt),
+            "SHARDOPS_IDEMPOTENCY_KEY": self.key,
+        }
+        command = Command(
+            worker_spec.full_command(),
+            command_env(os.environ, protocol, worker_spec.env_dict()),
+            files.directory,
+        )
+        reader = ResultsReader(files.results, [w.key for w in work], self.settings.result_max_bytes)
+        try:
+            command.start()
+            emit("command-started", shard=self.name, pid=command.pid, items=len(work), attempt=self.attempt)
+            return self.supervise(command, reader, files, len(work))
+        except CommandFailure as failure:
+            command.kill()
+            return self.fail(failure.error_class, failure.message, self.claimed.source)
+        finally:
+            command.kill()
+            if not self.settings.keep_work_dir:
+                files.remove()
+
+    def supervise(self, command: Command, reader: ResultsReader, files: AttemptFiles, count: int) -> Outcome:
+        interval = self.campaign.spec.effective_heartbeat_seconds
+        next_beat = self.clock.monotonic() + interval
+        shutdown = False
+        while True:
+            self.absorb(reader.poll())
+            if command.poll() is not None:
+                break
+            if self.worker.stop.is_set():
+                shutdown = True
+                emit(
+                    "stopping-command",
+                    shard=self.name,
+                    pid=command.pid,
+                    grace=self.settings.term_grace_seconds,
+                )
+                command.terminate(self.settings.term_grace_seconds)
+                break
+            if self.clock.monotonic() >= next_beat:
+                next_beat = self._beat(command, interval)
+            self.worker.wait(self.settings.tick_seconds)
+        code = command.poll()
+        # A last line cut short is an error only from a command that claims success (exit 0); one that
+        # crashed or was stopped simply did not finish that item.
+        self.absorb(reader.finish(tolerate_partial=command.signalled or code != 0))
+        missing = len(self.remaining())
+        emit("command-exited", shard=self.name, code=code, results=count - missing, missing=missing)
+        if shutdown and (code != 0 or missing):
+            return self.release()
+        if code == 0:
+            if missing:
+                raise CommandFailure(
+                    ErrorClass.BAD_OUTPUT,
+                    f"command exited 0 but wrote results for {count - missing} of {count} item(s); "
+                    "exit 0 means every item has a result line",
+                )
+            return self.complete(None, reused=False)
+        classified = classify_failure(code or 0, read_error_file(files.error), self.claimed.source)
+        assert classified is not None  # code != 0
+        return self.fail(classified.error_class, classified.message, classified.source)
+
+    def _beat(self, command: Command, interval: float) -> float:
+        """Heartbeat; returns when the next one is due. Fenced propagates after killing the command."""
+        try:
+            self.heartbeat()
+        except Fenced:
+            command.kill()
+            raise
+        except ResultTooLarge as too_large:
+            raise CommandFailure(ErrorClass.RESULT_TOO_LARGE, str(too_large)) from None
+        except TRANSIENT_ERRORS as error:
+            if self.clock.now() >= self.lease.until:
+                # We could not renew before the lease ran out: someone may hold it now. Stop, write
+                # nothing; if nobody took over, the next claim resumes from our last flush.
+                command.kill()
+                raise Fenced(f"lease ran out while the API server was unreachable ({error})") from error
+            log.warning("%s: heartbeat failed, retrying: %s", self.name, error)
+            return self.clock.monotonic() + _HEARTBEAT_RETRY_SECONDS
+        return self.clock.monotonic() + interval
+
+    # --- endings ----------------------------------------------------------------------------------
+
+    def complete(self, existing: results.StoredResult | None, reused: bool) -> Outcome:
+        self.renew()
+        if existing is None:
+            try:
+                self.flush()
+                known = self.known()
+                entries = [(i, key, known[key].result) for i, key in enumerate(self.keys)]
+                text = results.encode_result(self.key, entries)
+                meta = ResultMeta(self.campaign.name, self.name, self.worker.holder, self.attempt)
+                existing, reused = results.store_result(
+                    self.kube,
+                    self.namespace,
+                    self.key,
+                    text,
+                    meta,
+                    len(entries),
+                    self.settings.result_max_bytes,
+                )
+            except ResultTooLarge as too_large:
+                return self.fail(ErrorClass.RESULT_TOO_LARGE, str(too_large), self.claimed.source)
+            # Re-check holder and token right before the Done write (and extend the lease for it).
+            self.renew()
+        verb = "reused the stored result" if reused else "stored the result"
+        message = f"{verb} {existing.name} ({existing.bytes} bytes, {existing.fingerprint})"
+        updates = {
+            **self._leaving(),
+            "progress": Progress(done=len(self.keys), total=len(self.keys)),
+            "result": ShardResult(ref=existing.name, fingerprint=existing.fingerprint, bytes=existing.bytes),
+            "last_heartbeat": self.clock.now(),
+        }
+        self.transition(TransitionRequest(Action.COMPLETE, message, updates=updates))
+        # Taken before the Lease goes: nobody else can hold the shard until after this moment.
+        ended = time.time()
+        self.release_lease()
+        emit(
+            "completed",
+            shard=self.name,
+            attempt=self.attempt,
+            token=self.lease.fencing_token,
+            reused=reused,
+            ref=existing.name,
+            bytes=existing.bytes,
+            cost=self.cost(),
+            at=ended,
+        )
+        return Outcome.REUSED if reused else Outcome.DONE
+
+    def fail(self, error_class: ErrorClass, message: str, source: str | None) -> Outcome:
+        self.renew()
+        self.flush_if_possible()
+        decision = next_phase_after_failure(error_class, self.attempt, self.campaign.spec.max_attempts)
+        now = self.clock.now()
+        updates: dict[str, Any] = {
+            **self._leaving(),
+            "last_error": ShardError(error_class=error_class, source=source, message=message, at=now),
+        }
+        if decision.backoff:
+            backoff = self.campaign.spec.backoff
+            updates["not_before"] = retry_not_before(
+                now, self.attempt, backoff.base_seconds, backoff.cap_seconds, self.worker.rng.random()
+            )
+        self.transition(
+            TransitionRequest(decision.action, f"{error_class}: {message} ({decision.reason})", updates)
+        )
+        ended = time.time()
+        self.release_lease()
+        emit(
+            "failed",
+            shard=self.name,
+            attempt=self.attempt,
+            error_class=str(error_class),
+            phase=str(decision.phase),
+            message=message,
+            at=ended,
+        )
+        return Outcome.FAILED
+
+    def release(self) -> Outcome:
+        self.renew()
+        self.flush_if_possible()
+        done = self.progress()
+        message = f"released by {self.worker.holder} on shutdown with {done.done}/{done.total} item(s) stored"
+        self.transition(TransitionRequest(Action.RELEASE, message, updates=self._leaving()))
+        ended = time.time()
+        self.release_lease()
+        emit("released", shard=self.name, attempt=self.attempt, stored=done.done, total=done.total, at=ended)
+        return Outcome.RELEASED

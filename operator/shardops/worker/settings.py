@@ -1,0 +1,78 @@
+"""Worker configuration from the environment (prefix SHARDOPS_), as the operator's Jobs set it."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+from functools import cached_property
+from pathlib import Path
+
+from pydantic import AliasChoices, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from shardops.k8s.results import DEFAULT_MAX_BYTES
+
+# In-cluster, the namespace of the pod's service account: the usual fallback when the Job does not
+# set SHARDOPS_NAMESPACE.
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+IDENTITY_MAX = 253
+_SUFFIX_CHARS = 6
+
+
+class WorkerSettings(BaseSettings):
+    """Everything not taken from the Campaign. The campaign's own settings (lease, heartbeat, idle
+    time, attempts, backoff) come from its spec, so all workers of a campaign agree on them."""
+
+    model_config = SettingsConfigDict(env_prefix="SHARDOPS_", extra="ignore", populate_by_name=True)
+
+    namespace: str | None = Field(
+        default=None, description="Namespace of the campaign; default: the service account's, else default."
+    )
+    pod_name: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("POD_NAME", "SHARDOPS_POD_NAME"),
+        description="Base of the holder identity (the Job sets it from the downward API).",
+    )
+    idle_seconds: float | None = Field(
+        default=None,
+        ge=0,
+        description="Exit after this long without a claimable shard; default: spec.idleSeconds.",
+    )
+    result_max_bytes: int = Field(
+        default=DEFAULT_MAX_BYTES, ge=1, description="Size cap of a shard's stored result (and item results)."
+    )
+    claim_candidates: int = Field(
+        default=5,
+        ge=1,
+        description="Pick at random among the first K claimable shards so workers spread out.",
+    )
+    poll_seconds: float = Field(default=1.0, gt=0, description="Wait between looks for a claimable shard.")
+    tick_seconds: float = Field(
+        default=0.1, gt=0, description="How often the command's results file and exit are checked."
+    )
+    term_grace_seconds: float = Field(
+        default=10.0,
+        ge=0,
+        description="On shutdown, how long the command may take to exit after SIGTERM before SIGKILL.",
+    )
+    work_dir: Path | None = Field(default=None, description="Where per-attempt temp dirs go; default TMPDIR.")
+    keep_work_dir: bool = Field(default=False, description="Keep per-attempt dirs for debugging.")
+    max_shards: int = Field(default=0, ge=0, description="Exit after this many shards; 0 means no limit.")
+    log_level: str = Field(default="INFO")
+
+    @cached_property
+    def identity(self) -> str:
+        """The Lease holder identity: pod name (or host-pid) plus a random suffix, unique per process,
+        so two processes in one pod (or a restarted container) never pass for each other."""
+        base = self.pod_name or f"{socket.gethostname()}-{os.getpid()}"
+        suffix = secrets.token_hex(_SUFFIX_CHARS // 2)
+        return f"{base[: IDENTITY_MAX - _SUFFIX_CHARS - 1]}-{suffix}"
+
+    def resolved_namespace(self) -> str:
+        if self.namespace:
+            return self.namespace
+        try:
+            return SERVICE_ACCOUNT_NAMESPACE.read_text().strip() or "default"
+        except OSError:
+            return "default"

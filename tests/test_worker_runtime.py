@@ -1,0 +1,390 @@
+"""The worker loop against an in-memory API server, with real commands (the example agent).
+
+Each test sets up the moment another party acts (a takeover, a conflicting write, SIGTERM) with a
+hook at an exact point of the protocol, then checks what the worker wrote and what it did not.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shardops.api.shard import Shard
+from shardops.k8s import leases
+from shardops.k8s.api import CONFIGMAPS, EVENTS, LEASES, SHARDS, ApiError, Resource
+from shardops.k8s.results import (
+    ItemRecord,
+    ResultMeta,
+    check_result,
+    encode_result,
+    items_name,
+    result_name,
+    save_items,
+    store_result,
+)
+from shardops.logic.idempotency import item_subkey
+from shardops.worker.runtime import Worker
+from shardops.worker.settings import WorkerSettings
+from test_worker_support import NAMESPACE, FakeKube, add_campaign, campaign_body
+
+AGENT = [sys.executable, "-m", "shardops_example_agent.agent"]
+
+
+def _settings(tmp_path: Path, **overrides: Any) -> WorkerSettings:
+    values: dict[str, Any] = {
+        "namespace": NAMESPACE,
+        "pod_name": "w",
+        "tick_seconds": 0.01,
+        "poll_seconds": 0.01,
+        "idle_seconds": 0,
+        "work_dir": tmp_path,
+        **overrides,
+    }
+    return WorkerSettings(**values)
+
+
+def _worker(kube: FakeKube, tmp_path: Path, **overrides: Any) -> Worker:
+    return Worker(
+        kube=kube, settings=_settings(tmp_path, **overrides), namespace=NAMESPACE, campaign_name="camp"
+    )  # type: ignore[arg-type]
+
+
+def _agent_campaign(items: list[dict[str, Any]], **spec: Any) -> dict[str, Any]:
+    env = [{"name": k, "value": v} for k, v in spec.pop("env", {}).items()]
+    return campaign_body(items=items, worker={"image": "x", "command": AGENT, "env": env}, **spec)
+
+
+def _shard(kube: FakeKube, name: str) -> Shard:
+    found = kube.obj(SHARDS, NAMESPACE, name)
+    assert found is not None
+    return Shard.parse(found)
+
+
+def _reasons(shard: Shard) -> list[tuple[str, int]]:
+    return [(h.reason, h.attempt) for h in shard.current_status.history]
+
+
+def _holder(kube: FakeKube, name: str) -> str | None:
+    found = kube.obj(LEASES, NAMESPACE, name)
+    return None if found is None else found["spec"].get("holderIdentity")
+
+
+def test_runs_every_shard_to_done_stores_verified_results_and_exits(tmp_path: Path) -> None:
+    kube = FakeKube()
+    shards = add_campaign(kube, _agent_campaign([{"id": i} for i in range(4)]))
+    worker = _worker(kube, tmp_path)
+    assert worker.run() == 0
+    for shard in shards:
+        done = _shard(kube, shard.name)
+        status = done.current_status
+        assert status.phase == "Done" and _reasons(done) == [
+            ("Materialized", 1),
+            ("Claimed", 1),
+            ("Completed", 1),
+        ]
+        assert status.owner is None and status.lease_until is None and status.fencing_token is None
+        assert status.progress is not None and (status.progress.done, status.progress.total) == (2, 2)
+        assert status.cost == pytest.approx(0.02)
+        assert status.result is not None and status.result.ref == result_name(shard.spec.idempotency_key)
+        configmap = kube.obj(CONFIGMAPS, NAMESPACE, status.result.ref)
+        assert configmap is not None
+        stored = check_result(configmap, shard.spec.idempotency_key)
+        assert stored.fingerprint == status.result.fingerprint and stored.bytes == status.result.bytes
+        document = json.loads(stored.text)
+        assert [e["key"] for e in document["items"]] == [item_subkey(i) for i in shard.spec.items or []]
+        assert _holder(kube, shard.name) is None, "the Lease is released after completion"
+        # Every transition has its Event, named in the history.
+        for entry in status.history[1:]:
+            assert entry.event and kube.obj(EVENTS, NAMESPACE, entry.event) is not None
+    assert list(tmp_path.iterdir()) == [], "per-attempt directories are removed"
+
+
+def test_a_stored_result_is_reused_and_the_command_never_runs(tmp_path: Path) -> None:
+    kube = FakeKube()
+    marker = tmp_path / "ran"
+    body = campaign_body(items=[{"id": 1}], worker={"image": "x", "command": ["touch", str(marker)]})
+    (shard,) = add_campaign(kube, body)
+    key = shard.spec.idempotency_key
+    text = encode_result(key, [(0, item_subkey({"id": 1}), "stored earlier")])
+    previous, _ = store_result(
+        kube, NAMESPACE, key, text, ResultMeta("camp", shard.name, "old", 1), 1, 10_000
+    )  # type: ignore[arg-type]
+    assert _worker(kube, tmp_path).run() == 0
+    done = _shard(kube, shard.name).current_status
+    assert done.phase == "Done" and done.result is not None
+    assert (done.result.ref, done.result.fingerprint) == (previous.name, previous.fingerprint)
+    assert not marker.exists()
+
+
+def test_stored_item_results_are_skipped_on_resume(tmp_path: Path) -> None:
+    kube = FakeKube()
+    ledger = tmp_path / "ledger.jsonl"
+    items = [{"id": i} for i in range(4)]
+    (shard,) = add_campaign(
+        kube, _agent_campaign(items, shardSize=4, env={"SHARDOPS_AGENT_LEDGER": str(ledger)})
+    )
+    earlier = {item_subkey(items[i]): ItemRecord({"from": "earlier"}, 0.01) for i in (0, 2)}
+    save_items(kube, NAMESPACE, shard.spec.idempotency_key, "camp", earlier, 10_000)  # type: ignore[arg-type]
+    assert _worker(kube, tmp_path / "w").run() == 0
+    ran = [json.loads(line)["index"] for line in ledger.read_text().splitlines() if '"done"' in line]
+    assert ran == [1, 3], "only the items without a stored result run"
+    done = _shard(kube, shard.name)
+    assert done.current_status.history[1].reason == "Claimed"
+    configmap = kube.obj(CONFIGMAPS, NAMESPACE, result_name(shard.spec.idempotency_key))
+    assert configmap is not None
+    results = [e["result"] for e in json.loads(configmap["data"]["result.json"])["items"]]
+    assert results[0] == results[2] == {"from": "earlier"} and results[1]["attempt"] == 1
+
+
+def test_retryable_failure_backs_off_charges_an_attempt_and_records_the_error(tmp_path: Path) -> None:
+    kube = FakeKube()
+    (shard,) = add_campaign(kube, _agent_campaign([{"id": 1, "fault": "rate-limited"}], shardSize=1))
+    before = dt.datetime.now(dt.UTC)
+    assert _worker(kube, tmp_path, max_shards=1).run() == 0
+    status = _shard(kube, shard.name).current_status
+    assert status.phase == "Pending" and status.attempt == 2
+    assert _reasons(_shard(kube, shard.name))[-1] == ("AttemptFailed", 1)
+    assert status.last_error is not None and status.last_error.error_class == "rate-limited"
+    assert status.last_error.event == status.history[-1].event
+    assert status.not_before is not None
+    # backoff base 2s, attempt 1: between 1 and 2 seconds from the failure.
+    delay = (status.not_before - before).total_seconds()
+    assert 1.0 <= delay <= 2.5, delay
+    assert _holder(kube, shard.name) is None
+
+
+def test_exit_zero_with_items_missing_is_bad_output(tmp_path: Path) -> None:
+    kube = FakeKube()
+    body = campaign_body(items=[{"id": 1}], worker={"image": "x", "command": ["true"]})
+    (shard,) = add_campaign(kube, body)
+    assert _worker(kube, tmp_path).run() == 0
+    status = _shard(kube, shard.name).current_status
+    assert status.phase == "Failed" and status.last_error is not None
+    assert status.last_error.error_class == "bad-output"
+    assert "exited 0 but wrote results for 0 of 1 item(s)" in status.last_error.message
+
+
+def test_a_result_over_the_cap_fails_and_stores_nothing(tmp_path: Path) -> None:
+    kube = FakeKube()
+    (shard,) = add_campaign(kube, _agent_campaign([{"id": 1, "fault": "big", "bytes": 5000}], shardSize=1))
+    assert _worker(kube, tmp_path, result_max_bytes=2000).run() == 0
+    status = _shard(kube, shard.name).current_status
+    assert status.phase == "Failed" and status.last_error is not None
+    assert status.last_error.error_class == "result-too-large"
+    assert kube.obj(CONFIGMAPS, NAMESPACE, result_name(shard.spec.idempotency_key)) is None
+    assert kube.obj(CONFIGMAPS, NAMESPACE, items_name(shard.spec.idempotency_key)) is None
+
+
+def test_a_lost_lease_stops_the_command_and_nothing_more_is_written(tmp_path: Path) -> None:
+    kube = FakeKube()
+    ledger = tmp_path / "ledger.jsonl"
+    items = [{"id": i, "latency": 0.4} for i in range(6)]
+    (shard,) = add_campaign(
+        kube, _agent_campaign(items, shardSize=6, env={"SHARDOPS_AGENT_LEDGER": str(ledger)})
+    )
+    kube.writes.clear()
+    stolen = []
+
+    def thief(fake: FakeKube, verb: str, resource: Resource, name: str) -> None:
+        # At the first renewal: the lease expired meanwhile and another worker took it over.
+        if resource is LEASES and verb == "patch" and not stolen:
+            lease = fake.obj(LEASES, NAMESPACE, name)
+            assert lease is not None and lease["spec"]["holderIdentity"] != "thief"
+            spec = {
+                **lease["spec"],
+                "holderIdentity": "thief",
+                "leaseTransitions": lease["spec"]["leaseTransitions"] + 1,
+            }
+            fake.put(LEASES, NAMESPACE, {**lease, "spec": spec})
+            stolen.append(time.monotonic())
+
+    kube.before.append(thief)
+    started = time.monotonic()
+    assert _worker(kube, tmp_path / "w", max_shards=1).run() == 0
+    assert stolen, "the worker never renewed its lease"
+    # Fenced at the first heartbeat (1 s), well before the command's 6 items of 0.4 s.
+    assert time.monotonic() - started < 2.3
+    done_items = [line for line in ledger.read_text().splitlines() if '"done"' in line]
+    assert len(done_items) < len(items), "the command was not stopped"
+    # After the claim: one refused renewal, no shard write, no result, the thief still holds it.
+    shard_writes = [w for w in kube.writes if w[1] == "shards"]
+    assert shard_writes == [("patch", "shards", shard.name, 200)], shard_writes
+    assert kube.writes_to("leases", ok=False) == [("patch", "leases", shard.name, 409)]
+    assert [w for w in kube.writes if w[1] == "configmaps"] == []
+    assert _holder(kube, shard.name) == "thief"
+    status = _shard(kube, shard.name).current_status
+    assert status.phase == "Running" and status.owner != "thief", "the worker wrote nothing after losing it"
+
+
+def test_a_conflicting_claim_gives_the_lease_back_and_claims_again_later(tmp_path: Path) -> None:
+    kube = FakeKube()
+    shards = add_campaign(kube, _agent_campaign([{"id": i} for i in range(2)], shardSize=1))
+    raced: list[str] = []
+
+    def operator_writes_first(fake: FakeKube, verb: str, resource: Resource, name: str) -> None:
+        if resource is SHARDS and verb == "patch" and not raced:
+            current = fake.obj(SHARDS, NAMESPACE, name)
+            assert current is not None
+            fake.put(SHARDS, NAMESPACE, current)  # a new resourceVersion, as any other write makes
+            raced.append(name)
+
+    kube.before.append(operator_writes_first)
+    # Idle time lets the worker come back for the shard it lost; it exits once both are Done.
+    assert _worker(kube, tmp_path, claim_candidates=1, idle_seconds=10).run() == 0
+    assert len(raced) == 1
+    for shard in shards:
+        assert _shard(kube, shard.name).phase == "Done"
+    lost = kube.obj(LEASES, NAMESPACE, raced[0])
+    assert lost is not None and lost["spec"]["leaseTransitions"] == 2, (
+        "released after the lost race, taken again"
+    )
+
+
+def _zombie(kube: FakeKube, shard: Shard, attempt: int) -> None:
+    past = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=60)
+    leases.acquire(kube, NAMESPACE, shard.name, "dead-worker", 10, past)  # type: ignore[arg-type]
+    current = _shard(kube, shard.name)
+    status = {**(kube.obj(SHARDS, NAMESPACE, shard.name) or {})["status"]}
+    status.update(
+        phase="Running",
+        owner="dead-worker",
+        attempt=attempt,
+        leaseUntil=(past + dt.timedelta(seconds=10)).isoformat(),
+        fencingToken=1,
+    )
+    kube.put(SHARDS, NAMESPACE, {**current.to_dict(), "status": status})
+
+
+def test_a_zombie_is_reclaimed_with_attempt_plus_one_then_claimed(tmp_path: Path) -> None:
+    kube = FakeKube()
+    (shard,) = add_campaign(kube, _agent_campaign([{"id": 1}], shardSize=1))
+    _zombie(kube, shard, attempt=1)
+    assert _worker(kube, tmp_path).run() == 0
+    done = _shard(kube, shard.name)
+    assert _reasons(done)[-3:] == [("LeaseExpired", 1), ("Claimed", 2), ("Completed", 2)]
+    assert done.current_status.history[-3].owner == "dead-worker"
+    error = done.current_status.last_error
+    assert error is not None and error.error_class == "unknown" and error.message.startswith("worker lost:")
+    lease = kube.obj(LEASES, NAMESPACE, shard.name)
+    assert lease is not None and lease["spec"]["leaseTransitions"] == 2
+
+
+def test_a_zombie_on_its_last_attempt_is_blocked_not_run(tmp_path: Path) -> None:
+    kube = FakeKube()
+    marker = tmp_path / "ran"
+    body = campaign_body(
+        items=[{"id": 1}],
+        shardSize=1,
+        maxAttempts=2,
+        worker={"image": "x", "command": ["touch", str(marker)]},
+    )
+    (shard,) = add_campaign(kube, body)
+    _zombie(kube, shard, attempt=2)
+    assert _worker(kube, tmp_path).run() == 0
+    blocked = _shard(kube, shard.name).current_status
+    assert blocked.phase == "Blocked" and blocked.last_error is not None
+    assert blocked.last_error.error_class == "unknown" and "attempt 2 of 2" in blocked.last_error.message
+    assert blocked.last_error.message.startswith("worker lost: lease of dead-worker expired")
+    assert not marker.exists() and _holder(kube, shard.name) is None
+
+
+def test_sigterm_releases_the_shard_with_its_partial_results_and_no_attempt_charged(tmp_path: Path) -> None:
+    kube = FakeKube()
+    items = [{"id": 0, "latency": 0}, {"id": 1, "latency": 30}]
+    (shard,) = add_campaign(kube, _agent_campaign(items, shardSize=2))
+    worker = _worker(kube, tmp_path, term_grace_seconds=5)
+
+    def stop_after_first_result() -> None:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if any(p.read_text() for p in tmp_path.glob("*/results.jsonl")):
+                worker.stop.set()
+                return
+            time.sleep(0.01)
+
+    threading.Thread(target=stop_after_first_result, daemon=True).start()
+    started = time.monotonic()
+    assert worker.run() == 0
+    assert time.monotonic() - started < 10, "the command was not stopped promptly"
+    released = _shard(kube, shard.name)
+    status = released.current_status
+    assert status.phase == "Pending" and status.attempt == 1 and status.owner is None
+    assert _reasons(released)[-1] == ("Released", 1)
+    assert status.progress is not None and status.progress.done == 1
+    items_map = kube.obj(CONFIGMAPS, NAMESPACE, items_name(shard.spec.idempotency_key))
+    assert items_map is not None and len(items_map["data"]) == 1, "the finished item was flushed"
+    assert _holder(kube, shard.name) is None
+
+
+def test_worker_exits_when_the_campaign_is_missing_suspended_or_out_of_budget(tmp_path: Path) -> None:
+    assert _worker(FakeKube(), tmp_path).run() == 0
+    for spec in ({"suspend": True}, {"budget": {"limit": 1}}):
+        kube = FakeKube()
+        body = _agent_campaign([{"id": 1}], **spec)
+        if "budget" in spec:
+            body["status"] = {"spent": 5}
+        add_campaign(kube, body)
+        kube.writes.clear()
+        assert _worker(kube, tmp_path).run() == 0
+        assert [w for w in kube.writes if w[1] in ("shards", "leases")] == []
+
+
+def test_local_trouble_preparing_the_attempt_is_a_retryable_failure(tmp_path: Path) -> None:
+    kube = FakeKube()
+    (shard,) = add_campaign(kube, _agent_campaign([{"id": 1}], shardSize=1))
+    not_a_directory = tmp_path / "file"
+    not_a_directory.write_text("")
+    assert _worker(kube, tmp_path, work_dir=not_a_directory, max_shards=1).run() == 0
+    status = _shard(kube, shard.name).current_status
+    assert status.phase == "Pending" and status.attempt == 2 and status.last_error is not None
+    assert (
+        status.last_error.error_class == "unknown"
+        and "cannot write the attempt's files" in status.last_error.message
+    )
+
+
+def test_an_api_failure_mid_shard_becomes_a_failed_attempt(tmp_path: Path) -> None:
+    kube = FakeKube()
+    (shard,) = add_campaign(kube, _agent_campaign([{"id": 1}], shardSize=1))
+    broken: list[str] = []
+
+    def store_down_once(fake: FakeKube, verb: str, resource: Resource, name: str) -> None:
+        if resource is CONFIGMAPS and not broken:
+            broken.append(name)
+            raise ApiError(503, "ServiceUnavailable", "etcd is having a bad day")
+
+    kube.before.append(store_down_once)
+    assert _worker(kube, tmp_path, max_shards=1).run() == 0
+    failed = _shard(kube, shard.name).current_status
+    assert failed.phase == "Pending" and failed.attempt == 2 and failed.last_error is not None
+    assert (
+        failed.last_error.error_class == "unknown" and "etcd is having a bad day" in failed.last_error.message
+    )
+    assert _worker(kube, tmp_path, idle_seconds=10).run() == 0
+    assert _reasons(_shard(kube, shard.name))[-3:] == [("AttemptFailed", 1), ("Claimed", 2), ("Completed", 2)]
+
+
+def test_when_nothing_can_be_written_the_shard_is_left_to_its_lease(tmp_path: Path) -> None:
+    kube = FakeKube()
+    (shard,) = add_campaign(kube, _agent_campaign([{"id": 1}], shardSize=1))
+
+    def api_down(fake: FakeKube, verb: str, resource: Resource, name: str) -> None:
+        # From the first result write on, every write fails: the store and the shard status alike.
+        if resource is CONFIGMAPS or (resource is SHARDS and kube.writes_to("configmaps", ok=False)):
+            fake.writes.append((verb, resource.plural, name, 503))
+            raise ApiError(503, "ServiceUnavailable", "down")
+
+    kube.before.append(api_down)
+    kube.writes.clear()
+    assert _worker(kube, tmp_path, max_shards=1).run() == 0
+    stuck = _shard(kube, shard.name).current_status
+    assert stuck.phase == "Running" and stuck.owner is not None
+    assert ("patch", "shards", shard.name, 503) in kube.writes, "the worker tried to hand the shard back"
+    assert _holder(kube, shard.name) == stuck.owner, "the claim stays until its lease runs out"
