@@ -29,8 +29,9 @@ lint: $(STAMP) ## ruff
 typecheck: $(STAMP) ## mypy (strict on api/ and logic/)
 	$(BIN)/mypy
 
-manifests: $(STAMP) ## regenerate crds/ (and the chart's copy) from the API models
+manifests: $(STAMP) ## regenerate crds/ and the chart's copy from the API models
 	$(BIN)/shardops crds --output crds
+	$(BIN)/shardops crds --output charts/shardops/crds
 
 unit: $(STAMP) ## tests without a cluster
 	$(BIN)/pytest -q tests

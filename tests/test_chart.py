@@ -1,0 +1,617 @@
+"""The Helm chart without a cluster: values and schema in step, CRDs in sync, what the templates render.
+
+Static checks run everywhere. Rendering uses the helm binary that e2e/cluster/build.sh caches
+(`e2e.cluster.lifecycle.bin_dir()`); when it cannot be had those tests skip and say why. The e2e
+suite (e2e/test_chart_*.py) sends the same renderings to a real API server.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from shardops.api.crdgen import drift, render_files
+
+ROOT = Path(__file__).resolve().parent.parent
+CHART = ROOT / "charts" / "shardops"
+TEMPLATES = CHART / "templates"
+VALUES_TEXT = (CHART / "values.yaml").read_text()
+VALUES: dict[str, Any] = yaml.safe_load(VALUES_TEXT)
+SCHEMA: dict[str, Any] = json.loads((CHART / "values.schema.json").read_text())
+CHART_META: dict[str, Any] = yaml.safe_load((CHART / "Chart.yaml").read_text())
+# Helm passes a parent chart's `global` values to its subcharts; the schema must accept them.
+HELM_OWN_VALUES = {"global"}
+
+
+# --- helm ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def helm_bin() -> Path:
+    try:
+        from e2e.cluster.lifecycle import bin_dir
+
+        path = bin_dir() / "helm"
+    except (subprocess.CalledProcessError, OSError) as error:
+        pytest.skip(f"no helm binary: e2e/cluster/build.sh could not provide it ({error}); run `make tools`")
+    if not path.exists():
+        pytest.skip(f"no helm binary at {path}; run `make tools`")
+    return path
+
+
+def helm(helm_bin: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    # No KUBECONFIG: rendering must not depend on (or touch) a cluster.
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(ROOT / ".shardops" / "helm-home")}
+    result = subprocess.run(
+        [str(helm_bin), *args], capture_output=True, text=True, check=False, env=env, timeout=60
+    )
+    if check and result.returncode != 0:
+        raise AssertionError(f"helm {' '.join(args)} failed:\n{result.stderr}")
+    return result
+
+
+def render(
+    helm_bin: Path, *sets: str, namespace: str = "shardops-system", extra: tuple[str, ...] = ()
+) -> list[dict[str, Any]]:
+    args = ["template", "rel", str(CHART), "--namespace", namespace, *extra]
+    for value in sets:
+        args += ["--set", value]
+    return [doc for doc in yaml.safe_load_all(helm(helm_bin, *args).stdout) if doc]
+
+
+def only(objects: list[dict[str, Any]], kind: str, name_part: str = "") -> dict[str, Any]:
+    found = [o for o in objects if o["kind"] == kind and name_part in o["metadata"]["name"]]
+    assert len(found) == 1, f"expected one {kind} *{name_part}*, got {[o['metadata']['name'] for o in found]}"
+    return found[0]
+
+
+def kinds(objects: list[dict[str, Any]]) -> list[str]:
+    return sorted(o["kind"] for o in objects)
+
+
+# --- values.yaml and values.schema.json --------------------------------------------------------
+
+
+def schema_nodes(node: dict[str, Any], path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
+    yield path, node
+    for name, child in node.get("properties", {}).items():
+        yield from schema_nodes(child, f"{path}.{name}" if path else name)
+
+
+def closed(node: dict[str, Any]) -> bool:
+    return node.get("additionalProperties") is False
+
+
+def value_paths(
+    value: Any, schema: dict[str, Any], path: str = ""
+) -> Iterator[tuple[str, dict[str, Any] | None]]:
+    """Every key of values.yaml with its schema node (None when the schema does not know it)."""
+    if not isinstance(value, dict):
+        return
+    for key, child in value.items():
+        child_path = f"{path}.{key}" if path else key
+        props = schema.get("properties", {})
+        node = props.get(key)
+        if node is None and isinstance(schema.get("additionalProperties"), dict):
+            node = schema["additionalProperties"]
+        yield child_path, node
+        if node is not None:
+            yield from value_paths(child, node, child_path)
+
+
+def test_every_value_is_in_the_schema() -> None:
+    unknown = [path for path, node in value_paths(VALUES, SCHEMA) if node is None]
+    assert unknown == [], f"values.yaml keys the schema does not describe: {unknown}"
+
+
+def test_every_schema_property_of_the_chart_has_a_default_in_values() -> None:
+    """Closed schema objects are the chart's own settings: each needs its documented default."""
+    known = {path for path, _ in value_paths(VALUES, SCHEMA)}
+    missing = [
+        f"{path}.{name}" if path else name
+        for path, node in schema_nodes(SCHEMA)
+        if closed(node)
+        for name in node.get("properties", {})
+        if (f"{path}.{name}" if path else name) not in known | HELM_OWN_VALUES
+    ]
+    assert missing == [], f"schema properties without a value in values.yaml: {missing}"
+
+
+def test_chart_settings_reject_unknown_keys() -> None:
+    """A typo (operator.replica) must fail, so every object of chart settings is closed."""
+    for path, node in schema_nodes(SCHEMA):
+        if node.get("type") == "object" and "properties" in node and not closed(node):
+            # Open on purpose: core/v1 types the chart passes through (security contexts and
+            # their parts), where Kubernetes itself rejects unknown fields.
+            assert path.startswith(("operator.podSecurityContext", "operator.securityContext")), path
+
+
+def test_every_schema_node_is_described() -> None:
+    for path, node in schema_nodes(SCHEMA):
+        if path and "properties" in node and closed(node):
+            assert node.get("description"), f"{path}: no description"
+            for name, child in node["properties"].items():
+                assert child.get("description"), f"{path}.{name}: no description"
+
+
+def documented_keys() -> Iterator[tuple[int, str, str]]:
+    """(line number, dotted path, previous line) of every mapping key in values.yaml."""
+    lines = VALUES_TEXT.splitlines()
+    stack: list[tuple[int, str]] = []
+    for number, line in enumerate(lines):
+        match = re.match(r"^(\s*)([A-Za-z][A-Za-z0-9]*):", line)
+        if not match:
+            continue
+        indent = len(match.group(1))
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        stack.append((indent, match.group(2)))
+        yield number + 1, ".".join(key for _, key in stack), lines[number - 1] if number else ""
+
+
+def test_every_chart_setting_in_values_has_a_comment() -> None:
+    known = dict(value_paths(VALUES, SCHEMA))
+    parents = dict(schema_nodes(SCHEMA))
+    checked = 0
+    for line, path, previous in documented_keys():
+        parent = parents.get(path.rpartition(".")[0])
+        if parent is None or not closed(parent) or path not in known:
+            continue  # inside a core/v1 object (resources, security contexts): Kubernetes' own fields
+        checked += 1
+        assert previous.strip().startswith("#"), f"values.yaml:{line}: {path} has no comment above it"
+    assert checked >= 40
+
+
+def test_schema_rejects_what_values_comments_promise() -> None:
+    operator = SCHEMA["properties"]["operator"]["properties"]
+    assert operator["podSecurityContext"]["properties"]["runAsNonRoot"]["const"] is True
+    assert operator["securityContext"]["properties"]["allowPrivilegeEscalation"]["const"] is False
+    assert operator["securityContext"]["properties"]["readOnlyRootFilesystem"]["const"] is True
+    assert operator["replicas"]["minimum"] == 1
+
+
+# --- Chart.yaml and CRDs -----------------------------------------------------------------------
+
+
+def test_app_version_is_the_package_version() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert CHART_META["appVersion"] == project["version"]
+    assert re.fullmatch(r"\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?", CHART_META["version"])
+    assert CHART_META["apiVersion"] == "v2"
+
+
+def test_chart_crds_match_the_models() -> None:
+    problems = drift(CHART / "crds")
+    if problems:
+        pytest.fail(
+            "\n\n".join(problems) + "\n\nThe chart's copy is regenerated by `make manifests` "
+            "(shardops crds --output charts/shardops/crds)",
+            pytrace=False,
+        )
+
+
+def test_chart_crds_are_exactly_the_generated_ones() -> None:
+    in_chart = {p.name: p.read_text() for p in (CHART / "crds").iterdir()}
+    assert set(in_chart) == set(render_files()), (
+        "charts/shardops/crds holds files that are not generated CRDs"
+    )
+    for name, text in in_chart.items():
+        assert text == (ROOT / "crds" / name).read_text(), (
+            f"charts/shardops/crds/{name} differs from crds/{name}"
+        )
+
+
+# --- helm lint and rendering ------------------------------------------------------------------
+
+
+def test_helm_lint_strict_is_clean(helm_bin: Path) -> None:
+    result = helm(helm_bin, "lint", "--strict", str(CHART), check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 chart(s) failed" in result.stdout
+    messages = [line for line in result.stdout.splitlines() if line.startswith("[")]
+    assert messages == [], f"helm lint has remarks: {messages}"
+
+
+def test_default_rendering(helm_bin: Path) -> None:
+    objects = render(helm_bin)
+    assert kinds(objects) == sorted(
+        [
+            "ServiceAccount", "ServiceAccount",
+            "ClusterRole", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "RoleBinding",
+            "Deployment", "PodDisruptionBudget", "Service",
+            "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicyBinding",
+        ]
+    )  # fmt: skip
+    for obj in objects:
+        if obj["kind"] not in ("ClusterRole", "ClusterRoleBinding") and "Admission" not in obj["kind"]:
+            assert obj["metadata"]["namespace"] == "shardops-system", obj["metadata"]["name"]
+        assert obj["metadata"]["labels"]["app.kubernetes.io/instance"] == "rel"
+
+
+def deployment_pod(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    pod: dict[str, Any] = only(objects, "Deployment")["spec"]["template"]
+    return pod
+
+
+def test_operator_deployment(helm_bin: Path) -> None:
+    objects = render(helm_bin)
+    deployment = only(objects, "Deployment")
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+    pod = deployment["spec"]["template"]
+    assert deployment["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    (container,) = pod["spec"]["containers"]
+    assert container["command"] == ["shardops", "operator"]
+    assert container["image"] == f"ghcr.io/shardops/shardops:{CHART_META['appVersion']}"
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+    assert env["SHARDOPS_NAMESPACES"] == ""  # every namespace
+    assert env["SHARDOPS_METRICS_PORT"] == "8080"
+    assert env["SHARDOPS_LEADER_ELECTION"] == "true"
+    assert env["SHARDOPS_LEADER_ELECTION_LEASE_NAME"] == "rel-shardops-operator"
+    assert env["SHARDOPS_LEADER_ELECTION_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    assert env["SHARDOPS_WORKER_SERVICE_ACCOUNT"] == "shardops-worker"
+    (port,) = container["ports"]
+    assert (port["name"], port["containerPort"]) == ("metrics", 8080)
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/healthz", "port": "metrics"}, probe
+    assert container["resources"]["requests"] and container["resources"]["limits"]["memory"]
+    assert pod["spec"]["serviceAccountName"] == "rel-shardops-operator"
+
+
+def test_pods_meet_the_restricted_pod_security_standard(helm_bin: Path) -> None:
+    pod = deployment_pod(render(helm_bin))["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] > 0
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    (container,) = pod["containers"]
+    context = container["securityContext"]
+    assert context["allowPrivilegeEscalation"] is False
+    assert context["readOnlyRootFilesystem"] is True
+    assert context["capabilities"] == {"drop": ["ALL"]}
+    assert "privileged" not in context
+    # Writable scratch space on a read-only root filesystem, and only there.
+    assert container["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"}]
+    assert pod["volumes"] == [{"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}]
+    assert all("hostPath" not in v for v in pod["volumes"])
+    assert not pod.get("hostNetwork") and not pod.get("hostPID")
+
+
+def test_service_account_tokens_only_where_needed(helm_bin: Path) -> None:
+    objects = render(helm_bin)
+    accounts = [o for o in objects if o["kind"] == "ServiceAccount"]
+    assert {a["metadata"]["name"] for a in accounts} == {"rel-shardops-operator", "shardops-worker"}
+    assert all(a["automountServiceAccountToken"] is False for a in accounts)
+    # The operator talks to the API server: its pod (and only its pod) asks for the token.
+    assert deployment_pod(objects)["spec"]["automountServiceAccountToken"] is True
+
+
+def test_pdb_service_and_metrics(helm_bin: Path) -> None:
+    objects = render(helm_bin)
+    pod_labels = deployment_pod(objects)["metadata"]["labels"]
+    pdb = only(objects, "PodDisruptionBudget")
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    service = only(objects, "Service")
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+    assert service["spec"]["ports"] == [
+        {"name": "metrics", "port": 8080, "targetPort": "metrics", "protocol": "TCP"}
+    ]
+    assert not [o for o in objects if o["kind"] == "ServiceMonitor"]
+
+
+def test_single_replica_has_no_disruption_budget(helm_bin: Path) -> None:
+    objects = render(helm_bin, "operator.replicas=1")
+    assert only(objects, "Deployment")["spec"]["replicas"] == 1
+    assert "PodDisruptionBudget" not in kinds(objects)
+
+
+def test_service_monitor_points_at_the_metrics_service(helm_bin: Path) -> None:
+    objects = render(
+        helm_bin,
+        "metrics.serviceMonitor.enabled=true",
+        "metrics.serviceMonitor.labels.release=prom",
+        extra=("--api-versions", "monitoring.coreos.com/v1/ServiceMonitor"),
+    )
+    monitor = only(objects, "ServiceMonitor")
+    service = only(objects, "Service")
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["shardops-system"]}
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["port"] == service["spec"]["ports"][0]["name"]
+    assert (endpoint["path"], endpoint["interval"], endpoint["scrapeTimeout"]) == ("/metrics", "30s", "10s")
+    assert monitor["metadata"]["labels"]["release"] == "prom"
+
+
+def test_image_digest_and_tag(helm_bin: Path) -> None:
+    digest = "sha256:" + "ab" * 32
+    pod = deployment_pod(render(helm_bin, f"image.digest={digest}", "image.tag=9.9.9"))
+    assert pod["spec"]["containers"][0]["image"] == f"ghcr.io/shardops/shardops@{digest}"
+    pod = deployment_pod(render(helm_bin, "image.tag=1.2.3", "image.repository=registry.example/so"))
+    assert pod["spec"]["containers"][0]["image"] == "registry.example/so:1.2.3"
+
+
+def test_pull_secrets_extra_env_and_args(helm_bin: Path, tmp_path: Path) -> None:
+    values = tmp_path / "values.yaml"
+    values.write_text(
+        yaml.safe_dump(
+            {
+                "imagePullSecrets": ["regcred", {"name": "mirror"}],
+                "operator": {
+                    "extraArgs": ["--flag"],
+                    "extraEnv": [{"name": "SHARDOPS_TICK_SECONDS", "value": "2"}],
+                },
+            }
+        )
+    )
+    pod = deployment_pod(render(helm_bin, extra=("--values", str(values))))["spec"]
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}, {"name": "mirror"}]
+    (container,) = pod["containers"]
+    assert container["args"] == ["--flag"]
+    assert {"name": "SHARDOPS_TICK_SECONDS", "value": "2"} in container["env"]
+
+
+def test_watching_a_list_of_namespaces_binds_nothing_cluster_wide(helm_bin: Path) -> None:
+    objects = render(helm_bin, "watch.namespaces={team-a,team-b}")
+    assert "ClusterRoleBinding" not in kinds(objects)
+    bindings = {
+        (o["metadata"]["namespace"], o["roleRef"]["name"]) for o in objects if o["kind"] == "RoleBinding"
+    }
+    assert bindings == {
+        ("team-a", "rel-shardops-shardops-system-operator"),
+        ("team-b", "rel-shardops-shardops-system-operator"),
+        ("team-a", "rel-shardops-shardops-system-worker"),
+        ("team-b", "rel-shardops-shardops-system-worker"),
+        ("shardops-system", "rel-shardops-leader-election"),
+    }
+    workers = {o["metadata"]["namespace"] for o in objects if o["kind"] == "ServiceAccount"} - {
+        "shardops-system"
+    }
+    assert workers == {"team-a", "team-b"}
+    env = {e["name"]: e.get("value") for e in deployment_pod(objects)["spec"]["containers"][0]["env"]}
+    assert env["SHARDOPS_NAMESPACES"] == "team-a,team-b"  # OperatorSettings.namespaces: comma-separated
+    for binding in (o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"):
+        selector = binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"]
+        assert selector == [
+            {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["team-a", "team-b"]}
+        ]
+
+
+def test_watching_every_namespace_binds_cluster_wide(helm_bin: Path) -> None:
+    objects = render(helm_bin)
+    binding = only(objects, "ClusterRoleBinding")
+    assert binding["roleRef"]["name"] == "rel-shardops-shardops-system-operator"
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "rel-shardops-operator", "namespace": "shardops-system"}
+    ]
+    for policy_binding in (o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"):
+        assert "matchResources" not in policy_binding["spec"]
+
+
+def shard_policy_writers(objects: list[dict[str, Any]]) -> str:
+    policy = only(objects, "ValidatingAdmissionPolicy", "shard-state")
+    expression: str = next(v for v in policy["spec"]["variables"] if v["name"] == "shardops")["expression"]
+    return expression
+
+
+def test_shard_policy_names_exactly_the_shardops_identities(helm_bin: Path) -> None:
+    everywhere = shard_policy_writers(render(helm_bin))
+    assert '"system:serviceaccount:shardops-system:rel-shardops-operator"' in everywhere
+    assert '"^system:serviceaccount:[a-z0-9]([-a-z0-9]*[a-z0-9])?:shardops-worker$"' in everywhere
+    listed = shard_policy_writers(
+        render(helm_bin, "watch.namespaces={team-a,team-b}", "admission.extraStateWriters={alice}")
+    )
+    assert '"^system:serviceaccount:(team-a|team-b):shardops-worker$"' in listed
+    assert 'variables.writer in ["alice"]' in listed
+    dotted = shard_policy_writers(render(helm_bin, "workers.serviceAccount.name=shardops.worker"))
+    assert r':shardops\\.worker$"' in dotted  # a dot in the name matches only a dot
+
+
+def test_shard_policy_matches_status_updates(helm_bin: Path) -> None:
+    policy = only(render(helm_bin), "ValidatingAdmissionPolicy", "shard-state")["spec"]
+    assert policy["failurePolicy"] == "Fail"
+    assert policy["matchConstraints"]["resourceRules"] == [
+        {
+            "apiGroups": ["shardops.dev"],
+            "apiVersions": ["*"],
+            "operations": ["UPDATE"],
+            "resources": ["shards", "shards/status"],
+        }
+    ]
+    messages = " ".join(v["message"] + v["messageExpression"] for v in policy["validations"])
+    assert "state changes only through shardops actions" in messages.lower()
+    assert "kubectl campaign retry" in messages
+
+
+def test_admission_and_rbac_can_be_left_out(helm_bin: Path) -> None:
+    objects = render(helm_bin, "admission.enabled=false", "rbac.create=false")
+    assert not [o for o in objects if "Role" in o["kind"] or "Admission" in o["kind"]]
+    assert "Deployment" in kinds(objects)
+    objects = render(helm_bin, "operator.serviceAccount.create=false", "operator.serviceAccount.name=mine")
+    assert deployment_pod(objects)["spec"]["serviceAccountName"] == "mine"
+    assert [o["metadata"]["name"] for o in objects if o["kind"] == "ServiceAccount"] == ["shardops-worker"]
+
+
+def test_cluster_scoped_names_carry_the_release_namespace(helm_bin: Path) -> None:
+    """Two releases of one name in two namespaces must not share a ClusterRole or a policy."""
+    a = render(helm_bin, namespace="team-a")
+    b = render(helm_bin, namespace="team-b")
+    cluster_scoped = (
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    )
+    names_a = {(o["kind"], o["metadata"]["name"]) for o in a if o["kind"] in cluster_scoped}
+    names_b = {(o["kind"], o["metadata"]["name"]) for o in b if o["kind"] in cluster_scoped}
+    assert len(names_a) == 7 and not names_a & names_b
+    assert all("-team-a-" in name for _, name in names_a)
+
+
+def test_notes_say_what_to_run_next(helm_bin: Path) -> None:
+    result = helm(
+        helm_bin, "install", "rel", str(CHART), "--dry-run=client", "--namespace", "ops",
+        "--set", "watch.namespaces={team-a}",
+    )  # fmt: skip
+    notes = result.stdout.split("NOTES:", 1)[1]
+    assert "kubectl -n ops rollout status deployment/rel-shardops-operator" in notes
+    assert "kubectl -n team-a apply -f crds/samples/campaign-minimal.yaml" in notes
+    assert "helm uninstall keeps the CRDs and your Campaigns" in notes
+
+
+# --- refused values -----------------------------------------------------------------------------
+
+
+REFUSED_VALUES = [
+    ("operator.replicas=0", "at '/operator/replicas': minimum: got 0, want 1"),
+    ("operator.replica=3", "at '/operator': additional properties 'replica' not allowed"),
+    ("watch.namespaces={Team_A}", "at '/watch/namespaces/0': 'Team_A' does not match pattern"),
+    (
+        "operator.securityContext.allowPrivilegeEscalation=true",
+        "at '/operator/securityContext/allowPrivilegeEscalation': value must be false",
+    ),
+    (
+        "operator.securityContext.readOnlyRootFilesystem=false",
+        "at '/operator/securityContext/readOnlyRootFilesystem': value must be true",
+    ),
+    (
+        "operator.podSecurityContext.runAsNonRoot=false",
+        "at '/operator/podSecurityContext/runAsNonRoot': value must be true",
+    ),
+    (
+        "operator.securityContext.capabilities.drop={NET_RAW}",
+        "at '/operator/securityContext/capabilities/drop': no items match contains schema",
+    ),
+    ("image.digest=sha256:abc", "at '/image/digest': 'sha256:abc' does not match pattern"),
+    ("operator.logLevel=loud", "at '/operator/logLevel': value must be one of 'debug', 'info'"),
+    ("metrics.port=80", "at '/metrics/port': minimum: got 80, want 1,024"),
+    (
+        "operator.leaderElection.leaseDurationSeconds=10",
+        "at '/operator/leaderElection/leaseDurationSeconds': minimum: got 10, want 11",
+    ),
+    (
+        "admission.validationActions={Deny,Warn}",
+        "at '/admission/validationActions/1': value must be one of 'Deny', 'Audit'",
+    ),
+    (
+        "operator.leaderElection.enabled=false",
+        "operator.replicas is 2 but operator.leaderElection.enabled is false",
+    ),
+    (
+        "operator.podDisruptionBudget.minAvailable=2",
+        "operator.podDisruptionBudget.minAvailable (2) must be less than operator.replicas (2)",
+    ),
+    (
+        "metrics.serviceMonitor.enabled=true",
+        "metrics.serviceMonitor.enabled is true but this cluster has no monitoring.coreos.com/v1",
+    ),
+]
+
+
+@pytest.mark.parametrize(("value", "message"), REFUSED_VALUES, ids=[v for v, _ in REFUSED_VALUES])
+def test_bad_values_are_refused_with_a_message_naming_the_value(
+    helm_bin: Path, value: str, message: str
+) -> None:
+    result = helm(helm_bin, "template", "rel", str(CHART), "--set", value, check=False)
+    assert result.returncode != 0, f"{value} was accepted"
+    assert message in result.stderr, result.stderr
+
+
+def test_worker_namespaces_must_be_watched(helm_bin: Path) -> None:
+    sets = ["--set", "watch.namespaces={a}", "--set", "workers.namespaces={b}"]
+    result = helm(helm_bin, "template", "rel", str(CHART), *sets, check=False)
+    assert result.returncode != 0
+    assert 'workers.namespaces lists "b", which is not in watch.namespaces [a]' in result.stderr
+
+
+# --- RBAC: the rules and their reasons ----------------------------------------------------------
+
+
+def rules_of(objects: list[dict[str, Any]], name_part: str) -> list[dict[str, Any]]:
+    rules: list[dict[str, Any]] = only(objects, "ClusterRole", name_part)["rules"]
+    return rules
+
+
+def grants(rules: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
+    return {
+        (group, resource, verb)
+        for rule in rules
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+@pytest.mark.parametrize("template", ["rbac-operator.yaml", "rbac-worker.yaml"])
+def test_every_rule_carries_its_reason(template: str) -> None:
+    lines = (TEMPLATES / template).read_text().splitlines()
+    rules = [n for n, line in enumerate(lines) if re.match(r"^\s+- apiGroups:", line)]
+    assert rules
+    for n in rules:
+        assert lines[n - 1].strip().startswith("#"), f"{template}:{n + 1}: a rule without a reason above it"
+
+
+def test_no_wildcards_anywhere_in_rbac(helm_bin: Path) -> None:
+    for obj in render(helm_bin, "watch.namespaces={a}"):
+        for rule in obj.get("rules", []):
+            for key in ("apiGroups", "resources", "verbs"):
+                assert "*" not in rule[key], f"{obj['metadata']['name']}: wildcard in {key}"
+
+
+def test_worker_rules_are_exactly_what_the_runtime_uses(helm_bin: Path) -> None:
+    """Each grant maps to a call in operator/shardops/worker/ or the k8s/ functions it uses."""
+    worker = grants(rules_of(render(helm_bin), "-worker"))
+    assert worker == {
+        ("shardops.dev", "campaigns", "get"),  # runtime: read the campaign
+        ("shardops.dev", "shards", "get"),  # claim: re-read before writing
+        ("shardops.dev", "shards", "list"),  # claim: find a claimable shard
+        ("shardops.dev", "shards/status", "patch"),  # k8s.shards.apply_transition
+        *{("coordination.k8s.io", "leases", v) for v in ("get", "create", "update", "patch")},  # k8s.leases
+        *{("", "configmaps", v) for v in ("get", "create", "update", "patch")},  # k8s.results, itemsFrom
+        ("events.k8s.io", "events", "create"),  # k8s.events.record
+    }
+
+
+def test_operator_rules_are_exactly_what_the_operator_uses(helm_bin: Path) -> None:
+    """Each grant maps to a call in operator/shardops/operator/ (kopf included) or its k8s/ functions."""
+    operator = grants(rules_of(render(helm_bin), "-operator"))
+    assert operator == {
+        *{("shardops.dev", "campaigns", v) for v in ("get", "list", "watch", "patch")},
+        ("shardops.dev", "campaigns/status", "patch"),
+        *{("shardops.dev", "shards", v) for v in ("get", "list", "watch", "create")},
+        ("shardops.dev", "shards/status", "patch"),
+        *{("coordination.k8s.io", "leases", v) for v in ("get", "patch")},
+        *{("batch", "jobs", v) for v in ("list", "create")},
+        ("", "pods", "list"),
+        ("", "configmaps", "get"),
+        ("events.k8s.io", "events", "create"),
+    }
+
+
+def test_worker_rules_apply_only_in_worker_namespaces(helm_bin: Path) -> None:
+    objects = render(helm_bin)
+    worker_role = only(objects, "ClusterRole", "-worker")["metadata"]["name"]
+    cluster_bindings = [o for o in objects if o["kind"] == "ClusterRoleBinding"]
+    assert all(b["roleRef"]["name"] != worker_role for b in cluster_bindings)
+    (binding,) = [o for o in objects if o["kind"] == "RoleBinding" and o["roleRef"]["name"] == worker_role]
+    assert binding["metadata"]["namespace"] == "shardops-system"
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "shardops-worker", "namespace": "shardops-system"}
+    ]
+
+
+def test_leader_election_is_limited_to_the_operator_lease(helm_bin: Path) -> None:
+    role = only(render(helm_bin), "Role", "leader-election")
+    assert role["metadata"]["namespace"] == "shardops-system"
+    named, create = sorted(role["rules"], key=lambda r: "resourceNames" in r, reverse=True)
+    assert named["resourceNames"] == ["rel-shardops-operator"]
+    assert named["verbs"] == ["get", "update", "patch"]
+    assert create == {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]}
