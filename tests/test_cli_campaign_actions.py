@@ -1,0 +1,175 @@
+"""`kubectl campaign` actions as patches: what suspend, resume, cancel and retry ask of the operator."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from shardops.api.campaign import Campaign
+from shardops.cli import campaign_actions as actions
+from shardops.cli import campaign_views as views
+from test_cli_campaign_support import NOW, campaign_body, shard_body
+
+CANCELLED = views.CANCELLED_ANNOTATION
+
+
+def _campaign(**kwargs: object) -> Campaign:
+    return Campaign.parse(campaign_body(**kwargs))  # type: ignore[arg-type]
+
+
+def _shards() -> list:
+    return views.parse_shards(
+        [
+            shard_body("papers", 0, "Done"),
+            shard_body("papers", 1, "Blocked", attempt=3),
+            shard_body("papers", 2, "Failed"),
+            shard_body("papers", 3, "Blocked", attempt=3),
+            shard_body("papers", 4, "Running"),
+        ]
+    )
+
+
+def test_suspend_and_cancel_patch_the_spec_and_annotation() -> None:
+    assert actions.suspend_patch() == {"spec": {"suspend": True}}
+    assert actions.cancel_patch(NOW) == {
+        "spec": {"suspend": True},
+        "metadata": {"annotations": {CANCELLED: "2026-03-01T12:00:00Z"}},
+    }
+
+
+def test_resume_withdraws_a_cancel_only_when_there_is_one() -> None:
+    assert actions.resume_patch(_campaign(suspend=True)) == {"spec": {"suspend": False}}
+    cancelled = _campaign(suspend=True, annotations={CANCELLED: "2026-03-01T11:00:00Z"})
+    assert actions.resume_patch(cancelled) == {
+        "spec": {"suspend": False},
+        "metadata": {"annotations": {CANCELLED: None}},
+    }
+
+
+@pytest.mark.parametrize(
+    ("blocked", "failed", "names", "chosen", "everything"),
+    [
+        (False, False, [], ("papers-00001", "papers-00002", "papers-00003"), True),
+        (True, False, [], ("papers-00001", "papers-00003"), False),
+        (False, True, [], ("papers-00002",), False),
+        (True, True, [], ("papers-00001", "papers-00002", "papers-00003"), True),
+        (True, False, ["papers-00003"], ("papers-00003",), False),
+        (
+            False,
+            False,
+            ["papers-00002", "papers-00001", "papers-00003"],
+            ("papers-00001", "papers-00002", "papers-00003"),
+            True,
+        ),
+    ],
+)
+def test_select_retry(
+    blocked: bool, failed: bool, names: list[str], chosen: tuple[str, ...], everything: bool
+) -> None:
+    selection = actions.select_retry(
+        _campaign(items=5), _shards(), blocked=blocked, failed=failed, names=names
+    )
+    assert selection.shards == chosen
+    assert selection.everything is everything
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "code", "text"),
+    [
+        ({"names": ["papers-00009"]}, 3, 'shard "papers-00009" is not a shard of campaign papers'),
+        ({"names": ["papers-00004"]}, 1, "shard papers-00004 is Running, not Blocked or Failed"),
+        ({"names": ["papers-00002"], "blocked": True}, 1, "shard papers-00002 is Failed, not Blocked"),
+    ],
+)
+def test_select_retry_refuses_shards_that_cannot_be_retried(kwargs: dict, code: int, text: str) -> None:
+    args = {"blocked": False, "failed": False, "names": [], **kwargs}
+    with pytest.raises(actions.ActionRefused) as refused:
+        actions.select_retry(_campaign(items=5), _shards(), **args)
+    assert refused.value.exit_code == code
+    assert text in refused.value.message
+
+
+def test_select_retry_with_nothing_to_retry_is_a_bad_state() -> None:
+    shards = views.parse_shards([shard_body("papers", 0, "Done"), shard_body("papers", 1, "Failed")])
+    with pytest.raises(actions.ActionRefused, match="has no Blocked shard") as refused:
+        actions.select_retry(_campaign(items=2), shards, blocked=True, failed=False, names=[])
+    assert refused.value.exit_code == 1
+
+
+def test_select_retry_refuses_while_an_earlier_request_waits_for_the_operator() -> None:
+    waiting = _campaign(items=5, retry={"generation": 2}, status={"lastRetryGeneration": 1})
+    with pytest.raises(actions.ActionRefused, match="retry generation 2 is still waiting") as refused:
+        actions.select_retry(waiting, _shards(), blocked=False, failed=False, names=[])
+    assert refused.value.exit_code == 1
+
+
+def test_retry_of_everything_bumps_the_generation_and_drops_a_stale_shard_list() -> None:
+    stale = json.dumps({"generation": 1, "shards": ["papers-00001"]})
+    campaign = _campaign(
+        retry={"generation": 1},
+        status={"lastRetryGeneration": 1},
+        annotations={actions.RETRY_SHARDS_ANNOTATION: stale},
+    )
+    patch = actions.retry_patch(
+        campaign, actions.RetrySelection(("papers-00001", "papers-00002"), everything=True)
+    )
+    assert patch == {
+        "spec": {"retry": {"generation": 2}},
+        "metadata": {"annotations": {actions.RETRY_SHARDS_ANNOTATION: None}},
+    }
+    assert actions.retry_patch(_campaign(), actions.RetrySelection(("a",), everything=True)) == {
+        "spec": {"retry": {"generation": 1}}
+    }
+
+
+def test_retry_of_some_shards_names_them_for_that_generation() -> None:
+    campaign = _campaign(retry={"generation": 4}, status={"lastRetryGeneration": 4})
+    patch = actions.retry_patch(
+        campaign, actions.RetrySelection(("papers-00001", "papers-00003"), everything=False)
+    )
+    assert patch["spec"] == {"retry": {"generation": 5}}
+    annotations = patch["metadata"]["annotations"]
+    # What the operator reads back for generation 5, and only for it.
+    assert actions.retry_shards(annotations, 5) == frozenset({"papers-00001", "papers-00003"})
+    assert actions.retry_shards(annotations, 6) is None
+
+
+def test_a_shard_list_too_big_for_an_annotation_is_refused() -> None:
+    names = tuple(f"a-very-long-campaign-name-for-this-test-{i:05d}" for i in range(6000))
+    with pytest.raises(actions.ActionRefused, match="do not fit in an annotation"):
+        actions.retry_patch(_campaign(), actions.RetrySelection(names, everything=False))
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        None,
+        "",
+        "not json",
+        "[1, 2]",
+        '{"generation": 3}',
+        '{"generation": 3, "shards": [1]}',
+        '{"generation": "3", "shards": []}',
+    ],
+)
+def test_retry_shards_that_do_not_parse_limit_nothing(value: str | None) -> None:
+    annotations = {} if value is None else {actions.RETRY_SHARDS_ANNOTATION: value}
+    assert actions.retry_shards(annotations, 3) is None
+
+
+def test_action_result_as_dict() -> None:
+    result = actions.ActionResult(
+        "suspend", "ns", "papers", True, "done", {"spec": {"suspend": True}}, "e1", "alice"
+    )
+    assert result.as_dict() == {
+        "action": "suspend",
+        "namespace": "ns",
+        "name": "papers",
+        "changed": True,
+        "message": "done",
+        "patch": {"spec": {"suspend": True}},
+        "event": "e1",
+        "user": "alice",
+        "warnings": [],
+    }

@@ -1,0 +1,223 @@
+"""`kubectl campaign` renderers: views to text, without a cluster."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+import yaml
+from hypothesis import given
+from hypothesis import strategies as st
+
+from shardops.api.campaign import Campaign
+from shardops.cli import campaign_views as views
+from shardops.cli import render
+from shardops.cli.campaign_actions import ActionResult
+from test_cli_campaign_support import NOW, campaign_body, done_status, shard_body, t
+
+
+def test_relative_times() -> None:
+    assert render.relative(NOW + dt.timedelta(seconds=40), NOW) == "in 40s"
+    assert render.relative(NOW - dt.timedelta(seconds=125), NOW) == "2m05s ago"
+    assert render.relative(None, NOW) == "-"
+
+
+@given(
+    done=st.integers(0, 500),
+    gave_up=st.integers(0, 500),
+    running=st.integers(0, 500),
+    rest=st.integers(0, 500),
+)
+def test_bar_is_always_full_width_and_shows_every_non_empty_part(
+    done: int, gave_up: int, running: int, rest: int
+) -> None:
+    total = done + gave_up + running + rest
+    text = render.bar(done, gave_up, running, total, width=30)
+    inner = text[1:-1]
+    assert len(inner) == 30
+    for mark, count in (
+        (render.DONE_MARK, done),
+        (render.GAVE_UP_MARK, gave_up),
+        (render.RUNNING_MARK, running),
+        (render.LEFT_MARK, rest if total else 1),
+    ):
+        assert (mark in inner) == (count > 0)
+
+
+def test_bar_parts_are_proportional() -> None:
+    assert render.bar(5, 0, 0, 10, width=10) == "[█████░░░░░]"
+    assert render.bar(1, 1, 1, 3, width=9) == "[███✗✗✗▒▒▒]"
+
+
+def test_table_pads_every_column_but_the_last() -> None:
+    text = render.table(["A", "LONGER", "NOTE"], [["xx", None, "free text"], ["y", 12, ""]])
+    assert text.splitlines() == ["A    LONGER   NOTE", "xx   -        free text", "y    12       -"]
+
+
+def _status_view() -> views.StatusView:
+    campaign = Campaign.parse(
+        campaign_body(
+            items=3,
+            budget={"limit": 2.0},
+            status={
+                "phase": "Running",
+                "observedGeneration": 1,
+                "conditions": [
+                    {
+                        "type": "Ready",
+                        "status": "True",
+                        "reason": "SpecValid",
+                        "message": "3 item(s)",
+                        "lastTransitionTime": t(120),
+                    }
+                ],
+            },
+        )
+    )
+    shards = views.parse_shards(
+        [
+            shard_body("papers", 0, "Done", status=done_status(300, cost=0.5)),
+            shard_body(
+                "papers",
+                1,
+                "Running",
+                status={
+                    "owner": "w-9",
+                    "leaseUntil": t(-20),
+                    "lastHeartbeat": t(3),
+                    "progress": {"done": 2, "total": 4},
+                },
+            ),
+            shard_body("papers", 2, "Blocked", attempt=3),
+        ]
+    )
+    return views.status_view(campaign, shards, NOW)
+
+
+def test_render_status_shows_counts_running_budget_and_conditions() -> None:
+    text = render.render_status(_status_view())
+    lines = text.splitlines()
+    assert lines[0] == "Campaign ns/papers: Running"
+    assert "1/3 shards done (33%), 3 items" in lines[1]
+    assert "queued 0 · pending 0 · running 1 · paused 0 · done 1 · failed 0 · blocked 1" in text
+    assert "spent 0.5 of 2 (25%), warn at 80%: gate Open" in text
+    running_row = next(line for line in lines if line.strip().startswith("papers-00001"))
+    assert running_row.split() == ["papers-00001", "w-9", "1/3", "2/4", "in", "20s", "3s", "ago", "-"]
+    assert "Ready" in text and "SpecValid" in text and "2m00s" in text
+
+
+def test_render_status_says_when_the_operator_lags_the_spec() -> None:
+    view = _status_view()
+    lagging = views.StatusView(**{**view.__dict__, "generation": 2})
+    assert "operator has not seen the latest spec yet: generation 2, observed 1" in render.render_status(
+        lagging
+    )
+
+
+def test_render_report_marks_each_check_and_lists_offenders() -> None:
+    campaign = Campaign.parse(campaign_body(items=2, status={"phase": "Completed", "spent": 0.0}))
+    shards = [
+        shard_body("papers", 0, "Done", status=done_status(60, fingerprint="")),
+        shard_body("papers", 1, "Done", status=done_status(60), managers=("kubectl-edit",)),
+    ]
+    text = render.render_report(views.report_view(campaign, shards, NOW))
+    assert "[FAIL] every Done shard has a result fingerprint: 1 of 2 without one" in text
+    assert "- papers-00000" in text
+    assert "[FAIL] no sign of a manual state change" in text
+    assert "- papers-00001: status written by kubectl-edit" in text
+    assert "[PASS] budget spent matches the sum of shard costs" in text
+    assert text.rstrip().endswith("Result: 2 of 5 checks failed")
+
+
+def test_render_list_with_and_without_namespaces() -> None:
+    rows = views.campaign_rows(
+        [
+            campaign_body(
+                "a",
+                "team",
+                budget={"limit": 4},
+                status={"phase": "Running", "spent": 1, "shardsTotal": 4, "counts": {"done": 1}},
+            )
+        ],
+        NOW,
+    )
+    header, row = render.render_list(rows, all_namespaces=True).splitlines()
+    assert header.split() == [
+        "NAMESPACE",
+        "NAME",
+        "PHASE",
+        "PROGRESS",
+        "RUNNING",
+        "PENDING",
+        "BLOCKED",
+        "FAILED",
+        "SPENT/BUDGET",
+        "AGE",
+    ]
+    assert row.split() == [
+        "team",
+        "a",
+        "Running",
+        "1/4",
+        "(25%)",
+        "0",
+        "0",
+        "0",
+        "0",
+        "1/4",
+        "(25%)",
+        "1h00m",
+    ]
+    assert render.render_list(rows, all_namespaces=False).splitlines()[0].split()[0] == "NAME"
+
+
+def test_render_plan_names_the_reason_and_the_waiting_shards() -> None:
+    campaign = Campaign.parse(campaign_body(items=3, maxConcurrency=1))
+    shards = views.parse_shards([shard_body("papers", i, "Pending") for i in range(3)])
+    text = render.render_plan(views.plan_view(campaign, shards, [], [], {}, NOW, 3))
+    assert "nothing was changed" in text.splitlines()[0]
+    assert "Limited by: Capacity" in text
+    assert "papers-00001   ready; waits for a free slot (maxConcurrency 1)" in text
+    assert "hand out (claimable)" in text and "papers-00000" in text
+
+
+def test_render_timeline_states_the_current_claim_and_last_error() -> None:
+    status = {
+        "owner": "w-1",
+        "leaseUntil": t(-10),
+        "lastHeartbeat": t(2),
+        "progress": {"done": 1, "total": 3},
+        "lastError": {
+            "class": "rate-limited",
+            "source": "large",
+            "message": "429",
+            "event": "e-9",
+            "at": t(50),
+        },
+    }
+    shard = views.parse_shards([shard_body("papers", 3, "Running", attempt=2, status=status)])[0]
+    text = render.render_timeline(
+        views.timeline_view(shard, [], NOW, max_attempts=3, warnings=["events not readable"])
+    )
+    assert text.splitlines()[0] == "Shard ns/papers-00003 (campaign papers): Running, attempt 2 of 3"
+    assert "Claimed by w-1: lease in 10s, last heartbeat 2s ago, progress 1/3" in text
+    assert f"Last error: rate-limited from source large: 429 (event e-9, at {t(50)})" in text
+    assert text.splitlines()[-1] == "warning: events not readable"
+
+
+def test_render_action() -> None:
+    result = ActionResult(
+        "suspend", "ns", "papers", True, "suspend requested", event="papers.1", user="alice", warnings=("w",)
+    )
+    assert render.render_action(result).splitlines() == [
+        "campaign ns/papers: suspend requested",
+        "recorded as Event papers.1 (by alice)",
+        "warning: w",
+    ]
+
+
+@pytest.mark.parametrize("fmt", ["json", "yaml"])
+def test_machine_output_round_trips(fmt: str) -> None:
+    data = _status_view().as_dict()
+    text = render.as_json(data) if fmt == "json" else render.as_yaml(data)
+    assert yaml.safe_load(text) == data
