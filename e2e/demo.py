@@ -19,10 +19,13 @@ DEMO_NAMESPACE = "shardops-demo"
 CAMPAIGN = REPO_ROOT / "examples" / "demo.yaml"
 
 
-def _run(env: dict[str, str], *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    print(f"$ {' '.join(argv)}", flush=True)
+def _run(
+    env: dict[str, str], *argv: str, check: bool = True, quiet: bool = False
+) -> subprocess.CompletedProcess[str]:
+    if not quiet:
+        print(f"$ {' '.join(argv)}", flush=True)
     result = subprocess.run(argv, env=env, text=True, capture_output=True, check=False)
-    if result.stdout.strip():
+    if result.stdout.strip() and not quiet:
         print(result.stdout.rstrip(), flush=True)
     if check and result.returncode != 0:
         print(result.stderr, file=sys.stderr)
@@ -42,7 +45,9 @@ def _environment() -> dict[str, str]:
 
 
 def _campaign_phase(env: dict[str, str], name: str) -> tuple[str, str]:
-    result = _run(env, "kubectl", "get", "campaign", name, "-n", DEMO_NAMESPACE, "-o", "json", check=False)
+    result = _run(
+        env, "kubectl", "get", "campaign", name, "-n", DEMO_NAMESPACE, "-o", "json", check=False, quiet=True
+    )
     if result.returncode != 0:
         return "", ""
     status = json.loads(result.stdout).get("status") or {}
@@ -51,14 +56,19 @@ def _campaign_phase(env: dict[str, str], name: str) -> tuple[str, str]:
 
 def main() -> int:
     env = _environment()
+    local = env["KUBECONFIG"] == str(lifecycle.DEFAULT_DIR / "kubeconfig")
+    _run(env, "kubectl", "create", "namespace", DEMO_NAMESPACE, check=False)
+    chart_values = ["--set", f"watch.namespaces={{{DEMO_NAMESPACE}}}"]
+    if local:
+        # The process-kubelet runs every pod on the host network: two replicas would both bind the
+        # metrics port. One replica here; a real cluster gets the chart's default of two.
+        chart_values += ["--set", "operator.replicas=1"]
     _run(
         env,
         "helm", "upgrade", "--install", RELEASE, str(REPO_ROOT / "charts" / "shardops"),
-        "--namespace", OPERATOR_NAMESPACE, "--create-namespace",
-        "--set", f"watchNamespaces={{{DEMO_NAMESPACE}}}",
+        "--namespace", OPERATOR_NAMESPACE, "--create-namespace", *chart_values,
         "--wait", "--timeout", "180s",
     )  # fmt: skip
-    _run(env, "kubectl", "create", "namespace", DEMO_NAMESPACE, check=False)
     _run(env, "kubectl", "apply", "-n", DEMO_NAMESPACE, "-f", str(CAMPAIGN))
     name = "demo"
     started = time.monotonic()
