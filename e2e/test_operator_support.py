@@ -1,8 +1,9 @@
 """Shared machinery of the operator e2e tests (no tests here).
 
 The operator runs as it would in a cluster: a Deployment of `shardops operator` under the
-ServiceAccount and RBAC of config/rbac, watching the test's namespace; its worker Jobs run
-`shardops worker` under the worker ServiceAccount, with the example agent as the user's command.
+ServiceAccounts and RBAC of the Helm chart (rendered by e2e/chartkit.py), watching the test's
+namespace; its worker Jobs run `shardops worker` under the worker ServiceAccount, with the example
+agent as the user's command.
 The process-kubelet runs both as local processes, which is what lets a test SIGKILL one.
 
 What the tests assert on is recorded, not sampled: a watch records every version of every Shard
@@ -13,7 +14,6 @@ status.history is the durable record of each transition.
 from __future__ import annotations
 
 import contextlib
-import copy
 import datetime as dt
 import json
 import os
@@ -25,13 +25,13 @@ import urllib.request
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import yaml
 from kubernetes import client, watch
 
-from e2e.conftest import REPO_ROOT, Cluster, wait_for
+from e2e import chartkit
+from e2e.conftest import Cluster, wait_for
 from shardops.api.names import API_GROUP_VERSION
 from shardops.k8s.api import CAMPAIGNS, LEASES, SHARDS, Kube, NotFound
 from shardops.k8s.results import ITEMS_PREFIX, RESULT_PREFIX
@@ -39,7 +39,6 @@ from shardops.logic.idempotency import key_label
 
 JSON = dict[str, Any]
 GROUP, VERSION = API_GROUP_VERSION.split("/")
-RBAC_DIR = REPO_ROOT / "config" / "rbac"
 OPERATOR_NAME = "shardops-operator"
 LEADER_LEASE = "shardops-operator"
 TERMINAL = {"Done", "Failed", "Blocked"}
@@ -68,35 +67,6 @@ def kube_for(cluster: Cluster) -> Kube:
 
 
 # --- installing the operator ---------------------------------------------------------------------
-
-
-def _docs(path: Path) -> list[JSON]:
-    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
-
-
-def rbac_for(namespace: str) -> list[JSON]:
-    """config/rbac, moved into the test namespace. Cluster-scoped objects get the namespace in their
-    name, so tests that run one after another on one cluster never share a binding."""
-    out: list[JSON] = []
-    for original in _docs(RBAC_DIR / "operator.yaml"):
-        doc = copy.deepcopy(original)
-        kind = doc["kind"]
-        if kind in ("ClusterRole", "ClusterRoleBinding"):
-            doc["metadata"]["name"] = f"{doc['metadata']['name']}-{namespace}"
-        else:
-            doc["metadata"]["namespace"] = namespace
-        if kind == "ClusterRoleBinding":
-            doc["roleRef"]["name"] = f"{doc['roleRef']['name']}-{namespace}"
-        for subject in doc.get("subjects") or []:
-            subject["namespace"] = namespace
-        out.append(doc)
-    for original in _docs(RBAC_DIR / "worker.yaml"):
-        doc = copy.deepcopy(original)
-        doc["metadata"]["namespace"] = namespace
-        for subject in doc.get("subjects") or []:
-            subject["namespace"] = namespace
-        out.append(doc)
-    return out
 
 
 def operator_deployment(namespace: str, replicas: int, env: Mapping[str, str]) -> JSON:
@@ -202,7 +172,7 @@ def operator_running(
     lease_seconds: int = 10,
     env: Mapping[str, str] | None = None,
 ) -> Iterator[Operator]:
-    """RBAC from config/rbac and an operator Deployment in `namespace`, leading before this yields."""
+    """The chart's RBAC and an operator Deployment in `namespace`, leading before this yields."""
     port = free_port() if replicas == 1 else None
     settings = {
         "SHARDOPS_TICK_SECONDS": "2",
@@ -212,7 +182,7 @@ def operator_running(
         "SHARDOPS_LEADER_ELECTION_RETRY_SECONDS": "1",
         **(env or {}),
     }
-    objects = [*rbac_for(namespace), operator_deployment(namespace, replicas, settings)]
+    objects = [*chartkit.render_rbac(namespace), operator_deployment(namespace, replicas, settings)]
     cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(objects))
     operator = Operator(cluster, namespace, port)
     try:
@@ -225,9 +195,7 @@ def operator_running(
             if errors:
                 print(f"\n--- operator {pod.metadata.name}: {len(errors)} error line(s), last ones:")
                 print("\n".join(errors[-10:]))
-        for doc in objects:
-            if doc["kind"] in ("ClusterRole", "ClusterRoleBinding"):
-                cluster.kubectl("delete", doc["kind"].lower(), doc["metadata"]["name"], "--ignore-not-found")
+        chartkit.delete_cluster_scoped(cluster, objects)
 
 
 # --- campaigns --------------------------------------------------------------------------------------

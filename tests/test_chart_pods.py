@@ -90,14 +90,6 @@ def test_worker_jobs_run_as_the_worker_service_account_with_its_token() -> None:
     assert pod["serviceAccountName"] == "shardops-worker"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "operator/shardops/operator/builders.py worker_job_body sets no securityContext and no /tmp "
-        "emptyDir yet: worker pods are refused in namespaces that enforce the restricted Pod Security "
-        "Standard (issue 6, item 4). Remove this marker once it does."
-    ),
-)
 def test_worker_jobs_are_hardened_like_the_operator() -> None:
     pod = _worker_job()["spec"]["template"]["spec"]
     assert restricted_violations(pod) == []

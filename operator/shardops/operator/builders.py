@@ -29,7 +29,10 @@ from shardops.logic.views import ShardView
 
 JSON = dict[str, Any]
 
-# The worker ServiceAccount of config/rbac/worker.yaml and of the chart.
+# The non-root user of the shardops image (Dockerfile), the same as the chart's operator pod.
+WORKER_UID = 65532
+WORKER_TMP = "/tmp"
+# The worker ServiceAccount the chart creates (charts/shardops, values workers.serviceAccount).
 DEFAULT_WORKER_SERVICE_ACCOUNT = "shardops-worker"
 JOB_TTL_SECONDS = 300
 # The worker gets SIGTERM, releases its claim (not charged as an attempt) and stops its command.
@@ -139,6 +142,8 @@ def worker_job_body(
     env: list[JSON] = [
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": "SHARDOPS_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+        # Before the campaign's env, so a campaign can still point TMPDIR elsewhere (later wins).
+        {"name": "TMPDIR", "value": WORKER_TMP},
         *({"name": var.name, "value": var.value} for var in worker.env),
     ]
     container: JSON = {
@@ -146,6 +151,13 @@ def worker_job_body(
         "image": worker.image,
         "command": ["shardops", "worker", "--campaign", campaign.name],
         "env": env,
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        # The root filesystem is read-only: the items, results and error files of each attempt go here.
+        "volumeMounts": [{"name": "tmp", "mountPath": WORKER_TMP}],
     }
     resources = worker.resources.to_dict()
     if resources.get("requests") or resources.get("limits"):
@@ -170,7 +182,16 @@ def worker_job_body(
                     # The worker ServiceAccount leaves token mounting off; workers are pods that call the API.
                     "automountServiceAccountToken": True,
                     "terminationGracePeriodSeconds": WORKER_GRACE_SECONDS,
+                    # The restricted Pod Security Standard, as the operator's own pod has it, so
+                    # worker pods are admitted in namespaces that enforce it.
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "runAsUser": WORKER_UID,
+                        "runAsGroup": WORKER_UID,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
                     "containers": [container],
+                    "volumes": [{"name": "tmp", "emptyDir": {}}],
                 },
             },
         },
