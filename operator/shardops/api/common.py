@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Annotated, Any, Literal, Self
+from typing import Annotated, Any, ClassVar, Literal, Self
 
 from pydantic import (
     AwareDatetime,
@@ -19,9 +19,11 @@ from pydantic import (
     Field,
     StringConstraints,
     WithJsonSchema,
+    field_validator,
 )
 from pydantic.alias_generators import to_camel
 
+from shardops.api.names import API_GROUP_VERSION
 from shardops.api.rules import CelRule
 
 # One item of work: a JSON object of any shape, kept verbatim by the CRD
@@ -251,7 +253,25 @@ def find_condition(conditions: list[Condition], type_: str) -> Condition | None:
 class ResourceModel(ApiModel):
     """Common behaviour of the top-level Campaign and Shard resources."""
 
+    # The kind a subclass models; `kind` must say exactly this.
+    KIND: ClassVar[str]
+
     metadata: ObjectMeta = Field(default_factory=ObjectMeta, description="Standard object metadata.")
+    api_version: str = Field(default=API_GROUP_VERSION, description=f"Always {API_GROUP_VERSION}.")
+
+    @field_validator("api_version")
+    @classmethod
+    def _known_version(cls, value: str) -> str:
+        if value != API_GROUP_VERSION:
+            raise ValueError(f"apiVersion must be {API_GROUP_VERSION}, not {value}")
+        return value
+
+    @field_validator("kind", check_fields=False)
+    @classmethod
+    def _known_kind(cls, value: str) -> str:
+        if value != cls.KIND:
+            raise ValueError(f"kind must be {cls.KIND}, not {value}")
+        return value
 
     @classmethod
     def parse(cls, body: Mapping[str, Any]) -> Self:

@@ -14,7 +14,6 @@ from pydantic import (
     ConfigDict,
     Field,
     computed_field,
-    field_validator,
     model_validator,
 )
 
@@ -31,7 +30,7 @@ from shardops.api.common import (
     truncating,
 )
 from shardops.api.enums import ErrorClass, ShardClass, ShardPhase
-from shardops.api.names import API_GROUP_VERSION, SHARD_KIND
+from shardops.api.names import SHARD_KIND
 
 # Each transition appends one entry; the oldest fall off so a shard that flaps for days stays a
 # small object. Events and metrics keep the full story.
@@ -250,24 +249,11 @@ class ShardStatus(StatusModel):
 class Shard(ResourceModel):
     """A Shard: one claimable slice of a Campaign."""
 
-    api_version: str = Field(default=API_GROUP_VERSION, description="Always shardops.dev/v1alpha1.")
+    KIND = SHARD_KIND
+
     kind: str = Field(default=SHARD_KIND, description="Always Shard.")
     spec: ShardSpec = Field(description="What the shard covers.")
     status: ShardStatus | None = Field(default=None, description="Observed state.")
-
-    @field_validator("api_version")
-    @classmethod
-    def _known_version(cls, value: str) -> str:
-        if value != API_GROUP_VERSION:
-            raise ValueError(f"apiVersion must be {API_GROUP_VERSION}, not {value}")
-        return value
-
-    @field_validator("kind")
-    @classmethod
-    def _known_kind(cls, value: str) -> str:
-        if value != SHARD_KIND:
-            raise ValueError(f"kind must be {SHARD_KIND}, not {value}")
-        return value
 
     @property
     def current_status(self) -> ShardStatus:
