@@ -195,7 +195,7 @@ def test_retryable_failures_back_off_then_block_non_retryable_fail_at_once_and_r
         retry_events = [
             e
             for e in kube.list(EVENTS, namespace)
-            if e["reason"] == "RetryRequested" and e["regarding"]["name"] == "flaky"
+            if e["reason"] == "RetryStarted" and e["regarding"]["name"] == "flaky"
         ]
         assert len(retry_events) == 1, retry_events
         # Acted on once: later passes leave the shard alone.

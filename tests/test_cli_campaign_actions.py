@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from shardops.api.campaign import Campaign
+from shardops.api.campaign import MAX_RETRY_SHARDS, Campaign
 from shardops.cli import campaign_actions as actions
 from shardops.cli import campaign_views as views
 from test_cli_campaign_support import NOW, campaign_body, shard_body
@@ -60,7 +58,7 @@ def test_resume_withdraws_a_cancel_only_when_there_is_one() -> None:
             False,
             ["papers-00002", "papers-00001", "papers-00003"],
             ("papers-00001", "papers-00002", "papers-00003"),
-            True,
+            False,  # named: stays a list, even when that is every shard that gave up so far
         ),
     ],
 )
@@ -104,58 +102,37 @@ def test_select_retry_refuses_while_an_earlier_request_waits_for_the_operator() 
     assert refused.value.exit_code == 1
 
 
-def test_retry_of_everything_bumps_the_generation_and_drops_a_stale_shard_list() -> None:
-    stale = json.dumps({"generation": 1, "shards": ["papers-00001"]})
+def test_retry_of_everything_bumps_the_generation_and_drops_a_previous_shard_list() -> None:
     campaign = _campaign(
-        retry={"generation": 1},
-        status={"lastRetryGeneration": 1},
-        annotations={actions.RETRY_SHARDS_ANNOTATION: stale},
+        retry={"generation": 1, "shards": ["papers-00001"]}, status={"lastRetryGeneration": 1}
     )
     patch = actions.retry_patch(
         campaign, actions.RetrySelection(("papers-00001", "papers-00002"), everything=True)
     )
-    assert patch == {
-        "spec": {"retry": {"generation": 2}},
-        "metadata": {"annotations": {actions.RETRY_SHARDS_ANNOTATION: None}},
-    }
-    assert actions.retry_patch(_campaign(), actions.RetrySelection(("a",), everything=True)) == {
-        "spec": {"retry": {"generation": 1}}
-    }
+    # One merge patch: null removes the previous request's list, so the operator retries them all.
+    assert patch == {"spec": {"retry": {"generation": 2, "shards": None}}}
+    assert "metadata" not in patch
 
 
-def test_retry_of_some_shards_names_them_for_that_generation() -> None:
+def test_retry_of_some_shards_names_them_in_the_spec_with_the_generation() -> None:
     campaign = _campaign(retry={"generation": 4}, status={"lastRetryGeneration": 4})
     patch = actions.retry_patch(
         campaign, actions.RetrySelection(("papers-00001", "papers-00003"), everything=False)
     )
-    assert patch["spec"] == {"retry": {"generation": 5}}
-    annotations = patch["metadata"]["annotations"]
-    # What the operator reads back for generation 5, and only for it.
-    assert actions.retry_shards(annotations, 5) == frozenset({"papers-00001", "papers-00003"})
-    assert actions.retry_shards(annotations, 6) is None
+    assert patch == {"spec": {"retry": {"generation": 5, "shards": ["papers-00001", "papers-00003"]}}}
+    # What the operator reads back: the model accepts it.
+    merged = _campaign(retry=patch["spec"]["retry"], status={"lastRetryGeneration": 4})
+    assert merged.spec.retry.shards == ["papers-00001", "papers-00003"]
+    assert merged.retry_requested
 
 
-def test_a_shard_list_too_big_for_an_annotation_is_refused() -> None:
-    names = tuple(f"a-very-long-campaign-name-for-this-test-{i:05d}" for i in range(6000))
-    with pytest.raises(actions.ActionRefused, match="do not fit in an annotation"):
+def test_a_shard_list_longer_than_the_spec_allows_is_refused() -> None:
+    names = tuple(f"papers-{i:05d}" for i in range(MAX_RETRY_SHARDS + 1))
+    with pytest.raises(actions.ActionRefused, match=f"at most {MAX_RETRY_SHARDS}") as refused:
         actions.retry_patch(_campaign(), actions.RetrySelection(names, everything=False))
-
-
-@pytest.mark.parametrize(
-    "value",
-    [
-        None,
-        "",
-        "not json",
-        "[1, 2]",
-        '{"generation": 3}',
-        '{"generation": 3, "shards": [1]}',
-        '{"generation": "3", "shards": []}',
-    ],
-)
-def test_retry_shards_that_do_not_parse_limit_nothing(value: str | None) -> None:
-    annotations = {} if value is None else {actions.RETRY_SHARDS_ANNOTATION: value}
-    assert actions.retry_shards(annotations, 3) is None
+    assert refused.value.exit_code == 1
+    fits = actions.retry_patch(_campaign(), actions.RetrySelection(names[:-1], everything=False))
+    assert len(fits["spec"]["retry"]["shards"]) == MAX_RETRY_SHARDS
 
 
 def test_action_result_as_dict() -> None:

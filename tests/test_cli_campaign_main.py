@@ -13,7 +13,6 @@ import urllib3
 import yaml
 
 from shardops.cli import campaign as cli
-from shardops.cli import campaign_actions as actions
 from shardops.cli import campaign_views as views
 from shardops.cli.campaign_client import REPORTING_CONTROLLER, Client, connect, default_namespace
 from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS, SHARDS, Conflict, Forbidden
@@ -379,16 +378,16 @@ def test_cancel_suspends_and_marks_or_deletes() -> None:
     no_shard_status_writes(kube)
 
 
-def test_retry_blocked_records_the_shard_list_with_a_resource_version_precondition() -> None:
+def test_retry_blocked_writes_the_shard_list_into_the_spec_with_a_resource_version_precondition() -> None:
     kube = papers()
     result = run(kube, "-n", "ns", "retry", "papers", "--blocked")
     assert result.code == 0, result.err
     [patch] = [c for c in kube.writes() if c.method == "PATCH"]
     assert patch.query == {"rv": "100"}
+    assert patch.body == {"spec": {"retry": {"generation": 1, "shards": ["papers-00001"]}}}
     campaign = kube.objects[("campaigns", "ns", "papers")]
-    assert campaign["spec"]["retry"] == {"generation": 1}
-    annotations = campaign["metadata"]["annotations"]
-    assert actions.retry_shards(annotations, 1) == frozenset({"papers-00001"})
+    assert campaign["spec"]["retry"] == {"generation": 1, "shards": ["papers-00001"]}
+    assert "shardops.dev/retry-shards" not in (campaign["metadata"].get("annotations") or {})
     [event] = _events(kube)
     assert event["reason"] == "RetryRequested"
     assert "1 shard(s) to retry (only these shards): papers-00001" in event["note"]

@@ -25,9 +25,16 @@ def agg(
     limit: float | None = None,
     finalize_pending: bool = False,
     previous_spent: float = 0.0,
+    campaign: str = "papers",
 ) -> Aggregate:
     facts = CampaignFacts(
-        suspended, ItemProgress(remaining_items, 0, 10), limit, 0.8, finalize_pending, previous_spent
+        suspended,
+        ItemProgress(remaining_items, 0, 10),
+        limit,
+        0.8,
+        finalize_pending,
+        previous_spent,
+        campaign,
     )
     return aggregate(shards, NOW, facts)
 
@@ -71,7 +78,9 @@ def test_terminal_with_failures_is_completed_and_degraded() -> None:
     degraded = condition(result, "Degraded")
     assert degraded.status is ConditionStatus.TRUE
     assert degraded.message.startswith("1 failed (c), 1 blocked (b); ")
-    assert "spec.retry.generation" in degraded.message
+    # The fix is the recorded action, named with the campaign (not an edit of spec.retry by hand).
+    assert "kubectl campaign retry papers" in degraded.message
+    assert "spec.retry.generation" not in degraded.message
 
 
 def test_terminal_shards_with_items_left_are_not_finished() -> None:

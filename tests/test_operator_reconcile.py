@@ -240,6 +240,41 @@ def test_stall_is_reported_once_and_revoke_takes_the_claim_back(kube: OperatorKu
     assert (s["phase"], s["attempt"], s["history"][-1]["reason"]) == ("Pending", 2, "Revoked")
 
 
+def test_a_heartbeat_already_on_its_way_does_not_turn_a_revoke_into_a_lease_expiry(
+    kube: OperatorKube, clock: Clock
+) -> None:
+    """The Lease is revoked, then a heartbeat the worker sent before it noticed moves the shard: the
+    revoke is still recorded as Revoked (attempt+1), not left for the next pass to find a Lease
+    without a holder and call it an expired lease."""
+    put_campaign(kube, campaign(items=[{"id": 0}], stall={"policy": "Revoke", "heartbeats": 2}))
+    _running(kube, progress={"done": 0, "total": 1}, lastHeartbeat=T0.isoformat())
+    put_lease(kube, "camp-00000", "w1", T0, seconds=30)
+    operator = reconciler(kube, clock)
+    operator.reconcile(NAMESPACE, "camp")
+    clock.advance(25)
+    kube.patch(
+        SHARDS,
+        NAMESPACE,
+        "camp-00000",
+        {"status": {"lastHeartbeat": clock.now.isoformat()}},
+        subresource="status",
+    )
+    put_lease(kube, "camp-00000", "w1", clock.now, seconds=30)
+
+    def late_heartbeat(fake: object, verb: str, resource: object, name: str) -> None:
+        if verb == "patch" and resource is SHARDS:
+            kube.before.clear()
+            beat = {"status": {"lastHeartbeat": clock.now.isoformat()}}
+            kube.patch(SHARDS, NAMESPACE, name, beat, subresource="status")
+
+    kube.before.append(late_heartbeat)
+    operator.reconcile(NAMESPACE, "camp")
+    s = shard_of(kube, "camp-00000")["status"]
+    assert (s["phase"], s["attempt"], s["history"][-1]["reason"]) == ("Pending", 2, "Revoked")
+    assert s["lastError"]["class"] == "timeout" and "no progress" in s["lastError"]["message"]
+    assert "LeaseExpired" not in kube.event_reasons("camp-00000")
+
+
 # --- recorded actions, budget, suspend, finalize ---------------------------------------------------------
 
 
@@ -251,8 +286,35 @@ def test_retry_is_acted_on_once(kube: OperatorKube, clock: Clock) -> None:
     assert (s["phase"], s["attempt"]) == ("Pending", 1)
     assert status_of(kube)["lastRetryGeneration"] == 1
     run(kube, clock.advance(1))
-    assert kube.event_reasons("camp").count("RetryRequested") == 1
+    # The operator's event says it acted; RetryRequested is the CLI's (the user asked).
+    assert kube.event_reasons("camp").count("RetryStarted") == 1
+    assert "RetryRequested" not in kube.event_reasons("camp")
     assert [h["reason"] for h in shard_of(kube, "camp-00000")["status"]["history"]].count("Retried") == 1
+
+
+def test_retry_with_a_shard_list_retries_only_those_and_names_the_skipped(
+    kube: OperatorKube, clock: Clock
+) -> None:
+    listed = ["camp-00000", "camp-00002"]
+    put_campaign(
+        kube, campaign(items=[{"id": i} for i in range(3)], retry={"generation": 1, "shards": listed})
+    )
+    put_shard(kube, shard("camp", 0, "Failed"))
+    put_shard(kube, shard("camp", 1, "Failed"))
+    put_shard(kube, shard("camp", 2, "Done"))
+    run(kube, clock)
+    assert shard_of(kube, "camp-00000")["status"]["phase"] == "Pending"
+    assert shard_of(kube, "camp-00001")["status"]["phase"] == "Failed", "not listed: left alone"
+    assert shard_of(kube, "camp-00002")["status"]["phase"] == "Done"
+    assert status_of(kube)["lastRetryGeneration"] == 1
+    run(kube, clock.advance(1))
+    [event] = [e for e in kube.list(EVENTS, NAMESPACE) if e["reason"] == "RetryStarted"]
+    assert event["regarding"]["name"] == "camp"
+    assert "spec.retry.generation=1 (2 listed): 1 shard(s) back to Pending (camp-00000)" in event["note"]
+    assert "skipped (not Blocked or Failed): camp-00002 (Done)" in event["note"]
+    assert "camp-00001" not in event["note"]
+    degraded = condition(status_of(kube), "Degraded")
+    assert "kubectl campaign retry camp" in degraded["message"]
 
 
 def test_suspend_pauses_unclaimed_shards_and_unsuspend_resumes(kube: OperatorKube, clock: Clock) -> None:

@@ -8,7 +8,9 @@ from typing import Any
 
 from shardops.api.campaign import Campaign
 from shardops.api.shard import Shard
-from shardops.worker.claim import choose, expected_shards, is_zombie, progress_of, stop_reason, view_of
+from shardops.logic.planner import plan_dispatch
+from shardops.operator import observe
+from shardops.worker.claim import choose, expected_shards, is_zombie, progress_of, stop_reason
 from test_worker_support import T0, campaign_body
 
 NOW = T0 + dt.timedelta(hours=1)
@@ -122,15 +124,71 @@ def test_stop_reasons() -> None:
     assert expected_shards(with_finalize) == 3 and stop_reason(with_finalize, done) is None
 
 
-def test_view_and_progress() -> None:
-    shard = _shard(
-        3,
-        priority=2,
-        cost=1.5,
-        history=[{"phase": "Pending", "at": T0.isoformat(), "reason": "Materialized"}],
+def test_each_source_waits_for_its_own_cooldown_not_the_longest() -> None:
+    sources = [{"name": "quick", "cooldownSeconds": 10}, {"name": "slow", "cooldownSeconds": 600}]
+    opened = (NOW - dt.timedelta(seconds=60)).isoformat()
+    breakers = [
+        {"source": "quick", "state": "Open", "consecutiveFailures": 3, "openedAt": opened},
+        {"source": "slow", "state": "Open", "consecutiveFailures": 3, "openedAt": opened},
+    ]
+    campaign = _campaign(sources=sources, status={"breakers": breakers})
+    shards = [_shard(0, source="quick"), _shard(1, source="quick"), _shard(2, source="slow")]
+    # quick's cooldown ran out 50 s ago: HalfOpen, one probe. slow's has 540 s to go.
+    found = {c.shard.name: c.source for c in choose(campaign, shards, NOW, 10, random.Random(0))}
+    assert found == {"camp-00000": "quick"}
+    # A zombie of an open source is not taken over either while that source cools down.
+    zombie = _shard(
+        3, "Running", source="slow", owner="gone", leaseUntil=(NOW - dt.timedelta(seconds=1)).isoformat()
     )
-    view = view_of(shard, NOW)
-    assert (view.index, view.priority, view.cost, view.since) == (3, 2, 1.5, T0)
+    assert [c.shard.name for c in choose(campaign, [zombie], NOW, 10, random.Random(0))] == []
+
+
+def test_the_budget_gate_counts_what_the_shards_spent_when_the_status_lags() -> None:
+    # The campaign status says nothing was spent yet, but the shards have reported 10 of 10.
+    campaign = _campaign(budget={"limit": 10}, status={"spent": 0})
+    spent = [_shard(0, "Done", cost=6.0), _shard(1, "Failed", cost=4.0)]
+    pending = [
+        _shard(2),
+        _shard(3, "Running", owner="x", leaseUntil=(NOW - dt.timedelta(seconds=1)).isoformat()),
+    ]
+    assert _names(campaign, spent + pending) == []
+    assert "out of budget (spent 10 of 10" in (stop_reason(campaign, spent + pending) or "")
+    # At the warn ratio (8 of 10) work shards wait too.
+    warn = [_shard(0, "Done", cost=8.0), _shard(2)]
+    assert _names(campaign, warn) == [] and stop_reason(campaign, warn) is None
+    # Below it, the same shards are claimable.
+    assert _names(campaign, [_shard(0, "Done", cost=1.0), _shard(2)]) == ["camp-00002"]
+
+
+def test_the_worker_offers_exactly_what_the_operator_plans_as_claimable() -> None:
+    sources = [{"name": "A", "fallback": "B", "cooldownSeconds": 30}, {"name": "B"}]
+    opened = (NOW - dt.timedelta(seconds=5)).isoformat()
+    campaign = _campaign(
+        items=[{"id": i} for i in range(20)],
+        maxConcurrency=4,
+        sources=sources,
+        budget={"limit": 100},
+        status={
+            "spent": 1,
+            "breakers": [{"source": "A", "state": "Open", "consecutiveFailures": 3, "openedAt": opened}],
+        },
+    )
+    shards = [
+        _shard(0, source="A"),
+        _shard(1, source="B", cost=2.0),
+        _shard(2, notBefore=(NOW + dt.timedelta(seconds=30)).isoformat()),
+        _shard(3, "Running", owner="w", leaseUntil=(NOW + dt.timedelta(seconds=30)).isoformat()),
+        _shard(4, priority=3),
+        _shard(5),
+        _shard(6),
+    ]
+    plan = plan_dispatch(observe.dispatch_inputs(campaign, shards, [], [], NOW, items_total=20))
+    chosen = choose(campaign, shards, NOW, 100, random.Random(0))
+    assert sorted(c.shard.name for c in chosen) == sorted(plan.claimable)
+    assert {c.shard.name: c.source for c in chosen}["camp-00000"] == plan.routes["camp-00000"].source == "B"
+
+
+def test_progress() -> None:
     items = [{"id": 1}, {"id": 2}, {"id": 1}]
     from shardops.logic.idempotency import item_subkey
 

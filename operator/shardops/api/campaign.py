@@ -16,7 +16,6 @@ from pydantic import (
     ConfigDict,
     Field,
     computed_field,
-    field_validator,
     model_validator,
 )
 
@@ -38,7 +37,7 @@ from shardops.api.common import (
     truncating,
 )
 from shardops.api.enums import BreakerState, CampaignPhase, StallPolicy
-from shardops.api.names import API_GROUP_VERSION, CAMPAIGN_KIND
+from shardops.api.names import CAMPAIGN_KIND
 
 # Inline items are stored in the Campaign object (etcd caps objects at ~1.5 MiB) and the
 # API server's CEL cost estimate needs a bound; bigger campaigns use itemsFrom.
@@ -296,6 +295,9 @@ class Budget(SpecModel):
         return self
 
 
+MAX_RETRY_SHARDS = 1000
+
+
 class RetryRequest(SpecModel):
     """A recorded request to retry the shards that gave up."""
 
@@ -303,8 +305,18 @@ class RetryRequest(SpecModel):
         default=0,
         ge=0,
         description=(
-            "Increase by one to retry every Blocked and Failed shard once, with its attempts reset. "
-            "The operator acts once per value and records it in status.lastRetryGeneration. Default 0."
+            "Increase by one to retry the Blocked and Failed shards (all of them, or those in shards) "
+            "once, with their attempts reset. The operator acts once per value and records it in "
+            "status.lastRetryGeneration. Default 0."
+        ),
+    )
+    shards: list[Annotated[str, Field(min_length=1, max_length=DNS_SUBDOMAIN_MAX)]] | None = Field(
+        default=None,
+        max_length=MAX_RETRY_SHARDS,
+        description=(
+            "Names of the Blocked/Failed shards to retry with this generation; unset or empty: all of "
+            "them. A listed shard that is not Blocked or Failed is skipped (the operator's event says so). "
+            "Written by kubectl campaign retry --shard/--blocked/--failed together with the generation."
         ),
     )
 
@@ -603,24 +615,11 @@ class CampaignStatus(StatusModel):
 class Campaign(ResourceModel):
     """A Campaign: a body of long, flaky work that shardops splits into leased shards."""
 
-    api_version: str = Field(default=API_GROUP_VERSION, description="Always shardops.dev/v1alpha1.")
+    KIND = CAMPAIGN_KIND
+
     kind: str = Field(default=CAMPAIGN_KIND, description="Always Campaign.")
     spec: CampaignSpec = Field(description="Desired state.")
     status: CampaignStatus | None = Field(default=None, description="Observed state.")
-
-    @field_validator("api_version")
-    @classmethod
-    def _known_version(cls, value: str) -> str:
-        if value != API_GROUP_VERSION:
-            raise ValueError(f"apiVersion must be {API_GROUP_VERSION}, not {value}")
-        return value
-
-    @field_validator("kind")
-    @classmethod
-    def _known_kind(cls, value: str) -> str:
-        if value != CAMPAIGN_KIND:
-            raise ValueError(f"kind must be {CAMPAIGN_KIND}, not {value}")
-        return value
 
     @property
     def current_status(self) -> CampaignStatus:

@@ -56,7 +56,7 @@ exit codes:
   4  no cluster access: no kubeconfig, API server unreachable, credentials rejected, or forbidden (RBAC)
 
 Global flags (-n, --kubeconfig, -o) go before or after the command.
-Actions are recorded requests on the Campaign (spec.suspend, spec.retry.generation, annotations)
+Actions are recorded requests on the Campaign (spec.suspend, spec.retry, an annotation for cancel)
 plus an Event; shard status is never written: the operator acts on the request.
 See docs/user-guide.md.
 """

@@ -1,33 +1,25 @@
 """Pure: the recorded actions of `kubectl campaign` as patches of the Campaign.
 
 Actions never touch shard status (only the operator and workers write it). They change what the
-operator acts on: `spec.suspend`, `spec.retry.generation`, and two annotations:
-
-* `shardops.dev/retry-shards`: `{"generation": N, "shards": [...]}` limits the retry request of
-  `spec.retry.generation == N` to those shards. Absent, or naming another generation, the request
-  covers every Blocked and Failed shard (what `spec.retry.generation` alone means).
-* `shardops.dev/cancelled`: RFC 3339 time of `kubectl campaign cancel` (which also suspends).
+operator acts on: `spec.suspend`, `spec.retry` (`generation`, and `shards`: the names a retry is
+limited to; unset means every Blocked and Failed shard), and the annotation
+`shardops.dev/cancelled`: RFC 3339 time of `kubectl campaign cancel` (which also suspends).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from shardops.api.campaign import Campaign
+from shardops.api.campaign import MAX_RETRY_SHARDS, Campaign
 from shardops.api.enums import ShardPhase
 from shardops.api.shard import Shard
 from shardops.cli.campaign_views import CANCELLED_ANNOTATION
 from shardops.logic.timefmt import rfc3339
 
 JSON = dict[str, Any]
-
-RETRY_SHARDS_ANNOTATION = "shardops.dev/retry-shards"
-# Annotations (all of them together) are capped at 256 KiB by the API server.
-RETRY_SHARDS_MAX_BYTES = 200 * 1024
 
 SUSPEND_REQUESTED = "SuspendRequested"
 RESUME_REQUESTED = "ResumeRequested"
@@ -65,8 +57,8 @@ def cancel_patch(now: dt.datetime) -> JSON:
 
 @dataclass(frozen=True)
 class RetrySelection:
-    """`shards` to send back to Pending; `everything` when they are all the Blocked and Failed shards,
-    which `spec.retry.generation` alone already means."""
+    """`shards` to send back to Pending; `everything` when the request is every Blocked and Failed
+    shard (no --shard; --blocked and --failed both or neither): spec.retry.shards is left unset."""
 
     shards: tuple[str, ...]
     everything: bool
@@ -98,54 +90,27 @@ def select_retry(
                 f"shard {name} is {shard.phase or ShardPhase.QUEUED}, not {wanted_text}: "
                 "nothing to retry there",
             )
-    gave_up = sorted(s.name for s in shards if s.phase in GAVE_UP)
-    chosen = sorted(set(names)) if names else [s.name for s in shards if s.phase in phases]
-    chosen = sorted(chosen)
+    chosen = sorted(set(names)) if names else sorted(s.name for s in shards if s.phase in phases)
     if not chosen:
         which = " or ".join(sorted(str(p) for p in phases))
         raise ActionRefused(1, f"nothing to retry: campaign {campaign.name} has no {which} shard")
-    return RetrySelection(tuple(chosen), everything=chosen == gave_up)
+    # Named shards stay a list even when they are all that gave up: a shard that gives up after this
+    # read is not the user's to retry by name.
+    return RetrySelection(tuple(chosen), everything=not names and phases == set(GAVE_UP))
 
 
 def retry_patch(campaign: Campaign, selection: RetrySelection) -> JSON:
-    """Bump spec.retry.generation; name the shards when the request is not all of them (else drop a
-    stale list). Sent with the campaign's resourceVersion, so two requests cannot merge silently."""
-    generation = campaign.spec.retry.generation + 1
-    value: str | None = None
-    if not selection.everything:
-        value = json.dumps(
-            {"generation": generation, "shards": list(selection.shards)}, separators=(",", ":")
+    """Bump spec.retry.generation and set spec.retry.shards in the same merge patch: the names when the
+    request is not all of them, else null (drops the previous request's list). Sent with the campaign's
+    resourceVersion, so two requests cannot merge silently."""
+    if not selection.everything and len(selection.shards) > MAX_RETRY_SHARDS:
+        raise ActionRefused(
+            1,
+            f"{len(selection.shards)} shards named, a retry request holds at most {MAX_RETRY_SHARDS}: "
+            "retry them all (no --shard), or in smaller groups one after the other",
         )
-        if len(value.encode()) > RETRY_SHARDS_MAX_BYTES:
-            raise ActionRefused(
-                1,
-                f"{len(selection.shards)} shard names do not fit in an annotation: retry them all "
-                "(no --shard), or in smaller groups one after the other",
-            )
-    patch: JSON = {"spec": {"retry": {"generation": generation}}}
-    annotations = campaign.metadata.annotations or {}
-    if value is not None or RETRY_SHARDS_ANNOTATION in annotations:
-        patch["metadata"] = {"annotations": {RETRY_SHARDS_ANNOTATION: value}}
-    return patch
-
-
-def retry_shards(annotations: Mapping[str, str] | None, generation: int) -> frozenset[str] | None:
-    """The shards the retry request of `generation` is limited to, or None: every Blocked and Failed
-    shard. For the operator (it acts on spec.retry.generation): an annotation for another generation,
-    or one that does not parse, limits nothing."""
-    raw = (annotations or {}).get(RETRY_SHARDS_ANNOTATION)
-    if not raw:
-        return None
-    try:
-        value = json.loads(raw)
-    except json.JSONDecodeError:
-        return None
-    if not isinstance(value, dict) or value.get("generation") != generation:
-        return None
-    shards = value.get("shards")
-    if not isinstance(shards, list) or not all(isinstance(s, str) for s in shards):
-        return None
-    return frozenset(shards)
+    shards = None if selection.everything else list(selection.shards)
+    return {"spec": {"retry": {"generation": campaign.spec.retry.generation + 1, "shards": shards}}}
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ class CampaignFacts:
     campaign is not finished even when every existing shard is.
     `previous_spent`: what the status already says was spent; spend never goes down, even if a
     shard's reported cost is lost (an edited or deleted Shard cannot un-spend money).
+    `campaign`: the campaign's name, for the commands the conditions suggest.
     """
 
     suspended: bool
@@ -29,6 +30,7 @@ class CampaignFacts:
     budget_warn_ratio: float
     finalize_pending: bool = False
     previous_spent: float = 0.0
+    campaign: str = ""
 
 
 @dataclass(frozen=True)
@@ -75,7 +77,7 @@ def aggregate(shards: Sequence[ShardView], now: datetime, facts: CampaignFacts) 
         phase=phase,
         conditions=(
             conditions.complete(phase, progress),
-            conditions.degraded(failed, len(failed), blocked, len(blocked)),
+            conditions.degraded(failed, len(failed), blocked, len(blocked), facts.campaign),
             *conditions.budget(budget),
             conditions.suspended(facts.suspended),
         ),

@@ -120,7 +120,11 @@ def budget(status: BudgetStatus) -> tuple[DesiredCondition, DesiredCondition]:
 
 
 def degraded(
-    failed: Sequence[str], failed_count: int, blocked: Sequence[str], blocked_count: int
+    failed: Sequence[str],
+    failed_count: int,
+    blocked: Sequence[str],
+    blocked_count: int,
+    campaign: str = "",
 ) -> DesiredCondition:
     if not failed_count and not blocked_count:
         return DesiredCondition(
@@ -128,7 +132,7 @@ def degraded(
         )
     message = (
         f"{failed_count} failed{listing(failed)}, {blocked_count} blocked{listing(blocked)}; "
-        "bump spec.retry.generation to retry them"
+        f"fix the cause, then kubectl campaign retry {campaign or 'CAMPAIGN'} (--shard NAME for some)"
     )
     return DesiredCondition(ConditionType.DEGRADED, ConditionStatus.TRUE, "ShardsGaveUp", message)
 

@@ -3,8 +3,9 @@ the inputs of `logic.planner.plan_dispatch`. Pure: no I/O, no clock (`now` is a 
 
 One home for this mapping. `kubectl campaign plan` (a dry run) calls it with what it read from the
 API server, so its answer is the operator's: the reconcile's `_plan` builds exactly these inputs
-(see `tests/test_cli_campaign_plan.py`, which checks the two agree) and should call
-`dispatch_inputs` itself.
+(see `tests/test_cli_campaign_plan.py`, which checks the two agree). The worker chooses its claims
+from `claim_inputs`, which is `dispatch_inputs` too: per-source cooldowns, fallbacks, the budget
+gate and every other gate are computed once, here, for all three.
 
 A process that just became the leader has folded nothing yet: `breaker_states` is what it computes
 from the status and the shard history not yet folded. A running operator passes its own fold.
@@ -18,15 +19,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardops.api.campaign import Campaign, CampaignSpec
-from shardops.api.enums import ShardPhase
+from shardops.api.enums import ShardClass, ShardPhase
 from shardops.api.shard import Shard
 from shardops.logic.aggregate import CampaignFacts
 from shardops.logic.breaker import BreakerPolicy, SourceBreaker
-from shardops.logic.budget import budget_status
+from shardops.logic.budget import BudgetStatus, budget_status
 from shardops.logic.leases import LeaseVerdict, classify_lease, lease_action
 from shardops.logic.planner import DispatchInputs, DispatchLimits
 from shardops.logic.transitions import Action
-from shardops.logic.views import ItemProgress
+from shardops.logic.views import ItemProgress, ShardView
 from shardops.operator import builders, history
 
 JSON = dict[str, Any]
@@ -50,6 +51,7 @@ def campaign_facts(campaign: Campaign, shards: Iterable[Shard], items_total: int
     spec = campaign.spec
     has_finalize = spec.finalize is not None
     return CampaignFacts(
+        campaign=campaign.name,
         suspended=spec.suspend,
         items=item_progress(campaign, shards, items_total),
         budget_limit=spec.budget.limit if spec.budget is not None else None,
@@ -58,6 +60,26 @@ def campaign_facts(campaign: Campaign, shards: Iterable[Shard], items_total: int
         and builders.finalize_name(campaign.name) not in {s.name for s in shards},
         previous_spent=campaign.current_status.spent,
     )
+
+
+def known_items_total(campaign: Campaign, shards: Iterable[Shard]) -> int:
+    """The item count as far as it is known without reading spec.itemsFrom: the inline items, else
+    what the operator recorded (status.itemsTotal), else the items already cut into work shards."""
+    cut = sum(s.spec.item_count for s in shards if s.spec.shard_class is ShardClass.WORK)
+    total = (
+        len(campaign.spec.items) if campaign.spec.items is not None else campaign.current_status.items_total
+    )
+    return max(total if total is not None else cut, cut)
+
+
+def campaign_budget(campaign: Campaign, views: Iterable[ShardView]) -> BudgetStatus:
+    """The budget gate. Spend never goes down: a deleted or edited shard cannot un-spend money, and a
+    campaign status that is not yet up to date cannot hide what the shards already report spent."""
+    spec = campaign.spec
+    spent = max(campaign.current_status.spent, sum(v.cost for v in views))
+    limit = spec.budget.limit if spec.budget is not None else None
+    warn = spec.budget.warn_ratio if spec.budget is not None else DEFAULT_WARN_RATIO
+    return budget_status(spent, limit, warn)
 
 
 def breaker_policies(spec: CampaignSpec) -> dict[str, BreakerPolicy]:
@@ -103,21 +125,26 @@ def dispatch_inputs(
     shards = list(shards)
     spec = campaign.spec
     views = [builders.shard_view(s) for s in shards]
-    # Spend never goes down: a deleted or edited shard cannot un-spend money.
-    spent = max(campaign.current_status.spent, sum(v.cost for v in views))
-    limit = spec.budget.limit if spec.budget is not None else None
-    warn = spec.budget.warn_ratio if spec.budget is not None else DEFAULT_WARN_RATIO
     states = breakers if breakers is not None else breaker_states(campaign, shards)
     return DispatchInputs(
         limits=DispatchLimits(spec.max_concurrency, spec.backlog_ratio),
         items=item_progress(campaign, shards, items_total),
         shards=views,
         breakers=builders.planner_breakers(spec, states),
-        budget=budget_status(spent, limit, warn),
+        budget=campaign_budget(campaign, views),
         suspended=spec.suspend,
         workers=builders.worker_counts(jobs, pods, now, pending_grace),
         now=now,
     )
+
+
+def claim_inputs(campaign: Campaign, shards: Iterable[Shard], now: dt.datetime) -> DispatchInputs:
+    """What a worker chooses its claim from: the operator's inputs (`dispatch_inputs`), breakers folded
+    as a new leader would fold them, with no worker Jobs or pods (they decide how many workers to
+    start, never what is claimable; a worker may not list them) and the item count a worker knows
+    without reading itemsFrom (it decides when finalize may start)."""
+    shards = list(shards)
+    return dispatch_inputs(campaign, shards, (), (), now, items_total=known_items_total(campaign, shards))
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from shardops.k8s import campaigns, events, jobs, leases
 from shardops.k8s.api import SHARDS, AlreadyExists, ApiError, Conflict, Kube, NotFound
 from shardops.k8s.shards import Actor, TransitionRequest, apply_transition, list_shards
 from shardops.logic import conditions
+from shardops.logic import retry as retry_logic
 from shardops.logic.aggregate import aggregate
 from shardops.logic.breaker import SourceBreaker, effective
 from shardops.logic.budget import BudgetGate, allows, budget_status
@@ -51,6 +52,8 @@ log = logging.getLogger(__name__)
 
 JSON = dict[str, Any]
 CONFLICT_ROUNDS = 3
+# The operator acts on a retry request (the CLI records the request itself as RetryRequested).
+RETRY_STARTED = "RetryStarted"
 _DEFAULT_POLICY = observe.DEFAULT_BREAKER_POLICY
 
 
@@ -261,29 +264,34 @@ class Reconciler:
     # --- recorded requests ---------------------------------------------------------------------------
 
     def _retry(self, seen: _Observed, now: dt.datetime) -> int | None:
-        """spec.retry.generation ahead of status.lastRetryGeneration: retry every Blocked and Failed shard
-        once. Returns the generation acted on (recorded in the status by this pass), or None."""
+        """spec.retry.generation ahead of status.lastRetryGeneration: retry the Blocked and Failed shards
+        (all of them, or those spec.retry.shards lists) once. Returns the generation acted on (recorded
+        in the status by this pass), or None."""
         campaign = seen.campaign
         if not campaign.retry_requested:
             return None
         wanted = campaign.spec.retry.generation
+        listed = campaign.spec.retry.shards
+        choice = retry_logic.choose_retry(
+            {name: builders.phase_of(shard) for name, shard in seen.shards.items()}, listed
+        )
         retried = []
-        for shard in list(seen.shards.values()):
-            if builders.phase_of(shard) not in (ShardPhase.BLOCKED, ShardPhase.FAILED):
-                continue
+        for name in choice.retry:
             request = TransitionRequest(
                 Action.RETRY,
                 f"retry requested by spec.retry.generation={wanted}",
                 updates={"not_before": None, "owner": None, "lease_until": None},
             )
-            if self._transition(seen, shard, request, now):
-                retried.append(shard.name)
+            if self._transition(seen, seen.shards[name], request, now):
+                retried.append(name)
+        scope = f"{len(set(listed))} listed" if listed else "every Blocked and Failed shard"
         campaigns.record_event(
             self.kube,
             seen.body,
-            reason="RetryRequested",
-            note=f"spec.retry.generation={wanted}: {len(retried)} shard(s) back to Pending"
-            + conditions.listing(retried),
+            reason=RETRY_STARTED,
+            note=f"spec.retry.generation={wanted} ({scope}): {len(retried)} shard(s) back to Pending"
+            + conditions.listing(retried)
+            + retry_logic.skipped_text(choice.skipped),
             actor=self.actor,
             now=now,
         )
@@ -339,8 +347,30 @@ class Reconciler:
                     "last_error": error,
                 },
             )
-            self._transition(seen, shard, request, now)
+            if not self._transition(seen, shard, request, now) and held:
+                # The Lease is taken back, so its holder is fenced (its next renewal fails), but a write
+                # it had already sent moved the shard: record the action on the shard as it is now, or
+                # the next pass would find a Lease without a holder and call it an expired lease.
+                self._transition_claim(seen, shard, request, now)
         return stuck
+
+    def _transition_claim(
+        self, seen: _Observed, shard: Shard, request: TransitionRequest, now: dt.datetime
+    ) -> bool:
+        """Apply `request` to the shard as it is now, while it still shows the claim it was decided on."""
+        then = shard.current_status
+        for _ in range(CONFLICT_ROUNDS):
+            try:
+                fresh = Shard.parse(self.kube.get(SHARDS, shard.namespace, shard.name))
+            except NotFound:
+                return False
+            status = fresh.current_status
+            same = (status.owner, status.attempt) == (then.owner, then.attempt)
+            if fresh.phase is not ShardPhase.RUNNING or not same:
+                return False
+            if self._transition(seen, fresh, request, now):
+                return True
+        return False
 
     def _progress_mark(self, memory: _Memory, shard: Shard, now: dt.datetime) -> _Progress:
         status = shard.current_status
@@ -579,7 +609,8 @@ class Reconciler:
         progress = self._item_progress(seen)
         has_finalize = spec.finalize is not None
         finalize_pending = has_finalize and builders.finalize_name(campaign.name) not in seen.shards
-        agg = aggregate(views, now, observe.campaign_facts(campaign, seen.shards.values(), len(seen.items)))
+        facts = observe.campaign_facts(campaign, seen.shards.values(), len(seen.items))
+        agg = aggregate(views, now, facts)
         limits = {limit.reason: limit.message for limit in plan.limits}
         open_sources = [
             source

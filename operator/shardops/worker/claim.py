@@ -1,9 +1,10 @@
 """Which shard to claim, and claiming it: the Lease first, then one status patch (seed 000).
 
-Choosing is pure (`choose`): the same planner the operator uses decides what is claimable (phase,
-backoff, suspend, budget gate, breakers and fallbacks, capacity), in claim order — priority, then
-FIFO — and the worker picks at random among the first K so a crowd of workers does not all race for
-the head of the queue. Running shards whose lease ran out (zombies; seed 000: no heartbeat and the
+Choosing is pure (`choose`): the same planner the operator uses, on the same inputs
+(`operator.observe.claim_inputs`), decides what is claimable (phase, backoff, suspend, budget gate,
+per-source breakers and fallbacks, capacity), in claim order — priority, then FIFO — and the
+worker picks at random among the first K so a crowd of workers does not all race for the head of
+the queue. Running shards whose lease ran out (zombies; seed 000: no heartbeat and the
 lease expired means anyone may claim it again, attempt+1) are candidates too: whoever takes the
 expired Lease over reclaims the shard (attempt+1, event LeaseExpired) and then claims it, or blocks
 it when that was its last attempt.
@@ -21,33 +22,25 @@ import logging
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
 from shardops.api.campaign import Campaign
 from shardops.api.common import Item
-from shardops.api.enums import ErrorClass, ShardClass, ShardPhase
+from shardops.api.enums import ErrorClass, ShardPhase
 from shardops.api.names import API_GROUP_VERSION, SHARD_KIND
 from shardops.api.shard import Progress, Shard, ShardError
 from shardops.k8s import leases
 from shardops.k8s.api import SHARDS, Conflict, Kube, NotFound
 from shardops.k8s.results import ItemRecord
 from shardops.k8s.shards import Actor, TransitionRequest, apply_transition
-from shardops.logic.breaker import SourceBreaker, route
-from shardops.logic.budget import BudgetGate, BudgetStatus, allows, budget_status
+from shardops.logic.breaker import route
+from shardops.logic.budget import BudgetGate, allows
 from shardops.logic.idempotency import item_subkey
 from shardops.logic.leases import LeaseVerdict, lease_action
-from shardops.logic.planner import (
-    Breakers,
-    DispatchInputs,
-    DispatchLimits,
-    WorkerCounts,
-    claim_order_key,
-    plan_dispatch,
-)
+from shardops.logic.planner import claim_order_key, plan_dispatch
 from shardops.logic.timefmt import rfc3339
 from shardops.logic.transitions import Action
-from shardops.logic.views import ItemProgress, ShardView
+from shardops.operator import builders, observe
 
 log = logging.getLogger(__name__)
 
@@ -71,47 +64,6 @@ class Claimed:
     reclaimed_from: str | None
 
 
-def view_of(shard: Shard, now: dt.datetime) -> ShardView:
-    status = shard.current_status
-    since = status.history[-1].at if status.history else (shard.created_at or now)
-    return ShardView(
-        name=shard.name,
-        phase=status.phase or ShardPhase.QUEUED,
-        shard_class=shard.spec.shard_class,
-        priority=shard.spec.priority,
-        index=shard.spec.index,
-        attempt=max(status.attempt, 1),
-        source=shard.spec.source,
-        not_before=status.not_before,
-        since=since,
-        cost=status.cost,
-    )
-
-
-def breakers_of(campaign: Campaign) -> Breakers:
-    """The breakers as the operator maintains them in campaign.status.
-
-    The planner takes one cooldown for all sources; the longest declared one is used, so a worker
-    never probes a source earlier than its own cooldown allows.
-    """
-    states = {
-        b.source: SourceBreaker(b.state, b.consecutive_failures, b.opened_at)
-        for b in campaign.current_status.breakers
-    }
-    sources = campaign.spec.sources or []
-    fallbacks = {s.name: s.fallback for s in sources if s.fallback is not None}
-    cooldown = max((s.cooldown_seconds for s in sources), default=300)
-    return Breakers(states, fallbacks, timedelta(seconds=cooldown))
-
-
-def _budget(campaign: Campaign) -> BudgetStatus:
-    budget = campaign.spec.budget
-    spent = campaign.current_status.spent
-    if budget is None:
-        return budget_status(spent, None, 0.8)
-    return budget_status(spent, budget.limit, budget.warn_ratio)
-
-
 def expected_shards(campaign: Campaign) -> int | None:
     """Shards the campaign will have in all (finalize included), or None while unknown."""
     status = campaign.current_status
@@ -129,7 +81,7 @@ def stop_reason(campaign: Campaign, shards: Sequence[Shard]) -> str | None:
         return "campaign is being deleted"
     if campaign.spec.suspend:
         return "campaign is suspended"
-    budget = _budget(campaign)
+    budget = observe.campaign_budget(campaign, (builders.shard_view(s) for s in shards))
     if budget.gate is BudgetGate.EXHAUSTED:
         return f"campaign is out of budget ({budget.describe()})"
     expected = expected_shards(campaign)
@@ -138,18 +90,6 @@ def stop_reason(campaign: Campaign, shards: Sequence[Shard]) -> str | None:
         done = sum(1 for p in phases if p is ShardPhase.DONE)
         return f"campaign is finished ({done} of {len(shards)} shard(s) Done, the rest Failed or Blocked)"
     return None
-
-
-def _item_progress(campaign: Campaign, shards: Sequence[Shard]) -> ItemProgress:
-    materialized = sum(s.spec.item_count for s in shards if s.spec.shard_class is ShardClass.WORK)
-    total = campaign.current_status.items_total
-    if total is None and campaign.spec.items is not None:
-        total = len(campaign.spec.items)
-    return ItemProgress(
-        total_items=max(total if total is not None else materialized, materialized),
-        materialized_items=materialized,
-        shard_size=campaign.spec.shard_size,
-    )
 
 
 def is_zombie(shard: Shard, now: dt.datetime) -> bool:
@@ -164,33 +104,27 @@ def is_zombie(shard: Shard, now: dt.datetime) -> bool:
 def choose(
     campaign: Campaign, shards: Sequence[Shard], now: dt.datetime, k: int, rng: random.Random
 ) -> list[Candidate]:
-    """Candidates to try, in the order to try them: a random order of the first `k` in claim order."""
+    """Candidates to try, in the order to try them: a random order of the first `k` in claim order.
+
+    The planner's inputs are the operator's (`observe.claim_inputs`), so per-source cooldowns,
+    fallbacks, the budget gate (spent: the larger of the campaign's status and the shards' costs)
+    and capacity are decided exactly as the operator decides them."""
     by_name = {s.name: s for s in shards}
-    views = [view_of(s, now) for s in shards]
-    breakers = breakers_of(campaign)
-    budget = _budget(campaign)
-    plan = plan_dispatch(
-        DispatchInputs(
-            limits=DispatchLimits(campaign.spec.max_concurrency, campaign.spec.backlog_ratio),
-            items=_item_progress(campaign, shards),
-            shards=views,
-            breakers=breakers,
-            budget=budget,
-            suspended=campaign.spec.suspend,
-            workers=WorkerCounts(alive_jobs=0, running_pods=0, stuck_pending_pods=0),
-            now=now,
-        )
-    )
+    inputs = observe.claim_inputs(campaign, shards, now)
+    views = {v.name: v for v in inputs.shards}
+    plan = plan_dispatch(inputs)
     ranked: list[tuple[tuple[int, int, str], Candidate]] = []
     for name in plan.claimable:
         shard = by_name[name]
         found = plan.routes.get(name)
         source = found.source if found is not None else shard.spec.source
-        ranked.append((claim_order_key(view_of(shard, now)), Candidate(shard, source, zombie=False)))
-    if not campaign.spec.suspend and budget.gate is not BudgetGate.EXHAUSTED:
+        ranked.append((claim_order_key(views[name]), Candidate(shard, source, zombie=False)))
+    budget, breakers = inputs.budget, inputs.breakers
+    if not inputs.suspended and budget.gate is not BudgetGate.EXHAUSTED:
         for shard in shards:
             if not is_zombie(shard, now) or not allows(budget.gate, shard.spec.shard_class):
                 continue
+            # Reclaimed, it calls its own source again (or that source's fallback).
             source = shard.spec.source
             if source is not None:
                 found = route(
@@ -199,7 +133,7 @@ def choose(
                 if found is None:
                     continue
                 source = found.source
-            ranked.append((claim_order_key(view_of(shard, now)), Candidate(shard, source, zombie=True)))
+            ranked.append((claim_order_key(views[shard.name]), Candidate(shard, source, zombie=True)))
     ranked.sort(key=lambda pair: pair[0])
     head = [candidate for _, candidate in ranked[:k]]
     rng.shuffle(head)
