@@ -1,17 +1,16 @@
 """Builders shared by the `kubectl campaign` tests (no tests here): campaigns and shards as the API
-server returns them, and an in-memory stand-in for `shardops.k8s.api.Kube`."""
+server returns them, and failures for `FakeKube.fail` (the in-memory API server is `fakekube`)."""
 
 from __future__ import annotations
 
-import copy
 import datetime as dt
 import json
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from fakekube import Call
 from shardops.api.names import API_GROUP_VERSION, CAMPAIGN_LABEL
-from shardops.k8s.api import CAMPAIGNS, EVENTS, SHARDS, ApiError, Conflict, Forbidden, NotFound, Resource
+from shardops.k8s.api import ApiError, Forbidden
 from shardops.logic.timefmt import rfc3339
 
 NOW = dt.datetime(2026, 3, 1, 12, 0, 0, tzinfo=dt.UTC)
@@ -140,158 +139,6 @@ def done_status(
     if result:
         status["result"] = result
     return status
-
-
-# --- an in-memory Kube --------------------------------------------------------------------------------
-
-
-@dataclass
-class Call:
-    method: str
-    path: str
-    body: Any = None
-    query: Mapping[str, Any] = field(default_factory=dict)
-
-
-class FakeConfiguration:
-    host = "https://fake.example:6443"
-
-
-class FakeApiClient:
-    configuration = FakeConfiguration()
-
-
-@dataclass
-class FakeKube:
-    """Objects by (plural, namespace, name). `fail` makes calls raise: a function of the call that
-    returns an exception or None. `served` lists the plurals the API group serves (CRDs installed)."""
-
-    objects: dict[tuple[str, str, str], JSON] = field(default_factory=dict)
-    served: set[str] = field(default_factory=lambda: {"campaigns", "shards"})
-    fail: Callable[[Call], BaseException | None] = lambda call: None
-    calls: list[Call] = field(default_factory=list)
-    field_manager: str = "kubectl-campaign"
-    api_client: FakeApiClient = field(default_factory=FakeApiClient)
-    on_patch: Callable[[FakeKube, JSON], None] | None = None
-
-    def add(self, resource: Resource, body: JSON) -> None:
-        meta = body["metadata"]
-        self.objects[(resource.plural, meta.get("namespace") or "", meta["name"])] = copy.deepcopy(body)
-
-    def _record(self, call: Call) -> None:
-        self.calls.append(call)
-        problem = self.fail(call)
-        if problem is not None:
-            raise problem
-
-    def request(self, method: str, path: str, *, query: Any = None, body: Any = None, **_: Any) -> JSON:
-        self._record(Call(method, path, body, dict(query or {})))
-        if path.startswith("/apis/shardops.dev/v1alpha1") and method == "GET":
-            if not self.served:
-                raise NotFound(404, "NotFound", "404 page not found")
-            return {"resources": [{"name": p} for p in sorted(self.served)]}
-        if path.endswith("selfsubjectreviews"):
-            return {"status": {"userInfo": {"username": "alice"}}}
-        raise AssertionError(f"unexpected request {method} {path}")
-
-    def _served(self, resource: Resource) -> None:
-        if resource in (CAMPAIGNS, SHARDS) and resource.plural not in self.served:
-            raise NotFound(404, "NotFound", "404 page not found")
-
-    def get(
-        self, resource: Resource, namespace: str | None, name: str, subresource: str | None = None
-    ) -> JSON:
-        self._record(Call("GET", resource.path(namespace, name)))
-        self._served(resource)
-        try:
-            return copy.deepcopy(self.objects[(resource.plural, namespace or "", name)])
-        except KeyError:
-            raise NotFound(404, "NotFound", f'{resource.plural} "{name}" not found') from None
-
-    def list(
-        self,
-        resource: Resource,
-        namespace: str | None = None,
-        label_selector: str | None = None,
-        **query: Any,
-    ) -> list[JSON]:
-        self._record(Call("LIST", resource.path(namespace), query={"labelSelector": label_selector, **query}))
-        self._served(resource)
-        found = []
-        for (plural, ns, _), body in sorted(self.objects.items()):
-            if plural != resource.plural or (namespace and ns != namespace):
-                continue
-            if label_selector:
-                labels = body["metadata"].get("labels") or {}
-                key, _, value = label_selector.partition(",")[0].partition("=")
-                if labels.get(key) != value:
-                    continue
-            selector = query.get("fieldSelector")
-            if selector:
-                key, _, value = str(selector).partition("=")
-                if (body.get("regarding") or {}).get(key.split(".")[-1]) != value:
-                    continue
-            found.append(copy.deepcopy(body))
-        return found
-
-    def create(self, resource: Resource, namespace: str | None, body: JSON) -> JSON:
-        self._record(Call("POST", resource.path(namespace), body))
-        self.add(resource, {**body, "metadata": {**body["metadata"], "namespace": namespace}})
-        return copy.deepcopy(body)
-
-    def patch(
-        self,
-        resource: Resource,
-        namespace: str | None,
-        name: str,
-        patch: JSON,
-        *,
-        resource_version: str | None = None,
-        subresource: str | None = None,
-    ) -> JSON:
-        self._record(
-            Call("PATCH", resource.path(namespace, name, subresource), patch, {"rv": resource_version})
-        )
-        key = (resource.plural, namespace or "", name)
-        if key not in self.objects:
-            raise NotFound(404, "NotFound", f'{resource.plural} "{name}" not found')
-        current = self.objects[key]
-        if resource_version is not None and current["metadata"].get("resourceVersion") != resource_version:
-            raise Conflict(409, "Conflict", "the object has been modified")
-        merged = merge(current, patch)
-        merged["metadata"]["resourceVersion"] = str(int(current["metadata"].get("resourceVersion") or 0) + 1)
-        self.objects[key] = merged
-        if self.on_patch is not None:
-            self.on_patch(self, merged)
-        return copy.deepcopy(merged)
-
-    def delete(self, resource: Resource, namespace: str | None, name: str, **_: Any) -> JSON:
-        self._record(Call("DELETE", resource.path(namespace, name)))
-        self.objects.pop((resource.plural, namespace or "", name), None)
-        return {}
-
-    def events(self) -> list[JSON]:
-        return [b for (plural, _, _), b in self.objects.items() if plural == EVENTS.plural]
-
-    def writes(self) -> list[Call]:
-        return [
-            c
-            for c in self.calls
-            if c.method in ("PATCH", "POST", "DELETE") and "selfsubjectreviews" not in c.path
-        ]
-
-
-def merge(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    out = copy.deepcopy(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = merge(out.get(key), value)
-    return out
 
 
 def forbidden(call: Call) -> BaseException:

@@ -1,21 +1,20 @@
-"""Builders for the operator's unit tests (no tests here): an in-memory API server that also names
-objects from generateName, and a Reconciler wired to it with an injected clock."""
+"""Builders for the operator's unit tests (no tests here): the in-memory API server with a few
+operator-specific questions, and a Reconciler wired to it with an injected clock."""
 
 from __future__ import annotations
 
-import copy
 import datetime as dt
-import itertools
 from typing import Any
 
+from fakekube import FakeKube
 from shardops.api.names import CAMPAIGN_LABEL, CLASS_LABEL
-from shardops.k8s.api import CAMPAIGNS, EVENTS, LEASES, SHARDS, Resource
+from shardops.k8s.api import CAMPAIGNS, EVENTS, LEASES, SHARDS
 from shardops.logic.idempotency import idempotency_key
 from shardops.logic.timefmt import micro_time
 from shardops.operator.metrics import Metrics
 from shardops.operator.reconcile import Reconciler
 from shardops.operator.settings import OperatorSettings
-from test_worker_support import NAMESPACE, FakeKube
+from test_worker_support import NAMESPACE
 
 JSON = dict[str, Any]
 T0 = dt.datetime(2026, 3, 1, 12, 0, tzinfo=dt.UTC)
@@ -23,18 +22,7 @@ __all__ = ["NAMESPACE", "OperatorKube"]
 
 
 class OperatorKube(FakeKube):
-    """FakeKube plus generateName (worker Jobs) and a record of every Event's reason."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._suffixes = itertools.count(1)
-
-    def create(self, resource: Resource, namespace: str | None, body: JSON) -> JSON:
-        body = copy.deepcopy(body)
-        meta = body.setdefault("metadata", {})
-        if "name" not in meta and "generateName" in meta:
-            meta["name"] = f"{meta['generateName']}{next(self._suffixes):05d}"
-        return super().create(resource, namespace, body)
+    """FakeKube plus the reasons of the Events written and a count of Campaign status writes."""
 
     def event_reasons(self, regarding: str | None = None) -> list[str]:
         return [

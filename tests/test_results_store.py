@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from fakekube import FakeKube
 from shardops.k8s.api import CONFIGMAPS, Conflict
 from shardops.k8s.results import (
     BYTES_ANNOTATION,
@@ -31,7 +32,7 @@ from shardops.k8s.results import (
     store_result,
 )
 from shardops.logic.idempotency import fingerprint, item_subkey, key_label
-from test_worker_support import NAMESPACE, FakeKube
+from test_worker_support import NAMESPACE
 
 KEY = fingerprint({"shard": 1})
 META = ResultMeta("camp", "camp-00000", "worker-a", 2)
@@ -128,7 +129,7 @@ def test_size_cap_refuses_before_writing_anything() -> None:
         store_result(kube, NAMESPACE, KEY, text, META, 1, cap=100)  # type: ignore[arg-type]
     with pytest.raises(ResultTooLarge, match="item results of shard camp-00000 take"):
         save_items(kube, NAMESPACE, KEY, "camp", {"k": ItemRecord("x" * 500)}, cap=100, shard="camp-00000")  # type: ignore[arg-type]
-    assert kube.writes == []
+    assert kube.write_log() == []
 
 
 def test_save_items_adds_only_new_entries_and_survives_a_concurrent_writer() -> None:

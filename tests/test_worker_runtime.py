@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from fakekube import FakeKube
 from shardops.api.shard import Shard
 from shardops.k8s import leases
 from shardops.k8s.api import CONFIGMAPS, EVENTS, LEASES, SHARDS, ApiError, Resource
@@ -32,7 +33,7 @@ from shardops.k8s.results import (
 from shardops.logic.idempotency import item_subkey
 from shardops.worker.runtime import Worker
 from shardops.worker.settings import WorkerSettings
-from test_worker_support import NAMESPACE, FakeKube, add_campaign, campaign_body
+from test_worker_support import NAMESPACE, add_campaign, campaign_body
 
 AGENT = [sys.executable, "-m", "shardops_example_agent.agent"]
 
@@ -189,7 +190,7 @@ def test_a_lost_lease_stops_the_command_and_nothing_more_is_written(tmp_path: Pa
     (shard,) = add_campaign(
         kube, _agent_campaign(items, shardSize=6, env={"SHARDOPS_AGENT_LEDGER": str(ledger)})
     )
-    kube.writes.clear()
+    kube.calls.clear()
     stolen = []
 
     def thief(fake: FakeKube, verb: str, resource: Resource, name: str) -> None:
@@ -214,10 +215,10 @@ def test_a_lost_lease_stops_the_command_and_nothing_more_is_written(tmp_path: Pa
     done_items = [line for line in ledger.read_text().splitlines() if '"done"' in line]
     assert len(done_items) < len(items), "the command was not stopped"
     # After the claim: one refused renewal, no shard write, no result, the thief still holds it.
-    shard_writes = [w for w in kube.writes if w[1] == "shards"]
+    shard_writes = [w for w in kube.write_log() if w[1] == "shards"]
     assert shard_writes == [("patch", "shards", shard.name, 200)], shard_writes
     assert kube.writes_to("leases", ok=False) == [("patch", "leases", shard.name, 409)]
-    assert [w for w in kube.writes if w[1] == "configmaps"] == []
+    assert [w for w in kube.write_log() if w[1] == "configmaps"] == []
     assert _holder(kube, shard.name) == "thief"
     status = _shard(kube, shard.name).current_status
     assert status.phase == "Running" and status.owner != "thief", "the worker wrote nothing after losing it"
@@ -331,9 +332,9 @@ def test_worker_exits_when_the_campaign_is_missing_suspended_or_out_of_budget(tm
         if "budget" in spec:
             body["status"] = {"spent": 5}
         add_campaign(kube, body)
-        kube.writes.clear()
+        kube.calls.clear()
         assert _worker(kube, tmp_path).run() == 0
-        assert [w for w in kube.writes if w[1] in ("shards", "leases")] == []
+        assert [w for w in kube.write_log() if w[1] in ("shards", "leases")] == []
 
 
 def test_local_trouble_preparing_the_attempt_is_a_retryable_failure(tmp_path: Path) -> None:
@@ -378,13 +379,12 @@ def test_when_nothing_can_be_written_the_shard_is_left_to_its_lease(tmp_path: Pa
     def api_down(fake: FakeKube, verb: str, resource: Resource, name: str) -> None:
         # From the first result write on, every write fails: the store and the shard status alike.
         if resource is CONFIGMAPS or (resource is SHARDS and kube.writes_to("configmaps", ok=False)):
-            fake.writes.append((verb, resource.plural, name, 503))
             raise ApiError(503, "ServiceUnavailable", "down")
 
     kube.before.append(api_down)
-    kube.writes.clear()
+    kube.calls.clear()
     assert _worker(kube, tmp_path, max_shards=1).run() == 0
     stuck = _shard(kube, shard.name).current_status
     assert stuck.phase == "Running" and stuck.owner is not None
-    assert ("patch", "shards", shard.name, 503) in kube.writes, "the worker tried to hand the shard back"
+    assert ("patch", "shards", shard.name, 503) in kube.write_log(), "the worker tried to hand the shard back"
     assert _holder(kube, shard.name) == stuck.owner, "the claim stays until its lease runs out"

@@ -1,0 +1,394 @@
+"""One in-memory API server for the unit tests: a stand-in for `shardops.k8s.api.Kube`.
+
+`FakeKube` has the `Kube` methods the product uses (request, get, list, create, replace, patch,
+delete) with the semantics that matter for fencing and for what the tests assert, as the real API
+server has them:
+
+* objects by (plural, namespace, name); one resourceVersion counter for all of them, bumped on
+  every write, continuing above any version a test seeds;
+* preconditions (`resource_version`, a PUT body's or a DELETE's resourceVersion) fail with
+  `Conflict`; create fails with `AlreadyExists`; reads and writes of missing objects with `NotFound`;
+* create names objects from `metadata.generateName` and returns the stored object;
+* JSON merge patch (RFC 7386, `merge_patch`) and the status subresource: Campaigns and Shards
+  ignore `status` on the main resource (create, replace, patch) and a status write changes only
+  `status`; server-owned metadata (name, namespace, uid, creationTimestamp) is never overwritten;
+* label selectors (`k=v`, `k!=v`, `k`, `!k`, comma-joined) and field selectors on dotted paths;
+* discovery of the shardops API group (`served`) and a SelfSubjectReview answered as `username`.
+
+Every call is recorded in `calls` (a `Call` with its outcome status). Two hook points: `fail`, a
+function of each call that returns an exception to raise (or None), and `before`, functions
+called as `(kube, verb, resource, name)` before each write, to act as another writer at an exact
+point of the protocol (they may change objects with `put`, or raise). Test setup goes through
+`add` (store a body as the API server returned it, its resourceVersion kept) or `put` (store as a
+write would, with a new resourceVersion); neither is recorded nor runs hooks.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from shardops.k8s.api import (
+    CAMPAIGNS,
+    EVENTS,
+    SHARDS,
+    AlreadyExists,
+    ApiError,
+    Conflict,
+    NotFound,
+    Resource,
+)
+
+JSON = dict[str, Any]
+Hook = Callable[["FakeKube", str, Resource, str], None]
+WriteEntry = tuple[str, str, str, int]
+
+# Resources served with a status subresource: their main resource ignores `status`.
+WITH_STATUS_SUBRESOURCE = (CAMPAIGNS, SHARDS)
+# Metadata the API server owns: no write changes it.
+SERVER_OWNED = ("name", "namespace", "uid", "creationTimestamp")
+VERBS = {"POST": "create", "PUT": "replace", "PATCH": "patch", "DELETE": "delete"}
+API_GROUP_PATH = "/apis/shardops.dev/v1alpha1"
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch: objects merge key by key, null deletes, anything else replaces."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result = copy.deepcopy(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge_patch(result.get(key), value)
+    return result
+
+
+@dataclass
+class Call:
+    """One call as the fake saw it. `verb` (create, replace, patch, delete) is set for writes of a
+    resource; `status` is the answer's HTTP status (0 when no answer came: a connection error)."""
+
+    method: str
+    path: str
+    body: Any = None
+    query: Mapping[str, Any] = field(default_factory=dict)
+    verb: str | None = None
+    plural: str = ""
+    name: str = ""
+    status: int = 200
+
+    @property
+    def entry(self) -> WriteEntry:
+        return (self.verb or "", self.plural, self.name, self.status)
+
+
+class FakeConfiguration:
+    host = "https://fake.example:6443"
+
+
+class FakeApiClient:
+    def __init__(self) -> None:
+        self.configuration = FakeConfiguration()
+        self.user_agent = "fake"
+
+
+def _not_found(resource: Resource, name: str) -> NotFound:
+    return NotFound(404, "NotFound", f'{resource.plural} "{name}" not found')
+
+
+def _conflict(resource: Resource, name: str) -> Conflict:
+    return Conflict(
+        409,
+        "Conflict",
+        f'Operation cannot be fulfilled on {resource.plural} "{name}": the object has been modified',
+    )
+
+
+def _selected(labels: Mapping[str, str], selector: str) -> bool:
+    for term in filter(None, (part.strip() for part in selector.split(","))):
+        if "!=" in term:
+            key, value = term.split("!=", 1)
+            if labels.get(key) == value:
+                return False
+        elif "=" in term:
+            key, value = term.replace("==", "=").split("=", 1)
+            if labels.get(key) != value:
+                return False
+        elif term.startswith("!"):
+            if term[1:] in labels:
+                return False
+        elif term not in labels:
+            return False
+    return True
+
+
+def _field(body: JSON, path: str) -> Any:
+    found: Any = body
+    for part in path.split("."):
+        found = found.get(part) if isinstance(found, dict) else None
+    return found
+
+
+def _fields_selected(body: JSON, selector: str) -> bool:
+    for term in filter(None, (part.strip() for part in selector.split(","))):
+        negate = "!=" in term
+        key, value = term.replace("!=", "=").replace("==", "=").split("=", 1)
+        if (str(_field(body, key)) == value) == negate:
+            return False
+    return True
+
+
+class FakeKube:
+    def __init__(
+        self,
+        *,
+        served: set[str] | None = None,
+        fail: Callable[[Call], BaseException | None] | None = None,
+        field_manager: str = "shardops-test",
+        username: str = "alice",
+    ) -> None:
+        self.objects: dict[tuple[str, str, str], JSON] = {}
+        # The plurals of the shardops API group that are served (its CRDs installed).
+        self.served: set[str] = {"campaigns", "shards"} if served is None else served
+        self.fail: Callable[[Call], BaseException | None] = fail or (lambda call: None)
+        self.before: list[Hook] = []
+        self.calls: list[Call] = []
+        self.field_manager = field_manager
+        self.username = username
+        self.api_client = FakeApiClient()
+        self._last_version = 0
+        self._suffixes = itertools.count(1)
+
+    # --- test setup and inspection (not recorded, no hooks) ----------------------------------------
+
+    def obj(self, resource: Resource, namespace: str, name: str) -> JSON | None:
+        """The stored object itself (not a copy), or None."""
+        return self.objects.get((resource.plural, namespace, name))
+
+    def add(self, resource: Resource, body: JSON) -> None:
+        """Store `body` as the API server returned it: its namespace and resourceVersion kept."""
+        body = copy.deepcopy(body)
+        meta = body.setdefault("metadata", {})
+        version = str(meta.get("resourceVersion") or "")
+        if version.isdigit():
+            self._last_version = max(self._last_version, int(version))
+        else:
+            meta["resourceVersion"] = self._next_version()
+        self.objects[(resource.plural, meta.get("namespace") or "", meta["name"])] = body
+
+    def put(self, resource: Resource, namespace: str, body: JSON) -> JSON:
+        """Store as a write would: in `namespace`, with a new resourceVersion."""
+        body = copy.deepcopy(body)
+        meta = body.setdefault("metadata", {})
+        meta["namespace"] = namespace
+        meta.setdefault("uid", f"uid-{meta['name']}")
+        meta.setdefault("creationTimestamp", "2026-01-01T00:00:00Z")
+        meta["resourceVersion"] = self._next_version()
+        self.objects[(resource.plural, namespace, meta["name"])] = body
+        return copy.deepcopy(body)
+
+    def _next_version(self) -> str:
+        self._last_version += 1
+        return str(self._last_version)
+
+    def events(self) -> list[JSON]:
+        return [body for (plural, _, _), body in self.objects.items() if plural == EVENTS.plural]
+
+    def writes(self) -> list[Call]:
+        """Every write call, answered or refused, in order."""
+        return [call for call in self.calls if call.verb is not None]
+
+    def write_log(self) -> list[WriteEntry]:
+        """The writes as (verb, plural, name, status)."""
+        return [call.entry for call in self.writes()]
+
+    def writes_to(self, plural: str, name: str | None = None, ok: bool = True) -> list[WriteEntry]:
+        return [
+            entry
+            for entry in self.write_log()
+            if entry[1] == plural and (name is None or entry[2] == name) and ((200 <= entry[3] < 300) == ok)
+        ]
+
+    # --- recording and hooks -----------------------------------------------------------------------
+
+    @contextmanager
+    def _call(
+        self,
+        method: str,
+        resource: Resource,
+        namespace: str | None,
+        name: str | None = None,
+        *,
+        subresource: str | None = None,
+        body: Any = None,
+        query: Mapping[str, Any] | None = None,
+    ) -> Iterator[Call]:
+        call = Call(
+            method,
+            resource.path(namespace, name, subresource),
+            body,
+            dict(query or {}),
+            verb=VERBS.get(method),
+            plural=resource.plural,
+            name=name or "",
+        )
+        try:
+            if call.verb is not None:
+                for hook in list(self.before):
+                    hook(self, call.verb, resource, call.name)
+        except BaseException as error:
+            self._answered(call, error)
+            raise
+        self.calls.append(call)
+        try:
+            problem = self.fail(call)
+            if problem is not None:
+                raise problem
+            if resource in (CAMPAIGNS, SHARDS) and resource.plural not in self.served:
+                raise NotFound(404, "NotFound", "404 page not found")
+            yield call
+        except BaseException as error:
+            call.status = error.status if isinstance(error, ApiError) else 0
+            raise
+
+    def _answered(self, call: Call, error: BaseException) -> None:
+        call.status = error.status if isinstance(error, ApiError) else 0
+        self.calls.append(call)
+
+    def _stored(self, resource: Resource, namespace: str | None, name: str) -> JSON:
+        found = self.obj(resource, namespace or "", name)
+        if found is None:
+            raise _not_found(resource, name)
+        return found
+
+    def _write(self, resource: Resource, namespace: str | None, current: JSON | None, body: JSON) -> JSON:
+        """Store `body` over `current` (None: new), keeping server-owned metadata."""
+        if current is not None:
+            meta = body.setdefault("metadata", {})
+            for key in SERVER_OWNED:
+                if key in current["metadata"]:
+                    meta[key] = current["metadata"][key]
+        return self.put(resource, namespace or "", body)
+
+    # --- the Kube surface ----------------------------------------------------------------------------
+
+    def request(self, method: str, path: str, *, query: Any = None, body: Any = None, **_: Any) -> JSON:
+        call = Call(method, path, body, dict(query or {}))
+        self.calls.append(call)
+        problem = self.fail(call)
+        if problem is not None:
+            call.status = problem.status if isinstance(problem, ApiError) else 0
+            raise problem
+        if path.startswith(API_GROUP_PATH) and method == "GET":
+            if not self.served:
+                call.status = 404
+                raise NotFound(404, "NotFound", "404 page not found")
+            return {"resources": [{"name": plural} for plural in sorted(self.served)]}
+        if path.endswith("selfsubjectreviews"):
+            return {"status": {"userInfo": {"username": self.username}}}
+        raise AssertionError(f"unexpected request {method} {path}")
+
+    def get(
+        self, resource: Resource, namespace: str | None, name: str, subresource: str | None = None
+    ) -> JSON:
+        with self._call("GET", resource, namespace, name):
+            return copy.deepcopy(self._stored(resource, namespace, name))
+
+    def list(
+        self,
+        resource: Resource,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        **query: Any,
+    ) -> list[JSON]:
+        with self._call("LIST", resource, namespace, query={"labelSelector": label_selector, **query}):
+            fields = str(query.get("fieldSelector") or "")
+            found = []
+            for (plural, ns, _), body in sorted(self.objects.items()):
+                if plural != resource.plural or (namespace and ns != namespace):
+                    continue
+                if label_selector and not _selected(body["metadata"].get("labels") or {}, label_selector):
+                    continue
+                if fields and not _fields_selected(body, fields):
+                    continue
+                found.append(copy.deepcopy(body))
+            return found
+
+    def create(self, resource: Resource, namespace: str | None, body: JSON) -> JSON:
+        body = copy.deepcopy(body)
+        meta = body.setdefault("metadata", {})
+        if "name" not in meta and "generateName" in meta:
+            meta["name"] = f"{meta['generateName']}{next(self._suffixes):05d}"
+        with self._call("POST", resource, namespace, meta.get("name"), body=body):
+            if self.obj(resource, namespace or "", meta["name"]) is not None:
+                raise AlreadyExists(
+                    409, "AlreadyExists", f'{resource.plural} "{meta["name"]}" already exists'
+                )
+            if resource in WITH_STATUS_SUBRESOURCE:
+                body.pop("status", None)
+            return self._write(resource, namespace, None, body)
+
+    def replace(self, resource: Resource, namespace: str | None, name: str, body: JSON) -> JSON:
+        """PUT: the body's metadata.resourceVersion is the precondition."""
+        with self._call("PUT", resource, namespace, name, body=body):
+            current = self._stored(resource, namespace, name)
+            if (body.get("metadata") or {}).get("resourceVersion") != current["metadata"]["resourceVersion"]:
+                raise _conflict(resource, name)
+            stored = copy.deepcopy(body)
+            if resource in WITH_STATUS_SUBRESOURCE:
+                stored.pop("status", None)
+                if "status" in current:
+                    stored["status"] = copy.deepcopy(current["status"])
+            return self._write(resource, namespace, current, stored)
+
+    def patch(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        name: str,
+        patch: JSON,
+        *,
+        resource_version: str | None = None,
+        subresource: str | None = None,
+    ) -> JSON:
+        """A JSON merge patch, applied only at `resource_version` when one is given."""
+        with self._call(
+            "PATCH",
+            resource,
+            namespace,
+            name,
+            subresource=subresource,
+            body=patch,
+            query={"rv": resource_version},
+        ):
+            current = self._stored(resource, namespace, name)
+            if resource_version is not None and resource_version != current["metadata"]["resourceVersion"]:
+                raise _conflict(resource, name)
+            if subresource == "status":
+                changes = {"status": patch["status"]} if "status" in patch else {}
+            else:
+                changes = {k: v for k, v in patch.items() if k != "status"}
+                if resource not in WITH_STATUS_SUBRESOURCE and "status" in patch:
+                    changes["status"] = patch["status"]
+            return self._write(resource, namespace, current, merge_patch(current, changes))
+
+    def delete(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        name: str,
+        *,
+        resource_version: str | None = None,
+        **_: Any,
+    ) -> JSON:
+        with self._call("DELETE", resource, namespace, name):
+            current = self._stored(resource, namespace, name)
+            if resource_version is not None and resource_version != current["metadata"]["resourceVersion"]:
+                raise _conflict(resource, name)
+            del self.objects[(resource.plural, namespace or "", name)]
+            return {"kind": "Status", "apiVersion": "v1", "status": "Success"}
