@@ -16,4 +16,5 @@ if [ -z "${WARM:-}" ]; then
 fi
 start=$(date +%s)
 (cd "$work/clone" && CI=true bash .ci/run)
-echo "ci wall time: $(( $(date +%s) - start ))s (${WARM:+warm}${WARM:-cold})"
+if [ -n "${WARM:-}" ]; then kind=warm; else kind=cold; fi
+echo "ci wall time: $(( $(date +%s) - start ))s ($kind)"
