@@ -9,6 +9,8 @@ import pytest
 
 from e2e.conftest import Cluster, wait_for
 from e2e.test_operator_support import (
+    HOLD_WINDOW,
+    STALE_READ_GRACE,
     campaign_body,
     condition,
     create_campaign,
@@ -26,9 +28,6 @@ from e2e.test_operator_support import (
 )
 
 pytestmark = pytest.mark.usefixtures("crds_installed")
-
-STALE_READ_GRACE = dt.timedelta(seconds=2)
-HOLD_WINDOW = 6.0
 
 
 def test_suspend_pauses_without_losing_anything_and_unsuspend_resumes(

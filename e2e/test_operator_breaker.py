@@ -9,6 +9,7 @@ import pytest
 
 from e2e.conftest import Cluster
 from e2e.test_operator_support import (
+    STALE_READ_GRACE,
     Seen,
     campaign_body,
     create_campaign,
@@ -26,10 +27,6 @@ pytestmark = pytest.mark.usefixtures("crds_installed")
 
 COOLDOWN = 15
 THRESHOLD = 3
-# A worker reads the campaign's breakers, then picks and claims a shard: a claim can act on a
-# breaker state that is this old. Claims inside this grace after a state was published are not
-# held against it (and are counted and printed).
-STALE_READ_GRACE = dt.timedelta(seconds=2)
 
 
 def _versions(events: list[Seen], source: str) -> list[tuple[dt.datetime, str, dt.datetime | None]]:

@@ -10,7 +10,9 @@ import pytest
 
 from e2e.conftest import Cluster, wait_for
 from e2e.test_operator_support import (
+    HOLD_WINDOW,
     JSON,
+    STALE_READ_GRACE,
     Seen,
     campaign_body,
     condition,
@@ -31,11 +33,6 @@ from shardops.k8s.api import SHARDS, Kube
 
 pytestmark = pytest.mark.usefixtures("crds_installed")
 
-# A worker reads the campaign (its spent and limit), then claims: a claim may act on a status this
-# old. Claims inside the grace after a gate was published are printed, not held against it.
-STALE_READ_GRACE = dt.timedelta(seconds=2)
-# How long "nothing starts" is watched for: three operator ticks and several worker polls.
-HOLD_WINDOW = 6.0
 FIFO = {"SHARDOPS_CLAIM_CANDIDATES": 1}
 
 

@@ -46,6 +46,11 @@ TERMINAL = {"Done", "Failed", "Blocked"}
 # rule heartbeat < lease/2.
 LEASE_SECONDS = 10
 HEARTBEAT_SECONDS = 2
+# A worker reads the campaign (spent, limit, breakers, suspend), then claims: a claim may act on a
+# status this old. Claims inside the grace after a gate was published are printed, not held against it.
+STALE_READ_GRACE = dt.timedelta(seconds=2)
+# How long "nothing starts" is watched for: three operator ticks and several worker polls.
+HOLD_WINDOW = 6.0
 
 
 def now() -> dt.datetime:
