@@ -387,7 +387,7 @@ def status_view(campaign: Campaign, shards: Sequence[Shard], now: dt.datetime) -
     views = [builders.shard_view(s) for s in shards]
     facts = observe.campaign_facts(campaign, shards, items_total_or_cut(campaign, shards))
     agg = aggregate(views, now, facts)
-    not_cut = facts.items.remaining_shards + (1 if facts.finalize_pending else 0)
+    not_cut = facts.shards_not_cut
     counts = dict(agg.counts)
     running = tuple(
         RunningShard(
@@ -855,7 +855,7 @@ def report_view(campaign: Campaign, shard_bodies: Sequence[JSON], now: dt.dateti
     facts = observe.campaign_facts(campaign, shards, items_total_or_cut(campaign, shards))
     agg = aggregate(views, now, facts)
     counts = dict(agg.counts)
-    not_cut = facts.items.remaining_shards + (1 if facts.finalize_pending else 0)
+    not_cut = facts.shards_not_cut
     gave_up = tuple(
         GaveUp(
             name=s.name,

@@ -32,6 +32,11 @@ class CampaignFacts:
     previous_spent: float = 0.0
     campaign: str = ""
 
+    @property
+    def shards_not_cut(self) -> int:
+        """Shards still to be created: work shards not yet cut from the items, and the finalize shard."""
+        return self.items.remaining_shards + (1 if self.finalize_pending else 0)
+
 
 @dataclass(frozen=True)
 class Aggregate:
@@ -59,7 +64,7 @@ def aggregate(shards: Sequence[ShardView], now: datetime, facts: CampaignFacts) 
     spent = max(facts.previous_spent, math.fsum(s.cost for s in shards))
     budget = budget_status(spent, facts.budget_limit, facts.budget_warn_ratio)
     phase = campaign_phase(shards, facts, budget.gate)
-    total = len(shards) + facts.items.remaining_shards + (1 if facts.finalize_pending else 0)
+    total = len(shards) + facts.shards_not_cut
     failed = _names_in(shards, ShardPhase.FAILED)
     blocked = _names_in(shards, ShardPhase.BLOCKED)
     progress = f"{counts[ShardPhase.DONE]}/{total}"

@@ -606,9 +606,6 @@ class Reconciler:
         spec = campaign.spec
         previous = campaign.current_status
         views = [builders.shard_view(s) for s in seen.shards.values()]
-        progress = self._item_progress(seen)
-        has_finalize = spec.finalize is not None
-        finalize_pending = has_finalize and builders.finalize_name(campaign.name) not in seen.shards
         facts = observe.campaign_facts(campaign, seen.shards.values(), len(seen.items))
         agg = aggregate(views, now, facts)
         limits = {limit.reason: limit.message for limit in plan.limits}
@@ -637,8 +634,8 @@ class Reconciler:
                 generation=campaign.generation,
                 items_total=len(seen.items),
                 work_shards_total=work_total,
-                has_finalize=has_finalize,
-                remaining_shards=progress.remaining_shards + (1 if finalize_pending else 0),
+                has_finalize=spec.finalize is not None,
+                remaining_shards=facts.shards_not_cut,
                 materialized=len(seen.shards),
                 breakers=builders.breakers_to_status(spec, fold.states, fold.reasons, previous, now),
                 conditions=merged,
