@@ -29,15 +29,16 @@ import yaml
 
 from e2e import chartkit
 from e2e.conftest import REPO_ROOT, Cluster
-from shardops.api.names import API_GROUP_VERSION, CAMPAIGN_KIND, CAMPAIGN_LABEL, CLASS_LABEL
+from shardops.api.campaign import Campaign
+from shardops.api.names import API_GROUP_VERSION, CAMPAIGN_KIND, CAMPAIGN_LABEL
 from shardops.api.shard import Shard, ShardError, ShardResult
 from shardops.cli import campaign as cli
 from shardops.cli.campaign_client import REPORTING_CONTROLLER, Client, connect
 from shardops.k8s import leases
 from shardops.k8s.api import CAMPAIGNS, EVENTS, SHARDS, Kube, Resource
 from shardops.k8s.shards import Actor, TransitionRequest, apply_transition
-from shardops.logic.idempotency import idempotency_key
 from shardops.logic.transitions import Action
+from shardops.operator import builders
 
 VENV_BIN = Path(sys.executable).parent
 OPERATOR = Actor("shardops.dev/operator", "e2e-operator-standin")
@@ -131,40 +132,11 @@ def build_campaign(cluster: Cluster, namespace: str, name: str) -> Scenario:
             "worker": {"image": "shardops:dev", "command": ["shardops-example-agent"]},
         },
     }
-    campaign = operator.create(CAMPAIGNS, namespace, body)
-    owner = {
-        "apiVersion": API_GROUP_VERSION,
-        "kind": CAMPAIGN_KIND,
-        "name": name,
-        "uid": campaign["metadata"]["uid"],
-        "controller": True,
-    }
+    campaign = Campaign.parse(operator.create(CAMPAIGNS, namespace, body))
 
     def create(index: int) -> Shard:
-        item = ITEMS[index]
-        created = operator.create(
-            SHARDS,
-            namespace,
-            {
-                "apiVersion": API_GROUP_VERSION,
-                "kind": "Shard",
-                "metadata": {
-                    "name": f"{name}-{index:05d}",
-                    "labels": {CAMPAIGN_LABEL: name, CLASS_LABEL: "work"},
-                    "ownerReferences": [owner],
-                },
-                "spec": {
-                    "campaign": name,
-                    "index": index,
-                    "shardClass": "work",
-                    "items": [item],
-                    "itemRange": {"start": index, "end": index + 1},
-                    "source": "large",
-                    "idempotencyKey": idempotency_key(name, [item], ["shardops-example-agent"]),
-                },
-            },
-        )
-        return Shard.parse(created)
+        # The operator's own builder: the same name, labels, owner, items, source and key it would use.
+        return Shard.parse(operator.create(SHARDS, namespace, builders.shard_body(campaign, index, ITEMS)))
 
     def step(kube: Kube, actor: Actor, shard: Shard, action: Action, message: str, **updates: Any) -> Shard:
         attempt = updates.pop("attempt", None)

@@ -31,13 +31,15 @@ from kubernetes import client
 
 from e2e.cluster.kubelet import cluster_info, service_account_kubeconfig
 from e2e.conftest import REPO_ROOT, Cluster, wait_for
-from shardops.api.names import API_GROUP_VERSION, CAMPAIGN_KIND, CAMPAIGN_LABEL, CLASS_LABEL
+from shardops.api.campaign import Campaign
+from shardops.api.names import API_GROUP_VERSION, CAMPAIGN_KIND, CAMPAIGN_LABEL
 from shardops.api.shard import Shard
 from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS, EVENTS, LEASES, SHARDS, Kube, NotFound
 from shardops.k8s.results import ITEMS_PREFIX, RESULT_PREFIX, items_name, result_name
 from shardops.k8s.shards import Actor, TransitionRequest, apply_transition
 from shardops.logic.idempotency import idempotency_key
 from shardops.logic.transitions import Action
+from shardops.operator import builders
 
 WORKER_SA = "shardops-worker"
 AGENT = "shardops-example-agent"
@@ -159,57 +161,19 @@ def campaign_body(
     }
 
 
-def shard_items(body: Mapping[str, Any]) -> list[list[dict[str, Any]]]:
-    items = body["spec"]["items"]
-    size = body["spec"]["shardSize"]
-    return [items[i : i + size] for i in range(0, len(items), size)]
-
-
 def shard_key(body: Mapping[str, Any], items: Sequence[Mapping[str, Any]]) -> str:
-    worker = body["spec"]["worker"]
-    return idempotency_key(
-        body["metadata"]["name"], list(items), [*worker["command"], *worker.get("args", [])]
-    )
+    """The idempotency key the operator gives a shard holding `items` of this Campaign body."""
+    campaign = Campaign.parse(body)
+    return idempotency_key(campaign.name, list(items), campaign.spec.worker.full_command())
 
 
 def materialize(kube: Kube, namespace: str, body: Mapping[str, Any], threads: int = 4) -> list[Shard]:
-    """Create the Campaign and all its shards in Pending, as the operator would."""
-    campaign = kube.create(CAMPAIGNS, namespace, dict(body))
-    name = body["metadata"]["name"]
-    owner = {
-        "apiVersion": API_GROUP_VERSION,
-        "kind": CAMPAIGN_KIND,
-        "name": name,
-        "uid": campaign["metadata"]["uid"],
-        "controller": True,
-    }
-    default_source = body["spec"].get("defaultSource")
+    """Create the Campaign and all its shards in Pending, with the operator's own shard builder."""
+    campaign = Campaign.parse(kube.create(CAMPAIGNS, namespace, dict(body)))
+    items = campaign.spec.items or []
 
-    def make(index: int, items: list[dict[str, Any]]) -> Shard:
-        spec: dict[str, Any] = {
-            "campaign": name,
-            "index": index,
-            "shardClass": "work",
-            "items": items,
-            "idempotencyKey": shard_key(body, items),
-        }
-        source = next((i["source"] for i in items if "source" in i), default_source)
-        if source:
-            spec["source"] = source
-        created = kube.create(
-            SHARDS,
-            namespace,
-            {
-                "apiVersion": API_GROUP_VERSION,
-                "kind": "Shard",
-                "metadata": {
-                    "name": f"{name}-{index:05d}",
-                    "labels": {CAMPAIGN_LABEL: name, CLASS_LABEL: "work"},
-                    "ownerReferences": [owner],
-                },
-                "spec": spec,
-            },
-        )
+    def make(index: int) -> Shard:
+        created = kube.create(SHARDS, namespace, builders.shard_body(campaign, index, items))
         shard = Shard.parse(created)
         return apply_transition(
             kube,
@@ -221,7 +185,7 @@ def materialize(kube: Kube, namespace: str, body: Mapping[str, Any], threads: in
         )
 
     with ThreadPoolExecutor(threads) as pool:
-        return list(pool.map(lambda pair: make(*pair), enumerate(shard_items(body))))
+        return list(pool.map(make, range(campaign.spec.expected_shards(len(items)))))
 
 
 def shards_of(kube: Kube, namespace: str, campaign: str) -> list[Shard]:
