@@ -18,7 +18,6 @@ import datetime as dt
 import json
 import os
 import signal
-import socket
 import threading
 import time
 import urllib.request
@@ -31,11 +30,13 @@ import yaml
 from kubernetes import client, watch
 
 from e2e import chartkit
+from e2e.cluster.lifecycle import free_port
 from e2e.conftest import Cluster, wait_for
 from shardops.api.names import API_GROUP_VERSION
 from shardops.k8s.api import CAMPAIGNS, LEASES, SHARDS, Kube, NotFound
 from shardops.k8s.results import ITEMS_PREFIX, RESULT_PREFIX
 from shardops.logic.idempotency import key_label
+from shardops.logic.timefmt import parse_rfc3339 as parse_time
 
 JSON = dict[str, Any]
 GROUP, VERSION = API_GROUP_VERSION.split("/")
@@ -55,16 +56,6 @@ HOLD_WINDOW = 6.0
 
 def now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
-
-
-def parse_time(text: str) -> dt.datetime:
-    return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def kube_for(cluster: Cluster) -> Kube:

@@ -17,7 +17,7 @@ from shardops.api.enums import BreakerState, ShardClass, ShardPhase
 from shardops.api.names import API_GROUP_VERSION, CAMPAIGN_LABEL, CLASS_LABEL, ROLE_LABEL, SHARD_KIND
 from shardops.api.shard import Shard
 from shardops.k8s.jobs import WORKER_ROLE
-from shardops.k8s.leases import lease_expires_at
+from shardops.k8s.leases import lease_expires_at, parse_time
 from shardops.logic.aggregate import Aggregate
 from shardops.logic.breaker import CLOSED_BREAKER, SourceBreaker, effective
 from shardops.logic.conditions import DesiredCondition
@@ -309,8 +309,7 @@ def _pod_stuck(pod: JSON, now: dt.datetime, grace: dt.timedelta) -> bool:
 
 
 def _created(obj: JSON) -> dt.datetime | None:
-    stamp = (obj.get("metadata") or {}).get("creationTimestamp")
-    return dt.datetime.fromisoformat(str(stamp).replace("Z", "+00:00")) if stamp else None
+    return parse_time((obj.get("metadata") or {}).get("creationTimestamp"))
 
 
 def _job_of(pod: JSON) -> str | None:
@@ -374,8 +373,7 @@ def worker_failures(jobs: Sequence[JSON], now: dt.datetime) -> WorkerFailures:
         for condition in (job.get("status") or {}).get("conditions") or []:
             if condition.get("type") != "Failed" or condition.get("status") != "True":
                 continue
-            stamp = condition.get("lastTransitionTime")
-            at = dt.datetime.fromisoformat(str(stamp).replace("Z", "+00:00")) if stamp else None
+            at = parse_time(condition.get("lastTransitionTime"))
             if at is not None and now - at <= WORKER_FAILURE_WINDOW:
                 name = (job.get("metadata") or {}).get("name")
                 failed.append((at, f"{name}: {condition.get('reason')}: {condition.get('message', '')}"))
