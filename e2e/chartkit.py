@@ -378,7 +378,7 @@ def restricted_violations(pod_spec: Mapping[str, Any]) -> list[str]:
 def worker_job_violations() -> list[str]:
     """`restricted_violations` of the worker Job the operator builds (operator/builders.py)."""
     from shardops.api.campaign import Campaign
-    from shardops.operator.builders import worker_job_body
+    from shardops.scheduler.builders import worker_job_body
 
     campaign = Campaign.parse(
         {

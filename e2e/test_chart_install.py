@@ -161,7 +161,7 @@ ECHO_WORKER = textwrap.dedent(
 
 def _implemented() -> str | None:
     """Why the campaign test cannot run yet, or None."""
-    for module in ("shardops.operator.main", "shardops.worker.main"):
+    for module in ("shardops.scheduler.main", "shardops.worker.main"):
         if importlib.util.find_spec(module) is None:
             return f"{module} is not written yet"
     return None

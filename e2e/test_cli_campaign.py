@@ -38,7 +38,7 @@ from shardops.k8s import leases
 from shardops.k8s.api import CAMPAIGNS, EVENTS, SHARDS, Kube, Resource
 from shardops.k8s.shards import Actor, TransitionRequest, apply_transition
 from shardops.logic.transitions import Action
-from shardops.operator import builders
+from shardops.scheduler import builders
 
 VENV_BIN = Path(sys.executable).parent
 OPERATOR = Actor("shardops.dev/operator", "e2e-operator-standin")

@@ -39,7 +39,7 @@ from shardops.k8s.results import ITEMS_PREFIX, RESULT_PREFIX, items_name, result
 from shardops.k8s.shards import Actor, TransitionRequest, apply_transition
 from shardops.logic.idempotency import idempotency_key
 from shardops.logic.transitions import Action
-from shardops.operator import builders
+from shardops.scheduler import builders
 
 WORKER_SA = "shardops-worker"
 AGENT = "shardops-example-agent"

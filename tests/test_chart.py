@@ -581,7 +581,7 @@ def test_worker_rules_are_exactly_what_the_runtime_uses(helm_bin: Path) -> None:
 
 
 def test_operator_rules_are_exactly_what_the_operator_uses(helm_bin: Path) -> None:
-    """Each grant maps to a call in operator/shardops/operator/ (kopf included) or its k8s/ functions."""
+    """Each grant maps to a call in operator/shardops/scheduler/ (kopf included) or its k8s/ functions."""
     operator = grants(rules_of(render(helm_bin), "-operator"))
     assert operator == {
         *{("shardops.dev", "campaigns", v) for v in ("get", "list", "watch", "patch")},

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from shardops.cli.main import build_parser
+from shardops.main import build_parser
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILE = (ROOT / "Dockerfile").read_text()
@@ -89,7 +89,7 @@ def test_entrypoint_is_the_shardops_console_script_and_the_charts_command() -> N
     assert entrypoint == ["shardops"]
     assert cmd == ["operator"]
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts["shardops"] == "shardops.cli.main:main"
+    assert scripts["shardops"] == "shardops.main:main"
     # The Deployment spells the image's entry point out (clusters that run commands, not images).
     assert 'command: ["shardops", "operator"]' in DEPLOYMENT_TEMPLATE
     assert entrypoint + cmd == ["shardops", "operator"]
@@ -189,8 +189,8 @@ def test_the_copied_files_build_the_package_with_its_entry_points(tmp_path: Path
         names = archive.namelist()
         (entry_points_file,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
         entry_points = archive.read(entry_points_file).decode()
-    assert "shardops/cli/main.py" in names and "shardops/worker/main.py" in names
-    assert "shardops = shardops.cli.main:main" in entry_points
+    assert "shardops/main.py" in names and "shardops/worker/main.py" in names
+    assert "shardops = shardops.main:main" in entry_points
     # The sample campaigns' command, for `kubectl apply -f crds/samples/...` on the image as is.
     assert "shardops-example-agent = shardops_example_agent.agent:main" in entry_points
     assert any(n.startswith("shardops_example_agent/") for n in names)

@@ -69,7 +69,7 @@ def test_container_settings_override_the_pods() -> None:
 
 
 def _worker_job() -> dict[str, Any]:
-    from shardops.operator.builders import worker_job_body
+    from shardops.scheduler.builders import worker_job_body
 
     campaign = Campaign.parse(
         {

@@ -13,9 +13,10 @@ from shardops.cli import campaign_views as views
 from shardops.logic.breaker import BreakerPolicy
 from shardops.logic.planner import LimitReason, plan_dispatch
 from shardops.logic.transitions import Action
-from shardops.operator import observe, reconcile
-from shardops.operator.metrics import Metrics
-from shardops.operator.settings import OperatorSettings
+from shardops.scheduler import reconcile
+from shardops.scheduler.metrics import Metrics
+from shardops.scheduler.settings import OperatorSettings
+from shardops.state import observe
 from test_cli_campaign_support import NOW, campaign_body, history, shard_body, t
 
 SOURCES = [{"name": "large", "fallback": "small", "cooldownSeconds": 600}, {"name": "small"}]

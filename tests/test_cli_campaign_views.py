@@ -415,13 +415,6 @@ def test_time_helpers() -> None:
     assert views.seconds_between(NOW, NOW - dt.timedelta(seconds=5)) == 5
 
 
-def test_the_shardops_field_managers_are_the_operators_and_the_workers() -> None:
-    from shardops.operator.settings import FIELD_MANAGER as OPERATOR
-    from shardops.worker.runtime import FIELD_MANAGER as WORKER
-
-    assert frozenset({OPERATOR, WORKER}) == views.SHARDOPS_MANAGERS
-
-
 def test_the_heartbeat_row_carries_the_attempt_it_belonged_to() -> None:
     """A shard that failed after its last heartbeat already counts the next attempt in its status."""
     status = {

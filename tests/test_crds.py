@@ -26,7 +26,7 @@ from shardops.api.crdgen import (
     write_crds,
 )
 from shardops.api.rules import CelRule
-from shardops.cli.main import main as shardops_main
+from shardops.main import main as shardops_main
 
 ROOT = Path(__file__).resolve().parent.parent
 CRD_DIR = ROOT / "crds"

@@ -249,3 +249,112 @@ def test_checker_catches(source: str) -> None:
 )
 def test_checker_allows(source: str) -> None:
     assert violations(source) == []
+
+
+# --- package layering -----------------------------------------------------------------------------
+# Imports point down only: api < logic < k8s < state < {scheduler, worker, cli}; the three entry
+# packages never import each other. `shardops/__init__.py` (group and version) sits below everything;
+# `shardops/main.py`, the `shardops` command, above everything: it only dispatches to the entry points.
+PACKAGE_DIR = LOGIC_DIR.parent
+PACKAGE_RANKS = {"api": 0, "logic": 1, "k8s": 2, "state": 3, "scheduler": 4, "worker": 4, "cli": 4}
+ROOT_MODULES = {"shardops": -1, "shardops.main": 5}
+
+
+def _rank(module: str) -> tuple[int, str] | None:
+    """The layer of a `shardops` module (and the name it counts under); None for third-party ones."""
+    parts = module.split(".")
+    if parts[0] != "shardops":
+        return None
+    if len(parts) > 1 and parts[1] in PACKAGE_RANKS:
+        return PACKAGE_RANKS[parts[1]], parts[1]
+    if len(parts) > 1 and f"shardops.{parts[1]}" in ROOT_MODULES:
+        return ROOT_MODULES[f"shardops.{parts[1]}"], f"shardops.{parts[1]}"
+    if len(parts) <= 2:  # `from shardops import API_GROUP`: the package root
+        return ROOT_MODULES["shardops"], "shardops"
+    raise AssertionError(f"{module}: a package not in PACKAGE_RANKS; give it its layer")
+
+
+def layering_violations(source: str, module_name: str) -> list[str]:
+    """Imports of `module_name` that point up a layer or sideways into a sibling entry package."""
+    own = _rank(module_name)
+    assert own is not None
+    own_rank, own_layer = own
+    problems: list[str] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            targets = [(alias.name, node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = _absolute(node, module_name)
+            # `from shardops import API_GROUP` names the root; `from shardops.state import observe` a module.
+            targets = [
+                (f"{base}.{a.name}" if base != "shardops" or a.name == "main" else base, node.lineno)
+                for a in node.names
+            ]
+        else:
+            continue
+        for target, line in targets:
+            found = _rank(target)
+            if found is None:
+                continue
+            rank, layer = found
+            if layer == own_layer:
+                continue
+            if rank > own_rank:
+                problems.append(f"line {line}: imports {target}, a layer above {own_layer}")
+            elif rank == own_rank:
+                problems.append(f"line {line}: imports {target}, a sibling of {own_layer}")
+    return problems
+
+
+def _all_modules() -> list[Path]:
+    return sorted(PACKAGE_DIR.rglob("*.py"))
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE_DIR.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def test_every_package_has_a_layer() -> None:
+    on_disk = {p.name for p in PACKAGE_DIR.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert on_disk == set(PACKAGE_RANKS)
+
+
+@pytest.mark.parametrize("path", _all_modules(), ids=lambda p: str(p.relative_to(PACKAGE_DIR)))
+def test_imports_point_down(path: Path) -> None:
+    problems = layering_violations(path.read_text(encoding="utf-8"), _module_name(path))
+    assert not problems, f"{path.relative_to(PACKAGE_DIR)}:\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize(
+    ("source", "module"),
+    [
+        ("from shardops.scheduler import builders", "shardops.state.observe"),  # upward
+        ("from shardops.state import observe", "shardops.k8s.api"),  # upward
+        ("import shardops.k8s.api", "shardops.logic.planner"),  # upward
+        ("from shardops.worker.runtime import Worker", "shardops.cli.campaign"),  # sibling
+        ("from shardops.scheduler.settings import OperatorSettings", "shardops.worker.claim"),  # sibling
+        ("from ..scheduler import builders", "shardops.cli.campaign"),  # relative sibling
+        ("from shardops.main import main", "shardops.cli.campaign"),  # the root command is on top
+    ],
+)
+def test_layering_checker_catches(source: str, module: str) -> None:
+    assert layering_violations(source, module)
+
+
+@pytest.mark.parametrize(
+    ("source", "module"),
+    [
+        ("from shardops.state import observe", "shardops.worker.claim"),
+        ("from shardops.logic.planner import plan_dispatch", "shardops.state.observe"),
+        ("from shardops import API_GROUP", "shardops.k8s.api"),
+        ("from shardops.api.names import SHARD_KIND", "shardops.api.crdgen"),
+        ("from .builders import shard_body", "shardops.scheduler.reconcile"),
+        ("from shardops.scheduler.main import run_operator", "shardops.main"),
+        ("import json", "shardops.cli.campaign"),
+    ],
+)
+def test_layering_checker_allows(source: str, module: str) -> None:
+    assert layering_violations(source, module) == []

@@ -14,7 +14,8 @@ from shardops.logic.breaker import SourceBreaker, effective
 from shardops.logic.idempotency import idempotency_key
 from shardops.logic.timefmt import micro_time
 from shardops.logic.views import ItemProgress
-from shardops.operator import builders
+from shardops.scheduler import builders
+from shardops.state import breakers, shardview, workers
 from test_operator_support import T0, campaign, entry, shard
 
 
@@ -114,7 +115,7 @@ def test_finalize_only_work_uses_the_finalize_spec() -> None:
 
 
 def test_shard_view_of_a_fresh_shard_is_queued() -> None:
-    view = builders.shard_view(Shard.parse(shard("camp", 3, None)))
+    view = shardview.shard_view(Shard.parse(shard("camp", 3, None)))
     assert view.phase is ShardPhase.QUEUED and view.attempt == 1 and view.index == 3
 
 
@@ -126,18 +127,18 @@ def test_shard_view_uses_the_real_source_while_running() -> None:
         entry("Running", T0 + dt.timedelta(seconds=5), "Claimed"),
     ]
     body["status"]["history"] = history
-    view = builders.shard_view(Shard.parse(body))
+    view = shardview.shard_view(Shard.parse(body))
     assert view.source == "B" and view.since == T0 + dt.timedelta(seconds=5)
     body["status"]["phase"] = "Pending"
-    assert builders.shard_view(Shard.parse(body)).source == "A"
+    assert shardview.shard_view(Shard.parse(body)).source == "A"
 
 
 def test_materialized_items_from_the_highest_work_index() -> None:
     shards = [Shard.parse(shard("camp", i, "Done")) for i in (0, 1, 2)]
     shards.append(Shard.parse(shard("camp", 3, "Pending", shard_class="finalize")))
-    assert builders.materialized_items(shards, 5, 12) == 12
-    assert builders.materialized_items(shards[:2], 5, 12) == 10
-    assert builders.materialized_items([], 5, 12) == 0
+    assert shardview.materialized_items(shards, 5, 12) == 12
+    assert shardview.materialized_items(shards[:2], 5, 12) == 10
+    assert shardview.materialized_items([], 5, 12) == 0
 
 
 def _lease(holder: str | None, renewed: dt.datetime) -> dict:
@@ -151,17 +152,17 @@ def test_lease_observation_trusts_the_lease_of_the_owner() -> None:
     running = Shard.parse(
         shard("c", 0, "Running", owner="w1", leaseUntil=(T0 + dt.timedelta(hours=1)).isoformat())
     )
-    obs = builders.lease_observation(running, _lease("w1", T0), 30, 10, T0)
+    obs = shardview.lease_observation(running, _lease("w1", T0), 30, 10, T0)
     assert obs.lease_until == T0 + dt.timedelta(seconds=30)
-    released = builders.lease_observation(running, _lease(None, T0), 30, 10, T0)
-    assert released.lease_until == builders.EPOCH, "a released lease on a Running shard: nobody works on it"
-    foreign = builders.lease_observation(running, _lease("w2", T0), 30, 10, T0)
+    released = shardview.lease_observation(running, _lease(None, T0), 30, 10, T0)
+    assert released.lease_until == shardview.EPOCH, "a released lease on a Running shard: nobody works on it"
+    foreign = shardview.lease_observation(running, _lease("w2", T0), 30, 10, T0)
     assert foreign.lease_until == T0 + dt.timedelta(hours=1), "the shard's own record then"
 
 
 def test_lease_observation_without_any_record_counts_from_the_claim() -> None:
     body = shard("c", 0, "Running", history=[entry("Running", T0, "Claimed")])
-    obs = builders.lease_observation(Shard.parse(body), None, 30, 10, T0)
+    obs = shardview.lease_observation(Shard.parse(body), None, 30, 10, T0)
     assert obs.lease_until == T0 + dt.timedelta(seconds=30)
 
 
@@ -187,7 +188,7 @@ def test_worker_counts() -> None:
         {"metadata": {"creationTimestamp": micro_time(now)}, "status": {"phase": "Pending"}},
         {"metadata": {"creationTimestamp": old, "deletionTimestamp": old}, "status": {"phase": "Pending"}},
     ]
-    counts = builders.worker_counts(jobs, pods, now, dt.timedelta(minutes=2))
+    counts = workers.worker_counts(jobs, pods, now, dt.timedelta(minutes=2))
     assert (counts.alive_jobs, counts.running_pods, counts.stuck_pending_pods) == (1, 1, 2)
 
 
@@ -204,7 +205,7 @@ def test_each_source_keeps_its_own_cooldown_through_the_planner() -> None:
         "B": SourceBreaker(BreakerState.OPEN, 3, T0),
         "C": SourceBreaker(BreakerState.CLOSED, 1, None),
     }
-    planned = builders.planner_breakers(camp.spec, states)
+    planned = breakers.planner_breakers(camp.spec, states)
     at = T0 + dt.timedelta(seconds=10)
     assert (
         effective(planned.states["A"], at - dt.timedelta(microseconds=1), planned.cooldown)
@@ -229,7 +230,7 @@ def test_breakers_round_trip_through_the_status() -> None:
         ("X", BreakerState.CLOSED),
     ]
     assert listed[0].reason == "429s" and listed[1].reason is None
-    back = builders.breakers_from_status(CampaignStatus(breakers=listed))
+    back = breakers.breakers_from_status(CampaignStatus(breakers=listed))
     assert back["A"] == SourceBreaker(BreakerState.OPEN, 3, T0), "HalfOpen is read back as Open"
     assert back["X"].consecutive_rate_limited == 1
 
@@ -262,7 +263,7 @@ def test_status_differs_ignores_small_drifts_of_the_oldest_pending_age() -> None
 
 
 def test_campaign_status_counts_the_unmaterialized_as_queued() -> None:
-    views = [builders.shard_view(Shard.parse(shard("c", i, "Done", cost=0.5))) for i in range(2)]
+    views = [shardview.shard_view(Shard.parse(shard("c", i, "Done", cost=0.5))) for i in range(2)]
     agg = aggregate(views, T0, CampaignFacts(False, ItemProgress(10, 2, 1), 4.0, 0.8))
     status = builders.campaign_status(
         agg,
@@ -294,7 +295,7 @@ def test_a_job_that_never_got_a_pod_counts_as_stuck() -> None:
         {"metadata": {"name": "w-3", "creationTimestamp": micro_time(now)}, "status": {}},
     ]
     pods = [{"metadata": {"labels": {"batch.kubernetes.io/job-name": "w-2"}}, "status": {"phase": "Running"}}]
-    counts = builders.worker_counts(jobs, pods, now, dt.timedelta(minutes=2))
+    counts = workers.worker_counts(jobs, pods, now, dt.timedelta(minutes=2))
     assert (counts.alive_jobs, counts.running_pods, counts.stuck_pending_pods) == (3, 1, 1)
 
 
@@ -312,7 +313,7 @@ def test_workers_that_keep_failing_hold_new_jobs_until_quiet() -> None:
     now = T0 + dt.timedelta(minutes=10)
     recent = [_failed_job(f"w-{i}", now - dt.timedelta(seconds=10 * i)) for i in range(3)]
     old = [_failed_job("w-old", now - dt.timedelta(minutes=6))]
-    failures = builders.worker_failures(recent + old, now)
+    failures = workers.worker_failures(recent + old, now)
     assert (
         failures.count == 3
         and failures.last_at == now
@@ -323,5 +324,5 @@ def test_workers_that_keep_failing_hold_new_jobs_until_quiet() -> None:
     assert not failures.hold(max_concurrency=2, now=now + dt.timedelta(seconds=61)), (
         "quiet long enough: try again"
     )
-    assert not builders.worker_failures(old, now).hold(1, now)
+    assert not workers.worker_failures(old, now).hold(1, now)
     assert "3 worker Job(s) failed" in failures.describe()

@@ -7,7 +7,7 @@ import datetime as dt
 from shardops.api.enums import BreakerState, ErrorClass
 from shardops.api.shard import Shard
 from shardops.logic.breaker import CLOSED_BREAKER, BreakerPolicy, SourceBreaker
-from shardops.operator import history
+from shardops.state import history
 from test_operator_support import T0, entry, shard
 
 POLICY = BreakerPolicy(threshold=3, cooldown=dt.timedelta(seconds=60))

@@ -7,8 +7,8 @@ import datetime as dt
 import pytest
 
 from shardops.k8s.api import EVENTS, LEASES, ApiError, Resource
-from shardops.operator.leader import LeaderElector
-from shardops.operator.metrics import Metrics
+from shardops.scheduler.leader import LeaderElector
+from shardops.scheduler.metrics import Metrics
 from test_operator_support import NAMESPACE, T0, OperatorKube, settings
 
 LEASE = 15

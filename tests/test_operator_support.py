@@ -11,9 +11,9 @@ from shardops.api.names import CAMPAIGN_LABEL, CLASS_LABEL
 from shardops.k8s.api import CAMPAIGNS, EVENTS, LEASES, SHARDS
 from shardops.logic.idempotency import idempotency_key
 from shardops.logic.timefmt import micro_time
-from shardops.operator.metrics import Metrics
-from shardops.operator.reconcile import Reconciler
-from shardops.operator.settings import OperatorSettings
+from shardops.scheduler.metrics import Metrics
+from shardops.scheduler.reconcile import Reconciler
+from shardops.scheduler.settings import OperatorSettings
 from test_worker_support import NAMESPACE
 
 JSON = dict[str, Any]

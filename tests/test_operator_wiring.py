@@ -10,10 +10,10 @@ import pytest
 from prometheus_client import REGISTRY
 
 from shardops.api.enums import ShardPhase
-from shardops.operator import handlers
-from shardops.operator.main import LoopHeartbeat, kopf_settings
-from shardops.operator.metrics import Metrics
-from shardops.operator.settings import OperatorSettings
+from shardops.scheduler import handlers
+from shardops.scheduler.main import LoopHeartbeat, kopf_settings
+from shardops.scheduler.metrics import Metrics
+from shardops.scheduler.settings import OperatorSettings
 from test_operator_support import OperatorKube, reconciler, settings
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from shardops.api.campaign import Campaign
 from shardops.api.shard import Shard
 from shardops.logic.planner import plan_dispatch
-from shardops.operator import observe
+from shardops.state import observe
 from shardops.worker.claim import choose, expected_shards, is_zombie, progress_of, stop_reason
 from test_worker_support import T0, campaign_body
 

@@ -29,3 +29,11 @@ CAMPAIGN_LABEL: Final = f"{API_GROUP}/campaign"
 CLASS_LABEL: Final = f"{API_GROUP}/class"
 ROLE_LABEL: Final = f"{API_GROUP}/role"
 IDEMPOTENCY_KEY_LABEL: Final = f"{API_GROUP}/idempotency-key"
+
+# Field managers: the identities that write shard status (managedFields record them). The closing
+# checklist of `kubectl campaign report` passes only when every shard status write is one of the
+# first two; the admission policy in the chart enforces the same by service account.
+OPERATOR_FIELD_MANAGER: Final = "shardops-operator"
+WORKER_FIELD_MANAGER: Final = "shardops-worker"
+CLI_FIELD_MANAGER: Final = "kubectl-campaign"
+SHARDOPS_FIELD_MANAGERS: Final = frozenset({OPERATOR_FIELD_MANAGER, WORKER_FIELD_MANAGER})

@@ -23,7 +23,7 @@ from kubernetes.client.exceptions import ApiException
 
 from shardops import API_GROUP
 from shardops.api.campaign import ItemsFrom
-from shardops.api.names import CAMPAIGN_LABEL
+from shardops.api.names import CAMPAIGN_LABEL, CLI_FIELD_MANAGER
 from shardops.k8s import campaigns, jobs
 from shardops.k8s.api import CAMPAIGNS, EVENTS, LEASES, SHARDS, ApiError, Forbidden, Kube, NotFound, Resource
 from shardops.k8s.shards import Actor
@@ -37,7 +37,6 @@ EXIT_USAGE = 2
 EXIT_NOT_FOUND = 3
 EXIT_NO_ACCESS = 4
 
-FIELD_MANAGER = "kubectl-campaign"
 REPORTING_CONTROLLER = f"{API_GROUP}/kubectl-campaign"
 CORE_EVENTS = Resource("", "v1", "events")
 SELF_SUBJECT_REVIEW = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
@@ -112,7 +111,7 @@ def connect(kubeconfig: str | None) -> Kube:
     if kubeconfig and not Path(kubeconfig.split(os.pathsep)[0]).expanduser().exists():
         raise no_access(f"kubeconfig {kubeconfig} does not exist")
     try:
-        return Kube.from_environment(FIELD_MANAGER, kubeconfig)
+        return Kube.from_environment(CLI_FIELD_MANAGER, kubeconfig)
     except (config.ConfigException, OSError, TypeError, ValueError) as error:
         where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
         raise no_access(f"no usable cluster configuration (kubeconfig {where}): {error}") from None

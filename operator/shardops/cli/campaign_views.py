@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from shardops.api.campaign import Campaign
 from shardops.api.common import Condition
 from shardops.api.enums import BreakerState, ShardClass, ShardPhase
+from shardops.api.names import SHARDOPS_FIELD_MANAGERS
 from shardops.api.shard import Shard, ShardError
 from shardops.logic.aggregate import aggregate
 from shardops.logic.breaker import effective
@@ -25,18 +26,12 @@ from shardops.logic.budget import BudgetGate, BudgetStatus
 from shardops.logic.planner import DispatchPlan, WorkerCounts, plan_dispatch
 from shardops.logic.timefmt import parse_rfc3339, rfc3339
 from shardops.logic.transitions import EventReason
-from shardops.operator import builders, observe
-from shardops.operator.settings import FIELD_MANAGER as OPERATOR_FIELD_MANAGER
+from shardops.state import breakers, observe, shardview
 
 JSON = dict[str, Any]
 
 # Annotations `kubectl campaign` writes on a Campaign (see campaign_actions).
 CANCELLED_ANNOTATION = "shardops.dev/cancelled"
-# Field managers that may write shard status: the operator and the workers (docs/architecture.md).
-# The worker's is spelled here so the CLI does not import the worker runtime; a test keeps it equal
-# to shardops.worker.runtime.FIELD_MANAGER.
-WORKER_FIELD_MANAGER = "shardops-worker"
-SHARDOPS_MANAGERS = frozenset({OPERATOR_FIELD_MANAGER, WORKER_FIELD_MANAGER})
 # Rate for the time-left estimate: shards finished in this window (or since the first claim).
 ESTIMATE_WINDOW = dt.timedelta(minutes=15)
 # Closing checklist: "attempt distribution normal (not many shards at the maximum)". Many means more
@@ -384,7 +379,7 @@ def budget_dict(budget: BudgetStatus) -> JSON:
 def status_view(campaign: Campaign, shards: Sequence[Shard], now: dt.datetime) -> StatusView:
     spec = campaign.spec
     status = campaign.current_status
-    views = [builders.shard_view(s) for s in shards]
+    views = [shardview.shard_view(s) for s in shards]
     facts = observe.campaign_facts(campaign, shards, items_total_or_cut(campaign, shards))
     agg = aggregate(views, now, facts)
     not_cut = facts.shards_not_cut
@@ -448,7 +443,7 @@ def breaker_rows(campaign: Campaign, shards: Sequence[Shard], now: dt.datetime) 
     rows = []
     for name in names:
         breaker = states.get(name)
-        cooldown = builders.cooldown_of(spec, name)
+        cooldown = breakers.cooldown_of(spec, name)
         state = effective(breaker, now, cooldown) if breaker is not None else BreakerState.CLOSED
         opened = breaker.opened_at if breaker is not None and state is not BreakerState.CLOSED else None
         declared = spec.source(name)
@@ -851,7 +846,7 @@ def report_view(campaign: Campaign, shard_bodies: Sequence[JSON], now: dt.dateti
     shards = parse_shards(shard_bodies)
     spec = campaign.spec
     status = campaign.current_status
-    views = [builders.shard_view(s) for s in shards]
+    views = [shardview.shard_view(s) for s in shards]
     facts = observe.campaign_facts(campaign, shards, items_total_or_cut(campaign, shards))
     agg = aggregate(views, now, facts)
     counts = dict(agg.counts)
@@ -1015,9 +1010,9 @@ def check_managers(shard_bodies: Sequence[JSON]) -> Check:
     for body in shard_bodies:
         name = (body.get("metadata") or {}).get("name")
         for manager, at in status_managers(body):
-            if manager not in SHARDOPS_MANAGERS:
+            if manager not in SHARDOPS_FIELD_MANAGERS:
                 offenders.append(f"{name}: status written by {manager}" + (f" at {at}" if at else ""))
-    allowed = ", ".join(sorted(SHARDOPS_MANAGERS))
+    allowed = ", ".join(sorted(SHARDOPS_FIELD_MANAGERS))
     if offenders:
         return Check(
             "no-manual-changes",

@@ -40,7 +40,7 @@ from shardops.logic.leases import LeaseVerdict, lease_action
 from shardops.logic.planner import claim_order_key, plan_dispatch
 from shardops.logic.timefmt import rfc3339
 from shardops.logic.transitions import Action
-from shardops.operator import builders, observe
+from shardops.state import observe, shardview
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ def stop_reason(campaign: Campaign, shards: Sequence[Shard]) -> str | None:
         return "campaign is being deleted"
     if campaign.spec.suspend:
         return "campaign is suspended"
-    budget = observe.campaign_budget(campaign, (builders.shard_view(s) for s in shards))
+    budget = observe.campaign_budget(campaign, (shardview.shard_view(s) for s in shards))
     if budget.gate is BudgetGate.EXHAUSTED:
         return f"campaign is out of budget ({budget.describe()})"
     expected = expected_shards(campaign)

@@ -12,8 +12,9 @@ from types import FrameType
 from typing import Any
 
 from shardops import __version__
+from shardops.api.names import WORKER_FIELD_MANAGER
 from shardops.k8s.api import Kube
-from shardops.worker.runtime import FIELD_MANAGER, Worker
+from shardops.worker.runtime import Worker
 from shardops.worker.settings import WorkerSettings
 
 
@@ -63,7 +64,7 @@ def run_worker(settings: WorkerSettings, campaign: str) -> int:
     setup_logging(settings.log_level)
     stop = threading.Event()
     install_signal_handlers(stop)
-    kube = Kube.from_environment(FIELD_MANAGER)
+    kube = Kube.from_environment(WORKER_FIELD_MANAGER)
     # The audit log records the user agent: it tells apart workers sharing one service account.
     kube.api_client.user_agent = f"shardops-worker/{__version__} ({settings.identity})"
     worker = Worker(

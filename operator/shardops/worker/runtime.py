@@ -64,7 +64,6 @@ from shardops.worker.settings import WorkerSettings
 
 log = logging.getLogger("shardops.worker")
 
-FIELD_MANAGER = "shardops-worker"
 CONTROLLER = "shardops.dev/worker"
 # API trouble that a later try may not have: keep the claim, try again next tick.
 TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (ApiError, urllib3.exceptions.HTTPError, OSError)

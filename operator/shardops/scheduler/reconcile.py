@@ -44,9 +44,10 @@ from shardops.logic.leases import LeaseVerdict, classify_lease, lease_action
 from shardops.logic.planner import DispatchPlan, LimitReason, plan_dispatch
 from shardops.logic.transitions import Action
 from shardops.logic.views import ItemProgress
-from shardops.operator import builders, history, observe
-from shardops.operator.metrics import BREAKER_VALUES, Metrics
-from shardops.operator.settings import REPORTING_CONTROLLER, OperatorSettings
+from shardops.scheduler import builders
+from shardops.scheduler.metrics import BREAKER_VALUES, Metrics
+from shardops.scheduler.settings import REPORTING_CONTROLLER, OperatorSettings
+from shardops.state import breakers, history, observe, shardview, workers
 
 log = logging.getLogger(__name__)
 
@@ -232,7 +233,7 @@ class Reconciler:
         stuck = self._sweep(seen, memory, now)
         # Materialize, pause and resume do not depend on breakers; folding after them takes in the
         # entries this pass wrote, so the next pass has nothing new to fold (and no status to rewrite).
-        first = self._plan(seen, builders.breakers_from_status(status), now)
+        first = self._plan(seen, breakers.breakers_from_status(status), now)
         self._act(seen, first, now)
         fold = self._fold(seen, memory, status, now)
         plan = self._plan(seen, fold.states, now)
@@ -273,7 +274,7 @@ class Reconciler:
         wanted = campaign.spec.retry.generation
         listed = campaign.spec.retry.shards
         choice = retry_logic.choose_retry(
-            {name: builders.phase_of(shard) for name, shard in seen.shards.items()}, listed
+            {name: shardview.phase_of(shard) for name, shard in seen.shards.items()}, listed
         )
         retried = []
         for name in choice.retry:
@@ -304,7 +305,7 @@ class Reconciler:
         spec = seen.campaign.spec
         key = f"{seen.campaign.namespace}/{seen.campaign.name}"
         stuck: list[str] = []
-        running = {n for n, s in seen.shards.items() if builders.phase_of(s) is ShardPhase.RUNNING}
+        running = {n for n, s in seen.shards.items() if shardview.phase_of(s) is ShardPhase.RUNNING}
         for gone in set(memory.progress) - running:
             del memory.progress[gone]
         for name in sorted(running):
@@ -312,7 +313,7 @@ class Reconciler:
             status = shard.current_status
             mark = self._progress_mark(memory, shard, now)
             lease = leases.read(self.kube, shard.namespace, shard.lease_name)
-            observation = builders.lease_observation(
+            observation = shardview.lease_observation(
                 shard, lease, spec.lease_seconds, spec.effective_heartbeat_seconds, mark.changed_at
             )
             verdict = classify_lease(observation, now, spec.stall.heartbeats)
@@ -379,7 +380,7 @@ class Reconciler:
         mark = memory.progress.get(shard.name)
         if mark is None or mark.attempt != attempt:
             # First sight of this attempt: without progress yet, it has been still since its claim.
-            claimed = builders.claimed_at(shard)
+            claimed = shardview.claimed_at(shard)
             start = claimed if (done == 0 and claimed is not None) else now
             mark = _Progress(attempt, done, start)
             memory.progress[shard.name] = mark
@@ -413,7 +414,7 @@ class Reconciler:
         outcomes = history.new_outcomes(seen.shards.values(), memory.folded, status.history_folded_until)
         policies = observe.breaker_policies(spec)
         fold = history.fold_breakers(
-            builders.breakers_from_status(status), outcomes, policies, _DEFAULT_POLICY
+            breakers.breakers_from_status(status), outcomes, policies, _DEFAULT_POLICY
         )
         watermark = history.mark_folded(memory.folded, status.history_folded_until, outcomes)
         counts = history.tally(outcomes)
@@ -449,7 +450,7 @@ class Reconciler:
                 now=now,
             )
         for source, breaker in fold.states.items():
-            state = effective(breaker, now, builders.cooldown_of(spec, source))
+            state = effective(breaker, now, breakers.cooldown_of(spec, source))
             self.metrics.breaker_state.labels(campaign=key, source=source).set(BREAKER_VALUES[state])
         return _FoldResult(fold.states, fold.reasons, watermark)
 
@@ -507,12 +508,12 @@ class Reconciler:
     def _maybe_finalize(self, seen: _Observed, plan: DispatchPlan, now: dt.datetime) -> None:
         campaign = seen.campaign
         spec = campaign.spec
-        if spec.finalize is None or builders.finalize_name(campaign.name) in seen.shards:
+        if spec.finalize is None or shardview.finalize_name(campaign.name) in seen.shards:
             return
         if self._item_progress(seen).remaining_shards:
             return
         work = [s for s in seen.shards.values() if s.spec.shard_class is ShardClass.WORK]
-        if not all(builders.phase_of(s).terminal for s in work):
+        if not all(shardview.phase_of(s).terminal for s in work):
             return
         gate = self._gate(seen)
         if spec.suspend or not allows(gate, ShardClass.FINALIZE):
@@ -553,7 +554,7 @@ class Reconciler:
 
     def _start_workers(self, seen: _Observed, plan: DispatchPlan, now: dt.datetime) -> str | None:
         """Start the planned worker Jobs; the reason they are held back, when they are."""
-        failures = builders.worker_failures(seen.jobs, now)
+        failures = workers.worker_failures(seen.jobs, now)
         if failures.hold(seen.campaign.spec.max_concurrency, now):
             return failures.describe()
         if plan.start_workers <= 0:
@@ -605,14 +606,14 @@ class Reconciler:
         campaign = seen.campaign
         spec = campaign.spec
         previous = campaign.current_status
-        views = [builders.shard_view(s) for s in seen.shards.values()]
+        views = [shardview.shard_view(s) for s in seen.shards.values()]
         facts = observe.campaign_facts(campaign, seen.shards.values(), len(seen.items))
         agg = aggregate(views, now, facts)
         limits = {limit.reason: limit.message for limit in plan.limits}
         open_sources = [
             source
             for source, b in fold.states.items()
-            if effective(b, now, builders.cooldown_of(spec, source)) is not BreakerState.CLOSED
+            if effective(b, now, breakers.cooldown_of(spec, source)) is not BreakerState.CLOSED
         ]
         work_total = spec.expected_shards(len(seen.items))
         desired: list[DesiredCondition] = [

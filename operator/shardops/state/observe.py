@@ -28,7 +28,8 @@ from shardops.logic.leases import LeaseVerdict, classify_lease, lease_action
 from shardops.logic.planner import DispatchInputs, DispatchLimits
 from shardops.logic.transitions import Action
 from shardops.logic.views import ItemProgress, ShardView
-from shardops.operator import builders, history
+from shardops.state import history, shardview, workers
+from shardops.state.breakers import breakers_from_status, planner_breakers
 
 JSON = dict[str, Any]
 
@@ -42,7 +43,7 @@ DEFAULT_WARN_RATIO = 0.8
 def item_progress(campaign: Campaign, shards: Iterable[Shard], items_total: int) -> ItemProgress:
     """How many of the campaign's `items_total` items are already cut into work shards."""
     size = campaign.spec.shard_size
-    return ItemProgress(items_total, builders.materialized_items(shards, size, items_total), size)
+    return ItemProgress(items_total, shardview.materialized_items(shards, size, items_total), size)
 
 
 def campaign_facts(campaign: Campaign, shards: Iterable[Shard], items_total: int) -> CampaignFacts:
@@ -57,7 +58,7 @@ def campaign_facts(campaign: Campaign, shards: Iterable[Shard], items_total: int
         budget_limit=spec.budget.limit if spec.budget is not None else None,
         budget_warn_ratio=spec.budget.warn_ratio if spec.budget is not None else DEFAULT_WARN_RATIO,
         finalize_pending=has_finalize
-        and builders.finalize_name(campaign.name) not in {s.name for s in shards},
+        and shardview.finalize_name(campaign.name) not in {s.name for s in shards},
         previous_spent=campaign.current_status.spent,
     )
 
@@ -96,7 +97,7 @@ def breaker_states(campaign: Campaign, shards: Iterable[Shard]) -> dict[str, Sou
     status = campaign.current_status
     outcomes = history.new_outcomes(shards, {}, status.history_folded_until)
     fold = history.fold_breakers(
-        builders.breakers_from_status(status),
+        breakers_from_status(status),
         outcomes,
         breaker_policies(campaign.spec),
         DEFAULT_BREAKER_POLICY,
@@ -124,16 +125,16 @@ def dispatch_inputs(
     """
     shards = list(shards)
     spec = campaign.spec
-    views = [builders.shard_view(s) for s in shards]
+    views = [shardview.shard_view(s) for s in shards]
     states = breakers if breakers is not None else breaker_states(campaign, shards)
     return DispatchInputs(
         limits=DispatchLimits(spec.max_concurrency, spec.backlog_ratio),
         items=item_progress(campaign, shards, items_total),
         shards=views,
-        breakers=builders.planner_breakers(spec, states),
+        breakers=planner_breakers(spec, states),
         budget=campaign_budget(campaign, views),
         suspended=spec.suspend,
-        workers=builders.worker_counts(jobs, pods, now, pending_grace),
+        workers=workers.worker_counts(jobs, pods, now, pending_grace),
         now=now,
     )
 
@@ -170,10 +171,10 @@ def expired_claims(
     spec = campaign.spec
     found: list[ExpiredClaim] = []
     for shard in sorted(shards, key=lambda s: s.name):
-        if builders.phase_of(shard) is not ShardPhase.RUNNING:
+        if shardview.phase_of(shard) is not ShardPhase.RUNNING:
             continue
         # Progress timing does not matter for a zombie (the expiry is checked first).
-        observation = builders.lease_observation(
+        observation = shardview.lease_observation(
             shard, leases.get(shard.name), spec.lease_seconds, spec.effective_heartbeat_seconds, now
         )
         verdict = classify_lease(observation, now, spec.stall.heartbeats)

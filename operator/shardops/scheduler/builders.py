@@ -15,17 +15,12 @@ from shardops.api.campaign import SourceBreaker as StatusBreaker
 from shardops.api.common import Condition, Item, set_condition
 from shardops.api.enums import BreakerState, ShardClass, ShardPhase
 from shardops.api.names import API_GROUP_VERSION, CAMPAIGN_LABEL, CLASS_LABEL, ROLE_LABEL, SHARD_KIND
-from shardops.api.shard import Shard
 from shardops.k8s.jobs import WORKER_ROLE
-from shardops.k8s.leases import lease_expires_at, parse_time
 from shardops.logic.aggregate import Aggregate
 from shardops.logic.breaker import CLOSED_BREAKER, SourceBreaker, effective
 from shardops.logic.conditions import DesiredCondition
 from shardops.logic.idempotency import idempotency_key
-from shardops.logic.leases import LeaseObservation
-from shardops.logic.planner import Breakers, WorkerCounts
-from shardops.logic.transitions import EventReason
-from shardops.logic.views import ShardView
+from shardops.state import breakers, shardview
 
 JSON = dict[str, Any]
 
@@ -45,15 +40,6 @@ LABEL_VALUE_MAX = 63
 # oldestPendingSeconds changes every second; rewriting the status only for it would turn an idle
 # campaign into a stream of writes. It is refreshed with any other change, or once it is this stale.
 OLDEST_PENDING_SLACK_SECONDS = 30.0
-EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-
-
-def shard_name(campaign: str, index: int) -> str:
-    return f"{campaign}-{index:05d}"
-
-
-def finalize_name(campaign: str) -> str:
-    return f"{campaign}-finalize"
 
 
 def owner_reference(campaign: Campaign) -> JSON:
@@ -98,7 +84,7 @@ def shard_body(campaign: Campaign, index: int, items: Sequence[Item]) -> JSON:
     source = shard_source(chunk, spec.default_source)
     if source is not None:
         body_spec["source"] = source
-    return _shard(campaign, shard_name(campaign.name, index), ShardClass.WORK, body_spec)
+    return _shard(campaign, shardview.shard_name(campaign.name, index), ShardClass.WORK, body_spec)
 
 
 def finalize_shard_body(campaign: Campaign, work_shards: int, items_total: int) -> JSON:
@@ -113,7 +99,7 @@ def finalize_shard_body(campaign: Campaign, work_shards: int, items_total: int) 
         "shardClass": str(ShardClass.FINALIZE),
         "idempotencyKey": idempotency_key(campaign.name, shape, finalize.full_command()),
     }
-    return _shard(campaign, finalize_name(campaign.name), ShardClass.FINALIZE, body_spec)
+    return _shard(campaign, shardview.finalize_name(campaign.name), ShardClass.FINALIZE, body_spec)
 
 
 def _shard(campaign: Campaign, name: str, shard_class: ShardClass, spec: JSON) -> JSON:
@@ -209,216 +195,7 @@ def worker_spec_for(spec: CampaignSpec, claimable_classes: Iterable[ShardClass])
 # --- views for logic/ ------------------------------------------------------------------------------
 
 
-def phase_of(shard: Shard) -> ShardPhase:
-    """A shard nobody wrote a status for is Queued (created, not yet materialized)."""
-    return shard.phase or ShardPhase.QUEUED
-
-
-def shard_view(shard: Shard) -> ShardView:
-    status = shard.current_status
-    phase = phase_of(shard)
-    since = status.history[-1].at if status.history else (shard.created_at or EPOCH)
-    # A running shard's source is the one it really calls (maybe a fallback), which is what a
-    # HalfOpen probe in flight is about; an unclaimed one is routed from its own source.
-    source = status.source if phase is ShardPhase.RUNNING and status.source else shard.spec.source
-    return ShardView(
-        name=shard.name,
-        phase=phase,
-        shard_class=shard.spec.shard_class,
-        priority=shard.spec.priority,
-        index=shard.spec.index,
-        attempt=max(status.attempt, 1),
-        source=source,
-        not_before=status.not_before,
-        since=since,
-        cost=status.cost,
-    )
-
-
-def materialized_items(shards: Iterable[Shard], shard_size: int, total_items: int) -> int:
-    """Items already cut into work shards. Shards are cut in index order, so the highest index tells."""
-    indices = [s.spec.index for s in shards if s.spec.shard_class is ShardClass.WORK]
-    if not indices:
-        return 0
-    return min(total_items, (max(indices) + 1) * shard_size)
-
-
-def claimed_at(shard: Shard) -> dt.datetime | None:
-    """When the current attempt was claimed, from the newest Claimed history entry."""
-    for entry in reversed(shard.current_status.history):
-        if entry.reason == str(EventReason.CLAIMED):
-            return entry.at
-    return None
-
-
-def lease_observation(
-    shard: Shard,
-    lease: JSON | None,
-    lease_seconds: int,
-    heartbeat_seconds: float,
-    progress_changed_at: dt.datetime,
-) -> LeaseObservation:
-    """The claim as the Lease records it; the shard's own leaseUntil only when the Lease does not speak
-    for this claim (missing, or held by someone other than the shard's owner)."""
-    status = shard.current_status
-    until: dt.datetime | None = None
-    if lease is not None:
-        spec = lease.get("spec") or {}
-        holder = spec.get("holderIdentity")
-        if not holder:
-            # Released or revoked while the shard still says Running: nobody is working on it.
-            until = EPOCH
-        elif status.owner is None or holder == status.owner:
-            until = lease_expires_at(lease)
-    if until is None:
-        until = status.lease_until
-    if until is None:
-        start = claimed_at(shard) or shard.created_at or EPOCH
-        until = start + dt.timedelta(seconds=lease_seconds)
-    return LeaseObservation(
-        lease_until=until,
-        last_heartbeat=status.last_heartbeat,
-        heartbeat_seconds=heartbeat_seconds,
-        progress_changed_at=progress_changed_at,
-    )
-
-
-# FailureTarget and SuccessCriteriaMet come before Failed and Complete: the pod is done already.
-_JOB_DONE = frozenset({"Complete", "Failed", "FailureTarget", "SuccessCriteriaMet"})
-
-
-def _job_finished(job: JSON) -> bool:
-    if (job.get("metadata") or {}).get("deletionTimestamp"):
-        return True
-    for condition in (job.get("status") or {}).get("conditions") or []:
-        if condition.get("status") == "True" and condition.get("type") in _JOB_DONE:
-            return True
-    return False
-
-
-def _pod_stuck(pod: JSON, now: dt.datetime, grace: dt.timedelta) -> bool:
-    status = pod.get("status") or {}
-    if status.get("phase") != "Pending":
-        return False
-    for condition in status.get("conditions") or []:
-        scheduled = condition.get("type") == "PodScheduled" and condition.get("status") == "False"
-        if scheduled and condition.get("reason") == "Unschedulable":
-            return True
-    created = _created(pod)
-    return created is not None and now - created >= grace
-
-
-def _created(obj: JSON) -> dt.datetime | None:
-    return parse_time((obj.get("metadata") or {}).get("creationTimestamp"))
-
-
-def _job_of(pod: JSON) -> str | None:
-    labels = (pod.get("metadata") or {}).get("labels") or {}
-    return labels.get("batch.kubernetes.io/job-name") or labels.get("job-name")
-
-
-def worker_counts(
-    jobs: Sequence[JSON], pods: Sequence[JSON], now: dt.datetime, pending_grace: dt.timedelta
-) -> WorkerCounts:
-    """Jobs not finished count as alive (their pod may still be starting). Pods stuck Pending say the
-    cluster has no room for more; so does a Job that got no pod at all within the grace (its pods are
-    refused: quota, admission, a missing ServiceAccount)."""
-    alive_jobs = [job for job in jobs if not _job_finished(job)]
-    live_pods = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
-    running = sum(1 for p in live_pods if (p.get("status") or {}).get("phase") == "Running")
-    stuck = sum(1 for p in live_pods if _pod_stuck(p, now, pending_grace))
-    with_pods = {_job_of(p) for p in pods}
-    for job in alive_jobs:
-        created = _created(job)
-        if (
-            (job.get("metadata") or {}).get("name") not in with_pods
-            and created
-            and now - created >= pending_grace
-        ):
-            stuck += 1
-    return WorkerCounts(alive_jobs=len(alive_jobs), running_pods=running, stuck_pending_pods=stuck)
-
-
-# A worker that dies at start (RBAC, configuration, a broken image) would be replaced every tick:
-# after this many failures in the window, new Jobs wait until no worker failed for the quiet time.
-WORKER_FAILURE_WINDOW = dt.timedelta(minutes=5)
-WORKER_FAILURE_QUIET = dt.timedelta(seconds=60)
-MIN_WORKER_FAILURES = 3
-
-
-@dataclass(frozen=True)
-class WorkerFailures:
-    count: int
-    last_at: dt.datetime | None
-    last_reason: str
-
-    def hold(self, max_concurrency: int, now: dt.datetime) -> bool:
-        """Stop starting Jobs for now: many workers failed lately and the last one only just did."""
-        too_many = self.count >= max(MIN_WORKER_FAILURES, max_concurrency)
-        return too_many and self.last_at is not None and now - self.last_at < WORKER_FAILURE_QUIET
-
-    def describe(self) -> str:
-        minutes = WORKER_FAILURE_WINDOW.total_seconds() / 60
-        return (
-            f"{self.count} worker Job(s) failed in the last {minutes:.0f}m "
-            f"(last: {self.last_reason}); no new workers until none fails for "
-            f"{WORKER_FAILURE_QUIET.total_seconds():.0f}s: read the worker pods' logs"
-        )
-
-
-def worker_failures(jobs: Sequence[JSON], now: dt.datetime) -> WorkerFailures:
-    """Worker Jobs that failed within the window, the newest one's time and reason."""
-    failed: list[tuple[dt.datetime, str]] = []
-    for job in jobs:
-        for condition in (job.get("status") or {}).get("conditions") or []:
-            if condition.get("type") != "Failed" or condition.get("status") != "True":
-                continue
-            at = parse_time(condition.get("lastTransitionTime"))
-            if at is not None and now - at <= WORKER_FAILURE_WINDOW:
-                name = (job.get("metadata") or {}).get("name")
-                failed.append((at, f"{name}: {condition.get('reason')}: {condition.get('message', '')}"))
-    if not failed:
-        return WorkerFailures(0, None, "")
-    last_at, last_reason = max(failed)
-    return WorkerFailures(len(failed), last_at, last_reason)
-
-
 # --- breakers -------------------------------------------------------------------------------------
-
-
-def breakers_from_status(status: CampaignStatus) -> dict[str, SourceBreaker]:
-    """The breakers as last written. HalfOpen is derived from the clock, so it is stored back as Open."""
-    states: dict[str, SourceBreaker] = {}
-    for b in status.breakers:
-        state = BreakerState.CLOSED if b.state is BreakerState.CLOSED else BreakerState.OPEN
-        opened = b.opened_at if state is BreakerState.OPEN else None
-        states[b.source] = SourceBreaker(state, b.consecutive_failures, opened)
-    return states
-
-
-def cooldown_of(spec: CampaignSpec, source: str) -> dt.timedelta:
-    declared = spec.source(source)
-    seconds = declared.cooldown_seconds if declared is not None else _DEFAULT_COOLDOWN_SECONDS
-    return dt.timedelta(seconds=seconds)
-
-
-_DEFAULT_COOLDOWN_SECONDS = 300
-
-
-def planner_breakers(spec: CampaignSpec, states: Mapping[str, SourceBreaker]) -> Breakers:
-    """The planner takes one cooldown for all sources; each source's own cooldown is expressed by
-    moving its openedAt forward by that cooldown and giving the planner zero. `effective` then turns
-    HalfOpen exactly when openedAt + the source's cooldown has passed, and skip reasons print that time."""
-    shifted = {
-        source: (
-            SourceBreaker(b.state, b.consecutive_rate_limited, b.opened_at + cooldown_of(spec, source))
-            if b.opened_at is not None
-            else b
-        )
-        for source, b in states.items()
-    }
-    fallbacks = {s.name: s.fallback for s in spec.sources or [] if s.fallback}
-    return Breakers(shifted, fallbacks, dt.timedelta(0))
 
 
 def breakers_to_status(
@@ -436,7 +213,7 @@ def breakers_to_status(
     out: list[StatusBreaker] = []
     for name in names:
         b = states.get(name, CLOSED_BREAKER)
-        state = effective(b, now, cooldown_of(spec, name))
+        state = effective(b, now, breakers.cooldown_of(spec, name))
         reason = reasons.get(name, old_reasons.get(name)) if state is not BreakerState.CLOSED else None
         out.append(
             StatusBreaker(

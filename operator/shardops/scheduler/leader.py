@@ -30,8 +30,8 @@ from typing import Any
 from shardops.k8s import events
 from shardops.k8s.api import LEASES, AlreadyExists, Conflict, Kube, NotFound
 from shardops.logic.timefmt import micro_time
-from shardops.operator.metrics import Metrics
-from shardops.operator.settings import REPORTING_CONTROLLER, OperatorSettings
+from shardops.scheduler.metrics import Metrics
+from shardops.scheduler.settings import REPORTING_CONTROLLER, OperatorSettings
 
 log = logging.getLogger(__name__)
 

@@ -14,9 +14,8 @@ from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from shardops import API_GROUP
-from shardops.operator.builders import DEFAULT_WORKER_SERVICE_ACCOUNT
+from shardops.scheduler.builders import DEFAULT_WORKER_SERVICE_ACCOUNT
 
-FIELD_MANAGER = "shardops-operator"
 REPORTING_CONTROLLER = f"{API_GROUP}/operator"
 
 

@@ -1,18 +1,13 @@
-"""`shardops`: run the operator, run a worker, generate the CRDs."""
+"""`shardops`: run the operator, run a worker, generate the CRDs.
+
+The one module above every entry point (scheduler, worker, api.crdgen): it only dispatches.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Sequence
-
-
-def _not_yet(name: str) -> Callable[[argparse.Namespace], int]:
-    def run(_: argparse.Namespace) -> int:
-        print(f"shardops {name}: not yet implemented", file=sys.stderr)
-        return 2
-
-    return run
+from collections.abc import Sequence
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,8 +40,8 @@ def _run_worker(args: argparse.Namespace) -> int:
 
 def _run_operator(_: argparse.Namespace) -> int:
     # Settings come from the environment (SHARDOPS_*), loaded here, before kopf or any handler exists.
-    from shardops.operator.main import run_operator
-    from shardops.operator.settings import OperatorSettings
+    from shardops.scheduler.main import run_operator
+    from shardops.scheduler.settings import OperatorSettings
 
     return run_operator(OperatorSettings())
 

@@ -13,8 +13,8 @@ import kopf
 from shardops import API_GROUP, API_VERSION
 from shardops.api.common import plain
 from shardops.api.names import CAMPAIGN_LABEL, CAMPAIGN_PLURAL, SHARD_PLURAL
-from shardops.operator.reconcile import Reconciler
-from shardops.operator.settings import OperatorSettings
+from shardops.scheduler.reconcile import Reconciler
+from shardops.scheduler.settings import OperatorSettings
 
 
 def register(registry: kopf.OperatorRegistry, settings: OperatorSettings, reconciler: Reconciler) -> None:

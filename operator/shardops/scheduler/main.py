@@ -16,12 +16,13 @@ from types import FrameType
 import kopf
 
 from shardops import API_GROUP
+from shardops.api.names import OPERATOR_FIELD_MANAGER
 from shardops.k8s.api import Kube
-from shardops.operator.handlers import register
-from shardops.operator.leader import LeaderElector
-from shardops.operator.metrics import Metrics
-from shardops.operator.reconcile import Reconciler
-from shardops.operator.settings import FIELD_MANAGER, OperatorSettings
+from shardops.scheduler.handlers import register
+from shardops.scheduler.leader import LeaderElector
+from shardops.scheduler.metrics import Metrics
+from shardops.scheduler.reconcile import Reconciler
+from shardops.scheduler.settings import OperatorSettings
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +75,7 @@ def run_operator(settings: OperatorSettings) -> int:
         # kopf logs every successful handler call at INFO: one line per tick per campaign.
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     metrics = Metrics()
-    kube = Kube.from_environment(FIELD_MANAGER, settings.kubeconfig)
+    kube = Kube.from_environment(OPERATOR_FIELD_MANAGER, settings.kubeconfig)
     kube.observer = metrics.observe_api
     heartbeat = LoopHeartbeat(settings.loop_stall_seconds)
     stop = threading.Event()

@@ -1,0 +1,101 @@
+"""Shards as `logic/` sees them: names, phases, views, lease observations."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable
+from typing import Any
+
+from shardops.api.enums import ShardClass, ShardPhase
+from shardops.api.shard import Shard
+from shardops.k8s.leases import lease_expires_at
+from shardops.logic.leases import LeaseObservation
+from shardops.logic.transitions import EventReason
+from shardops.logic.views import ShardView
+
+JSON = dict[str, Any]
+
+
+def shard_name(campaign: str, index: int) -> str:
+    return f"{campaign}-{index:05d}"
+
+
+def finalize_name(campaign: str) -> str:
+    return f"{campaign}-finalize"
+
+
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+def phase_of(shard: Shard) -> ShardPhase:
+    """A shard nobody wrote a status for is Queued (created, not yet materialized)."""
+    return shard.phase or ShardPhase.QUEUED
+
+
+def shard_view(shard: Shard) -> ShardView:
+    status = shard.current_status
+    phase = phase_of(shard)
+    since = status.history[-1].at if status.history else (shard.created_at or EPOCH)
+    # A running shard's source is the one it really calls (maybe a fallback), which is what a
+    # HalfOpen probe in flight is about; an unclaimed one is routed from its own source.
+    source = status.source if phase is ShardPhase.RUNNING and status.source else shard.spec.source
+    return ShardView(
+        name=shard.name,
+        phase=phase,
+        shard_class=shard.spec.shard_class,
+        priority=shard.spec.priority,
+        index=shard.spec.index,
+        attempt=max(status.attempt, 1),
+        source=source,
+        not_before=status.not_before,
+        since=since,
+        cost=status.cost,
+    )
+
+
+def materialized_items(shards: Iterable[Shard], shard_size: int, total_items: int) -> int:
+    """Items already cut into work shards. Shards are cut in index order, so the highest index tells."""
+    indices = [s.spec.index for s in shards if s.spec.shard_class is ShardClass.WORK]
+    if not indices:
+        return 0
+    return min(total_items, (max(indices) + 1) * shard_size)
+
+
+def claimed_at(shard: Shard) -> dt.datetime | None:
+    """When the current attempt was claimed, from the newest Claimed history entry."""
+    for entry in reversed(shard.current_status.history):
+        if entry.reason == str(EventReason.CLAIMED):
+            return entry.at
+    return None
+
+
+def lease_observation(
+    shard: Shard,
+    lease: JSON | None,
+    lease_seconds: int,
+    heartbeat_seconds: float,
+    progress_changed_at: dt.datetime,
+) -> LeaseObservation:
+    """The claim as the Lease records it; the shard's own leaseUntil only when the Lease does not speak
+    for this claim (missing, or held by someone other than the shard's owner)."""
+    status = shard.current_status
+    until: dt.datetime | None = None
+    if lease is not None:
+        spec = lease.get("spec") or {}
+        holder = spec.get("holderIdentity")
+        if not holder:
+            # Released or revoked while the shard still says Running: nobody is working on it.
+            until = EPOCH
+        elif status.owner is None or holder == status.owner:
+            until = lease_expires_at(lease)
+    if until is None:
+        until = status.lease_until
+    if until is None:
+        start = claimed_at(shard) or shard.created_at or EPOCH
+        until = start + dt.timedelta(seconds=lease_seconds)
+    return LeaseObservation(
+        lease_until=until,
+        last_heartbeat=status.last_heartbeat,
+        heartbeat_seconds=heartbeat_seconds,
+        progress_changed_at=progress_changed_at,
+    )

@@ -1,0 +1,117 @@
+"""Worker Jobs and their pods as the planner counts them, and the recent worker failures."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from shardops.k8s.leases import parse_time
+from shardops.logic.planner import WorkerCounts
+
+JSON = dict[str, Any]
+
+
+# FailureTarget and SuccessCriteriaMet come before Failed and Complete: the pod is done already.
+_JOB_DONE = frozenset({"Complete", "Failed", "FailureTarget", "SuccessCriteriaMet"})
+
+
+def _job_finished(job: JSON) -> bool:
+    if (job.get("metadata") or {}).get("deletionTimestamp"):
+        return True
+    for condition in (job.get("status") or {}).get("conditions") or []:
+        if condition.get("status") == "True" and condition.get("type") in _JOB_DONE:
+            return True
+    return False
+
+
+def _pod_stuck(pod: JSON, now: dt.datetime, grace: dt.timedelta) -> bool:
+    status = pod.get("status") or {}
+    if status.get("phase") != "Pending":
+        return False
+    for condition in status.get("conditions") or []:
+        scheduled = condition.get("type") == "PodScheduled" and condition.get("status") == "False"
+        if scheduled and condition.get("reason") == "Unschedulable":
+            return True
+    created = _created(pod)
+    return created is not None and now - created >= grace
+
+
+def _created(obj: JSON) -> dt.datetime | None:
+    return parse_time((obj.get("metadata") or {}).get("creationTimestamp"))
+
+
+def _job_of(pod: JSON) -> str | None:
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    return labels.get("batch.kubernetes.io/job-name") or labels.get("job-name")
+
+
+def worker_counts(
+    jobs: Sequence[JSON], pods: Sequence[JSON], now: dt.datetime, pending_grace: dt.timedelta
+) -> WorkerCounts:
+    """Jobs not finished count as alive (their pod may still be starting). Pods stuck Pending say the
+    cluster has no room for more; so does a Job that got no pod at all within the grace (its pods are
+    refused: quota, admission, a missing ServiceAccount)."""
+    alive_jobs = [job for job in jobs if not _job_finished(job)]
+    live_pods = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
+    running = sum(1 for p in live_pods if (p.get("status") or {}).get("phase") == "Running")
+    stuck = sum(1 for p in live_pods if _pod_stuck(p, now, pending_grace))
+    with_pods = {_job_of(p) for p in pods}
+    for job in alive_jobs:
+        created = _created(job)
+        if (
+            (job.get("metadata") or {}).get("name") not in with_pods
+            and created
+            and now - created >= pending_grace
+        ):
+            stuck += 1
+    return WorkerCounts(alive_jobs=len(alive_jobs), running_pods=running, stuck_pending_pods=stuck)
+
+
+# A worker that dies at start (RBAC, configuration, a broken image) would be replaced every tick:
+# after this many failures in the window, new Jobs wait until no worker failed for the quiet time.
+WORKER_FAILURE_WINDOW = dt.timedelta(minutes=5)
+
+
+WORKER_FAILURE_QUIET = dt.timedelta(seconds=60)
+
+
+MIN_WORKER_FAILURES = 3
+
+
+@dataclass(frozen=True)
+class WorkerFailures:
+    count: int
+    last_at: dt.datetime | None
+    last_reason: str
+
+    def hold(self, max_concurrency: int, now: dt.datetime) -> bool:
+        """Stop starting Jobs for now: many workers failed lately and the last one only just did."""
+        too_many = self.count >= max(MIN_WORKER_FAILURES, max_concurrency)
+        return too_many and self.last_at is not None and now - self.last_at < WORKER_FAILURE_QUIET
+
+    def describe(self) -> str:
+        minutes = WORKER_FAILURE_WINDOW.total_seconds() / 60
+        return (
+            f"{self.count} worker Job(s) failed in the last {minutes:.0f}m "
+            f"(last: {self.last_reason}); no new workers until none fails for "
+            f"{WORKER_FAILURE_QUIET.total_seconds():.0f}s: read the worker pods' logs"
+        )
+
+
+def worker_failures(jobs: Sequence[JSON], now: dt.datetime) -> WorkerFailures:
+    """Worker Jobs that failed within the window, the newest one's time and reason."""
+    failed: list[tuple[dt.datetime, str]] = []
+    for job in jobs:
+        for condition in (job.get("status") or {}).get("conditions") or []:
+            if condition.get("type") != "Failed" or condition.get("status") != "True":
+                continue
+            at = parse_time(condition.get("lastTransitionTime"))
+            if at is not None and now - at <= WORKER_FAILURE_WINDOW:
+                name = (job.get("metadata") or {}).get("name")
+                failed.append((at, f"{name}: {condition.get('reason')}: {condition.get('message', '')}"))
+    if not failed:
+        return WorkerFailures(0, None, "")
+    last_at, last_reason = max(failed)
+    return WorkerFailures(len(failed), last_at, last_reason)
