@@ -36,7 +36,7 @@ from e2e.cluster import lifecycle
 from shardops import API_GROUP, API_VERSION
 
 if TYPE_CHECKING:
-    from e2e.conftest import Cluster
+    from e2e.harness import Cluster
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CHART = REPO_ROOT / "charts" / "shardops"

@@ -7,77 +7,16 @@ process-kubelet or the audit log are skipped there.
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import time
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from kubernetes import client, config
 
 from e2e.cluster import lifecycle
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
-
-
-@dataclass
-class Cluster:
-    """What a test may use of the cluster under test."""
-
-    kubeconfig: Path
-    bin_dir: Path
-    api: client.ApiClient
-    local: lifecycle.LocalCluster | None
-
-    @property
-    def audit_log(self) -> Path | None:
-        return self.local.audit_log if self.local else None
-
-    def env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env["KUBECONFIG"] = str(self.kubeconfig)
-        env["PATH"] = f"{self.bin_dir}{os.pathsep}{env.get('PATH', '')}"
-        if self.local:
-            env[lifecycle.MARKER_ENV] = str(self.local.directory)
-        return env
-
-    def kubectl(
-        self, *args: str, check: bool = True, stdin: str | None = None
-    ) -> subprocess.CompletedProcess[str]:
-        result = subprocess.run(
-            [str(self.bin_dir / "kubectl"), *args],
-            input=stdin,
-            check=False,
-            capture_output=True,
-            text=True,
-            env=self.env(),
-            timeout=120,
-        )
-        if check and result.returncode != 0:
-            raise AssertionError(f"kubectl {' '.join(args)} failed ({result.returncode}):\n{result.stderr}")
-        return result
-
-    def pod_log(self, namespace: str, pod: str, container: str) -> str:
-        assert self.local, "pod logs from files need the local process-kubelet"
-        path = self.local.kubelet_state / "logs" / namespace / pod / f"{container}.log"
-        return path.read_text(errors="replace") if path.exists() else ""
-
-
-def wait_for(what: str, probe: Callable[[], Any], timeout: float = 60.0, interval: float = 0.2) -> Any:
-    """Poll `probe` until it returns something truthy; fail with `what` after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+from e2e.harness import REPO_ROOT, Cluster, wait_for
 
 
 def _external_kubeconfig() -> Path | None:
@@ -131,13 +70,3 @@ def namespace(cluster: Cluster) -> Iterator[str]:
     )
     yield name
     core.delete_namespace(name, propagation_policy="Background")
-
-
-def objects_in(path: Path) -> list[dict[str, Any]]:
-    import yaml
-
-    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
-
-
-def dump_json(obj: Any) -> str:
-    return json.dumps(obj, indent=2, default=str)

@@ -20,7 +20,7 @@ import pytest
 from kubernetes import client
 
 from e2e import chartkit
-from e2e.conftest import REPO_ROOT, Cluster, dump_json, wait_for
+from e2e.harness import REPO_ROOT, Cluster, dump_json, wait_for
 
 RESTRICTED = "pod-security.kubernetes.io/enforce=restricted"
 FULLNAME = chartkit.fullname()

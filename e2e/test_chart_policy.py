@@ -21,7 +21,7 @@ import pytest
 from kubernetes import client
 
 from e2e import chartkit
-from e2e.conftest import Cluster, dump_json, wait_for
+from e2e.harness import Cluster, dump_json, wait_for
 
 FORBIDDEN = 403
 

@@ -15,7 +15,7 @@ import pytest
 from kubernetes import client
 
 from e2e import chartkit
-from e2e.conftest import Cluster
+from e2e.harness import Cluster
 
 OTHER = f"e2e-render-{uuid.uuid4().hex[:8]}"
 DIGEST = "sha256:" + "0123456789abcdef" * 4

@@ -28,7 +28,7 @@ import pytest
 import yaml
 
 from e2e import chartkit
-from e2e.conftest import REPO_ROOT, Cluster
+from e2e.harness import REPO_ROOT, Cluster
 from shardops.api.campaign import Campaign
 from shardops.api.names import API_GROUP_VERSION, CAMPAIGN_KIND, CAMPAIGN_LABEL
 from shardops.api.shard import Shard, ShardError, ShardResult

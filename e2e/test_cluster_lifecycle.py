@@ -13,7 +13,7 @@ import pytest
 from kubernetes import client, config
 
 from e2e.cluster import lifecycle
-from e2e.conftest import REPO_ROOT, wait_for
+from e2e.harness import REPO_ROOT, wait_for
 
 
 @pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "sigkill"])

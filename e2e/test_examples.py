@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from e2e.conftest import REPO_ROOT, Cluster, dump_json, objects_in
+from e2e.harness import REPO_ROOT, Cluster, dump_json, objects_in
 from shardops.api.campaign import Campaign
 from shardops.cli import campaign as cli
 from shardops.k8s import campaigns

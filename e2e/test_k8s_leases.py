@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from e2e.conftest import Cluster
+from e2e.harness import Cluster
 from shardops.k8s import leases
 from shardops.k8s.api import LEASES, Kube
 

@@ -7,8 +7,8 @@ import datetime as dt
 
 import pytest
 
-from e2e.conftest import Cluster, wait_for
-from e2e.test_operator_support import (
+from e2e.harness import Cluster, wait_for
+from e2e.schedulerkit import (
     HOLD_WINDOW,
     STALE_READ_GRACE,
     campaign_body,

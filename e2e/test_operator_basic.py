@@ -7,8 +7,8 @@ from collections import Counter
 
 import pytest
 
-from e2e.conftest import Cluster
-from e2e.test_operator_support import (
+from e2e.harness import Cluster
+from e2e.schedulerkit import (
     audit_entries,
     campaign_body,
     condition,

@@ -7,8 +7,8 @@ import datetime as dt
 
 import pytest
 
-from e2e.conftest import Cluster
-from e2e.test_operator_support import (
+from e2e.harness import Cluster
+from e2e.schedulerkit import (
     STALE_READ_GRACE,
     Seen,
     campaign_body,

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from e2e.conftest import Cluster, wait_for
-from e2e.test_operator_support import (
+from e2e.harness import Cluster, wait_for
+from e2e.schedulerkit import (
     LEASE_SECONDS,
     campaign_body,
     condition,

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from e2e.conftest import Cluster, wait_for
-from e2e.test_operator_support import (
+from e2e.harness import Cluster, wait_for
+from e2e.schedulerkit import (
     JSON,
     campaign_body,
     create_campaign,

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from e2e.conftest import Cluster, wait_for
-from e2e.test_operator_support import (
+from e2e.harness import Cluster, wait_for
+from e2e.schedulerkit import (
     JSON,
     campaign_body,
     condition,

@@ -11,9 +11,8 @@ import time
 
 import pytest
 
-from e2e.conftest import Cluster, wait_for
-from e2e.test_cli_campaign import kc
-from e2e.test_operator_support import (
+from e2e.harness import Cluster, wait_for
+from e2e.schedulerkit import (
     campaign_body,
     create_campaign,
     get_campaign,
@@ -25,6 +24,7 @@ from e2e.test_operator_support import (
     shard_phase,
     wait_phase,
 )
+from e2e.test_cli_campaign import kc
 from shardops.k8s.api import EVENTS, SHARDS, Kube
 
 pytestmark = pytest.mark.usefixtures("crds_installed")

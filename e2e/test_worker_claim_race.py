@@ -13,7 +13,7 @@ from collections import Counter
 from pathlib import Path
 
 from e2e import workerkit as kit
-from e2e.conftest import Cluster
+from e2e.harness import Cluster
 from shardops.k8s.api import LEASES, SHARDS
 
 WORKERS = 8

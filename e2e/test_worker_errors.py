@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from e2e import workerkit as kit
-from e2e.conftest import Cluster
+from e2e.harness import Cluster
 
 CAP = 8192
 

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from e2e import workerkit as kit
-from e2e.conftest import Cluster
+from e2e.harness import Cluster
 from shardops.k8s.results import OWNER_ANNOTATION
 
 ITEMS = 2

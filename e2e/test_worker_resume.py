@@ -15,7 +15,7 @@ from collections import Counter
 from pathlib import Path
 
 from e2e import workerkit as kit
-from e2e.conftest import Cluster
+from e2e.harness import Cluster
 
 TOTAL = 50
 FIRST = 30

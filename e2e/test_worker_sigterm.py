@@ -17,7 +17,7 @@ from typing import Any
 from kubernetes import client
 
 from e2e import workerkit as kit
-from e2e.conftest import Cluster
+from e2e.harness import Cluster
 from shardops.k8s.api import JOBS
 
 ITEMS = 8

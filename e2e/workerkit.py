@@ -30,7 +30,7 @@ import yaml
 from kubernetes import client
 
 from e2e.cluster.kubelet import cluster_info, service_account_kubeconfig
-from e2e.conftest import REPO_ROOT, Cluster, wait_for
+from e2e.harness import REPO_ROOT, Cluster, wait_for
 from shardops.api.campaign import Campaign
 from shardops.api.names import API_GROUP_VERSION, CAMPAIGN_KIND, CAMPAIGN_LABEL
 from shardops.api.shard import Shard

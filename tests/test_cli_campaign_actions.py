@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from clikit import NOW, campaign_body, shard_body
 from shardops.api.campaign import MAX_RETRY_SHARDS, Campaign
 from shardops.cli import campaign_actions as actions
 from shardops.cli import campaign_views as views
-from test_cli_campaign_support import NOW, campaign_body, shard_body
 
 CANCELLED = views.CANCELLED_ANNOTATION
 

@@ -12,12 +12,7 @@ import pytest
 import urllib3
 import yaml
 
-from fakekube import Call, FakeKube
-from shardops.cli import campaign as cli
-from shardops.cli import campaign_views as views
-from shardops.cli.campaign_client import REPORTING_CONTROLLER, Client, connect, default_namespace
-from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS, SHARDS, Conflict, Forbidden
-from test_cli_campaign_support import (
+from clikit import (
     NOW,
     campaign_body,
     done_status,
@@ -25,6 +20,11 @@ from test_cli_campaign_support import (
     shard_body,
     unauthorized,
 )
+from fakekube import Call, FakeKube
+from shardops.cli import campaign as cli
+from shardops.cli import campaign_views as views
+from shardops.cli.campaign_client import REPORTING_CONTROLLER, Client, connect, default_namespace
+from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS, SHARDS, Conflict, Forbidden
 
 
 class Run:

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from clikit import NOW, campaign_body, history, shard_body, t
 from shardops.api.campaign import Campaign
 from shardops.cli import campaign_views as views
 from shardops.logic.breaker import BreakerPolicy
@@ -17,7 +18,6 @@ from shardops.scheduler import reconcile
 from shardops.scheduler.metrics import Metrics
 from shardops.scheduler.settings import OperatorSettings
 from shardops.state import observe
-from test_cli_campaign_support import NOW, campaign_body, history, shard_body, t
 
 SOURCES = [{"name": "large", "fallback": "small", "cooldownSeconds": 600}, {"name": "small"}]
 

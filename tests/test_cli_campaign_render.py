@@ -9,11 +9,11 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
+from clikit import NOW, campaign_body, done_status, shard_body, t
 from shardops.api.campaign import Campaign
 from shardops.cli import campaign_views as views
 from shardops.cli import render
 from shardops.cli.campaign_actions import ActionResult
-from test_cli_campaign_support import NOW, campaign_body, done_status, shard_body, t
 
 
 def test_relative_times() -> None:

@@ -6,10 +6,7 @@ import datetime as dt
 
 import pytest
 
-from shardops.api.campaign import Campaign
-from shardops.api.enums import BreakerState, ShardPhase
-from shardops.cli import campaign_views as views
-from test_cli_campaign_support import (
+from clikit import (
     NOW,
     ago,
     campaign_body,
@@ -18,6 +15,9 @@ from test_cli_campaign_support import (
     shard_body,
     t,
 )
+from shardops.api.campaign import Campaign
+from shardops.api.enums import BreakerState, ShardPhase
+from shardops.cli import campaign_views as views
 
 
 def _campaign(**kwargs: object) -> Campaign:

@@ -5,13 +5,13 @@ from datetime import timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from logickit import NOW, shard
 from shardops.api.enums import CampaignPhase, ShardClass, ShardPhase
 from shardops.logic import conditions
 from shardops.logic.aggregate import MAX_LISTED_NAMES, Aggregate, CampaignFacts, aggregate
 from shardops.logic.budget import BudgetGate, budget_status
 from shardops.logic.conditions import ConditionStatus, ConditionType, DesiredCondition
 from shardops.logic.views import ItemProgress, ShardView
-from test_logic_support import NOW, shard
 
 P = ShardPhase
 FIN = ShardClass.FINALIZE

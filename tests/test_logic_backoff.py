@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from logickit import NOW
 from shardops.logic.backoff import backoff_bounds, backoff_ceiling, backoff_delay, retry_not_before
-from test_logic_support import NOW
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,7 @@ from datetime import timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from logickit import NOW
 from shardops.api.enums import BreakerState, ErrorClass
 from shardops.logic.breaker import (
     CLOSED_BREAKER,
@@ -16,7 +17,6 @@ from shardops.logic.breaker import (
     record_success,
     route,
 )
-from test_logic_support import NOW
 
 POLICY = BreakerPolicy(threshold=3, cooldown=timedelta(minutes=5))
 LATER = NOW + POLICY.cooldown

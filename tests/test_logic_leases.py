@@ -4,6 +4,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
+from logickit import NOW
 from shardops.api.enums import StallPolicy
 from shardops.logic.leases import (
     LeaseObservation,
@@ -14,7 +15,6 @@ from shardops.logic.leases import (
     track_progress,
 )
 from shardops.logic.transitions import Action
-from test_logic_support import NOW
 
 HEARTBEAT = 40.0
 

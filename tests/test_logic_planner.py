@@ -6,13 +6,13 @@ from datetime import timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from logickit import NOW, inputs, shard
 from shardops.api.enums import BreakerState, ShardClass, ShardPhase
 from shardops.logic.backpressure import backlog_bound, backlog_room, cluster_full, workers_to_start
 from shardops.logic.breaker import Route, SourceBreaker
 from shardops.logic.budget import BudgetGate, budget_status
 from shardops.logic.planner import DispatchInputs, LimitReason, claim_order_key, plan_dispatch
 from shardops.logic.views import ShardView
-from test_logic_support import NOW, inputs, shard
 
 P = ShardPhase
 FIN = ShardClass.FINALIZE

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+from schedulerkit import T0, campaign, entry, shard
 from shardops.api.campaign import Campaign, CampaignStatus
 from shardops.api.common import Condition
 from shardops.api.enums import BreakerState, CampaignPhase, ShardClass, ShardPhase
@@ -16,7 +17,6 @@ from shardops.logic.timefmt import micro_time
 from shardops.logic.views import ItemProgress
 from shardops.scheduler import builders
 from shardops.state import breakers, shardview, workers
-from test_operator_support import T0, campaign, entry, shard
 
 
 def parsed(**spec: object) -> Campaign:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import datetime as dt
 
+from schedulerkit import T0, entry, shard
 from shardops.api.enums import BreakerState, ErrorClass
 from shardops.api.shard import Shard
 from shardops.logic.breaker import CLOSED_BREAKER, BreakerPolicy, SourceBreaker
 from shardops.state import history
-from test_operator_support import T0, entry, shard
 
 POLICY = BreakerPolicy(threshold=3, cooldown=dt.timedelta(seconds=60))
 

@@ -6,10 +6,10 @@ import datetime as dt
 
 import pytest
 
+from schedulerkit import NAMESPACE, T0, OperatorKube, settings
 from shardops.k8s.api import EVENTS, LEASES, ApiError, Resource
 from shardops.scheduler.leader import LeaderElector
 from shardops.scheduler.metrics import Metrics
-from test_operator_support import NAMESPACE, T0, OperatorKube, settings
 
 LEASE = 15
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS, EVENTS, JOBS, LEASES, PODS, SHARDS
-from test_operator_support import (
+from schedulerkit import (
     NAMESPACE,
     T0,
     Clock,
@@ -21,6 +20,7 @@ from test_operator_support import (
     shard_of,
     status_of,
 )
+from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS, EVENTS, JOBS, LEASES, PODS, SHARDS
 
 
 @pytest.fixture

@@ -9,12 +9,12 @@ import kopf
 import pytest
 from prometheus_client import REGISTRY
 
+from schedulerkit import OperatorKube, reconciler, settings
 from shardops.api.enums import ShardPhase
 from shardops.scheduler import handlers
 from shardops.scheduler.main import LoopHeartbeat, kopf_settings
 from shardops.scheduler.metrics import Metrics
 from shardops.scheduler.settings import OperatorSettings
-from test_operator_support import OperatorKube, reconciler, settings
 
 
 def test_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

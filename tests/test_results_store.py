@@ -32,7 +32,7 @@ from shardops.k8s.results import (
     store_result,
 )
 from shardops.logic.idempotency import fingerprint, item_subkey, key_label
-from test_worker_support import NAMESPACE
+from workerkit import NAMESPACE
 
 KEY = fingerprint({"shard": 1})
 META = ResultMeta("camp", "camp-00000", "worker-a", 2)

@@ -11,7 +11,7 @@ from shardops.api.shard import Shard
 from shardops.logic.planner import plan_dispatch
 from shardops.state import observe
 from shardops.worker.claim import choose, expected_shards, is_zombie, progress_of, stop_reason
-from test_worker_support import T0, campaign_body
+from workerkit import T0, campaign_body
 
 NOW = T0 + dt.timedelta(hours=1)
 

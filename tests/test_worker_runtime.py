@@ -33,7 +33,7 @@ from shardops.k8s.results import (
 from shardops.logic.idempotency import item_subkey
 from shardops.worker.runtime import Worker
 from shardops.worker.settings import WorkerSettings
-from test_worker_support import NAMESPACE, add_campaign, campaign_body
+from workerkit import NAMESPACE, add_campaign, campaign_body
 
 AGENT = [sys.executable, "-m", "shardops_example_agent.agent"]
 

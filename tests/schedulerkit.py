@@ -14,7 +14,7 @@ from shardops.logic.timefmt import micro_time
 from shardops.scheduler.metrics import Metrics
 from shardops.scheduler.reconcile import Reconciler
 from shardops.scheduler.settings import OperatorSettings
-from test_worker_support import NAMESPACE
+from workerkit import NAMESPACE
 
 JSON = dict[str, Any]
 T0 = dt.datetime(2026, 3, 1, 12, 0, tzinfo=dt.UTC)

@@ -31,7 +31,7 @@ from kubernetes import client, watch
 
 from e2e import chartkit
 from e2e.cluster.lifecycle import free_port
-from e2e.conftest import Cluster, wait_for
+from e2e.harness import Cluster, wait_for
 from shardops.api.names import API_GROUP_VERSION
 from shardops.k8s.api import CAMPAIGNS, LEASES, SHARDS, Kube, NotFound
 from shardops.k8s.results import ITEMS_PREFIX, RESULT_PREFIX
