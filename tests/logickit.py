@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 
 from shardops.api.enums import ShardClass, ShardPhase
+from shardops.logic.backpressure import NO_WORKER_FAILURES, WorkerFailures
 from shardops.logic.breaker import SourceBreaker
 from shardops.logic.budget import BudgetStatus, budget_status
 from shardops.logic.planner import Breakers, DispatchInputs, DispatchLimits, WorkerCounts
@@ -47,6 +48,7 @@ def inputs(
     alive_jobs: int | None = None,
     running_pods: int | None = None,
     stuck_pending_pods: int = 0,
+    recent_failures: WorkerFailures = NO_WORKER_FAILURES,
     now: datetime = NOW,
 ) -> DispatchInputs:
     """Defaults describe a healthy campaign: one live worker pod per running shard, no budget."""
@@ -62,6 +64,7 @@ def inputs(
             running if alive_jobs is None else alive_jobs,
             running if running_pods is None else running_pods,
             stuck_pending_pods,
+            recent_failures,
         ),
         now=now,
     )

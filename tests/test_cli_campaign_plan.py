@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from clikit import NOW, campaign_body, history, shard_body, t
-from shardops.api.campaign import Campaign
+from shardops.api.campaign import Campaign, Source
 from shardops.cli import campaign_views as views
 from shardops.logic.breaker import BreakerPolicy
 from shardops.logic.planner import LimitReason, plan_dispatch
@@ -17,7 +17,7 @@ from shardops.logic.transitions import Action
 from shardops.scheduler import reconcile
 from shardops.scheduler.metrics import Metrics
 from shardops.scheduler.settings import OperatorSettings
-from shardops.state import observe
+from shardops.state import breakers, observe
 
 SOURCES = [{"name": "large", "fallback": "small", "cooldownSeconds": 600}, {"name": "small"}]
 
@@ -94,12 +94,25 @@ def test_observe_builds_exactly_the_reconciles_planner_inputs() -> None:
     assert len(ours.limits) >= 2 and ours.skipped
 
 
-def test_observe_defaults_are_the_operators() -> None:
-    assert (
-        dt.timedelta(seconds=OperatorSettings.model_fields["worker_pending_grace_seconds"].default)
-        == observe.DEFAULT_PENDING_GRACE
+def test_an_undeclared_source_breaks_like_a_declared_one_with_the_api_defaults() -> None:
+    campaign, _, _, _ = _scenario()
+    declared = campaign.spec.model_copy(update={"sources": [Source(name="plain")]})
+    assert breakers.breaker_policies(declared)["plain"] == breakers.UNDECLARED_SOURCE_POLICY
+    assert breakers.breaker_policy(campaign.spec, "nowhere-declared") == breakers.UNDECLARED_SOURCE_POLICY
+    assert breakers.cooldown_of(campaign.spec, "nowhere-declared") == dt.timedelta(
+        seconds=Source.model_fields["cooldown_seconds"].default
     )
-    assert observe.DEFAULT_BREAKER_POLICY == reconcile._DEFAULT_POLICY
+
+
+def test_the_plan_and_the_operator_agree_on_the_default_pending_grace() -> None:
+    """A pod Pending just under the operator's default grace is not stuck for either of them."""
+    campaign, shards, jobs, pods = _scenario()
+    grace = OperatorSettings(identity="t", leader_election=False).worker_pending_grace_seconds
+    young = {"metadata": {"name": "p3", "creationTimestamp": t(grace - 1)}, "status": {"phase": "Pending"}}
+    old = {"metadata": {"name": "p4", "creationTimestamp": t(grace + 1)}, "status": {"phase": "Pending"}}
+    for pod, stuck in ((young, 1), (old, 2)):
+        inputs = observe.dispatch_inputs(campaign, shards, jobs, [*pods, pod], NOW, items_total=30)
+        assert inputs.workers.stuck_pending_pods == stuck
 
 
 def test_breaker_states_fold_history_after_the_watermark_only() -> None:

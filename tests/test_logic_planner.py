@@ -8,7 +8,13 @@ from hypothesis import strategies as st
 
 from logickit import NOW, inputs, shard
 from shardops.api.enums import BreakerState, ShardClass, ShardPhase
-from shardops.logic.backpressure import backlog_bound, backlog_room, cluster_full, workers_to_start
+from shardops.logic.backpressure import (
+    WorkerFailures,
+    backlog_bound,
+    backlog_room,
+    cluster_full,
+    workers_to_start,
+)
 from shardops.logic.breaker import Route, SourceBreaker
 from shardops.logic.budget import BudgetGate, budget_status
 from shardops.logic.planner import DispatchInputs, LimitReason, claim_order_key, plan_dispatch
@@ -219,6 +225,33 @@ def test_stuck_pending_pods_stop_new_jobs_but_not_claims() -> None:
     assert "2 worker pod(s) stuck Pending ≥ max(1, running pods 0)" in plan.message
     partly = plan_dispatch(inputs([*running(4), *pending(2)], stuck_pending_pods=1))
     assert partly.start_workers == 2
+
+
+def test_failing_workers_hold_new_jobs_in_the_plan_itself() -> None:
+    """The hold is the planner's decision, so `kubectl campaign plan` says it as the operator acts on it."""
+    failing = WorkerFailures(
+        count=3, last_at=NOW - timedelta(seconds=5), last_reason="w-2: BackoffLimitExceeded"
+    )
+    plan = plan_dispatch(inputs(pending(3), max_concurrency=3, alive_jobs=0, recent_failures=failing))
+    assert plan.start_workers == 0
+    assert plan.claimable == ("p0", "p1", "p2"), "claims by running workers go on"
+    assert plan.reason is LimitReason.WORKERS_FAILING
+    assert "3 worker Job(s) failed in the last 5m (last: w-2: BackoffLimitExceeded)" in plan.message
+    quiet = plan_dispatch(
+        inputs(
+            pending(3),
+            max_concurrency=3,
+            alive_jobs=0,
+            recent_failures=failing,
+            now=NOW + timedelta(seconds=60),
+        )
+    )
+    assert quiet.start_workers == 3 and quiet.reason is not LimitReason.WORKERS_FAILING
+    few = WorkerFailures(count=3, last_at=NOW, last_reason="x")
+    assert (
+        plan_dispatch(inputs(pending(6), max_concurrency=6, alive_jobs=0, recent_failures=few)).start_workers
+        == 6
+    )
 
 
 def test_concurrency_cut_below_running_claims_nothing() -> None:

@@ -7,7 +7,40 @@ shards (or machines) only empties the queue faster into a throttled source.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from fractions import Fraction
+
+# A worker that dies at start (RBAC, configuration, a broken image) would be replaced every tick:
+# after this many failures in the window, new Jobs wait until no worker failed for the quiet time.
+WORKER_FAILURE_WINDOW = timedelta(minutes=5)
+WORKER_FAILURE_QUIET = timedelta(seconds=60)
+MIN_WORKER_FAILURES = 3
+
+
+@dataclass(frozen=True)
+class WorkerFailures:
+    """Worker Jobs that failed within WORKER_FAILURE_WINDOW: how many, the newest one's time and reason."""
+
+    count: int = 0
+    last_at: datetime | None = None
+    last_reason: str = ""
+
+    def holding(self, max_concurrency: int, now: datetime) -> bool:
+        """Stop starting Jobs for now: many workers failed lately and the last one only just did."""
+        too_many = self.count >= max(MIN_WORKER_FAILURES, max_concurrency)
+        return too_many and self.last_at is not None and now - self.last_at < WORKER_FAILURE_QUIET
+
+    def describe(self) -> str:
+        minutes = WORKER_FAILURE_WINDOW.total_seconds() / 60
+        return (
+            f"{self.count} worker Job(s) failed in the last {minutes:.0f}m "
+            f"(last: {self.last_reason}); no new workers until none fails for "
+            f"{WORKER_FAILURE_QUIET.total_seconds():.0f}s: read the worker pods' logs"
+        )
+
+
+NO_WORKER_FAILURES = WorkerFailures()
 
 
 def backlog_bound(backlog_ratio: float, running: int) -> int:

@@ -13,6 +13,8 @@ from enum import StrEnum
 
 from shardops.api.enums import BreakerState, ShardClass, ShardPhase
 from shardops.logic.backpressure import (
+    NO_WORKER_FAILURES,
+    WorkerFailures,
     backlog_bound,
     backlog_room,
     cluster_full,
@@ -33,6 +35,7 @@ class LimitReason(StrEnum):
     SUSPENDED = "Suspended"
     NOTHING_READY = "NothingReady"
     CLUSTER_FULL = "ClusterFull"
+    WORKERS_FAILING = "WorkersFailing"
 
 
 # When several limits apply, the plan's `reason` is the first of these: the one a person would
@@ -40,6 +43,7 @@ class LimitReason(StrEnum):
 _PRECEDENCE = (
     LimitReason.SUSPENDED,
     LimitReason.BUDGET,
+    LimitReason.WORKERS_FAILING,
     LimitReason.CLUSTER_FULL,
     LimitReason.CAPACITY,
     LimitReason.BREAKER,
@@ -68,11 +72,13 @@ class DispatchLimits:
 
 @dataclass(frozen=True)
 class WorkerCounts:
-    """`alive_jobs`: worker Jobs not finished; pods as the caller counted them (see backpressure)."""
+    """`alive_jobs`: worker Jobs not finished; pods as the caller counted them (see backpressure);
+    `recent_failures`: worker Jobs that failed lately (a worker may not list Jobs: none for it)."""
 
     alive_jobs: int
     running_pods: int
     stuck_pending_pods: int
+    recent_failures: WorkerFailures = NO_WORKER_FAILURES
 
 
 @dataclass(frozen=True)
@@ -175,7 +181,7 @@ class _Draft:
     pause: tuple[str, ...]
     resume: tuple[str, ...]
     start_workers: int
-    cluster_limit: Limit | None
+    worker_limit: Limit | None
 
 
 def plan_dispatch(inputs: DispatchInputs) -> DispatchPlan:
@@ -201,7 +207,7 @@ def plan_dispatch(inputs: DispatchInputs) -> DispatchPlan:
 def _draft(inputs: DispatchInputs) -> _Draft:
     census = _census(inputs)
     selection = _select_claims(inputs, census)
-    start, cluster_limit = _plan_workers(inputs, census, len(selection.claimable))
+    start, worker_limit = _plan_workers(inputs, census, len(selection.claimable))
     return _Draft(
         census=census,
         growth=_plan_growth(inputs, census),
@@ -209,7 +215,7 @@ def _draft(inputs: DispatchInputs) -> _Draft:
         pause=_to_pause(inputs, census),
         resume=_to_resume(inputs, census),
         start_workers=start,
-        cluster_limit=cluster_limit,
+        worker_limit=worker_limit,
     )
 
 
@@ -355,6 +361,9 @@ def _route(shard: ShardView, inputs: DispatchInputs, probing: set[str]) -> Route
 
 def _plan_workers(inputs: DispatchInputs, census: _Census, claimable: int) -> tuple[int, Limit | None]:
     w = inputs.workers
+    if w.recent_failures.holding(inputs.limits.max_concurrency, inputs.now):
+        # Said even when no Job is wanted this cycle: the condition tells a person to read the logs.
+        return 0, Limit(LimitReason.WORKERS_FAILING, w.recent_failures.describe())
     wanted = workers_to_start(inputs.limits.max_concurrency, claimable, census.running, w.alive_jobs)
     if wanted > 0 and cluster_full(w.stuck_pending_pods, w.running_pods):
         text = (
@@ -400,8 +409,8 @@ def _collect_limits(inputs: DispatchInputs, draft: _Draft, skipped: Mapping[str,
     budget_limit = _budget_limit(inputs, draft, skipped)
     if budget_limit is not None:
         found[LimitReason.BUDGET] = budget_limit
-    if draft.cluster_limit is not None:
-        found[LimitReason.CLUSTER_FULL] = draft.cluster_limit
+    if draft.worker_limit is not None:
+        found[draft.worker_limit.reason] = draft.worker_limit
     found.update(_selection_limits(inputs, draft.census, draft.selection))
     if draft.growth.limit is not None:
         found[LimitReason.BACKPRESSURE] = draft.growth.limit

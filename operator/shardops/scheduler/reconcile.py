@@ -38,7 +38,7 @@ from shardops.logic import conditions
 from shardops.logic import retry as retry_logic
 from shardops.logic.aggregate import aggregate
 from shardops.logic.breaker import SourceBreaker, effective
-from shardops.logic.budget import BudgetGate, allows, budget_status
+from shardops.logic.budget import BudgetGate, allows
 from shardops.logic.conditions import ConditionType, DesiredCondition
 from shardops.logic.leases import LeaseVerdict, classify_lease, lease_action
 from shardops.logic.planner import DispatchPlan, LimitReason, plan_dispatch
@@ -47,7 +47,7 @@ from shardops.logic.views import ItemProgress
 from shardops.scheduler import builders
 from shardops.scheduler.metrics import BREAKER_VALUES, Metrics
 from shardops.scheduler.settings import REPORTING_CONTROLLER, OperatorSettings
-from shardops.state import breakers, history, observe, shardview, workers
+from shardops.state import breakers, history, observe, shardview
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,6 @@ JSON = dict[str, Any]
 CONFLICT_ROUNDS = 3
 # The operator acts on a retry request (the CLI records the request itself as RetryRequested).
 RETRY_STARTED = "RetryStarted"
-_DEFAULT_POLICY = observe.DEFAULT_BREAKER_POLICY
 
 
 def utcnow() -> dt.datetime:
@@ -237,8 +236,8 @@ class Reconciler:
         self._act(seen, first, now)
         fold = self._fold(seen, memory, status, now)
         plan = self._plan(seen, fold.states, now)
-        workers_held = self._start_workers(seen, plan, now)
-        self._write_status(seen, plan, fold, stuck, retried, workers_held, now)
+        self._start_workers(seen, plan)
+        self._write_status(seen, plan, fold, stuck, retried, now)
         self.metrics.dispatch.labels(campaign=key, reason=str(plan.reason)).inc()
 
     # --- items -------------------------------------------------------------------------------------------
@@ -412,9 +411,9 @@ class Reconciler:
         spec = seen.campaign.spec
         key = f"{seen.campaign.namespace}/{seen.campaign.name}"
         outcomes = history.new_outcomes(seen.shards.values(), memory.folded, status.history_folded_until)
-        policies = observe.breaker_policies(spec)
+        policies = breakers.breaker_policies(spec)
         fold = history.fold_breakers(
-            breakers.breakers_from_status(status), outcomes, policies, _DEFAULT_POLICY
+            breakers.breakers_from_status(status), outcomes, policies, breakers.UNDECLARED_SOURCE_POLICY
         )
         watermark = history.mark_folded(memory.folded, status.history_folded_until, outcomes)
         counts = history.tally(outcomes)
@@ -525,13 +524,8 @@ class Reconciler:
             self._transition(seen, shard, TransitionRequest(Action.MATERIALIZE, note), now)
 
     def _gate(self, seen: _Observed) -> BudgetGate:
-        spec = seen.campaign.spec
-        if spec.budget is None:
-            return BudgetGate.OPEN
-        spent = max(
-            seen.campaign.current_status.spent, sum(s.current_status.cost for s in seen.shards.values())
-        )
-        return budget_status(spent, spec.budget.limit, spec.budget.warn_ratio).gate
+        views = [shardview.shard_view(s) for s in seen.shards.values()]
+        return observe.campaign_budget(seen.campaign, views).gate
 
     def _create_shard(self, seen: _Observed, body: JSON) -> Shard | None:
         name = body["metadata"]["name"]
@@ -552,13 +546,10 @@ class Reconciler:
             return None
         return shard
 
-    def _start_workers(self, seen: _Observed, plan: DispatchPlan, now: dt.datetime) -> str | None:
-        """Start the planned worker Jobs; the reason they are held back, when they are."""
-        failures = workers.worker_failures(seen.jobs, now)
-        if failures.hold(seen.campaign.spec.max_concurrency, now):
-            return failures.describe()
+    def _start_workers(self, seen: _Observed, plan: DispatchPlan) -> None:
+        """Start the planned worker Jobs (the planner already held them back where it had to)."""
         if plan.start_workers <= 0:
-            return None
+            return
         classes = [seen.shards[n].spec.shard_class for n in plan.claimable if n in seen.shards]
         worker = builders.worker_spec_for(seen.campaign.spec, classes)
         for _ in range(plan.start_workers):
@@ -570,9 +561,8 @@ class Reconciler:
                 )
             except ApiError as error:
                 log.error("creating a worker Job for %s failed: %s", seen.campaign.name, error)
-                return None
+                return
             seen.jobs.append(job)
-        return None
 
     def _transition_named(
         self, seen: _Observed, name: str, request: TransitionRequest, now: dt.datetime
@@ -600,7 +590,6 @@ class Reconciler:
         fold: _FoldResult,
         stuck: list[str],
         retried: int | None,
-        workers_held: str | None,
         now: dt.datetime,
     ) -> None:
         campaign = seen.campaign
@@ -626,7 +615,7 @@ class Reconciler:
             conditions.stalled(sorted(stuck)),
             conditions.breaker_open(sorted(open_sources)),
             conditions.scheduled(self.settings.identity, self.renewing()),
-            conditions.workers_failing(workers_held),
+            conditions.workers_failing(limits.get(LimitReason.WORKERS_FAILING)),
         ]
         merged = builders.merge_conditions(previous.conditions, desired, now, campaign.generation)
         new = builders.campaign_status(

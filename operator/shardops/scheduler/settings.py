@@ -15,6 +15,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from shardops import API_GROUP
 from shardops.scheduler.builders import DEFAULT_WORKER_SERVICE_ACCOUNT
+from shardops.state import observe
 
 REPORTING_CONTROLLER = f"{API_GROUP}/operator"
 
@@ -87,7 +88,7 @@ class OperatorSettings(BaseSettings):
         description="An event loop silent this long counts as frozen: /healthz fails, renewals stop.",
     )
     worker_pending_grace_seconds: float = Field(
-        default=120.0,
+        default=observe.DEFAULT_PENDING_GRACE.total_seconds(),
         gt=0,
         description="A worker pod Pending this long (or Unschedulable) is stuck: the cluster is full.",
     )

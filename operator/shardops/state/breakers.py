@@ -5,9 +5,9 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping
 
-from shardops.api.campaign import CampaignSpec, CampaignStatus
+from shardops.api.campaign import CampaignSpec, CampaignStatus, Source
 from shardops.api.enums import BreakerState
-from shardops.logic.breaker import SourceBreaker
+from shardops.logic.breaker import BreakerPolicy, SourceBreaker
 from shardops.logic.planner import Breakers
 
 
@@ -21,13 +21,27 @@ def breakers_from_status(status: CampaignStatus) -> dict[str, SourceBreaker]:
     return states
 
 
-def cooldown_of(spec: CampaignSpec, source: str) -> dt.timedelta:
+def _policy(source: Source) -> BreakerPolicy:
+    return BreakerPolicy(source.breaker_threshold, dt.timedelta(seconds=source.cooldown_seconds))
+
+
+# A source that shards name but spec.sources does not declare gets the defaults of `Source`'s fields
+# (model_construct applies them without validating the name), so the defaults live in the API only.
+UNDECLARED_SOURCE_POLICY = _policy(Source.model_construct(name=""))
+
+
+def breaker_policies(spec: CampaignSpec) -> dict[str, BreakerPolicy]:
+    """Each declared source's breaker threshold and cooldown."""
+    return {s.name: _policy(s) for s in spec.sources or []}
+
+
+def breaker_policy(spec: CampaignSpec, source: str) -> BreakerPolicy:
     declared = spec.source(source)
-    seconds = declared.cooldown_seconds if declared is not None else _DEFAULT_COOLDOWN_SECONDS
-    return dt.timedelta(seconds=seconds)
+    return _policy(declared) if declared is not None else UNDECLARED_SOURCE_POLICY
 
 
-_DEFAULT_COOLDOWN_SECONDS = 300
+def cooldown_of(spec: CampaignSpec, source: str) -> dt.timedelta:
+    return breaker_policy(spec, source).cooldown
 
 
 def planner_breakers(spec: CampaignSpec, states: Mapping[str, SourceBreaker]) -> Breakers:

@@ -18,26 +18,31 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from shardops.api.campaign import Campaign, CampaignSpec
+from shardops.api.campaign import Budget, Campaign, CampaignSpec
 from shardops.api.enums import ShardClass, ShardPhase
 from shardops.api.shard import Shard
 from shardops.logic.aggregate import CampaignFacts
-from shardops.logic.breaker import BreakerPolicy, SourceBreaker
+from shardops.logic.breaker import SourceBreaker
 from shardops.logic.budget import BudgetStatus, budget_status
 from shardops.logic.leases import LeaseVerdict, classify_lease, lease_action
 from shardops.logic.planner import DispatchInputs, DispatchLimits
 from shardops.logic.transitions import Action
 from shardops.logic.views import ItemProgress, ShardView
 from shardops.state import history, shardview, workers
-from shardops.state.breakers import breakers_from_status, planner_breakers
+from shardops.state.breakers import (
+    UNDECLARED_SOURCE_POLICY,
+    breaker_policies,
+    breakers_from_status,
+    planner_breakers,
+)
 
 JSON = dict[str, Any]
 
-# The operator's defaults (OperatorSettings.worker_pending_grace_seconds; the breaker policy of a
-# source that is not declared in spec.sources). Kept equal by tests/test_cli_campaign_plan.py.
+# How long a worker pod may stay Pending before the cluster counts as full: the one default of
+# OperatorSettings.worker_pending_grace_seconds, and what `kubectl campaign plan` assumes.
 DEFAULT_PENDING_GRACE = dt.timedelta(seconds=120)
-DEFAULT_BREAKER_POLICY = BreakerPolicy(threshold=3, cooldown=dt.timedelta(seconds=300))
-DEFAULT_WARN_RATIO = 0.8
+# A campaign without a budget never reaches a warn ratio; its figures still print the API's default.
+DEFAULT_WARN_RATIO: float = Budget.model_fields["warn_ratio"].default
 
 
 def item_progress(campaign: Campaign, shards: Iterable[Shard], items_total: int) -> ItemProgress:
@@ -56,7 +61,7 @@ def campaign_facts(campaign: Campaign, shards: Iterable[Shard], items_total: int
         suspended=spec.suspend,
         items=item_progress(campaign, shards, items_total),
         budget_limit=spec.budget.limit if spec.budget is not None else None,
-        budget_warn_ratio=spec.budget.warn_ratio if spec.budget is not None else DEFAULT_WARN_RATIO,
+        budget_warn_ratio=_warn_ratio(spec),
         finalize_pending=has_finalize
         and shardview.finalize_name(campaign.name) not in {s.name for s in shards},
         previous_spent=campaign.current_status.spent,
@@ -79,16 +84,11 @@ def campaign_budget(campaign: Campaign, views: Iterable[ShardView]) -> BudgetSta
     spec = campaign.spec
     spent = max(campaign.current_status.spent, sum(v.cost for v in views))
     limit = spec.budget.limit if spec.budget is not None else None
-    warn = spec.budget.warn_ratio if spec.budget is not None else DEFAULT_WARN_RATIO
-    return budget_status(spent, limit, warn)
+    return budget_status(spent, limit, _warn_ratio(spec))
 
 
-def breaker_policies(spec: CampaignSpec) -> dict[str, BreakerPolicy]:
-    """Each declared source's breaker threshold and cooldown."""
-    return {
-        s.name: BreakerPolicy(s.breaker_threshold, dt.timedelta(seconds=s.cooldown_seconds))
-        for s in spec.sources or []
-    }
+def _warn_ratio(spec: CampaignSpec) -> float:
+    return spec.budget.warn_ratio if spec.budget is not None else DEFAULT_WARN_RATIO
 
 
 def breaker_states(campaign: Campaign, shards: Iterable[Shard]) -> dict[str, SourceBreaker]:
@@ -100,7 +100,7 @@ def breaker_states(campaign: Campaign, shards: Iterable[Shard]) -> dict[str, Sou
         breakers_from_status(status),
         outcomes,
         breaker_policies(campaign.spec),
-        DEFAULT_BREAKER_POLICY,
+        UNDECLARED_SOURCE_POLICY,
     )
     return fold.states
 

@@ -1,13 +1,13 @@
-"""Worker Jobs and their pods as the planner counts them, and the recent worker failures."""
+"""Worker Jobs and their pods as the planner counts them, with the recent worker failures."""
 
 from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from shardops.k8s.leases import parse_time
+from shardops.logic.backpressure import WORKER_FAILURE_WINDOW, WorkerFailures
 from shardops.logic.planner import WorkerCounts
 
 JSON = dict[str, Any]
@@ -52,7 +52,8 @@ def worker_counts(
 ) -> WorkerCounts:
     """Jobs not finished count as alive (their pod may still be starting). Pods stuck Pending say the
     cluster has no room for more; so does a Job that got no pod at all within the grace (its pods are
-    refused: quota, admission, a missing ServiceAccount)."""
+    refused: quota, admission, a missing ServiceAccount). Failed Jobs are the planner's
+    WorkersFailing hold."""
     alive_jobs = [job for job in jobs if not _job_finished(job)]
     live_pods = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
     running = sum(1 for p in live_pods if (p.get("status") or {}).get("phase") == "Running")
@@ -66,38 +67,12 @@ def worker_counts(
             and now - created >= pending_grace
         ):
             stuck += 1
-    return WorkerCounts(alive_jobs=len(alive_jobs), running_pods=running, stuck_pending_pods=stuck)
-
-
-# A worker that dies at start (RBAC, configuration, a broken image) would be replaced every tick:
-# after this many failures in the window, new Jobs wait until no worker failed for the quiet time.
-WORKER_FAILURE_WINDOW = dt.timedelta(minutes=5)
-
-
-WORKER_FAILURE_QUIET = dt.timedelta(seconds=60)
-
-
-MIN_WORKER_FAILURES = 3
-
-
-@dataclass(frozen=True)
-class WorkerFailures:
-    count: int
-    last_at: dt.datetime | None
-    last_reason: str
-
-    def hold(self, max_concurrency: int, now: dt.datetime) -> bool:
-        """Stop starting Jobs for now: many workers failed lately and the last one only just did."""
-        too_many = self.count >= max(MIN_WORKER_FAILURES, max_concurrency)
-        return too_many and self.last_at is not None and now - self.last_at < WORKER_FAILURE_QUIET
-
-    def describe(self) -> str:
-        minutes = WORKER_FAILURE_WINDOW.total_seconds() / 60
-        return (
-            f"{self.count} worker Job(s) failed in the last {minutes:.0f}m "
-            f"(last: {self.last_reason}); no new workers until none fails for "
-            f"{WORKER_FAILURE_QUIET.total_seconds():.0f}s: read the worker pods' logs"
-        )
+    return WorkerCounts(
+        alive_jobs=len(alive_jobs),
+        running_pods=running,
+        stuck_pending_pods=stuck,
+        recent_failures=worker_failures(jobs, now),
+    )
 
 
 def worker_failures(jobs: Sequence[JSON], now: dt.datetime) -> WorkerFailures:
