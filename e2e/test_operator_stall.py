@@ -1,4 +1,4 @@
-"""Stalls (seed 000: heartbeating but progress unchanged for more than 2 cycles = stuck -> record an
+"""Stalls (heartbeating but progress unchanged for more than 2 cycles = stuck -> record an
 event, change strategy next round), with the operator running and the example agent hanging after
 one item: its worker keeps renewing the Lease, its progress stays at 1.
 

@@ -1,5 +1,5 @@
-"""Fencing (seed 001 §2.2): a worker frozen past its lease comes back to find the shard taken over;
-its write is refused and the shard's result is the second worker's.
+"""Fencing (docs/architecture.md, "Fencing"): a worker frozen past its lease comes back to find the
+shard taken over; its write is refused and the shard's result is the second worker's.
 
 Worker A claims a shard and is frozen (SIGSTOP) before it stored anything. Its command keeps
 running and finishes every item while A sleeps. The lease expires, worker B takes the shard over

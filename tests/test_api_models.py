@@ -1,4 +1,4 @@
-"""The API models: samples and examples parse, defaults match DESIGN.md, invalid input fails with
+"""The API models: samples and examples parse, defaults match the documented ones, invalid input fails with
 the message the e2e suite also expects from the API server."""
 
 from __future__ import annotations

@@ -6,11 +6,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from logickit import NOW, shard
-from shardops.api.enums import CampaignPhase, ShardClass, ShardPhase
+from shardops.api.enums import CampaignPhase, ConditionStatus, ConditionType, ShardClass, ShardPhase
 from shardops.logic import conditions
 from shardops.logic.aggregate import MAX_LISTED_NAMES, Aggregate, CampaignFacts, aggregate
 from shardops.logic.budget import BudgetGate, budget_status
-from shardops.logic.conditions import ConditionStatus, ConditionType, DesiredCondition
+from shardops.logic.conditions import DesiredCondition
 from shardops.logic.views import ItemProgress, ShardView
 
 P = ShardPhase

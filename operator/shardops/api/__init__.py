@@ -5,6 +5,7 @@ Import models from here; `shardops.api.crdgen` turns them into `crds/*.yaml`.
 
 from shardops.api.campaign import (
     Backoff,
+    BreakerStatus,
     Budget,
     Campaign,
     CampaignSpec,
@@ -15,7 +16,6 @@ from shardops.api.campaign import (
     RetryRequest,
     ShardCounts,
     Source,
-    SourceBreaker,
     Stall,
     WorkerSpec,
 )
@@ -44,6 +44,7 @@ __all__ = [
     "HISTORY_LIMIT",
     "Backoff",
     "BreakerState",
+    "BreakerStatus",
     "Budget",
     "Campaign",
     "CampaignPhase",
@@ -68,7 +69,6 @@ __all__ = [
     "ShardSpec",
     "ShardStatus",
     "Source",
-    "SourceBreaker",
     "Stall",
     "StallPolicy",
     "WorkerSpec",

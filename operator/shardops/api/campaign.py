@@ -514,7 +514,7 @@ class ShardCounts(StatusModel):
         return self.done + self.failed + self.blocked
 
 
-class SourceBreaker(StatusModel):
+class BreakerStatus(StatusModel):
     """The circuit breaker of one source."""
 
     source: str = Field(max_length=SOURCE_NAME_MAX, description="Name of the source.")
@@ -554,7 +554,7 @@ class CampaignStatus(StatusModel):
     budget_ratio: float | None = Field(
         default=None, ge=0, description="spent / budget.limit; absent without a budget."
     )
-    breakers: list[SourceBreaker] = Field(
+    breakers: list[BreakerStatus] = Field(
         default_factory=list,
         max_length=MAX_SOURCES,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["source"]},
@@ -607,7 +607,7 @@ class CampaignStatus(StatusModel):
         """A copy with `condition` set (lastTransitionTime kept when its status is unchanged)."""
         return self.model_copy(update={"conditions": set_condition(self.conditions, condition)})
 
-    def breaker(self, source: str) -> SourceBreaker | None:
+    def breaker(self, source: str) -> BreakerStatus | None:
         """The breaker of that source, or None when it never tripped."""
         return next((b for b in self.breakers if b.source == source), None)
 

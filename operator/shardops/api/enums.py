@@ -6,7 +6,7 @@ from enum import StrEnum
 
 
 class ShardPhase(StrEnum):
-    """Where a shard is in its life. See DESIGN.md, "Shard state machine"."""
+    """Where a shard is in its life: docs/architecture.md, "Shard state machine"."""
 
     QUEUED = "Queued"
     PENDING = "Pending"
@@ -79,3 +79,72 @@ class StallPolicy(StrEnum):
 
     REPORT = "Report"
     REVOKE = "Revoke"
+
+
+class ConditionStatus(StrEnum):
+    TRUE = "True"
+    FALSE = "False"
+    UNKNOWN = "Unknown"
+
+
+class ConditionType(StrEnum):
+    """Every condition a Campaign can carry; `kubectl wait --for=condition=<type>` uses these names."""
+
+    READY = "Ready"
+    BACKPRESSURED = "Backpressured"
+    CLUSTER_FULL = "ClusterFull"
+    BUDGET_WARNING = "BudgetWarning"
+    BUDGET_EXHAUSTED = "BudgetExhausted"
+    DEGRADED = "Degraded"
+    SUSPENDED = "Suspended"
+    STALLED = "Stalled"
+    BREAKER_OPEN = "BreakerOpen"
+    COMPLETE = "Complete"
+    SCHEDULED = "Scheduled"
+    WORKERS_FAILING = "WorkersFailing"
+
+
+class ConditionReason(StrEnum):
+    """Every reason a Campaign condition can give, grouped by the condition that uses it."""
+
+    # Ready
+    SPEC_VALID = "SpecValid"
+    INVALID_SPEC = "InvalidSpec"
+    NAME_TOO_LONG = "NameTooLong"
+    NO_ITEMS = "NoItems"
+    ITEMS_NOT_FOUND = "ItemsNotFound"
+    ITEMS_KEY_NOT_FOUND = "ItemsKeyNotFound"
+    ITEMS_INVALID = "ItemsInvalid"
+    # Backpressured
+    WITHIN_BACKLOG = "WithinBacklog"
+    BACKLOG_FULL = "BacklogFull"
+    # ClusterFull
+    WORKERS_SCHEDULED = "WorkersScheduled"
+    WORKER_PODS_PENDING = "WorkerPodsPending"
+    # BudgetWarning, BudgetExhausted
+    NO_BUDGET = "NoBudget"
+    WITHIN_BUDGET = "WithinBudget"
+    WARN_RATIO_REACHED = "WarnRatioReached"
+    LIMIT_REACHED = "LimitReached"
+    # Degraded
+    NO_FAILURES = "NoFailures"
+    SHARDS_GAVE_UP = "ShardsGaveUp"
+    # Suspended
+    SPEC_SUSPEND = "SpecSuspend"
+    ACTIVE = "Active"
+    # Stalled
+    PROGRESSING = "Progressing"
+    NO_PROGRESS = "NoProgress"
+    # BreakerOpen
+    ALL_CLOSED = "AllClosed"
+    SOURCE_RATE_LIMITED = "SourceRateLimited"
+    # Complete
+    SUCCEEDED = "Succeeded"
+    COMPLETED_WITH_FAILURES = "CompletedWithFailures"
+    IN_PROGRESS = "InProgress"
+    # Scheduled
+    LEADER = "Leader"
+    LEADER_RENEWAL_FAILING = "LeaderRenewalFailing"
+    # WorkersFailing
+    WORKERS_HEALTHY = "WorkersHealthy"
+    WORKER_JOBS_FAILING = "WorkerJobsFailing"

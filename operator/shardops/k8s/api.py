@@ -3,7 +3,7 @@
 Request building is pure (`resource_path`, `merge_patch_with_precondition`); the only I/O is one
 HTTP call on the kubernetes client's connection pool, which carries the kubeconfig's credentials.
 Conflicts (409) are never retried here: the caller re-reads and decides, because a stale write
-must not silently win (DESIGN.md: fencing).
+must not silently win (docs/architecture.md, "Fencing").
 """
 
 from __future__ import annotations

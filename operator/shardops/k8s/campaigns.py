@@ -7,6 +7,7 @@ from typing import Any
 
 from shardops.api.campaign import ItemsFrom
 from shardops.api.common import Item
+from shardops.api.enums import ConditionReason
 from shardops.k8s import events
 from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS, Kube, NotFound
 from shardops.k8s.shards import Actor
@@ -18,7 +19,7 @@ class ItemsUnavailable(Exception):
     """The campaign's items cannot be read. `reason` is the Ready condition's reason, `message` says how
     to fix it; both go on the campaign as they are."""
 
-    def __init__(self, reason: str, message: str) -> None:
+    def __init__(self, reason: ConditionReason, message: str) -> None:
         super().__init__(message)
         self.reason = reason
         self.message = message
@@ -51,7 +52,7 @@ def read_items(kube: Kube, namespace: str, source: ItemsFrom) -> tuple[list[Item
         config_map = kube.get(CONFIGMAPS, namespace, source.config_map_name)
     except NotFound:
         raise ItemsUnavailable(
-            "ItemsNotFound",
+            ConditionReason.ITEMS_NOT_FOUND,
             f"spec.itemsFrom names {where}, which does not exist: create it with key {source.key} "
             "holding one JSON object per line, or fix spec.itemsFrom.configMapName",
         ) from None
@@ -59,13 +60,13 @@ def read_items(kube: Kube, namespace: str, source: ItemsFrom) -> tuple[list[Item
     if source.key not in data:
         keys = ", ".join(sorted(data)) or "none"
         raise ItemsUnavailable(
-            "ItemsKeyNotFound",
+            ConditionReason.ITEMS_KEY_NOT_FOUND,
             f"{where} has no key {source.key} (keys: {keys}): add it or fix spec.itemsFrom.key",
         )
     try:
         items = source.parse_items(str(data[source.key]))
     except ValueError as error:
-        raise ItemsUnavailable("ItemsInvalid", f"{error}; fix that line in {where}") from None
+        raise ItemsUnavailable(ConditionReason.ITEMS_INVALID, f"{error}; fix that line in {where}") from None
     return items, str((config_map.get("metadata") or {}).get("resourceVersion") or "")
 
 

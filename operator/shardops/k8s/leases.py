@@ -3,7 +3,8 @@
 A shard's Lease is created on its first claim and never deleted while the shard lives (the Shard
 owns it, so the garbage collector removes it with the shard). Releasing clears the holder instead
 of deleting: that keeps `leaseTransitions` growing for the shard's whole life, so a token handed out
-once is never handed out again and a stale holder can always be told apart (seed 001 §2.2).
+once is never handed out again and a stale holder can always be told apart (a fencing token:
+docs/architecture.md, "Fencing").
 """
 
 from __future__ import annotations

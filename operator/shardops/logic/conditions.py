@@ -9,43 +9,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 
-from shardops.api.enums import CampaignPhase
+from shardops.api.enums import CampaignPhase, ConditionReason, ConditionStatus, ConditionType
 from shardops.logic.budget import BudgetGate, BudgetStatus
 
 # Lists in messages are cut so a condition stays readable; counts carry the full numbers.
 MAX_LISTED_NAMES = 20
 
 
-class ConditionStatus(StrEnum):
-    TRUE = "True"
-    FALSE = "False"
-    UNKNOWN = "Unknown"
-
-
-class ConditionType(StrEnum):
-    """Every condition a Campaign can carry; `kubectl wait --for=condition=<type>` uses these names."""
-
-    READY = "Ready"
-    BACKPRESSURED = "Backpressured"
-    CLUSTER_FULL = "ClusterFull"
-    BUDGET_WARNING = "BudgetWarning"
-    BUDGET_EXHAUSTED = "BudgetExhausted"
-    DEGRADED = "Degraded"
-    SUSPENDED = "Suspended"
-    STALLED = "Stalled"
-    BREAKER_OPEN = "BreakerOpen"
-    COMPLETE = "Complete"
-    SCHEDULED = "Scheduled"
-    WORKERS_FAILING = "WorkersFailing"
-
-
 @dataclass(frozen=True)
 class DesiredCondition:
     type: ConditionType
     status: ConditionStatus
-    reason: str
+    reason: ConditionReason
     message: str
 
 
@@ -62,10 +38,12 @@ def listing(names: Sequence[str]) -> str:
     return f" ({shown}{more})"
 
 
-def ready(problem_reason: str | None, message: str) -> DesiredCondition:
+def ready(problem_reason: ConditionReason | None, message: str) -> DesiredCondition:
     """False with the problem's reason when the spec or its items cannot be used; nothing is created then."""
     if problem_reason is None:
-        return DesiredCondition(ConditionType.READY, ConditionStatus.TRUE, "SpecValid", message)
+        return DesiredCondition(
+            ConditionType.READY, ConditionStatus.TRUE, ConditionReason.SPEC_VALID, message
+        )
     return DesiredCondition(ConditionType.READY, ConditionStatus.FALSE, problem_reason, message)
 
 
@@ -73,9 +51,14 @@ def backpressured(limit_message: str | None) -> DesiredCondition:
     """`limit_message` is the planner's backpressure limit (with its numbers), None when it held nothing."""
     if limit_message is None:
         return DesiredCondition(
-            ConditionType.BACKPRESSURED, ConditionStatus.FALSE, "WithinBacklog", "backlog below its bound"
+            ConditionType.BACKPRESSURED,
+            ConditionStatus.FALSE,
+            ConditionReason.WITHIN_BACKLOG,
+            "backlog below its bound",
         )
-    return DesiredCondition(ConditionType.BACKPRESSURED, ConditionStatus.TRUE, "BacklogFull", limit_message)
+    return DesiredCondition(
+        ConditionType.BACKPRESSURED, ConditionStatus.TRUE, ConditionReason.BACKLOG_FULL, limit_message
+    )
 
 
 def cluster_full(limit_message: str | None) -> DesiredCondition:
@@ -83,11 +66,11 @@ def cluster_full(limit_message: str | None) -> DesiredCondition:
         return DesiredCondition(
             ConditionType.CLUSTER_FULL,
             ConditionStatus.FALSE,
-            "WorkersScheduled",
+            ConditionReason.WORKERS_SCHEDULED,
             "no worker pod stuck Pending",
         )
     return DesiredCondition(
-        ConditionType.CLUSTER_FULL, ConditionStatus.TRUE, "WorkerPodsPending", limit_message
+        ConditionType.CLUSTER_FULL, ConditionStatus.TRUE, ConditionReason.WORKER_PODS_PENDING, limit_message
     )
 
 
@@ -96,8 +79,12 @@ def budget(status: BudgetStatus) -> tuple[DesiredCondition, DesiredCondition]:
     text = status.describe()
     if status.limit is None:
         return (
-            DesiredCondition(ConditionType.BUDGET_WARNING, ConditionStatus.FALSE, "NoBudget", text),
-            DesiredCondition(ConditionType.BUDGET_EXHAUSTED, ConditionStatus.FALSE, "NoBudget", text),
+            DesiredCondition(
+                ConditionType.BUDGET_WARNING, ConditionStatus.FALSE, ConditionReason.NO_BUDGET, text
+            ),
+            DesiredCondition(
+                ConditionType.BUDGET_EXHAUSTED, ConditionStatus.FALSE, ConditionReason.NO_BUDGET, text
+            ),
         )
     warn = status.gate is not BudgetGate.OPEN
     exhausted = status.gate is BudgetGate.EXHAUSTED
@@ -105,13 +92,13 @@ def budget(status: BudgetStatus) -> tuple[DesiredCondition, DesiredCondition]:
         DesiredCondition(
             ConditionType.BUDGET_WARNING,
             _flag(warn),
-            "WarnRatioReached" if warn else "WithinBudget",
+            ConditionReason.WARN_RATIO_REACHED if warn else ConditionReason.WITHIN_BUDGET,
             f"{text}: only finalize shards start" if warn else text,
         ),
         DesiredCondition(
             ConditionType.BUDGET_EXHAUSTED,
             _flag(exhausted),
-            "LimitReached" if exhausted else "WithinBudget",
+            ConditionReason.LIMIT_REACHED if exhausted else ConditionReason.WITHIN_BUDGET,
             f"{text}: unclaimed shards paused, running ones finish; raise spec.budget.limit to resume"
             if exhausted
             else text,
@@ -128,13 +115,18 @@ def degraded(
 ) -> DesiredCondition:
     if not failed_count and not blocked_count:
         return DesiredCondition(
-            ConditionType.DEGRADED, ConditionStatus.FALSE, "NoFailures", "no shard failed or blocked"
+            ConditionType.DEGRADED,
+            ConditionStatus.FALSE,
+            ConditionReason.NO_FAILURES,
+            "no shard failed or blocked",
         )
     message = (
         f"{failed_count} failed{listing(failed)}, {blocked_count} blocked{listing(blocked)}; "
         f"fix the cause, then kubectl campaign retry {campaign or 'CAMPAIGN'} (--shard NAME for some)"
     )
-    return DesiredCondition(ConditionType.DEGRADED, ConditionStatus.TRUE, "ShardsGaveUp", message)
+    return DesiredCondition(
+        ConditionType.DEGRADED, ConditionStatus.TRUE, ConditionReason.SHARDS_GAVE_UP, message
+    )
 
 
 def suspended(is_suspended: bool) -> DesiredCondition:
@@ -142,21 +134,23 @@ def suspended(is_suspended: bool) -> DesiredCondition:
         return DesiredCondition(
             ConditionType.SUSPENDED,
             ConditionStatus.TRUE,
-            "SpecSuspend",
+            ConditionReason.SPEC_SUSPEND,
             "spec.suspend is true: no claims, no new workers; running shards finish",
         )
-    return DesiredCondition(ConditionType.SUSPENDED, ConditionStatus.FALSE, "Active", "not suspended")
+    return DesiredCondition(
+        ConditionType.SUSPENDED, ConditionStatus.FALSE, ConditionReason.ACTIVE, "not suspended"
+    )
 
 
 def stalled(stuck: Sequence[str]) -> DesiredCondition:
     if not stuck:
         return DesiredCondition(
-            ConditionType.STALLED, ConditionStatus.FALSE, "Progressing", "no shard is stuck"
+            ConditionType.STALLED, ConditionStatus.FALSE, ConditionReason.PROGRESSING, "no shard is stuck"
         )
     return DesiredCondition(
         ConditionType.STALLED,
         ConditionStatus.TRUE,
-        "NoProgress",
+        ConditionReason.NO_PROGRESS,
         f"{len(stuck)} running shard(s) heartbeat without progress{listing(stuck)}",
     )
 
@@ -164,12 +158,12 @@ def stalled(stuck: Sequence[str]) -> DesiredCondition:
 def breaker_open(open_sources: Sequence[str]) -> DesiredCondition:
     if not open_sources:
         return DesiredCondition(
-            ConditionType.BREAKER_OPEN, ConditionStatus.FALSE, "AllClosed", "no breaker open"
+            ConditionType.BREAKER_OPEN, ConditionStatus.FALSE, ConditionReason.ALL_CLOSED, "no breaker open"
         )
     return DesiredCondition(
         ConditionType.BREAKER_OPEN,
         ConditionStatus.TRUE,
-        "SourceRateLimited",
+        ConditionReason.SOURCE_RATE_LIMITED,
         f"breaker open for{listing(open_sources)}: their shards wait or use the fallback",
     )
 
@@ -177,17 +171,20 @@ def breaker_open(open_sources: Sequence[str]) -> DesiredCondition:
 def complete(phase: CampaignPhase, progress: str) -> DesiredCondition:
     if phase is CampaignPhase.SUCCEEDED:
         return DesiredCondition(
-            ConditionType.COMPLETE, ConditionStatus.TRUE, "Succeeded", f"all {progress} shards done"
+            ConditionType.COMPLETE,
+            ConditionStatus.TRUE,
+            ConditionReason.SUCCEEDED,
+            f"all {progress} shards done",
         )
     if phase is CampaignPhase.COMPLETED:
         return DesiredCondition(
             ConditionType.COMPLETE,
             ConditionStatus.TRUE,
-            "CompletedWithFailures",
+            ConditionReason.COMPLETED_WITH_FAILURES,
             f"{progress} shards done; see Degraded",
         )
     return DesiredCondition(
-        ConditionType.COMPLETE, ConditionStatus.FALSE, "InProgress", f"{progress} shards done"
+        ConditionType.COMPLETE, ConditionStatus.FALSE, ConditionReason.IN_PROGRESS, f"{progress} shards done"
     )
 
 
@@ -195,12 +192,15 @@ def scheduled(identity: str, renewing: bool) -> DesiredCondition:
     """Which operator replica leads; False while its leader lease renewals are failing."""
     if renewing:
         return DesiredCondition(
-            ConditionType.SCHEDULED, ConditionStatus.TRUE, "Leader", f"scheduled by the leader {identity}"
+            ConditionType.SCHEDULED,
+            ConditionStatus.TRUE,
+            ConditionReason.LEADER,
+            f"scheduled by the leader {identity}",
         )
     return DesiredCondition(
         ConditionType.SCHEDULED,
         ConditionStatus.FALSE,
-        "LeaderRenewalFailing",
+        ConditionReason.LEADER_RENEWAL_FAILING,
         f"leader {identity} cannot renew its lease; another replica may take over",
     )
 
@@ -209,6 +209,11 @@ def workers_failing(message: str | None) -> DesiredCondition:
     """True while new worker Jobs are held back because recent ones kept failing."""
     if message is None:
         return DesiredCondition(
-            ConditionType.WORKERS_FAILING, ConditionStatus.FALSE, "WorkersHealthy", "workers are not failing"
+            ConditionType.WORKERS_FAILING,
+            ConditionStatus.FALSE,
+            ConditionReason.WORKERS_HEALTHY,
+            "workers are not failing",
         )
-    return DesiredCondition(ConditionType.WORKERS_FAILING, ConditionStatus.TRUE, "WorkerJobsFailing", message)
+    return DesiredCondition(
+        ConditionType.WORKERS_FAILING, ConditionStatus.TRUE, ConditionReason.WORKER_JOBS_FAILING, message
+    )

@@ -1,4 +1,5 @@
-"""The shard state machine of DESIGN.md as one table: which action moves which phase where, what it records.
+"""The shard state machine (docs/architecture.md, "Shard state machine") as one table: which action
+moves which phase where, what it records.
 
 Operator and worker both go through `transition`, so a phase change and its event reason can never disagree.
 """

@@ -10,8 +10,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from shardops.api.campaign import Campaign, CampaignSpec, CampaignStatus, ShardCounts, WorkerSpec
-from shardops.api.campaign import SourceBreaker as StatusBreaker
+from shardops.api.campaign import (
+    BreakerStatus,
+    Campaign,
+    CampaignSpec,
+    CampaignStatus,
+    ShardCounts,
+    WorkerSpec,
+)
 from shardops.api.common import Condition, Item, set_condition
 from shardops.api.enums import BreakerState, ShardClass, ShardPhase
 from shardops.api.names import API_GROUP_VERSION, CAMPAIGN_LABEL, CLASS_LABEL, ROLE_LABEL, SHARD_KIND
@@ -204,19 +210,19 @@ def breakers_to_status(
     reasons: Mapping[str, str],
     previous: CampaignStatus,
     now: dt.datetime,
-) -> list[StatusBreaker]:
+) -> list[BreakerStatus]:
     """Every declared source (Closed ones too, so `kubectl get -o yaml` shows them) and any other
     source that has tripped, with the state the clock gives now."""
     names = list(spec.source_names)
     names += sorted(s for s in states if s not in names)
     old_reasons = {b.source: b.reason for b in previous.breakers}
-    out: list[StatusBreaker] = []
+    out: list[BreakerStatus] = []
     for name in names:
         b = states.get(name, CLOSED_BREAKER)
         state = effective(b, now, breakers.cooldown_of(spec, name))
         reason = reasons.get(name, old_reasons.get(name)) if state is not BreakerState.CLOSED else None
         out.append(
-            StatusBreaker(
+            BreakerStatus(
                 source=name,
                 state=state,
                 consecutive_failures=b.consecutive_rate_limited,
@@ -260,7 +266,7 @@ class StatusFacts:
     has_finalize: bool
     remaining_shards: int
     materialized: int
-    breakers: list[StatusBreaker]
+    breakers: list[BreakerStatus]
     conditions: list[Condition]
     last_retry_generation: int
     history_folded_until: dt.datetime | None

@@ -29,7 +29,15 @@ from pydantic import ValidationError
 
 from shardops.api.campaign import Campaign, CampaignStatus
 from shardops.api.common import Condition, Item
-from shardops.api.enums import BreakerState, CampaignPhase, ErrorClass, ShardClass, ShardPhase
+from shardops.api.enums import (
+    BreakerState,
+    CampaignPhase,
+    ConditionReason,
+    ConditionType,
+    ErrorClass,
+    ShardClass,
+    ShardPhase,
+)
 from shardops.api.shard import Shard, ShardError
 from shardops.k8s import campaigns, events, jobs, leases
 from shardops.k8s.api import SHARDS, AlreadyExists, ApiError, Conflict, Kube, NotFound
@@ -39,7 +47,7 @@ from shardops.logic import retry as retry_logic
 from shardops.logic.aggregate import aggregate
 from shardops.logic.breaker import SourceBreaker, effective
 from shardops.logic.budget import BudgetGate, allows
-from shardops.logic.conditions import ConditionType, DesiredCondition
+from shardops.logic.conditions import DesiredCondition
 from shardops.logic.leases import LeaseVerdict, classify_lease, lease_action
 from shardops.logic.planner import DispatchPlan, LimitReason, plan_dispatch
 from shardops.logic.transitions import Action
@@ -202,12 +210,12 @@ class Reconciler:
         try:
             campaign = Campaign.parse(body)
         except ValidationError as error:
-            self._invalid(body, "InvalidSpec", _validation_message(error), now)
+            self._invalid(body, ConditionReason.INVALID_SPEC, _validation_message(error), now)
             return
         if len(campaign.name) > builders.LABEL_VALUE_MAX:
             self._invalid(
                 body,
-                "NameTooLong",
+                ConditionReason.NAME_TOO_LONG,
                 f"campaign name has {len(campaign.name)} characters; shards and workers are labelled with it "
                 f"and label values stop at {builders.LABEL_VALUE_MAX}: recreate it with a shorter name",
                 now,
@@ -247,7 +255,7 @@ class Reconciler:
             return campaign.spec.items
         source = campaign.spec.items_from
         if source is None:  # pragma: no cover - the model requires one of the two
-            raise campaigns.ItemsUnavailable("NoItems", "set spec.items or spec.itemsFrom")
+            raise campaigns.ItemsUnavailable(ConditionReason.NO_ITEMS, "set spec.items or spec.itemsFrom")
         # The ConfigMap is read once per spec generation: items are the campaign's input and are not
         # expected to change under a running campaign; a fixed spec (new generation) reads them again.
         cache_key = (
@@ -691,7 +699,7 @@ class Reconciler:
         if budget is not None:
             self.metrics.budget_ratio.labels(campaign=key).set(spent / budget.limit)
 
-    def _invalid(self, body: JSON, reason: str, message: str, now: dt.datetime) -> None:
+    def _invalid(self, body: JSON, reason: ConditionReason, message: str, now: dt.datetime) -> None:
         """Ready=False with the reason, an Event naming the fix (once per problem); nothing is created."""
         try:
             previous = CampaignStatus.model_validate(body.get("status") or {})

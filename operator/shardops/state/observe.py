@@ -162,7 +162,7 @@ class ExpiredClaim:
 def expired_claims(
     campaign: Campaign, shards: Iterable[Shard], leases: Mapping[str, JSON | None], now: dt.datetime
 ) -> list[ExpiredClaim]:
-    """Zombies among the Running shards (seed 000: no heartbeat and the lease expired), with what the
+    """Zombies among the Running shards (no heartbeat and the lease expired), with what the
     sweep does about each: Reclaim (back to Pending, attempt+1) or Block on the last attempt.
 
     `leases` maps a shard name to its Lease (None when it has none). Stalls are not predicted: they

@@ -1,10 +1,10 @@
-"""Which shard to claim, and claiming it: the Lease first, then one status patch (seed 000).
+"""Which shard to claim, and claiming it: the Lease first, then one status patch.
 
 Choosing is pure (`choose`): the same planner the operator uses, on the same inputs
 (`operator.observe.claim_inputs`), decides what is claimable (phase, backoff, suspend, budget gate,
 per-source breakers and fallbacks, capacity), in claim order — priority, then FIFO — and the
 worker picks at random among the first K so a crowd of workers does not all race for the head of
-the queue. Running shards whose lease ran out (zombies; seed 000: no heartbeat and the
+the queue. Running shards whose lease ran out (zombies: no heartbeat and the
 lease expired means anyone may claim it again, attempt+1) are candidates too: whoever takes the
 expired Lease over reclaims the shard (attempt+1, event LeaseExpired) and then claims it, or blocks
 it when that was its last attempt.

@@ -1,4 +1,4 @@
-"""Heartbeats and every other write a claim holder makes, fenced (seed 001 §2.2).
+"""Heartbeats and every other write a claim holder makes, fenced (docs/architecture.md, "Fencing").
 
 A holder writes only after proving, at that moment, that the claim is still its own:
 
@@ -9,7 +9,7 @@ A holder writes only after proving, at that moment, that the claim is still its 
   token, else `Fenced`.
 
 `Fenced` means: stop the command at once and write nothing more — the new holder's writes win.
-A heartbeat carries attempt and progress (seed 000: an empty heartbeat counts as none) plus cost,
+A heartbeat carries attempt and progress (a heartbeat without progress counts as none) plus cost,
 lastHeartbeat and leaseUntil; logs never travel on it.
 """
 
