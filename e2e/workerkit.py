@@ -34,6 +34,7 @@ from e2e.harness import REPO_ROOT, Cluster, wait_for
 from shardops.api.campaign import Campaign
 from shardops.api.names import API_GROUP_VERSION, CAMPAIGN_KIND, CAMPAIGN_LABEL
 from shardops.api.shard import Shard
+from shardops.k8s import campaigns
 from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS, EVENTS, LEASES, SHARDS, Kube, NotFound
 from shardops.k8s.results import ITEMS_PREFIX, RESULT_PREFIX, items_name, result_name
 from shardops.k8s.shards import Actor, TransitionRequest, apply_transition
@@ -184,8 +185,12 @@ def materialize(kube: Kube, namespace: str, body: Mapping[str, Any], threads: in
             body=created,
         )
 
+    count = campaign.spec.expected_shards(len(items))
     with ThreadPoolExecutor(threads) as pool:
-        return list(pool.map(make, range(campaign.spec.expected_shards(len(items)))))
+        shards = list(pool.map(make, range(count)))
+    # As the operator records it: workers list only unfinished shards and read this for the rest.
+    campaigns.patch_status(kube, namespace, campaign.name, {"cutShards": count}, None)
+    return shards
 
 
 def shards_of(kube: Kube, namespace: str, campaign: str) -> list[Shard]:

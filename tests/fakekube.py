@@ -138,7 +138,9 @@ def _fields_selected(body: JSON, selector: str) -> bool:
     for term in filter(None, (part.strip() for part in selector.split(","))):
         negate = "!=" in term
         key, value = term.replace("!=", "=").replace("==", "=").split("=", 1)
-        if (str(_field(body, key)) == value) == negate:
+        found = _field(body, key)
+        # The API server compares a missing field as the empty string.
+        if (("" if found is None else str(found)) == value) == negate:
             return False
     return True
 

@@ -273,6 +273,7 @@ def test_campaign_status_counts_the_unmaterialized_as_queued() -> None:
             work_shards_total=10,
             has_finalize=True,
             remaining_shards=9,
+            cut_shards=2,
             materialized=2,
             breakers=[],
             conditions=[],
@@ -283,6 +284,7 @@ def test_campaign_status_counts_the_unmaterialized_as_queued() -> None:
         CampaignStatus(),
     )
     assert status.counts.queued == 9 and status.counts.done == 2 and status.counts.total == 10
+    assert status.cut_shards == 2
     assert status.shards_total == 11 and status.budget_ratio == 0.25 and status.observed_generation == 3
     assert status.progress_text == "2/11"
 

@@ -10,7 +10,7 @@ from shardops.api.campaign import Campaign
 from shardops.api.shard import Shard
 from shardops.logic.planner import plan_dispatch
 from shardops.state import observe
-from shardops.worker.claim import choose, expected_shards, is_zombie, progress_of, stop_reason
+from shardops.worker.claim import choose, expected_shards, is_zombie, progress_of, stop_reason, uncut_shards
 from workerkit import T0, campaign_body
 
 NOW = T0 + dt.timedelta(hours=1)
@@ -41,6 +41,17 @@ def _shard(
             "metadata": {"name": f"camp-{index:05d}", "namespace": "ns", "uid": f"u{index}"},
             "spec": spec,
             "status": {"phase": phase, "attempt": 1, **status},
+        }
+    )
+
+
+def _finalize_shard(phase: str) -> Shard:
+    spec = {"campaign": "camp", "index": 2, "shardClass": "finalize", "idempotencyKey": "key-f"}
+    return Shard.parse(
+        {
+            "metadata": {"name": "camp-finalize", "namespace": "ns", "uid": "uf"},
+            "spec": spec,
+            "status": {"phase": phase, "attempt": 1},
         }
     )
 
@@ -115,13 +126,23 @@ def test_stop_reasons() -> None:
     assert "out of budget" in (
         stop_reason(_campaign(budget={"limit": 1}, status={"spent": 2}), pending) or ""
     )
-    done = [_shard(0, "Done"), _shard(1, "Failed")]
-    assert "finished (1 of 2" in (stop_reason(_campaign(), done) or "")
-    # Not all shards exist yet (the operator materializes gradually): not finished.
-    assert stop_reason(_campaign(items=[{"id": i} for i in range(6)]), done) is None
-    # A finalize shard is part of the total.
+    # A worker lists only the unfinished shards; here shard 0 is Done (not listed), 1 Failed.
+    unfinished = [_shard(1, "Failed")]
+    assert "finished (1 of 2" in (stop_reason(_campaign(), unfinished) or "")
+    # Not every shard is cut yet (the operator materializes gradually): more work is coming.
+    six = _campaign(items=[{"id": i} for i in range(6)])
+    assert stop_reason(six, unfinished) is None and uncut_shards(six, unfinished) == 1
+    # The status's cursor counts too: shards cut and Done since are not listed.
+    cut_all = _campaign(items=[{"id": i} for i in range(6)], status={"cutShards": 3})
+    assert uncut_shards(cut_all, unfinished) == 0
+    assert "finished (2 of 3" in (stop_reason(cut_all, unfinished) or "")
+    # A finalize shard is part of the total; not listed, it is not cut yet or Done: the status says.
     with_finalize = _campaign(finalize={"image": "x", "command": ["report"]})
-    assert expected_shards(with_finalize) == 3 and stop_reason(with_finalize, done) is None
+    assert expected_shards(with_finalize) == 3 and stop_reason(with_finalize, unfinished) is None
+    finished = _campaign(finalize={"image": "x", "command": ["report"]}, status={"phase": "Completed"})
+    assert "finished (2 of 3" in (stop_reason(finished, unfinished) or "")
+    running_finalize = [*unfinished, _finalize_shard("Running")]
+    assert stop_reason(finished, running_finalize) is None
 
 
 def test_each_source_waits_for_its_own_cooldown_not_the_longest() -> None:

@@ -17,9 +17,10 @@ from typing import Any
 import pytest
 
 from fakekube import FakeKube
+from shardops.api.campaign import Campaign
 from shardops.api.shard import Shard
 from shardops.k8s import leases
-from shardops.k8s.api import CONFIGMAPS, EVENTS, LEASES, SHARDS, ApiError, Resource
+from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS, EVENTS, LEASES, SHARDS, ApiError, Resource
 from shardops.k8s.results import (
     ItemRecord,
     ResultMeta,
@@ -388,3 +389,12 @@ def test_when_nothing_can_be_written_the_shard_is_left_to_its_lease(tmp_path: Pa
     assert stuck.phase == "Running" and stuck.owner is not None
     assert ("patch", "shards", shard.name, 503) in kube.write_log(), "the worker tried to hand the shard back"
     assert _holder(kube, shard.name) == stuck.owner, "the claim stays until its lease runs out"
+
+
+def test_add_campaign_materializes_pending_shards_and_records_them_cut() -> None:
+    kube = FakeKube()
+    shards = add_campaign(kube, campaign_body(items=[{"id": i} for i in range(5)]))
+    assert [s.name for s in shards] == ["camp-00000", "camp-00001", "camp-00002"]
+    assert {s.phase for s in shards} == {"Pending"} and {s.current_status.attempt for s in shards} == {1}
+    recorded = Campaign.parse(kube.obj(CAMPAIGNS, NAMESPACE, "camp") or {})
+    assert recorded.current_status.cut_shards == 3

@@ -550,6 +550,14 @@ class CampaignStatus(StatusModel):
     shards_total: int | None = Field(
         default=None, ge=0, description="Expected number of work shards, once the items were read."
     )
+    cut_shards: int | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "Work shards cut from the items so far: shards are cut in index order, so this is the next "
+            "index to cut. Workers read it instead of listing every shard."
+        ),
+    )
     spent: float = Field(default=0, ge=0, description="Cost reported so far, in the budget's unit.")
     budget_ratio: float | None = Field(
         default=None, ge=0, description="spent / budget.limit; absent without a budget."

@@ -38,6 +38,7 @@ from shardops.api.names import (
     CAMPAIGN_SINGULAR,
     CATEGORY,
     SHARD_KIND,
+    SHARD_PHASE_FIELD,
     SHARD_PLURAL,
     SHARD_SHORT_NAME,
     SHARD_SINGULAR,
@@ -195,7 +196,18 @@ def _crd(
     short_name: str,
     schema: dict[str, Any],
     columns: list[dict[str, Any]],
+    selectable: tuple[str, ...] = (),
 ) -> dict[str, Any]:
+    version: dict[str, Any] = {
+        "name": API_VERSION,
+        "served": True,
+        "storage": True,
+        "subresources": {"status": {}},
+        "additionalPrinterColumns": columns,
+        "schema": {"openAPIV3Schema": schema},
+    }
+    if selectable:
+        version["selectableFields"] = [{"jsonPath": path} for path in selectable]
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -211,16 +223,7 @@ def _crd(
                 "categories": [CATEGORY],
             },
             "scope": "Namespaced",
-            "versions": [
-                {
-                    "name": API_VERSION,
-                    "served": True,
-                    "storage": True,
-                    "subresources": {"status": {}},
-                    "additionalPrinterColumns": columns,
-                    "schema": {"openAPIV3Schema": schema},
-                }
-            ],
+            "versions": [version],
         },
     }
 
@@ -268,6 +271,9 @@ def shard_crd(
             _column("Source", ".status.source", "string", "Source used, after any fallback.", 1),
             _AGE,
         ],
+        # Workers list only their campaign's unfinished shards (fieldSelector status.phase!=Done),
+        # so a claim costs the window, not the campaign (selectableFields: GA since Kubernetes 1.32).
+        selectable=(SHARD_PHASE_FIELD,),
     )
 
 

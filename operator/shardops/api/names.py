@@ -37,3 +37,6 @@ OPERATOR_FIELD_MANAGER: Final = "shardops-operator"
 WORKER_FIELD_MANAGER: Final = "shardops-worker"
 CLI_FIELD_MANAGER: Final = "kubectl-campaign"
 SHARDOPS_FIELD_MANAGERS: Final = frozenset({OPERATOR_FIELD_MANAGER, WORKER_FIELD_MANAGER})
+
+# The Shard field the CRD makes selectable (`fieldSelector=status.phase!=Done`).
+SHARD_PHASE_FIELD: Final = ".status.phase"

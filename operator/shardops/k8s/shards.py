@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shardops.api.enums import ShardPhase
-from shardops.api.names import CAMPAIGN_LABEL
+from shardops.api.names import CAMPAIGN_LABEL, SHARD_PHASE_FIELD
 from shardops.api.shard import HistoryEntry, Shard, ShardStatus
 from shardops.k8s import events
 from shardops.k8s.api import SHARDS, Kube
@@ -112,7 +112,21 @@ def apply_transition(
 
 
 def list_shards(kube: Kube, namespace: str, campaign: str) -> list[Shard]:
+    """Every Shard of the campaign, Done ones included."""
     return [
         Shard.parse(item)
         for item in kube.list(SHARDS, namespace, label_selector=f"{CAMPAIGN_LABEL}={campaign}")
     ]
+
+
+# Done is the only phase whose count grows with the campaign: the others are bounded by the backlog
+# (Pending), maxConcurrency (Running) or need a person (Failed, Blocked, Paused).
+_UNFINISHED = f"{SHARD_PHASE_FIELD.removeprefix('.')}!={ShardPhase.DONE}"
+
+
+def list_unfinished(kube: Kube, namespace: str, campaign: str) -> list[Shard]:
+    """The campaign's Shards that are not Done: bounded by the window, not by the campaign's size."""
+    selected = kube.list(
+        SHARDS, namespace, label_selector=f"{CAMPAIGN_LABEL}={campaign}", fieldSelector=_UNFINISHED
+    )
+    return [Shard.parse(item) for item in selected]

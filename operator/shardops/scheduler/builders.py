@@ -265,6 +265,7 @@ class StatusFacts:
     work_shards_total: int
     has_finalize: bool
     remaining_shards: int
+    cut_shards: int
     materialized: int
     breakers: list[BreakerStatus]
     conditions: list[Condition]
@@ -292,6 +293,7 @@ def campaign_status(agg: Aggregate, facts: StatusFacts, previous: CampaignStatus
                 materialized=facts.materialized,
             ),
             "items_total": facts.items_total,
+            "cut_shards": facts.cut_shards,
             "shards_total": facts.work_shards_total + (1 if facts.has_finalize else 0),
             "spent": agg.spent,
             "budget_ratio": (agg.spent / facts.budget_limit) if facts.budget_limit else None,

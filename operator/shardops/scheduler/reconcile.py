@@ -634,6 +634,7 @@ class Reconciler:
                 work_shards_total=work_total,
                 has_finalize=spec.finalize is not None,
                 remaining_shards=facts.shards_not_cut,
+                cut_shards=-(-facts.items.materialized_items // spec.shard_size),
                 materialized=len(seen.shards),
                 breakers=builders.breakers_to_status(spec, fold.states, fold.reasons, previous, now),
                 conditions=merged,

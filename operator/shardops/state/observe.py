@@ -46,9 +46,13 @@ DEFAULT_WARN_RATIO: float = Budget.model_fields["warn_ratio"].default
 
 
 def item_progress(campaign: Campaign, shards: Iterable[Shard], items_total: int) -> ItemProgress:
-    """How many of the campaign's `items_total` items are already cut into work shards."""
+    """How many of the campaign's `items_total` items are already cut into work shards: the larger of
+    what the status records (status.cutShards) and what the listed shards show, so a caller that lists
+    only the unfinished shards (a worker) and one whose status is a pass behind agree."""
     size = campaign.spec.shard_size
-    return ItemProgress(items_total, shardview.materialized_items(shards, size, items_total), size)
+    recorded = min(items_total, (campaign.current_status.cut_shards or 0) * size)
+    listed = shardview.materialized_items(shards, size, items_total)
+    return ItemProgress(items_total, max(recorded, listed), size)
 
 
 def campaign_facts(campaign: Campaign, shards: Iterable[Shard], items_total: int) -> CampaignFacts:

@@ -26,7 +26,7 @@ from typing import Any
 
 from shardops.api.campaign import Campaign
 from shardops.api.common import Item
-from shardops.api.enums import ErrorClass, ShardPhase
+from shardops.api.enums import CampaignPhase, ErrorClass, ShardPhase
 from shardops.api.names import API_GROUP_VERSION, SHARD_KIND
 from shardops.api.shard import Progress, Shard, ShardError
 from shardops.k8s import leases
@@ -75,21 +75,37 @@ def expected_shards(campaign: Campaign) -> int | None:
     return work + (1 if campaign.spec.finalize is not None else 0)
 
 
-def stop_reason(campaign: Campaign, shards: Sequence[Shard]) -> str | None:
-    """Why a worker of this campaign should exit now rather than wait for work, or None."""
+def uncut_shards(campaign: Campaign, unfinished: Sequence[Shard]) -> int:
+    """Work shards the operator has still to cut: while there are any, more work is coming."""
+    total = observe.known_items_total(campaign, unfinished)
+    return observe.item_progress(campaign, unfinished, total).remaining_shards
+
+
+def stop_reason(campaign: Campaign, unfinished: Sequence[Shard]) -> str | None:
+    """Why a worker of this campaign should exit now rather than wait for work, or None.
+
+    `unfinished`: the campaign's shards that are not Done (`k8s.shards.list_unfinished`); what a
+    worker knows of the Done ones comes from the Campaign status."""
     if campaign.metadata.deletion_timestamp is not None:
         return "campaign is being deleted"
     if campaign.spec.suspend:
         return "campaign is suspended"
-    budget = observe.campaign_budget(campaign, (shardview.shard_view(s) for s in shards))
+    budget = observe.campaign_budget(campaign, (shardview.shard_view(s) for s in unfinished))
     if budget.gate is BudgetGate.EXHAUSTED:
         return f"campaign is out of budget ({budget.describe()})"
     expected = expected_shards(campaign)
-    phases = [s.phase for s in shards]
-    if expected is not None and len(shards) >= expected and all(p is not None and p.terminal for p in phases):
-        done = sum(1 for p in phases if p is ShardPhase.DONE)
-        return f"campaign is finished ({done} of {len(shards)} shard(s) Done, the rest Failed or Blocked)"
-    return None
+    if expected is None or uncut_shards(campaign, unfinished):
+        return None
+    if not all(s.phase is not None and s.phase.terminal for s in unfinished):
+        return None
+    finalize = shardview.finalize_name(campaign.name)
+    if campaign.spec.finalize is not None and all(s.name != finalize for s in unfinished):
+        # The finalize shard is not cut yet, or Done: only the status can tell which.
+        phase = campaign.current_status.phase
+        if phase not in (CampaignPhase.SUCCEEDED, CampaignPhase.COMPLETED):
+            return None
+    done = expected - len(unfinished)
+    return f"campaign is finished ({done} of {expected} shard(s) Done, the rest Failed or Blocked)"
 
 
 def is_zombie(shard: Shard, now: dt.datetime) -> bool:

@@ -42,13 +42,13 @@ from shardops.api.shard import Progress, Shard, ShardError, ShardResult
 from shardops.k8s import leases, results
 from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS, ApiError, Forbidden, Kube, NotFound
 from shardops.k8s.results import ItemRecord, ResultMeta, ResultTooLarge, StoreCorrupt
-from shardops.k8s.shards import Actor, TransitionRequest, apply_transition, list_shards
+from shardops.k8s.shards import Actor, TransitionRequest, apply_transition, list_unfinished
 from shardops.logic.backoff import retry_not_before
 from shardops.logic.errors import classify_failure, next_phase_after_failure
 from shardops.logic.idempotency import item_subkey
 from shardops.logic.transitions import Action
 from shardops.worker import heartbeat
-from shardops.worker.claim import ClaimContext, Claimed, choose, claim, stop_reason
+from shardops.worker.claim import ClaimContext, Claimed, choose, claim, stop_reason, uncut_shards
 from shardops.worker.heartbeat import Fenced
 from shardops.worker.runner import (
     AttemptFiles,
@@ -112,6 +112,9 @@ class Worker:
     _items_cache: dict[tuple[str, str, str], list[Item]] = field(default_factory=dict)
     # The campaign's spec.idleSeconds as last read; used unless SHARDOPS_IDLE_SECONDS overrides it.
     _campaign_idle: int = 30
+    # The campaign had items not yet cut into shards at the last look: the operator cuts more as soon
+    # as the backlog has room, so a worker waits for them instead of going idle.
+    _more_coming: bool = False
 
     @property
     def holder(self) -> str:
@@ -152,6 +155,8 @@ class Worker:
             if step is not None:
                 emit("exiting", reason=step, shards=finished)
                 return 0
+            if self._more_coming:
+                idle_since = self.clock.monotonic()
             idle = self._idle_seconds()
             waited = self.clock.monotonic() - idle_since
             if waited >= idle:
@@ -174,10 +179,12 @@ class Worker:
         except NotFound:
             return f"campaign {self.namespace}/{self.campaign_name} does not exist"
         self._campaign_idle = campaign.spec.idle_seconds
-        shards = list_shards(self.kube, self.namespace, self.campaign_name)
+        # Only the unfinished shards: what a claim costs is bounded by the window, not the campaign.
+        shards = list_unfinished(self.kube, self.namespace, self.campaign_name)
         reason = stop_reason(campaign, shards)
         if reason is not None:
             return reason
+        self._more_coming = uncut_shards(campaign, shards) > 0
         context = ClaimContext(
             kube=self.kube,
             namespace=self.namespace,
