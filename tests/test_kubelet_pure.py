@@ -18,6 +18,7 @@ from e2e.cluster.kubelet.container_config import (
     build_argv,
     expand,
     field_ref_value,
+    missing_entrypoints,
     parse_quantity,
     process_env,
     resolve_env,
@@ -31,6 +32,7 @@ from e2e.cluster.kubelet.pod_status import (
     TERMINATED,
     Condition,
     ContainerRun,
+    abandoned_status,
     backoff_seconds,
     build_pod_status,
     compute_phase,
@@ -38,6 +40,7 @@ from e2e.cluster.kubelet.pod_status import (
     deletion_grace_seconds,
     exit_code_from_returncode,
     fail_running_statuses,
+    initial_runs,
     merge_conditions,
     pod_conditions,
     readiness_gates_ok,
@@ -126,6 +129,18 @@ def test_argv_expands_in_command_too() -> None:
 def test_argv_without_command_is_unsupported(container: dict[str, Any]) -> None:
     with pytest.raises(EntrypointUnsupported, match=r"'main' has no command.*'nginx'"):
         build_argv(container, {})
+
+
+def test_missing_entrypoints_names_each_container_without_command() -> None:
+    containers = [
+        {"name": "init", "image": "busybox"},
+        {"name": "main", "image": "app", "command": ["python", "-m", "app"]},
+        {"name": "side", "image": "nginx"},
+    ]
+    missing = missing_entrypoints(containers)
+    assert sorted(missing) == ["init", "side"]
+    assert "'nginx'" in missing["side"]
+    assert missing_entrypoints(containers[1:2]) == {}
 
 
 # -- environment ------------------------------------------------------------------------------------
@@ -338,6 +353,20 @@ def exited(name: str = "main", code: int = 0, pid: int = 42) -> ContainerRun:
     )
 
 
+def test_initial_runs_wait_behind_init_containers_and_mark_sidecars() -> None:
+    init_runs, runs = initial_runs(
+        [{"name": "setup", "image": "a"}, {"name": "proxy", "image": "b", "restartPolicy": "Always"}],
+        [{"name": "main", "image": "c"}],
+    )
+    assert [(r.name, r.sidecar, r.waiting_reason) for r in init_runs] == [
+        ("setup", False, "PodInitializing"),
+        ("proxy", True, "PodInitializing"),
+    ]
+    assert [(r.name, r.state, r.waiting_reason) for r in runs] == [("main", "waiting", "PodInitializing")]
+    _, alone = initial_runs([], [{"name": "main", "image": "c"}])
+    assert alone[0].waiting_reason == "ContainerCreating"
+
+
 def test_running_container_status() -> None:
     assert container_status(running()) == {
         "name": "main",
@@ -536,6 +565,24 @@ def test_fail_running_statuses_after_a_kubelet_restart() -> None:
     assert failed[0]["state"]["terminated"]["exitCode"] == 137
     assert failed[1]["state"] == statuses[1]["state"]
     assert not any(s["ready"] for s in failed)
+
+
+def test_abandoned_status_fails_the_pod_and_ends_its_running_containers() -> None:
+    status = {
+        "phase": "Running",
+        "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "T1"}],
+        "containerStatuses": [container_status(running("a"))],
+    }
+    patch = abandoned_status(status, "T9")
+    assert (patch["phase"], patch["reason"]) == ("Failed", "KubeletRestarted")
+    assert "initContainerStatuses" not in patch
+    assert patch["containerStatuses"][0]["state"]["terminated"]["reason"] == "KubeletRestarted"
+    ready = {c["type"]: c for c in patch["conditions"]}["Ready"]
+    assert (ready["status"], ready["reason"], ready["lastTransitionTime"]) == (
+        "False",
+        "KubeletRestarted",
+        "T9",
+    )
 
 
 def test_status_shows_started() -> None:
