@@ -18,6 +18,7 @@ from typing import Any
 from kubernetes import client
 
 from e2e.cluster import lifecycle
+from e2e.cluster.kubelet.processes import pod_log_path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -61,7 +62,7 @@ class Cluster:
 
     def pod_log(self, namespace: str, pod: str, container: str) -> str:
         assert self.local, "pod logs from files need the local process-kubelet"
-        path = self.local.kubelet_state / "logs" / namespace / pod / f"{container}.log"
+        path = pod_log_path(self.local.kubelet_state, namespace, pod, container)
         return path.read_text(errors="replace") if path.exists() else ""
 
 

@@ -29,7 +29,7 @@ from typing import Any
 import yaml
 from kubernetes import client
 
-from e2e.cluster.kubelet import cluster_info, service_account_kubeconfig
+from e2e.cluster.kubelet.identity import cluster_info, service_account_kubeconfig
 from e2e.harness import REPO_ROOT, Cluster, wait_for
 from shardops.api.campaign import Campaign
 from shardops.api.names import API_GROUP_VERSION, CAMPAIGN_KIND, CAMPAIGN_LABEL

@@ -11,8 +11,47 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e.cluster import kubelet as k
-from e2e.cluster.kubelet import ContainerRun, EntrypointUnsupported, EnvResolutionError
+from e2e.cluster.kubelet.container_config import (
+    EntrypointUnsupported,
+    EnvResolutionError,
+    SourceLookup,
+    build_argv,
+    expand,
+    field_ref_value,
+    missing_entrypoints,
+    parse_quantity,
+    process_env,
+    resolve_env,
+    resource_field_value,
+)
+from e2e.cluster.kubelet.host import node_labels
+from e2e.cluster.kubelet.identity import ClusterInfo, cluster_info, service_account_kubeconfig
+from e2e.cluster.kubelet.node import Kubelet
+from e2e.cluster.kubelet.pod_status import (
+    RUNNING,
+    TERMINATED,
+    Condition,
+    ContainerRun,
+    abandoned_status,
+    backoff_seconds,
+    build_pod_status,
+    compute_phase,
+    container_status,
+    deletion_grace_seconds,
+    exit_code_from_returncode,
+    fail_running_statuses,
+    initial_runs,
+    merge_conditions,
+    pod_conditions,
+    readiness_gates_ok,
+    should_restart,
+    status_shows_started,
+    tail_text,
+    terminated_state,
+)
+from e2e.cluster.kubelet.probes import ProbeTracker, resolve_port
+from e2e.cluster.kubelet.processes import pod_log_path
+from e2e.cluster.kubelet.scheduling import node_selector_matches, wants_binding
 from kubernetes.client.exceptions import ApiException
 
 POD: dict[str, Any] = {
@@ -27,7 +66,7 @@ POD: dict[str, Any] = {
 }
 
 
-def lookup_from(objects: Mapping[tuple[str, str], Mapping[str, str]]) -> k.SourceLookup:
+def lookup_from(objects: Mapping[tuple[str, str], Mapping[str, str]]) -> SourceLookup:
     def lookup(kind: str, name: str) -> Mapping[str, str] | None:
         return objects.get((kind, name))
 
@@ -61,7 +100,7 @@ NO_OBJECTS = lookup_from({})
     ],
 )
 def test_expand_follows_kubernetes_semantics(text: str, expected: str) -> None:
-    assert k.expand(text, {"A": "1", "B": "2", "EMPTY": ""}) == expected
+    assert expand(text, {"A": "1", "B": "2", "EMPTY": ""}) == expected
 
 
 def test_argv_is_command_plus_args_expanded() -> None:
@@ -70,7 +109,7 @@ def test_argv_is_command_plus_args_expanded() -> None:
         "command": ["python", "-m", "shardops.worker"],
         "args": ["--shard=$(SHARD)", "--literal=$$(SHARD)", "--missing=$(NOPE)"],
     }
-    assert k.build_argv(container, {"SHARD": "7"}) == [
+    assert build_argv(container, {"SHARD": "7"}) == [
         "python",
         "-m",
         "shardops.worker",
@@ -81,7 +120,7 @@ def test_argv_is_command_plus_args_expanded() -> None:
 
 
 def test_argv_expands_in_command_too() -> None:
-    assert k.build_argv({"name": "c", "command": ["$(BIN)/tool"]}, {"BIN": "/opt/bin"}) == ["/opt/bin/tool"]
+    assert build_argv({"name": "c", "command": ["$(BIN)/tool"]}, {"BIN": "/opt/bin"}) == ["/opt/bin/tool"]
 
 
 @pytest.mark.parametrize(
@@ -89,7 +128,19 @@ def test_argv_expands_in_command_too() -> None:
 )
 def test_argv_without_command_is_unsupported(container: dict[str, Any]) -> None:
     with pytest.raises(EntrypointUnsupported, match=r"'main' has no command.*'nginx'"):
-        k.build_argv(container, {})
+        build_argv(container, {})
+
+
+def test_missing_entrypoints_names_each_container_without_command() -> None:
+    containers = [
+        {"name": "init", "image": "busybox"},
+        {"name": "main", "image": "app", "command": ["python", "-m", "app"]},
+        {"name": "side", "image": "nginx"},
+    ]
+    missing = missing_entrypoints(containers)
+    assert sorted(missing) == ["init", "side"]
+    assert "'nginx'" in missing["side"]
+    assert missing_entrypoints(containers[1:2]) == {}
 
 
 # -- environment ------------------------------------------------------------------------------------
@@ -113,13 +164,13 @@ def test_argv_without_command_is_unsupported(container: dict[str, Any]) -> None:
     ],
 )
 def test_field_ref_values(path: str, expected: str) -> None:
-    assert k.field_ref_value(POD, path) == expected
+    assert field_ref_value(POD, path) == expected
 
 
 @pytest.mark.parametrize("path", ["metadata.labels", "spec.containers", "status.phase", ""])
 def test_unsupported_field_refs_raise(path: str) -> None:
     with pytest.raises(EnvResolutionError):
-        k.field_ref_value(POD, path)
+        field_ref_value(POD, path)
 
 
 def test_resolve_env_literal_values_expand_from_earlier_vars_and_context() -> None:
@@ -131,7 +182,7 @@ def test_resolve_env_literal_values_expand_from_earlier_vars_and_context() -> No
             {"name": "ESC", "value": "$$(A)"},
         ]
     }
-    env = k.resolve_env(container, POD, NO_OBJECTS, {"HOSTNAME": "worker-0"})
+    env = resolve_env(container, POD, NO_OBJECTS, {"HOSTNAME": "worker-0"})
     # A variable declared later is not visible yet, exactly as in Kubernetes.
     assert env == {"A": "a", "B": "a-b-$(LATER)-worker-0", "LATER": "late", "ESC": "$(A)"}
 
@@ -160,7 +211,7 @@ def test_resolve_env_value_from_sources() -> None:
             {"name": "REQ", "valueFrom": {"resourceFieldRef": {"resource": "requests.cpu", "divisor": "1m"}}},
         ],
     }
-    env = k.resolve_env(container, POD, lookup)
+    env = resolve_env(container, POD, lookup)
     assert env == {
         "POD": "worker-0",
         "LEVEL": "debug",
@@ -172,8 +223,8 @@ def test_resolve_env_value_from_sources() -> None:
 
 
 def test_resource_field_limits_default_to_node_allocatable() -> None:
-    assert k.resource_field_value({}, "limits.cpu", None) == "2"
-    assert k.resource_field_value({}, "limits.memory", "1Gi") == "24"
+    assert resource_field_value({}, "limits.cpu", None) == "2"
+    assert resource_field_value({}, "limits.memory", "1Gi") == "24"
 
 
 def test_value_from_is_not_expanded() -> None:
@@ -184,7 +235,7 @@ def test_value_from_is_not_expanded() -> None:
             {"name": "RAW", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "k"}}},
         ]
     }
-    assert k.resolve_env(container, POD, lookup)["RAW"] == "$(A)"
+    assert resolve_env(container, POD, lookup)["RAW"] == "$(A)"
 
 
 @pytest.mark.parametrize(
@@ -197,7 +248,7 @@ def test_value_from_is_not_expanded() -> None:
 def test_required_references_raise(ref: dict[str, Any], message: str) -> None:
     lookup = lookup_from({("Secret", "creds"): {"token": "x"}})
     with pytest.raises(EnvResolutionError, match=message):
-        k.resolve_env({"env": [{"name": "X", "valueFrom": ref}]}, POD, lookup)
+        resolve_env({"env": [{"name": "X", "valueFrom": ref}]}, POD, lookup)
 
 
 def test_env_from_with_prefix_and_env_overrides() -> None:
@@ -215,13 +266,13 @@ def test_env_from_with_prefix_and_env_overrides() -> None:
         ],
         "env": [{"name": "SHARED", "value": "from-env:$(LEVEL)"}],
     }
-    env = k.resolve_env(container, POD, lookup)
+    env = resolve_env(container, POD, lookup)
     assert env == {"LEVEL": "debug", "SHARED": "from-env:debug", "S_TOKEN": "t"}
 
 
 def test_env_from_missing_required_source_raises() -> None:
     with pytest.raises(EnvResolutionError, match="secret 'creds' not found"):
-        k.resolve_env({"envFrom": [{"secretRef": {"name": "creds"}}]}, POD, NO_OBJECTS)
+        resolve_env({"envFrom": [{"secretRef": {"name": "creds"}}]}, POD, NO_OBJECTS)
 
 
 def test_process_env_layers_host_kubelet_and_pod() -> None:
@@ -233,7 +284,7 @@ def test_process_env_layers_host_kubelet_and_pod() -> None:
         "SHARED": "host",
     }
     injected = {"KUBECONFIG": "/state/pods/u/kubeconfig", "HOSTNAME": "worker-0", "SHARED": "kubelet"}
-    env = k.process_env(inherited, injected, {"SHARED": "pod"}, "/venv/bin")
+    env = process_env(inherited, injected, {"SHARED": "pod"}, "/venv/bin")
     assert env["PATH"] == "/venv/bin:/usr/bin"
     assert env["KUBECONFIG"] == "/state/pods/u/kubeconfig"
     assert "KUBERNETES_SERVICE_HOST" not in env
@@ -243,12 +294,12 @@ def test_process_env_layers_host_kubelet_and_pod() -> None:
 
 
 def test_process_env_without_service_account_drops_the_admin_kubeconfig() -> None:
-    env = k.process_env({"KUBECONFIG": "/admin", "PATH": "/bin"}, {"HOSTNAME": "p"}, {}, "/venv/bin")
+    env = process_env({"KUBECONFIG": "/admin", "PATH": "/bin"}, {"HOSTNAME": "p"}, {}, "/venv/bin")
     assert "KUBECONFIG" not in env
 
 
 def test_pod_can_set_its_own_path() -> None:
-    env = k.process_env({"PATH": "/bin"}, {}, {"PATH": "/custom"}, "/venv/bin")
+    env = process_env({"PATH": "/bin"}, {}, {"PATH": "/custom"}, "/venv/bin")
     assert env["PATH"] == "/custom"
 
 
@@ -268,44 +319,56 @@ def test_pod_can_set_its_own_path() -> None:
     ],
 )
 def test_should_restart(policy: str, exit_code: int, restart: bool) -> None:
-    assert k.should_restart(policy, exit_code) is restart
+    assert should_restart(policy, exit_code) is restart
 
 
 def test_backoff_doubles_and_is_capped() -> None:
-    assert [k.backoff_seconds(step) for step in range(7)] == [1, 2, 4, 8, 16, 30, 30]
+    assert [backoff_seconds(step) for step in range(7)] == [1, 2, 4, 8, 16, 30, 30]
 
 
 @pytest.mark.parametrize(("returncode", "exit_code"), [(0, 0), (3, 3), (-15, 143), (-9, 137)])
 def test_exit_codes_of_signalled_processes(returncode: int, exit_code: int) -> None:
-    assert k.exit_code_from_returncode(returncode) == exit_code
+    assert exit_code_from_returncode(returncode) == exit_code
 
 
 def test_tail_text_keeps_last_lines_within_bounds() -> None:
     data = "".join(f"line {i}\n" for i in range(100)).encode()
-    assert k.tail_text(data, max_lines=3) == "line 97\nline 98\nline 99"
-    assert len(k.tail_text(b"x" * 10_000, max_bytes=100)) == 100
+    assert tail_text(data, max_lines=3) == "line 97\nline 98\nline 99"
+    assert len(tail_text(b"x" * 10_000, max_bytes=100)) == 100
 
 
 # -- status documents ----------------------------------------------------------------------------------
 
 
 def running(name: str = "main", *, ready: bool = True, pid: int = 42) -> ContainerRun:
-    return ContainerRun(
-        name, "img:1", state=k.RUNNING, pid=pid, started_at="2030-01-01T00:00:00Z", ready=ready
-    )
+    return ContainerRun(name, "img:1", state=RUNNING, pid=pid, started_at="2030-01-01T00:00:00Z", ready=ready)
 
 
 def exited(name: str = "main", code: int = 0, pid: int = 42) -> ContainerRun:
-    term = k.terminated_state(
+    term = terminated_state(
         code, "2030-01-01T00:00:00Z", "2030-01-01T00:01:00Z", pid, message="" if code == 0 else "boom"
     )
     return ContainerRun(
-        name, "img:1", state=k.TERMINATED, pid=pid, started_at="2030-01-01T00:00:00Z", terminated=term
+        name, "img:1", state=TERMINATED, pid=pid, started_at="2030-01-01T00:00:00Z", terminated=term
     )
 
 
+def test_initial_runs_wait_behind_init_containers_and_mark_sidecars() -> None:
+    init_runs, runs = initial_runs(
+        [{"name": "setup", "image": "a"}, {"name": "proxy", "image": "b", "restartPolicy": "Always"}],
+        [{"name": "main", "image": "c"}],
+    )
+    assert [(r.name, r.sidecar, r.waiting_reason) for r in init_runs] == [
+        ("setup", False, "PodInitializing"),
+        ("proxy", True, "PodInitializing"),
+    ]
+    assert [(r.name, r.state, r.waiting_reason) for r in runs] == [("main", "waiting", "PodInitializing")]
+    _, alone = initial_runs([], [{"name": "main", "image": "c"}])
+    assert alone[0].waiting_reason == "ContainerCreating"
+
+
 def test_running_container_status() -> None:
-    assert k.container_status(running()) == {
+    assert container_status(running()) == {
         "name": "main",
         "image": "img:1",
         "imageID": "process://img:1",
@@ -319,7 +382,7 @@ def test_running_container_status() -> None:
 
 
 def test_terminated_container_status() -> None:
-    status = k.container_status(exited(code=3))
+    status = container_status(exited(code=3))
     assert status["state"] == {
         "terminated": {
             "exitCode": 3,
@@ -331,7 +394,7 @@ def test_terminated_container_status() -> None:
         }
     }
     assert status["ready"] is False and status["started"] is False
-    assert k.container_status(exited(code=0))["state"]["terminated"]["reason"] == "Completed"
+    assert container_status(exited(code=0))["state"]["terminated"]["reason"] == "Completed"
 
 
 def test_waiting_container_status_with_last_state() -> None:
@@ -341,9 +404,9 @@ def test_waiting_container_status_with_last_state() -> None:
         waiting_reason="CrashLoopBackOff",
         waiting_message="back-off 2s",
         restart_count=2,
-        last_terminated=k.terminated_state(1, None, "2030-01-01T00:01:00Z", None),
+        last_terminated=terminated_state(1, None, "2030-01-01T00:01:00Z", None),
     )
-    status = k.container_status(run)
+    status = container_status(run)
     assert status["state"] == {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 2s"}}
     assert status["lastState"] == {
         "terminated": {"exitCode": 1, "reason": "Error", "finishedAt": "2030-01-01T00:01:00Z"}
@@ -353,7 +416,7 @@ def test_waiting_container_status_with_last_state() -> None:
 
 
 def test_failed_start_has_no_start_time() -> None:
-    state = k.terminated_state(
+    state = terminated_state(
         128, None, "2030-01-01T00:00:00Z", None, message="no such file", reason="StartError"
     )
     assert state == {
@@ -388,7 +451,7 @@ def test_failed_start_has_no_start_time() -> None:
 def test_compute_phase(
     policy: str, init: list[ContainerRun], runs: list[ContainerRun], stopping: bool, phase: str
 ) -> None:
-    assert k.compute_phase(policy, init, runs, stopping=stopping) == phase
+    assert compute_phase(policy, init, runs, stopping=stopping) == phase
 
 
 def test_crash_looping_container_keeps_the_pod_running() -> None:
@@ -396,24 +459,24 @@ def test_crash_looping_container_keeps_the_pod_running() -> None:
         "main",
         "i",
         waiting_reason="CrashLoopBackOff",
-        last_terminated=k.terminated_state(1, None, "t", 9),
+        last_terminated=terminated_state(1, None, "t", 9),
         restart_count=1,
     )
-    assert k.compute_phase("Always", [], [looping]) == "Running"
+    assert compute_phase("Always", [], [looping]) == "Running"
 
 
 def test_sidecar_exit_codes_do_not_decide_the_phase() -> None:
     sidecar = exited("side", 143)
     sidecar.sidecar = True
-    assert k.compute_phase("Never", [sidecar], [exited("main", 0)]) == "Succeeded"
+    assert compute_phase("Never", [sidecar], [exited("main", 0)]) == "Succeeded"
 
 
-def conditions_by_type(conditions: list[k.Condition]) -> dict[str, tuple[str, str, str]]:
+def conditions_by_type(conditions: list[Condition]) -> dict[str, tuple[str, str, str]]:
     return {c[0]: c[1:] for c in conditions}
 
 
 def test_conditions_of_a_ready_pod() -> None:
-    conditions = conditions_by_type(k.pod_conditions("Running", [], [running()], initialized=True))
+    conditions = conditions_by_type(pod_conditions("Running", [], [running()], initialized=True))
     assert {name: value[0] for name, value in conditions.items()} == {
         "PodScheduled": "True",
         "Initialized": "True",
@@ -425,7 +488,7 @@ def test_conditions_of_a_ready_pod() -> None:
 def test_conditions_while_initializing_and_unready() -> None:
     init = [exited("first", 0), running("second")]
     conditions = conditions_by_type(
-        k.pod_conditions("Pending", init, [ContainerRun("main", "i")], initialized=False)
+        pod_conditions("Pending", init, [ContainerRun("main", "i")], initialized=False)
     )
     assert conditions["Initialized"] == (
         "False",
@@ -436,17 +499,17 @@ def test_conditions_while_initializing_and_unready() -> None:
 
 
 def test_readiness_probe_failure_and_gates_make_the_pod_unready() -> None:
-    unready = conditions_by_type(k.pod_conditions("Running", [], [running(ready=False)], initialized=True))
+    unready = conditions_by_type(pod_conditions("Running", [], [running(ready=False)], initialized=True))
     assert unready["ContainersReady"][0] == "False" and unready["Ready"][0] == "False"
     gated = conditions_by_type(
-        k.pod_conditions("Running", [], [running()], initialized=True, readiness_gates_ok=False)
+        pod_conditions("Running", [], [running()], initialized=True, readiness_gates_ok=False)
     )
     assert gated["ContainersReady"][0] == "True"
     assert gated["Ready"][:2] == ("False", "ReadinessGatesNotReady")
 
 
 def test_completed_pod_is_not_ready() -> None:
-    conditions = conditions_by_type(k.pod_conditions("Succeeded", [], [exited()], initialized=True))
+    conditions = conditions_by_type(pod_conditions("Succeeded", [], [exited()], initialized=True))
     assert conditions["Ready"] == ("False", "PodCompleted", "")
 
 
@@ -455,7 +518,7 @@ def test_merge_conditions_moves_transition_time_only_on_change() -> None:
         {"type": "Ready", "status": "False", "lastTransitionTime": "T0", "reason": "ContainersNotReady"},
         {"type": "PodScheduled", "status": "True", "lastTransitionTime": "T0"},
     ]
-    merged = k.merge_conditions(previous, [("PodScheduled", "True", "", ""), ("Ready", "True", "", "")], "T1")
+    merged = merge_conditions(previous, [("PodScheduled", "True", "", ""), ("Ready", "True", "", "")], "T1")
     by_type = {c["type"]: c for c in merged}
     assert by_type["PodScheduled"]["lastTransitionTime"] == "T0"
     assert by_type["Ready"]["lastTransitionTime"] == "T1"
@@ -464,8 +527,8 @@ def test_merge_conditions_moves_transition_time_only_on_change() -> None:
 
 
 def test_build_pod_status() -> None:
-    conditions = k.merge_conditions([], k.pod_conditions("Running", [], [running()], initialized=True), "T")
-    status = k.build_pod_status(
+    conditions = merge_conditions([], pod_conditions("Running", [], [running()], initialized=True), "T")
+    status = build_pod_status(
         phase="Running", init_runs=[], runs=[running()], conditions=conditions, start_time="T"
     )
     assert status["phase"] == "Running"
@@ -477,7 +540,7 @@ def test_build_pod_status() -> None:
 
 
 def test_build_failed_pod_status_with_reason_and_init_statuses() -> None:
-    status = k.build_pod_status(
+    status = build_pod_status(
         phase="Failed",
         init_runs=[exited("init", 0)],
         runs=[exited(code=1)],
@@ -493,10 +556,10 @@ def test_build_failed_pod_status_with_reason_and_init_statuses() -> None:
 
 def test_fail_running_statuses_after_a_kubelet_restart() -> None:
     statuses = [
-        k.container_status(running("a")),
-        k.container_status(exited("b", 0)),
+        container_status(running("a")),
+        container_status(exited("b", 0)),
     ]
-    failed = k.fail_running_statuses(statuses, "KubeletRestarted", "gone", "T9")
+    failed = fail_running_statuses(statuses, "KubeletRestarted", "gone", "T9")
     assert failed[0]["state"]["terminated"]["reason"] == "KubeletRestarted"
     assert failed[0]["state"]["terminated"]["startedAt"] == "2030-01-01T00:00:00Z"
     assert failed[0]["state"]["terminated"]["exitCode"] == 137
@@ -504,11 +567,29 @@ def test_fail_running_statuses_after_a_kubelet_restart() -> None:
     assert not any(s["ready"] for s in failed)
 
 
+def test_abandoned_status_fails_the_pod_and_ends_its_running_containers() -> None:
+    status = {
+        "phase": "Running",
+        "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "T1"}],
+        "containerStatuses": [container_status(running("a"))],
+    }
+    patch = abandoned_status(status, "T9")
+    assert (patch["phase"], patch["reason"]) == ("Failed", "KubeletRestarted")
+    assert "initContainerStatuses" not in patch
+    assert patch["containerStatuses"][0]["state"]["terminated"]["reason"] == "KubeletRestarted"
+    ready = {c["type"]: c for c in patch["conditions"]}["Ready"]
+    assert (ready["status"], ready["reason"], ready["lastTransitionTime"]) == (
+        "False",
+        "KubeletRestarted",
+        "T9",
+    )
+
+
 def test_status_shows_started() -> None:
-    assert not k.status_shows_started({"status": {"phase": "Pending"}})
-    assert k.status_shows_started({"status": {"phase": "Running"}})
+    assert not status_shows_started({"status": {"phase": "Pending"}})
+    assert status_shows_started({"status": {"phase": "Running"}})
     init_running = {"status": {"phase": "Pending", "initContainerStatuses": [{"state": {"running": {}}}]}}
-    assert k.status_shows_started(init_running)
+    assert status_shows_started(init_running)
 
 
 # -- scheduling, deletion, kubeconfig ---------------------------------------------------------------------
@@ -527,22 +608,22 @@ def test_status_shows_started() -> None:
     ],
 )
 def test_wants_binding(spec: dict[str, Any], extra: dict[str, Any], wanted: bool) -> None:
-    assert k.wants_binding({"spec": spec, **extra}) is wanted
+    assert wants_binding({"spec": spec, **extra}) is wanted
 
 
 def test_node_selector() -> None:
-    labels = k.node_labels("local-node")
-    assert k.node_selector_matches({"spec": {"nodeSelector": {"kubernetes.io/os": "linux"}}}, labels)
-    assert k.node_selector_matches({"spec": {}}, labels)
-    assert not k.node_selector_matches({"spec": {"nodeSelector": {"disk": "ssd"}}}, labels)
+    labels = node_labels("local-node")
+    assert node_selector_matches({"spec": {"nodeSelector": {"kubernetes.io/os": "linux"}}}, labels)
+    assert node_selector_matches({"spec": {}}, labels)
+    assert not node_selector_matches({"spec": {"nodeSelector": {"disk": "ssd"}}}, labels)
 
 
 def test_deletion_grace_period() -> None:
-    assert k.deletion_grace_seconds({"metadata": {"deletionGracePeriodSeconds": 5}}) == 5
-    assert k.deletion_grace_seconds({"metadata": {}, "spec": {"terminationGracePeriodSeconds": 7}}) == 7
-    assert k.deletion_grace_seconds({"metadata": {}, "spec": {}}) == 30
+    assert deletion_grace_seconds({"metadata": {"deletionGracePeriodSeconds": 5}}) == 5
+    assert deletion_grace_seconds({"metadata": {}, "spec": {"terminationGracePeriodSeconds": 7}}) == 7
+    assert deletion_grace_seconds({"metadata": {}, "spec": {}}) == 30
     assert (
-        k.deletion_grace_seconds(
+        deletion_grace_seconds(
             {"metadata": {"deletionGracePeriodSeconds": 0}, "spec": {"terminationGracePeriodSeconds": 7}}
         )
         == 0
@@ -554,13 +635,13 @@ def test_readiness_gates() -> None:
         "spec": {"readinessGates": [{"conditionType": "example.com/ok"}]},
         "status": {"conditions": []},
     }
-    assert not k.readiness_gates_ok(pod)
+    assert not readiness_gates_ok(pod)
     pod["status"]["conditions"] = [{"type": "example.com/ok", "status": "True"}]
-    assert k.readiness_gates_ok(pod)
+    assert readiness_gates_ok(pod)
 
 
 def test_log_path_layout(tmp_path: Path) -> None:
-    assert k.pod_log_path(tmp_path, "ns", "pod", "main") == tmp_path / "logs" / "ns" / "pod" / "main.log"
+    assert pod_log_path(tmp_path, "ns", "pod", "main") == tmp_path / "logs" / "ns" / "pod" / "main.log"
 
 
 def test_service_account_kubeconfig_from_admin_kubeconfig(tmp_path: Path) -> None:
@@ -573,9 +654,9 @@ def test_service_account_kubeconfig_from_admin_kubeconfig(tmp_path: Path) -> Non
         "contexts": [{"name": "ctx", "context": {"cluster": "c", "user": "admin"}}],
         "current-context": "ctx",
     }
-    info = k.cluster_info(admin, tmp_path)
-    assert info == k.ClusterInfo(server="https://127.0.0.1:6443", ca_pem=b"PEM")
-    kubeconfig = k.service_account_kubeconfig(info, "tok", "team-a", "system:serviceaccount:team-a:default")
+    info = cluster_info(admin, tmp_path)
+    assert info == ClusterInfo(server="https://127.0.0.1:6443", ca_pem=b"PEM")
+    kubeconfig = service_account_kubeconfig(info, "tok", "team-a", "system:serviceaccount:team-a:default")
     assert kubeconfig["clusters"][0]["cluster"] == {
         "server": "https://127.0.0.1:6443",
         "certificate-authority-data": base64.b64encode(b"PEM").decode(),
@@ -593,16 +674,16 @@ def test_cluster_info_with_inline_ca() -> None:
         "contexts": [{"name": "ctx", "context": {"cluster": "c"}}],
         "current-context": "ctx",
     }
-    assert k.cluster_info(admin, Path("/nonexistent")).ca_pem == b"PEM"
+    assert cluster_info(admin, Path("/nonexistent")).ca_pem == b"PEM"
 
 
 def test_resolve_port() -> None:
     container = {"name": "web", "ports": [{"name": "http", "containerPort": 8080}]}
-    assert k.resolve_port(9090, container) == 9090
-    assert k.resolve_port("9090", container) == 9090
-    assert k.resolve_port("http", container) == 8080
+    assert resolve_port(9090, container) == 9090
+    assert resolve_port("9090", container) == 9090
+    assert resolve_port("http", container) == 8080
     with pytest.raises(ValueError, match="no port named 'grpc'"):
-        k.resolve_port("grpc", container)
+        resolve_port("grpc", container)
 
 
 @pytest.mark.parametrize(
@@ -616,11 +697,11 @@ def test_resolve_port() -> None:
     ],
 )
 def test_parse_quantity(text: str, value: Decimal) -> None:
-    assert k.parse_quantity(text) == value
+    assert parse_quantity(text) == value
 
 
 def test_probe_tracker_thresholds() -> None:
-    tracker = k.ProbeTracker(probe={"successThreshold": 2, "failureThreshold": 2}, next_at=0)
+    tracker = ProbeTracker(probe={"successThreshold": 2, "failureThreshold": 2}, next_at=0)
     tracker.record(True)
     assert not tracker.ready
     tracker.record(True)
@@ -655,7 +736,7 @@ class CannedCore:
         return CannedResponse(self.chunks)
 
 
-class RecordingKubelet(k.Kubelet):
+class RecordingKubelet(Kubelet):
     """Just enough of a Kubelet to follow a watch; records what it would handle."""
 
     def __init__(self, chunks: list[bytes]) -> None:  # no API client, on purpose

@@ -1,0 +1,97 @@
+"""Process-kubelet: the kubelet (and scheduler) of the local e2e control plane, running pods as processes.
+
+The local control plane (e2e/cluster/lifecycle.py) is a real kube-apiserver, kube-controller-manager
+and etcd, but the machines it runs on have no container runtime. This program plays the kubelet of
+one node and, since there is no kube-scheduler either, the scheduler too:
+
+    python -m e2e.cluster.kubelet --kubeconfig ADMIN_KUBECONFIG --node-name local-node \\
+        --state-dir DIR [--python PATH]
+
+It runs until SIGTERM/SIGINT, then stops every pod process (SIGTERM, grace period, SIGKILL) and exits.
+
+What it does:
+
+* registers the Node (Ready, cpu 2 / memory 24Gi / 110 pods, InternalIP 127.0.0.1) and keeps it
+  alive: a node Lease in kube-node-lease renewed every 10 s, NodeReady heartbeats, and removal of
+  the not-ready/unreachable taints nobody else would remove;
+* binds every unscheduled pod meant for the default scheduler to that node (pods/binding);
+* runs each pod's containers as local process groups: init containers one after the other (native
+  sidecars, i.e. init containers with restartPolicy Always, keep running), then all containers;
+  honours restartPolicy (with a small, capped back-off), readiness probes (httpGet, tcpSocket, exec),
+  activeDeadlineSeconds and graceful deletion (SIGTERM to the process group, grace period, SIGKILL),
+  then removes the pod object like a kubelet does (delete with gracePeriodSeconds=0);
+* gives each pod the identity of its service account (unless automountServiceAccountToken is
+  false): a pod-bound token from the TokenRequest API, written as a kubeconfig ($KUBECONFIG) and as
+  the usual token / ca.crt / namespace files ($SHARDOPS_SA_DIR) under DIR/pods/<uid>/, refreshed at
+  80% of its lifetime, so RBAC applies to pods exactly as in a real cluster;
+* reports pod status the way the Job, ReplicaSet and Deployment controllers need it.
+
+Differences from a real kubelet, by necessity or on purpose:
+
+* Images are recorded in the status but never pulled or used. A container runs `command + args`
+  on this machine, with the host's filesystem and tools; the directory of --python comes first on
+  PATH, so `python` and the venv's console scripts resolve to the test venv. A container without
+  `command` cannot fall back to its image's entrypoint: the pod fails with reason
+  ImageEntrypointUnsupported.
+* No isolation. Every pod shares the host network (podIP = hostIP = 127.0.0.1, hostPort is ignored,
+  two pods listening on the same port conflict), the filesystem, the users and the resources;
+  requests and limits are not enforced.
+* Volumes are not mounted; the service account files are the only exception, and they live in
+  $SHARDOPS_SA_DIR, not /var/run/secrets/kubernetes.io/serviceaccount. workingDir is used when it
+  exists on this machine, otherwise the pod's state directory DIR/pods/<uid>.
+* The environment is the kubelet's own (minus KUBECONFIG and in-cluster discovery variables) plus
+  the container's env/envFrom, HOSTNAME=<pod name> and PYTHONUNBUFFERED=1 (so logs are live).
+* Scheduling looks only at schedulerName, schedulingGates, nodeSelector and spec.unschedulable;
+  affinity, taints/tolerations and resource fit are ignored (there is only one node anyway).
+* No liveness or startup probes, lifecycle hooks, ephemeral containers or kubelet API (so no
+  `kubectl logs/exec/port-forward`). Logs are files: DIR/logs/<namespace>/<pod>/<container>.log
+  (stdout and stderr, appended across restarts and across pods that reuse a name); see
+  processes.pod_log_path().
+* A restarted kubelet does not adopt processes: it kills the ones it recorded for pods it finds
+  running (pid files) and marks those pods Failed with reason KubeletRestarted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from e2e.cluster.kubelet.node import Kubelet
+
+log = logging.getLogger(__name__)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m e2e.cluster.kubelet", description=__doc__.split("\n")[0])
+    parser.add_argument("--kubeconfig", type=Path, required=True, help="admin kubeconfig of the cluster")
+    parser.add_argument("--node-name", default="local-node")
+    parser.add_argument("--state-dir", type=Path, required=True, help="pod logs, tokens, pid files")
+    parser.add_argument(
+        "--python", default=sys.executable, help="interpreter whose directory goes first on the pods' PATH"
+    )
+    parser.add_argument("--log-level", default=os.environ.get("SHARDOPS_KUBELET_LOG_LEVEL", "INFO"))
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s [%(threadName)s] %(message)s",
+    )
+    kubelet = Kubelet(args.kubeconfig, args.node_name, args.state_dir, args.python)
+
+    def request_stop(signum: int, _frame: object) -> None:
+        log.info("received %s", signal.Signals(signum).name)
+        kubelet.stop.set()
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    kubelet.run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
