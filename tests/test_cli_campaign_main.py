@@ -15,8 +15,10 @@ import yaml
 from clikit import (
     NOW,
     campaign_body,
+    cluster,
     done_status,
     forbidden,
+    run,
     shard_body,
     unauthorized,
 )
@@ -26,28 +28,7 @@ from shardops.cli.campaign_actions import CANCELLED_ANNOTATION
 from shardops.cli.campaign_client import REPORTING_CONTROLLER, Client, connect, default_namespace
 from shardops.cli.campaign_status import watch_status
 from shardops.cli.command import Context
-from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS, SHARDS, Conflict, Forbidden
-
-
-class Run:
-    def __init__(self, code: int, out: str, err: str) -> None:
-        self.code, self.out, self.err = code, out, err
-
-    def json(self) -> Any:
-        return json.loads(self.out)
-
-
-def run(kube: FakeKube, *argv: str) -> Run:
-    out, err = io.StringIO(), io.StringIO()
-    code = cli.main(list(argv), make_client=lambda _: Client(kube), stdout=out, stderr=err, clock=lambda: NOW)  # type: ignore[arg-type]
-    return Run(code, out.getvalue(), err.getvalue())
-
-
-def cluster(*bodies: dict, **kwargs: Any) -> FakeKube:
-    kube = FakeKube(**kwargs)
-    for body in bodies:
-        kube.add(SHARDS if body["kind"] == "Shard" else CAMPAIGNS, body)
-    return kube
+from shardops.k8s.api import CONFIGMAPS, Conflict, Forbidden
 
 
 def papers(*, fail: Any = None, **spec: Any) -> FakeKube:

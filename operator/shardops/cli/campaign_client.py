@@ -86,10 +86,17 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (urllib3.exceptions.HTTPErr
 ANY_CALL_ERROR: tuple[type[BaseException], ...] = (ApiError, ApiException, *CONNECTION_ERRORS)
 
 
+def timed_out(error: BaseException) -> bool:
+    """No answer in time. urllib3 makes a refused connection (NewConnectionError) a kind of connect
+    timeout, for old callers: that one is not."""
+    timeouts = (urllib3.exceptions.TimeoutError, TimeoutError)
+    return isinstance(error, timeouts) and not isinstance(error, urllib3.exceptions.NewConnectionError)
+
+
 def connection_error(error: BaseException, server: str, timeout: float | None = None) -> CliError:
     reason = error.reason if isinstance(error, urllib3.exceptions.MaxRetryError) else None
     detail = str(reason if reason is not None else error) or type(error).__name__
-    if isinstance(reason or error, (urllib3.exceptions.TimeoutError, TimeoutError)):
+    if timed_out(reason or error):
         within = f" within {timeout:g}s" if timeout else ""
         return no_access(
             f"no answer from the Kubernetes API server at {server}{within}: {detail}. "
