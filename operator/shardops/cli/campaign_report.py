@@ -345,7 +345,7 @@ def render_report(view: ReportView) -> str:
     if view.gave_up:
         rows = [[g.name, g.phase, g.attempt, g.error_class, g.event, g.message] for g in view.gave_up]
         lines.append(table(["SHARD", "PHASE", "ATTEMPT", "CLASS", "EVENT", "REASON"], rows, "    "))
-    lines += ["", "Closing checklist (seed 000)"]
+    lines += ["", "Closing checklist"]
     for check in view.checks:
         mark = "PASS" if check.passed else "FAIL"
         lines.append(f"  [{mark}] {check.title}: {check.detail}")
