@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import io
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +12,7 @@ import pytest
 import urllib3
 import yaml
 from kubernetes import client
+from kubernetes.client import rest
 
 from clikit import campaign_body, cluster, run
 from shardops.cli import campaign as cli
@@ -21,6 +22,7 @@ from shardops.k8s.api import DEFAULT_TIMEOUT_SECONDS, IMPERSONATE_USER_HEADER
 
 SERVER_A = "https://127.0.0.1:1"
 SERVER_B = "https://127.0.0.2:1"
+EMPTY_LIST = b'{"kind": "List", "items": []}'
 
 
 def kubeconfig(tmp_path: Path) -> Path:
@@ -45,21 +47,6 @@ def kubeconfig(tmp_path: Path) -> Path:
 
 
 @dataclass
-class Answer:
-    """A 200 with an empty list, as urllib3 hands it to the kubernetes client."""
-
-    status: int = 200
-    body: bytes = b'{"kind": "List", "items": []}'
-    headers: dict[str, str] = field(default_factory=dict)
-
-    def read(self) -> bytes:
-        return self.body
-
-    def getheader(self, name: str) -> str | None:
-        return self.headers.get(name)
-
-
-@dataclass
 class Sent:
     url: str
     headers: dict[str, str]
@@ -69,7 +56,7 @@ class Sent:
 @pytest.fixture
 def wire(monkeypatch: pytest.MonkeyPatch) -> list[Sent]:
     """Every request the real client would send (built by the kubernetes client itself from the
-    kubeconfig), answered without a network."""
+    kubeconfig), answered with an empty list as the client's own response type, without a network."""
     sent: list[Sent] = []
 
     def call_api(
@@ -80,9 +67,9 @@ def wire(monkeypatch: pytest.MonkeyPatch) -> list[Sent]:
         body: Any = None,
         post_params: Any = None,
         _request_timeout: Any = None,
-    ) -> Answer:
+    ) -> rest.RESTResponse:
         sent.append(Sent(url, dict(header_params or {}), _request_timeout))
-        return Answer()
+        return rest.RESTResponse(urllib3.HTTPResponse(body=EMPTY_LIST, status=200, preload_content=True))
 
     monkeypatch.setattr(client.ApiClient, "call_api", call_api)
     return sent

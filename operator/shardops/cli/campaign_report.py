@@ -22,19 +22,17 @@ from shardops.api.names import SHARDOPS_FIELD_MANAGERS
 from shardops.api.shard import Shard
 from shardops.cli.campaign_client import EXIT_BAD_STATE, EXIT_OK
 from shardops.cli.campaign_summary import (
-    PHASE_ORDER,
     budget_dict,
     budget_line,
-    items_total_or_cut,
+    counts_dict,
     known_items_total,
+    live_summary,
     parse_shards,
     phase_counts,
 )
 from shardops.cli.command import Context, load
 from shardops.cli.text import iso, percent, table
-from shardops.logic.aggregate import aggregate
 from shardops.logic.budget import BudgetGate, BudgetStatus
-from shardops.state import observe, shardview
 
 JSON = dict[str, Any]
 
@@ -121,7 +119,7 @@ class ReportView:
             "name": self.name,
             "phase": self.phase,
             "where": {
-                "counts": {str(p).lower(): self.counts[p] for p in PHASE_ORDER},
+                "counts": counts_dict(self.counts),
                 "notYetCut": self.not_cut,
                 "doneShards": self.done,
                 "totalShards": self.total,
@@ -144,11 +142,8 @@ def report_view(campaign: Campaign, shard_bodies: Sequence[JSON], now: dt.dateti
     shards = parse_shards(shard_bodies)
     spec = campaign.spec
     status = campaign.current_status
-    views = [shardview.shard_view(s) for s in shards]
-    facts = observe.campaign_facts(campaign, shards, items_total_or_cut(campaign, shards))
-    agg = aggregate(views, now, facts)
-    counts = dict(agg.counts)
-    not_cut = facts.shards_not_cut
+    live = live_summary(campaign, shards, now)
+    agg, counts, not_cut = live.aggregate, live.counts, live.not_cut
     gave_up = tuple(
         GaveUp(
             name=s.name,

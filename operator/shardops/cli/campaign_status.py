@@ -21,20 +21,19 @@ from shardops.api.shard import Shard
 from shardops.cli.campaign_actions import cancelled_at
 from shardops.cli.campaign_client import EXIT_NO_ACCESS, EXIT_NOT_FOUND, EXIT_OK, CliError
 from shardops.cli.campaign_summary import (
-    PHASE_ORDER,
     budget_dict,
     budget_line,
-    items_total_or_cut,
+    counts_dict,
     known_items_total,
+    live_summary,
     phase_counts,
 )
 from shardops.cli.command import Context, load
 from shardops.cli.text import as_yaml, duration, iso, percent, relative, table
-from shardops.logic.aggregate import aggregate
 from shardops.logic.breaker import effective
 from shardops.logic.budget import BudgetGate, BudgetStatus
 from shardops.logic.transitions import EventReason
-from shardops.state import breakers, observe, shardview
+from shardops.state import breakers, observe
 
 JSON = dict[str, Any]
 
@@ -199,7 +198,7 @@ class StatusView:
             "suspended": self.suspended,
             "cancelled": self.cancelled,
             "counts": {
-                **{str(p).lower(): self.counts[p] for p in PHASE_ORDER},
+                **counts_dict(self.counts),
                 "notYetCut": self.not_cut,
                 "total": self.total,
             },
@@ -222,11 +221,8 @@ class StatusView:
 def status_view(campaign: Campaign, shards: Sequence[Shard], now: dt.datetime) -> StatusView:
     spec = campaign.spec
     status = campaign.current_status
-    views = [shardview.shard_view(s) for s in shards]
-    facts = observe.campaign_facts(campaign, shards, items_total_or_cut(campaign, shards))
-    agg = aggregate(views, now, facts)
-    not_cut = facts.shards_not_cut
-    counts = dict(agg.counts)
+    live = live_summary(campaign, shards, now)
+    agg = live.aggregate
     running = tuple(
         RunningShard(
             name=s.name,
@@ -242,7 +238,7 @@ def status_view(campaign: Campaign, shards: Sequence[Shard], now: dt.datetime) -
         for s in shards
         if s.phase is ShardPhase.RUNNING
     )
-    pending = [v for v in views if v.phase is ShardPhase.PENDING]
+    pending = [v for v in live.views if v.phase is ShardPhase.PENDING]
     oldest = min(pending, key=lambda v: (v.since, v.name)) if pending else None
     hold = None
     if spec.suspend:
@@ -259,8 +255,8 @@ def status_view(campaign: Campaign, shards: Sequence[Shard], now: dt.datetime) -
         observed_generation=status.observed_generation,
         suspended=spec.suspend,
         cancelled=cancelled_at(campaign),
-        counts=counts,
-        not_cut=not_cut,
+        counts=live.counts,
+        not_cut=live.not_cut,
         total=agg.total_shards,
         items_total=known_items_total(campaign),
         running=running,

@@ -3,7 +3,9 @@ the budget, as data (`-o json|yaml`) and as text. Pure: no I/O, no clock."""
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -12,7 +14,10 @@ from shardops.api.campaign import Campaign
 from shardops.api.enums import ShardClass, ShardPhase
 from shardops.api.shard import Shard
 from shardops.cli.text import percent
+from shardops.logic.aggregate import Aggregate, CampaignFacts, aggregate
 from shardops.logic.budget import BudgetStatus
+from shardops.logic.views import ShardView
+from shardops.state import observe, shardview
 
 JSON = dict[str, Any]
 
@@ -54,6 +59,35 @@ def items_total_or_cut(campaign: Campaign, shards: Sequence[Shard]) -> int:
         return known
     indices = [s.spec.index for s in shards if s.spec.shard_class is ShardClass.WORK]
     return (max(indices) + 1) * campaign.spec.shard_size if indices else 0
+
+
+@dataclass(frozen=True)
+class LiveSummary:
+    """What the operator's status step computes from the live shards (the same `logic.aggregate` over
+    the same facts), so status and report count as the operator does."""
+
+    views: list[ShardView]
+    aggregate: Aggregate
+    facts: CampaignFacts
+
+    @property
+    def counts(self) -> dict[ShardPhase, int]:
+        return dict(self.aggregate.counts)
+
+    @property
+    def not_cut(self) -> int:
+        return self.facts.shards_not_cut
+
+
+def live_summary(campaign: Campaign, shards: Sequence[Shard], now: dt.datetime) -> LiveSummary:
+    views = [shardview.shard_view(s) for s in shards]
+    facts = observe.campaign_facts(campaign, shards, items_total_or_cut(campaign, shards))
+    return LiveSummary(views, aggregate(views, now, facts), facts)
+
+
+def counts_dict(counts: Mapping[ShardPhase, int]) -> JSON:
+    """Shards per phase for `-o json|yaml`: every phase, lower-case, in PHASE_ORDER."""
+    return {str(p).lower(): counts[p] for p in PHASE_ORDER}
 
 
 def phase_counts(counts: Mapping[ShardPhase, int], not_cut: int) -> str:
