@@ -274,9 +274,12 @@ def test_list_no_headers_of_nothing_still_says_so_on_stderr() -> None:
     "argv", [["status", "papers"], ["plan", "papers"], ["report", "papers"], ["suspend", "papers"]]
 )
 def test_o_name_is_for_list_only(argv: list[str]) -> None:
-    result = run(two_campaigns(), "-n", "ns", "-o", "name", *argv)
-    assert result.code == 2
-    assert f"argument -o/--output: {argv[0]} prints human, json, yaml, not name" in result.err
+    before = run(two_campaigns(), "-n", "ns", "-o", "name", *argv)
+    assert before.code == 2
+    assert f"argument -o/--output: {argv[0]} prints human, json, yaml, not name" in before.err
+    after = run(two_campaigns(), "-n", "ns", *argv, "-o", "name")
+    assert after.code == 2
+    assert "argument -o/--output: invalid choice: 'name' (choose from 'human', 'json', 'yaml')" in after.err
 
 
 def test_no_headers_is_a_list_flag() -> None:

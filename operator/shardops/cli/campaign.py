@@ -35,9 +35,9 @@ from shardops.cli.command import Context
 from shardops.cli.text import parse_duration
 from shardops.k8s.api import DEFAULT_TIMEOUT_SECONDS, ApiError
 
-OUTPUTS = ("human", "json", "yaml")
+OUTPUTS: tuple[str, ...] = ("human", "json", "yaml")
 # `-o name` prints kind.group/name as `kubectl get -o name` does: for list only.
-LIST_OUTPUTS = (*OUTPUTS, "name")
+LIST_OUTPUTS: tuple[str, ...] = (*OUTPUTS, "name")
 
 EPILOG = """\
 exit codes:
@@ -55,10 +55,10 @@ See docs/user-guide.md.
 """
 
 
-def _global_flags(top: bool) -> argparse.ArgumentParser:
+def _global_flags(top: bool, outputs: Sequence[str]) -> argparse.ArgumentParser:
     """The same flags on the top parser and on every command, so they work before or after it.
     On commands the default is SUPPRESS: a flag given before the command is not reset after it.
-    Spelled and read as kubectl's own."""
+    Spelled and read as kubectl's own. `outputs`: what -o takes there."""
     parser = argparse.ArgumentParser(add_help=False)
 
     def default(value: object) -> object:
@@ -98,7 +98,7 @@ def _global_flags(top: bool) -> argparse.ArgumentParser:
     parser.add_argument(
         "-o",
         "--output",
-        choices=LIST_OUTPUTS,
+        choices=outputs,
         default=default("human"),
         help="output format: human (default), json or yaml; list also takes name",
     )
@@ -111,23 +111,23 @@ def build_parser() -> argparse.ArgumentParser:
         description="Look into shardops campaigns and record actions on them.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        parents=[_global_flags(top=True)],
+        parents=[_global_flags(top=True, outputs=LIST_OUTPUTS)],
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    flags = _global_flags(top=False)
+    flags = {outputs: _global_flags(top=False, outputs=outputs) for outputs in (OUTPUTS, LIST_OUTPUTS)}
 
     def command(
-        name: str, help_text: str, run: Callable[[Context], int], outputs: Sequence[str] = OUTPUTS
+        name: str, help_text: str, run: Callable[[Context], int], outputs: tuple[str, ...] = OUTPUTS
     ) -> argparse.ArgumentParser:
         sub = commands.add_parser(
             name,
             help=help_text,
             description=help_text,
-            parents=[flags],
+            parents=[flags[outputs]],
             epilog=EPILOG,
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
-        sub.set_defaults(run=run, outputs=tuple(outputs))
+        sub.set_defaults(run=run, outputs=outputs)
         return sub
 
     listing = command(
@@ -206,7 +206,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:
-    """The flags, with -o checked against what the command prints (argparse exits 2 otherwise)."""
+    """The flags, with an -o given before the command checked against what the command prints
+    (argparse exits 2 otherwise)."""
     args = parser.parse_args(list(argv))
     if args.output not in args.outputs:
         parser.error(
