@@ -262,6 +262,57 @@ def test_list_shows_the_campaign_across_namespaces(cluster: Cluster, scenario: S
     assert human.stdout.splitlines()[1].split()[:4] == ["papers", "Running", "1/8", "(12%)"]
 
 
+def test_list_o_name_and_no_headers_print_what_kubectl_prints(cluster: Cluster, scenario: Scenario) -> None:
+    names = kc(cluster, "list", "-n", scenario.namespace, "-o", "name")
+    assert names.returncode == 0, names.stderr
+    # The very text of kubectl get -o name for the same objects.
+    kubectl_names = cluster.kubectl("get", "campaigns", "-n", scenario.namespace, "-o", "name").stdout
+    assert names.stdout == kubectl_names == "campaign.shardops.dev/papers\n"
+    bare = kc(cluster, "list", "-n", scenario.namespace, "--no-headers")
+    assert bare.returncode == 0, bare.stderr
+    [line] = bare.stdout.splitlines()
+    assert line.split()[:4] == ["papers", "Running", "1/8", "(12%)"]
+
+
+def _unreachable_server() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again when the block ends: nothing listens there
+    return f"https://127.0.0.1:{port}"
+
+
+def test_context_picks_the_kubeconfig_context_its_server_and_namespace(
+    cluster: Cluster, scenario: Scenario, tmp_path: Path
+) -> None:
+    """A kubeconfig whose current context leads nowhere, and a second context that is the cluster under
+    test with the scenario's namespace: --context picks that one, as kubectl's --context does."""
+    config = yaml.safe_load(cluster.kubeconfig.read_text())
+    current = next(c for c in config["contexts"] if c["name"] == config["current-context"])["context"]
+    config["clusters"].append({"name": "nowhere", "cluster": {"server": _unreachable_server()}})
+    config["contexts"] = [
+        {"name": "nowhere", "context": {**current, "cluster": "nowhere"}},
+        {"name": "e2e-cli", "context": {**current, "namespace": scenario.namespace}},
+    ]
+    config["current-context"] = "nowhere"
+    path = tmp_path / "two-contexts.kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+
+    assert kc(cluster, "list", kubeconfig=path).returncode == 4  # the current context: nothing listens
+    chosen = kc(cluster, "list", "--context", "e2e-cli", "-o", "name", kubeconfig=path)
+    assert chosen.returncode == 0, chosen.stderr
+    # No -n: the namespace is the chosen context's, as for kubectl with the same flags.
+    kubectl_names = cluster.kubectl(
+        "--kubeconfig", str(path), "--context", "e2e-cli", "get", "campaigns", "-o", "name"
+    ).stdout
+    assert chosen.stdout == kubectl_names == "campaign.shardops.dev/papers\n"
+    status = kc(cluster, "--context", "e2e-cli", "status", "papers", "-o", "json", kubeconfig=path)
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout)["namespace"] == scenario.namespace
+    missing = kc(cluster, "list", "--context", "nope", kubeconfig=path)
+    assert missing.returncode == 4
+    assert 'context "nope" does not exist' in missing.stderr
+
+
 def test_status_reports_live_counts_running_shards_and_budget(cluster: Cluster, scenario: Scenario) -> None:
     before = scenario.versions()
     status = kc_json(cluster, "status", "papers", "-n", scenario.namespace)
@@ -541,6 +592,29 @@ def test_rbac_from_the_user_guide_is_enough_and_missing_rbac_is_exit_4(
     assert outcome["event"] and outcome["warnings"] == []
     assert outcome["user"] == f"system:serviceaccount:{namespace}:operator"
     assert kc(cluster, "resume", "papers", kubeconfig=configs["operator"]).returncode == 0
+
+
+def test_as_impersonates_the_user_for_every_request(cluster: Cluster, scenario: Scenario) -> None:
+    """--as sends Impersonate-User: RBAC then judges that user (the admin may impersonate anyone)."""
+    can = cluster.kubectl("auth", "can-i", "impersonate", "users", check=False)
+    if can.stdout.strip() != "yes":
+        pytest.skip("the kubeconfig's user may not impersonate")
+    namespace = scenario.namespace
+    viewer_role = next(r for r in _guide_roles() if r["metadata"]["name"] == "campaign-viewer")
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(viewer_role))
+    viewer = f"system:serviceaccount:{namespace}:as-viewer"
+    cluster.kubectl(
+        "create", "rolebinding", "as-viewer", "-n", namespace, "--role=campaign-viewer", f"--user={viewer}"
+    )
+    allowed = kc(cluster, "status", "papers", "-n", namespace, "--as", viewer)
+    assert allowed.returncode == 0, allowed.stderr
+    refused = kc(cluster, "suspend", "papers", "-n", namespace, "--as", viewer)
+    assert refused.returncode == 4
+    assert f'User "{viewer}" cannot patch resource "campaigns"' in refused.stderr
+    nobody = kc(cluster, "--as", "nobody-at-all", "list", "-n", namespace)
+    assert nobody.returncode == 4
+    assert 'User "nobody-at-all" cannot list resource "campaigns"' in nobody.stderr
+    assert scenario.kube.get(CAMPAIGNS, namespace, "papers")["spec"].get("suspend") is not True
 
 
 def test_rejected_credentials_are_exit_4(cluster: Cluster, scenario: Scenario, tmp_path: Path) -> None:

@@ -1,16 +1,20 @@
 """Builders shared by the `kubectl campaign` tests (no tests here): campaigns and shards as the API
-server returns them, and failures for `FakeKube.fail` (the in-memory API server is `fakekube`)."""
+server returns them, failures for `FakeKube.fail` (the in-memory API server is `fakekube`), and `run`,
+the command run against a FakeKube with its exit code and output."""
 
 from __future__ import annotations
 
 import datetime as dt
+import io
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from fakekube import Call
+from fakekube import Call, FakeKube
 from shardops.api.names import API_GROUP_VERSION, CAMPAIGN_LABEL
-from shardops.k8s.api import ApiError, Forbidden
+from shardops.cli import campaign as cli
+from shardops.cli.campaign_client import Client
+from shardops.k8s.api import CAMPAIGNS, SHARDS, ApiError, Forbidden
 from shardops.logic.timefmt import rfc3339
 
 NOW = dt.datetime(2026, 3, 1, 12, 0, 0, tzinfo=dt.UTC)
@@ -153,3 +157,28 @@ def unauthorized(call: Call) -> BaseException:
 
 def dumps(body: JSON) -> str:
     return json.dumps(body)
+
+
+class Run:
+    """What one `kubectl campaign` run returned and printed."""
+
+    def __init__(self, code: int, out: str, err: str) -> None:
+        self.code, self.out, self.err = code, out, err
+
+    def json(self) -> Any:
+        return json.loads(self.out)
+
+
+def run(kube: FakeKube, *argv: str) -> Run:
+    """`kubectl campaign ARGV` against `kube`, at NOW."""
+    out, err = io.StringIO(), io.StringIO()
+    code = cli.main(list(argv), make_client=lambda _: Client(kube), stdout=out, stderr=err, clock=lambda: NOW)  # type: ignore[arg-type]
+    return Run(code, out.getvalue(), err.getvalue())
+
+
+def cluster(*bodies: dict, **kwargs: Any) -> FakeKube:
+    """A FakeKube holding these Campaign and Shard bodies."""
+    kube = FakeKube(**kwargs)
+    for body in bodies:
+        kube.add(SHARDS if body["kind"] == "Shard" else CAMPAIGNS, body)
+    return kube

@@ -34,6 +34,7 @@ from typing import Any
 
 from shardops.k8s.api import (
     CAMPAIGNS,
+    DEFAULT_TIMEOUT_SECONDS,
     EVENTS,
     SHARDS,
     AlreadyExists,
@@ -153,6 +154,7 @@ class FakeKube:
         fail: Callable[[Call], BaseException | None] | None = None,
         field_manager: str = "shardops-test",
         username: str = "alice",
+        timeout: float = DEFAULT_TIMEOUT_SECONDS,
     ) -> None:
         self.objects: dict[tuple[str, str, str], JSON] = {}
         # The plurals of the shardops API group that are served (its CRDs installed).
@@ -162,6 +164,7 @@ class FakeKube:
         self.calls: list[Call] = []
         self.field_manager = field_manager
         self.username = username
+        self.timeout = timeout  # as Kube's: what a "no answer in time" message names
         self.api_client = FakeApiClient()
         self._last_version = 0
         self._suffixes = itertools.count(1)

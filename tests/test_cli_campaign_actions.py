@@ -7,9 +7,10 @@ import pytest
 from clikit import NOW, campaign_body, shard_body
 from shardops.api.campaign import MAX_RETRY_SHARDS, Campaign
 from shardops.cli import campaign_actions as actions
-from shardops.cli import campaign_views as views
+from shardops.cli.campaign_actions import CANCELLED_ANNOTATION
+from shardops.cli.campaign_summary import parse_shards
 
-CANCELLED = views.CANCELLED_ANNOTATION
+CANCELLED = CANCELLED_ANNOTATION
 
 
 def _campaign(**kwargs: object) -> Campaign:
@@ -17,7 +18,7 @@ def _campaign(**kwargs: object) -> Campaign:
 
 
 def _shards() -> list:
-    return views.parse_shards(
+    return parse_shards(
         [
             shard_body("papers", 0, "Done"),
             shard_body("papers", 1, "Blocked", attempt=3),
@@ -89,7 +90,7 @@ def test_select_retry_refuses_shards_that_cannot_be_retried(kwargs: dict, code: 
 
 
 def test_select_retry_with_nothing_to_retry_is_a_bad_state() -> None:
-    shards = views.parse_shards([shard_body("papers", 0, "Done"), shard_body("papers", 1, "Failed")])
+    shards = parse_shards([shard_body("papers", 0, "Done"), shard_body("papers", 1, "Failed")])
     with pytest.raises(actions.ActionRefused, match="has no Blocked shard") as refused:
         actions.select_retry(_campaign(items=2), shards, blocked=True, failed=False, names=[])
     assert refused.value.exit_code == 1

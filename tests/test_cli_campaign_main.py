@@ -15,37 +15,20 @@ import yaml
 from clikit import (
     NOW,
     campaign_body,
+    cluster,
     done_status,
     forbidden,
+    run,
     shard_body,
     unauthorized,
 )
 from fakekube import Call, FakeKube
 from shardops.cli import campaign as cli
-from shardops.cli import campaign_views as views
+from shardops.cli.campaign_actions import CANCELLED_ANNOTATION
 from shardops.cli.campaign_client import REPORTING_CONTROLLER, Client, connect, default_namespace
-from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS, SHARDS, Conflict, Forbidden
-
-
-class Run:
-    def __init__(self, code: int, out: str, err: str) -> None:
-        self.code, self.out, self.err = code, out, err
-
-    def json(self) -> Any:
-        return json.loads(self.out)
-
-
-def run(kube: FakeKube, *argv: str) -> Run:
-    out, err = io.StringIO(), io.StringIO()
-    code = cli.main(list(argv), make_client=lambda _: Client(kube), stdout=out, stderr=err, clock=lambda: NOW)  # type: ignore[arg-type]
-    return Run(code, out.getvalue(), err.getvalue())
-
-
-def cluster(*bodies: dict, **kwargs: Any) -> FakeKube:
-    kube = FakeKube(**kwargs)
-    for body in bodies:
-        kube.add(SHARDS if body["kind"] == "Shard" else CAMPAIGNS, body)
-    return kube
+from shardops.cli.campaign_status import watch_status
+from shardops.cli.command import Context
+from shardops.k8s.api import CONFIGMAPS, Conflict, Forbidden
 
 
 def papers(*, fail: Any = None, **spec: Any) -> FakeKube:
@@ -269,10 +252,10 @@ def test_list_prints_nothing_on_stdout_when_there_is_nothing() -> None:
 # --- watch --------------------------------------------------------------------------------------------
 
 
-def _context(kube: FakeKube, *argv: str) -> tuple[cli.Context, io.StringIO, io.StringIO]:
+def _context(kube: FakeKube, *argv: str) -> tuple[Context, io.StringIO, io.StringIO]:
     out, err = io.StringIO(), io.StringIO()
     args = cli.build_parser().parse_args(list(argv))
-    ctx = cli.Context(args=args, make_client=lambda: Client(kube), stdout=out, stderr=err, clock=lambda: NOW)  # type: ignore[arg-type]
+    ctx = Context(args=args, make_client=lambda: Client(kube), stdout=out, stderr=err, clock=lambda: NOW)  # type: ignore[arg-type]
     return ctx, out, err
 
 
@@ -285,7 +268,7 @@ def test_watch_ends_with_exit_3_when_the_campaign_is_deleted() -> None:
         naps.append(seconds)
         kube.objects.pop(("campaigns", "ns", "papers"))
 
-    assert cli.watch_status(ctx, "papers", 2.0, sleep=sleep) == 3
+    assert watch_status(ctx, "papers", 2.0, sleep=sleep) == 3
     frames = out.getvalue().splitlines()
     assert len(frames) == 1 and json.loads(frames[0])["name"] == "papers"
     assert naps == [2.0]
@@ -307,7 +290,7 @@ def test_watch_redraws_until_ctrl_c_and_survives_a_lost_connection() -> None:
         elif naps == 3:
             raise KeyboardInterrupt
 
-    assert cli.watch_status(ctx, "papers", 2.0, sleep=sleep) == 0
+    assert watch_status(ctx, "papers", 2.0, sleep=sleep) == 0
     assert out.getvalue().count("Campaign ns/papers:") == 2
     assert "cannot reach the Kubernetes API server" in err.getvalue()
     assert "(retrying in 2s)" in err.getvalue()
@@ -316,7 +299,7 @@ def test_watch_redraws_until_ctrl_c_and_survives_a_lost_connection() -> None:
 def test_watch_of_a_missing_campaign_fails_at_once() -> None:
     ctx, out, _ = _context(cluster(), "-n", "ns", "status", "nope", "--watch")
     with pytest.raises(cli.CliError) as error:
-        cli.watch_status(ctx, "nope", 2.0, sleep=lambda _: None)
+        watch_status(ctx, "nope", 2.0, sleep=lambda _: None)
     assert error.value.exit_code == 3
     assert out.getvalue() == ""
 
@@ -352,12 +335,12 @@ def test_suspend_patches_the_spec_and_records_an_event_once() -> None:
 
 
 def test_resume_withdraws_a_cancel() -> None:
-    kube = papers(suspend=True, annotations={views.CANCELLED_ANNOTATION: "2026-03-01T10:00:00Z"})
+    kube = papers(suspend=True, annotations={CANCELLED_ANNOTATION: "2026-03-01T10:00:00Z"})
     result = run(kube, "-n", "ns", "-o", "json", "resume", "papers")
     assert result.code == 0, result.err
     campaign = kube.objects[("campaigns", "ns", "papers")]
     assert campaign["spec"]["suspend"] is False
-    assert views.CANCELLED_ANNOTATION not in (campaign["metadata"].get("annotations") or {})
+    assert CANCELLED_ANNOTATION not in (campaign["metadata"].get("annotations") or {})
     assert result.json()["event"] == _events(kube)[0]["metadata"]["name"]
     assert _events(kube)[0]["reason"] == "ResumeRequested"
     assert "nothing changed" in run(kube, "-n", "ns", "resume", "papers").out
@@ -368,7 +351,7 @@ def test_cancel_suspends_and_marks_or_deletes() -> None:
     assert run(kube, "-n", "ns", "cancel", "papers").code == 0
     campaign = kube.objects[("campaigns", "ns", "papers")]
     assert campaign["spec"]["suspend"] is True
-    assert campaign["metadata"]["annotations"][views.CANCELLED_ANNOTATION] == "2026-03-01T12:00:00Z"
+    assert campaign["metadata"]["annotations"][CANCELLED_ANNOTATION] == "2026-03-01T12:00:00Z"
     assert [e["reason"] for e in _events(kube)] == ["CancelRequested"]
     assert "already cancelled" in run(kube, "-n", "ns", "cancel", "papers").out
     assert run(kube, "-n", "ns", "cancel", "papers", "--delete").code == 0

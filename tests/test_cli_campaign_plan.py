@@ -10,7 +10,8 @@ import pytest
 
 from clikit import NOW, campaign_body, history, shard_body, t
 from shardops.api.campaign import Campaign, Source
-from shardops.cli import campaign_views as views
+from shardops.cli.campaign_plan import plan_view
+from shardops.cli.campaign_summary import parse_shards
 from shardops.logic.breaker import BreakerPolicy
 from shardops.logic.planner import LimitReason, plan_dispatch
 from shardops.logic.transitions import Action
@@ -63,7 +64,7 @@ def _scenario() -> tuple[Campaign, list[Any], list[dict], list[dict]]:
         shard_body("papers", 5, "Pending", source="small"),
         shard_body("papers", 6, "Queued", source="small"),
     ]
-    shards = views.parse_shards(bodies)
+    shards = parse_shards(bodies)
     job = {"metadata": {"name": "j1"}, "status": {}}
     pods = [
         {"metadata": {"name": "p1", "creationTimestamp": t(10)}, "status": {"phase": "Running"}},
@@ -137,7 +138,7 @@ def test_breaker_policies_come_from_the_declared_sources() -> None:
 
 def test_plan_view_reports_the_planners_reason_and_skips() -> None:
     campaign, shards, jobs, pods = _scenario()
-    view = views.plan_view(campaign, shards, jobs, pods, {}, NOW, 30)
+    view = plan_view(campaign, shards, jobs, pods, {}, NOW, 30)
     plan = view.plan
     # A worker pod stuck Pending as long as the grace: no new Jobs (the first limit to lift).
     assert plan.reason is LimitReason.CLUSTER_FULL
@@ -156,8 +157,8 @@ def test_plan_view_reports_the_planners_reason_and_skips() -> None:
 
 def test_plan_of_a_suspended_campaign_is_limited_by_suspend() -> None:
     campaign = Campaign.parse(campaign_body(items=2, suspend=True))
-    shards = views.parse_shards([shard_body("papers", 0, "Pending"), shard_body("papers", 1, "Pending")])
-    view = views.plan_view(campaign, shards, [], [], {}, NOW, 2)
+    shards = parse_shards([shard_body("papers", 0, "Pending"), shard_body("papers", 1, "Pending")])
+    view = plan_view(campaign, shards, [], [], {}, NOW, 2)
     assert view.plan.reason is LimitReason.SUSPENDED
     assert view.plan.pause == ("papers-00000", "papers-00001")
     assert view.plan.claimable == ()
@@ -182,7 +183,7 @@ def _lease(holder: str | None, renewed_seconds_ago: float, duration: int = 30) -
 def test_expired_claims_predict_the_lease_sweep(attempt: int, lease: dict, expected: Action | None) -> None:
     campaign = Campaign.parse(campaign_body(items=1, leaseSeconds=30, maxAttempts=3))
     running = {"owner": "w-1", "lastHeartbeat": t(100)}
-    shards = views.parse_shards([shard_body("papers", 0, "Running", attempt=attempt, status=running)])
+    shards = parse_shards([shard_body("papers", 0, "Running", attempt=attempt, status=running)])
     found = observe.expired_claims(campaign, shards, {"papers-00000": lease}, NOW)
     assert [e.action for e in found] == ([expected] if expected else [])
     if expected:
@@ -191,5 +192,5 @@ def test_expired_claims_predict_the_lease_sweep(attempt: int, lease: dict, expec
 
 def test_expired_claims_ignore_shards_that_are_not_running() -> None:
     campaign = Campaign.parse(campaign_body(items=1))
-    shards = views.parse_shards([shard_body("papers", 0, "Pending")])
+    shards = parse_shards([shard_body("papers", 0, "Pending")])
     assert observe.expired_claims(campaign, shards, {"papers-00000": _lease("w", 1000)}, NOW) == []

@@ -11,15 +11,29 @@ from hypothesis import strategies as st
 
 from clikit import NOW, campaign_body, done_status, shard_body, t
 from shardops.api.campaign import Campaign
-from shardops.cli import campaign_views as views
-from shardops.cli import render
-from shardops.cli.campaign_actions import ActionResult
+from shardops.cli.campaign_actions import ActionResult, render_action
+from shardops.cli.campaign_events import render_timeline, timeline_view
+from shardops.cli.campaign_list import campaign_rows, render_list
+from shardops.cli.campaign_plan import plan_view, render_plan
+from shardops.cli.campaign_report import render_report, report_view
+from shardops.cli.campaign_status import (
+    DONE_MARK,
+    GAVE_UP_MARK,
+    LEFT_MARK,
+    RUNNING_MARK,
+    StatusView,
+    bar,
+    render_status,
+    status_view,
+)
+from shardops.cli.campaign_summary import parse_shards
+from shardops.cli.text import as_json, as_yaml, relative, table
 
 
 def test_relative_times() -> None:
-    assert render.relative(NOW + dt.timedelta(seconds=40), NOW) == "in 40s"
-    assert render.relative(NOW - dt.timedelta(seconds=125), NOW) == "2m05s ago"
-    assert render.relative(None, NOW) == "-"
+    assert relative(NOW + dt.timedelta(seconds=40), NOW) == "in 40s"
+    assert relative(NOW - dt.timedelta(seconds=125), NOW) == "2m05s ago"
+    assert relative(None, NOW) == "-"
 
 
 @given(
@@ -32,29 +46,29 @@ def test_bar_is_always_full_width_and_shows_every_non_empty_part(
     done: int, gave_up: int, running: int, rest: int
 ) -> None:
     total = done + gave_up + running + rest
-    text = render.bar(done, gave_up, running, total, width=30)
+    text = bar(done, gave_up, running, total, width=30)
     inner = text[1:-1]
     assert len(inner) == 30
     for mark, count in (
-        (render.DONE_MARK, done),
-        (render.GAVE_UP_MARK, gave_up),
-        (render.RUNNING_MARK, running),
-        (render.LEFT_MARK, rest if total else 1),
+        (DONE_MARK, done),
+        (GAVE_UP_MARK, gave_up),
+        (RUNNING_MARK, running),
+        (LEFT_MARK, rest if total else 1),
     ):
         assert (mark in inner) == (count > 0)
 
 
 def test_bar_parts_are_proportional() -> None:
-    assert render.bar(5, 0, 0, 10, width=10) == "[█████░░░░░]"
-    assert render.bar(1, 1, 1, 3, width=9) == "[███✗✗✗▒▒▒]"
+    assert bar(5, 0, 0, 10, width=10) == "[█████░░░░░]"
+    assert bar(1, 1, 1, 3, width=9) == "[███✗✗✗▒▒▒]"
 
 
 def test_table_pads_every_column_but_the_last() -> None:
-    text = render.table(["A", "LONGER", "NOTE"], [["xx", None, "free text"], ["y", 12, ""]])
+    text = table(["A", "LONGER", "NOTE"], [["xx", None, "free text"], ["y", 12, ""]])
     assert text.splitlines() == ["A    LONGER   NOTE", "xx   -        free text", "y    12       -"]
 
 
-def _status_view() -> views.StatusView:
+def _status_view() -> StatusView:
     campaign = Campaign.parse(
         campaign_body(
             items=3,
@@ -74,7 +88,7 @@ def _status_view() -> views.StatusView:
             },
         )
     )
-    shards = views.parse_shards(
+    shards = parse_shards(
         [
             shard_body("papers", 0, "Done", status=done_status(300, cost=0.5)),
             shard_body(
@@ -91,11 +105,11 @@ def _status_view() -> views.StatusView:
             shard_body("papers", 2, "Blocked", attempt=3),
         ]
     )
-    return views.status_view(campaign, shards, NOW)
+    return status_view(campaign, shards, NOW)
 
 
 def test_render_status_shows_counts_running_budget_and_conditions() -> None:
-    text = render.render_status(_status_view())
+    text = render_status(_status_view())
     lines = text.splitlines()
     assert lines[0] == "Campaign ns/papers: Running"
     assert "1/3 shards done (33%), 3 items" in lines[1]
@@ -108,10 +122,8 @@ def test_render_status_shows_counts_running_budget_and_conditions() -> None:
 
 def test_render_status_says_when_the_operator_lags_the_spec() -> None:
     view = _status_view()
-    lagging = views.StatusView(**{**view.__dict__, "generation": 2})
-    assert "operator has not seen the latest spec yet: generation 2, observed 1" in render.render_status(
-        lagging
-    )
+    lagging = StatusView(**{**view.__dict__, "generation": 2})
+    assert "operator has not seen the latest spec yet: generation 2, observed 1" in render_status(lagging)
 
 
 def test_render_report_marks_each_check_and_lists_offenders() -> None:
@@ -120,7 +132,7 @@ def test_render_report_marks_each_check_and_lists_offenders() -> None:
         shard_body("papers", 0, "Done", status=done_status(60, fingerprint="")),
         shard_body("papers", 1, "Done", status=done_status(60), managers=("kubectl-edit",)),
     ]
-    text = render.render_report(views.report_view(campaign, shards, NOW))
+    text = render_report(report_view(campaign, shards, NOW))
     assert "[FAIL] every Done shard has a result fingerprint: 1 of 2 without one" in text
     assert "- papers-00000" in text
     assert "[FAIL] no sign of a manual state change" in text
@@ -130,7 +142,7 @@ def test_render_report_marks_each_check_and_lists_offenders() -> None:
 
 
 def test_render_list_with_and_without_namespaces() -> None:
-    rows = views.campaign_rows(
+    rows = campaign_rows(
         [
             campaign_body(
                 "a",
@@ -141,7 +153,7 @@ def test_render_list_with_and_without_namespaces() -> None:
         ],
         NOW,
     )
-    header, row = render.render_list(rows, all_namespaces=True).splitlines()
+    header, row = render_list(rows, all_namespaces=True).splitlines()
     assert header.split() == [
         "NAMESPACE",
         "NAME",
@@ -168,13 +180,13 @@ def test_render_list_with_and_without_namespaces() -> None:
         "(25%)",
         "1h00m",
     ]
-    assert render.render_list(rows, all_namespaces=False).splitlines()[0].split()[0] == "NAME"
+    assert render_list(rows, all_namespaces=False).splitlines()[0].split()[0] == "NAME"
 
 
 def test_render_plan_names_the_reason_and_the_waiting_shards() -> None:
     campaign = Campaign.parse(campaign_body(items=3, maxConcurrency=1))
-    shards = views.parse_shards([shard_body("papers", i, "Pending") for i in range(3)])
-    text = render.render_plan(views.plan_view(campaign, shards, [], [], {}, NOW, 3))
+    shards = parse_shards([shard_body("papers", i, "Pending") for i in range(3)])
+    text = render_plan(plan_view(campaign, shards, [], [], {}, NOW, 3))
     assert "nothing was changed" in text.splitlines()[0]
     assert "Limited by: Capacity" in text
     assert "papers-00001   ready; waits for a free slot (maxConcurrency 1)" in text
@@ -195,10 +207,8 @@ def test_render_timeline_states_the_current_claim_and_last_error() -> None:
             "at": t(50),
         },
     }
-    shard = views.parse_shards([shard_body("papers", 3, "Running", attempt=2, status=status)])[0]
-    text = render.render_timeline(
-        views.timeline_view(shard, [], NOW, max_attempts=3, warnings=["events not readable"])
-    )
+    shard = parse_shards([shard_body("papers", 3, "Running", attempt=2, status=status)])[0]
+    text = render_timeline(timeline_view(shard, [], NOW, max_attempts=3, warnings=["events not readable"]))
     assert text.splitlines()[0] == "Shard ns/papers-00003 (campaign papers): Running, attempt 2 of 3"
     assert "Claimed by w-1: lease in 10s, last heartbeat 2s ago, progress 1/3" in text
     assert f"Last error: rate-limited from source large: 429 (event e-9, at {t(50)})" in text
@@ -209,7 +219,7 @@ def test_render_action() -> None:
     result = ActionResult(
         "suspend", "ns", "papers", True, "suspend requested", event="papers.1", user="alice", warnings=("w",)
     )
-    assert render.render_action(result).splitlines() == [
+    assert render_action(result).splitlines() == [
         "campaign ns/papers: suspend requested",
         "recorded as Event papers.1 (by alice)",
         "warning: w",
@@ -219,5 +229,5 @@ def test_render_action() -> None:
 @pytest.mark.parametrize("fmt", ["json", "yaml"])
 def test_machine_output_round_trips(fmt: str) -> None:
     data = _status_view().as_dict()
-    text = render.as_json(data) if fmt == "json" else render.as_yaml(data)
+    text = as_json(data) if fmt == "json" else as_yaml(data)
     assert yaml.safe_load(text) == data

@@ -17,7 +17,14 @@ from clikit import (
 )
 from shardops.api.campaign import Campaign
 from shardops.api.enums import BreakerState, ShardPhase
-from shardops.cli import campaign_views as views
+from shardops.cli.campaign_actions import CANCELLED_ANNOTATION
+from shardops.cli.campaign_events import timeline_view
+from shardops.cli.campaign_list import campaign_rows, seconds_between
+from shardops.cli.campaign_report import Check, ReportView, report_view
+from shardops.cli.campaign_status import estimate, status_view
+from shardops.cli.campaign_summary import parse_shards
+from shardops.cli.text import duration, iso
+from shardops.k8s.leases import parse_time
 
 
 def _campaign(**kwargs: object) -> Campaign:
@@ -29,7 +36,7 @@ def _campaign(**kwargs: object) -> Campaign:
 
 def test_status_counts_live_shards_and_the_ones_not_cut_yet() -> None:
     campaign = _campaign(items=6, maxAttempts=4, finalize={"image": "x", "command": ["merge"]})
-    shards = views.parse_shards(
+    shards = parse_shards(
         [
             shard_body("papers", 0, "Done", status=done_status(100)),
             shard_body(
@@ -53,7 +60,7 @@ def test_status_counts_live_shards_and_the_ones_not_cut_yet() -> None:
             ),
         ]
     )
-    view = views.status_view(campaign, shards, NOW)
+    view = status_view(campaign, shards, NOW)
     assert view.counts[ShardPhase.DONE] == 1
     assert view.counts[ShardPhase.PENDING] == 2
     # Items 4 and 5 are not cut into shards yet, and the finalize shard comes after them.
@@ -91,7 +98,7 @@ def test_status_breaker_open_in_status_whose_cooldown_passed_is_half_open() -> N
         sources=[{"name": "large", "fallback": "small", "cooldownSeconds": 300}, {"name": "small"}],
         status=status,
     )
-    view = views.status_view(campaign, [], NOW)
+    view = status_view(campaign, [], NOW)
     by_source = {b.source: b for b in view.breakers}
     assert by_source["large"].state is BreakerState.HALF_OPEN
     assert by_source["large"].half_open_at == ago(100)
@@ -110,15 +117,15 @@ def test_status_breaker_counts_history_the_operator_has_not_folded_yet() -> None
             for i in range(3)
         )
     )
-    shards = views.parse_shards([shard_body("papers", 0, "Pending", attempt=3, status={"history": failures})])
-    [row] = views.status_view(campaign, shards, NOW).breakers
+    shards = parse_shards([shard_body("papers", 0, "Pending", attempt=3, status={"history": failures})])
+    [row] = status_view(campaign, shards, NOW).breakers
     assert row.state is BreakerState.OPEN
     assert row.opened_at == ago(48)
 
 
 def test_estimate_uses_the_rate_of_the_recent_window() -> None:
     # First claim 20 min ago, so the window is the last 15 min: 3 finished in it, 1 before it.
-    shards = views.parse_shards(
+    shards = parse_shards(
         [
             shard_body("c", 0, "Done", status=done_status(1190)),
             shard_body("c", 1, "Done", status=done_status(600)),
@@ -126,7 +133,7 @@ def test_estimate_uses_the_rate_of_the_recent_window() -> None:
             shard_body("c", 3, "Done", status=done_status(60)),
         ]
     )
-    e = views.estimate(shards, remaining=6, now=NOW, hold=None)
+    e = estimate(shards, remaining=6, now=NOW, hold=None)
     assert e.finished_in_window == 3
     assert e.window_seconds == 900
     assert e.per_hour == pytest.approx(12.0)
@@ -134,8 +141,8 @@ def test_estimate_uses_the_rate_of_the_recent_window() -> None:
 
 
 def test_estimate_of_a_young_campaign_counts_since_the_first_claim() -> None:
-    shards = views.parse_shards([shard_body("c", 0, "Done", status=done_status(60))])
-    e = views.estimate(shards, remaining=2, now=NOW, hold=None)
+    shards = parse_shards([shard_body("c", 0, "Done", status=done_status(60))])
+    e = estimate(shards, remaining=2, now=NOW, hold=None)
     assert e.window_seconds == 70  # claimed 70 s ago
     assert e.seconds_left == pytest.approx(140)
 
@@ -151,22 +158,22 @@ def test_estimate_of_a_young_campaign_counts_since_the_first_claim() -> None:
 def test_estimate_says_why_there_is_none(
     shards: list[dict], remaining: int, hold: str | None, note: str
 ) -> None:
-    e = views.estimate(views.parse_shards(shards), remaining, NOW, hold)
+    e = estimate(parse_shards(shards), remaining, NOW, hold)
     assert e.note == note
     assert e.seconds_left == (0.0 if remaining == 0 else None)
 
 
 def test_estimate_without_recent_completions_gives_none() -> None:
     claimed = {"history": history(("Running", "Claimed", 2000, 1))}
-    e = views.estimate(views.parse_shards([shard_body("c", 0, "Running", status=claimed)]), 5, NOW, None)
+    e = estimate(parse_shards([shard_body("c", 0, "Running", status=claimed)]), 5, NOW, None)
     assert e.seconds_left is None
     assert "no shard finished in the last 15m" in e.note
 
 
 def test_status_of_a_suspended_campaign_gives_no_estimate() -> None:
     campaign = _campaign(suspend=True)
-    shards = views.parse_shards([shard_body("papers", 0, "Done", status=done_status(60))])
-    assert views.status_view(campaign, shards, NOW).estimate.note == "no estimate while suspended"
+    shards = parse_shards([shard_body("papers", 0, "Done", status=done_status(60))])
+    assert status_view(campaign, shards, NOW).estimate.note == "no estimate while suspended"
 
 
 # --- list ---------------------------------------------------------------------------------------------
@@ -178,7 +185,7 @@ def test_campaign_rows_read_what_the_operator_wrote() -> None:
         "team",
         budget={"limit": 10},
         suspend=True,
-        annotations={views.CANCELLED_ANNOTATION: t(10)},
+        annotations={CANCELLED_ANNOTATION: t(10)},
         status={
             "phase": "Suspended",
             "counts": {"done": 3, "blocked": 2, "running": 1},
@@ -187,7 +194,7 @@ def test_campaign_rows_read_what_the_operator_wrote() -> None:
         },
     )
     other = campaign_body("a", "team")
-    rows = views.campaign_rows([body, other], NOW)
+    rows = campaign_rows([body, other], NOW)
     assert [r.name for r in rows] == ["a", "b"]
     row = rows[1]
     assert (row.phase, row.done, row.total, row.blocked, row.running) == ("Suspended", 3, 9, 2, 1)
@@ -204,7 +211,7 @@ def _event(
 ) -> dict:
     return {
         "metadata": {"name": name},
-        "eventTime": views.iso(ago(seconds_ago)),
+        "eventTime": iso(ago(seconds_ago)),
         "reason": reason,
         "note": f"note of {name}",
         "type": "Warning" if reason == "AttemptFailed" else "Normal",
@@ -226,14 +233,14 @@ def test_timeline_joins_history_and_events_by_event_name_in_time_order() -> None
             ("Running", "Claimed", 30, 2, {"event": "e-claim2", "owner": "w-2"}),
         ),
     }
-    shard = views.parse_shards([shard_body("papers", 3, "Running", attempt=2, status=status)])[0]
+    shard = parse_shards([shard_body("papers", 3, "Running", attempt=2, status=status)])[0]
     events = [
         _event("e-claim2", "Claimed", 30),
         _event("e-fail", "AttemptFailed", 80),
         _event("e-stall", "Stalled", 10),  # not a transition: only an event
         _event("e-old", "Claimed", 5000, uid="uid-of-an-earlier-shard"),  # same name, another object
     ]
-    view = views.timeline_view(shard, events, NOW, lease_seconds=60, max_attempts=3)
+    view = timeline_view(shard, events, NOW, lease_seconds=60, max_attempts=3)
     reasons = [(r.reason, r.origin) for r in view.rows]
     assert reasons == [
         ("Materialized", "history"),  # its Event has expired (not in the list)
@@ -254,8 +261,8 @@ def test_timeline_joins_history_and_events_by_event_name_in_time_order() -> None
 
 
 def test_timeline_of_a_shard_without_history_or_events_is_empty() -> None:
-    shard = views.parse_shards([shard_body("papers", 3, None)])[0]
-    view = views.timeline_view(shard, [], NOW)
+    shard = parse_shards([shard_body("papers", 3, None)])[0]
+    view = timeline_view(shard, [], NOW)
     assert view.rows == ()
     assert view.phase == "Queued"
 
@@ -263,12 +270,12 @@ def test_timeline_of_a_shard_without_history_or_events_is_empty() -> None:
 # --- report --------------------------------------------------------------------------------------------
 
 
-def _report(shards: list[dict], **campaign: object) -> views.ReportView:
+def _report(shards: list[dict], **campaign: object) -> ReportView:
     status = campaign.pop("status", {"phase": "Completed", "spent": 0.0})
-    return views.report_view(_campaign(status=status, **campaign), shards, NOW)  # type: ignore[arg-type]
+    return report_view(_campaign(status=status, **campaign), shards, NOW)  # type: ignore[arg-type]
 
 
-def _check(report: views.ReportView, key: str) -> views.Check:
+def _check(report: ReportView, key: str) -> Check:
     return next(c for c in report.checks if c.key == key)
 
 
@@ -390,11 +397,11 @@ def test_parse_shards_names_a_shard_that_does_not_parse() -> None:
     bad = shard_body("papers", 0, "Done")
     bad["spec"]["unknownField"] = 1
     with pytest.raises(ValueError, match="papers-00000"):
-        views.parse_shards([bad])
+        parse_shards([bad])
 
 
 def test_parse_shards_orders_work_by_index_then_finalize() -> None:
-    shards = views.parse_shards(
+    shards = parse_shards(
         [
             shard_body("c", 0, None, shard_class="finalize"),
             shard_body("c", 10, None),
@@ -405,14 +412,15 @@ def test_parse_shards_orders_work_by_index_then_finalize() -> None:
 
 
 def test_time_helpers() -> None:
-    assert views.parse_time("2026-03-01T12:00:00Z") == NOW
-    assert views.parse_time("garbage") is None
-    assert views.parse_time(None) is None
-    assert views.duration(59.6) == "1m00s"
-    assert views.duration(3 * 3600 + 5 * 60) == "3h05m"
-    assert views.duration(50 * 3600) == "2d02h"
-    assert views.duration(None) == "-"
-    assert views.seconds_between(NOW, NOW - dt.timedelta(seconds=5)) == 5
+    assert parse_time("2026-03-01T12:00:00Z") == NOW
+    with pytest.raises(ValueError):
+        parse_time("garbage")  # the one parser refuses what the API server never writes
+    assert parse_time(None) is None
+    assert duration(59.6) == "1m00s"
+    assert duration(3 * 3600 + 5 * 60) == "3h05m"
+    assert duration(50 * 3600) == "2d02h"
+    assert duration(None) == "-"
+    assert seconds_between(NOW, NOW - dt.timedelta(seconds=5)) == 5
 
 
 def test_the_heartbeat_row_carries_the_attempt_it_belonged_to() -> None:
@@ -424,7 +432,7 @@ def test_the_heartbeat_row_carries_the_attempt_it_belonged_to() -> None:
             ("Pending", "AttemptFailed", 10, 2, {"event": "f2"}),
         ),
     }
-    shard = views.parse_shards([shard_body("papers", 3, "Pending", attempt=3, status=status)])[0]
-    [heartbeat] = [r for r in views.timeline_view(shard, [], NOW).rows if r.reason == "Heartbeat"]
+    shard = parse_shards([shard_body("papers", 3, "Pending", attempt=3, status=status)])[0]
+    [heartbeat] = [r for r in timeline_view(shard, [], NOW).rows if r.reason == "Heartbeat"]
     assert heartbeat.attempt == 2
     assert heartbeat.lease_until is None  # not Running: no live claim

@@ -1,8 +1,10 @@
-"""`kubectl campaign`: status, plan, events, report and recorded actions on campaigns.
+"""`kubectl campaign`: the parser and the dispatch to its commands, nothing else.
 
-Installed as the console script `kubectl-campaign`, so kubectl finds it as a plugin. Reads go through
-`cli.campaign_client`, decisions come from `operator.observe` and `logic/` (the operator's own code),
-and the views and their text are pure (`cli.campaign_views`, `cli.render`).
+Installed as the console script `kubectl-campaign`, so kubectl finds it as a plugin. Each command is
+one module with its view, its text and its `run_*`: `campaign_list`, `campaign_status`,
+`campaign_plan`, `campaign_events`, `campaign_report` and `campaign_actions` (suspend, resume, retry,
+cancel). Reads and writes go through `campaign_client`; decisions come from `state/` and `logic/`, the
+operator's own code.
 """
 
 from __future__ import annotations
@@ -10,41 +12,32 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
-import functools
-import json
 import sys
-import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import TextIO
 
-from pydantic import ValidationError
-
-from shardops.api.campaign import Campaign
-from shardops.api.enums import ShardPhase
-from shardops.api.shard import Shard
-from shardops.cli import campaign_actions as actions
-from shardops.cli import campaign_views as views
-from shardops.cli import render
+from shardops.cli.campaign_actions import run_cancel, run_resume, run_retry, run_suspend
 from shardops.cli.campaign_client import (
     EXIT_BAD_STATE,
     EXIT_NO_ACCESS,
-    EXIT_NOT_FOUND,
     EXIT_OK,
     EXIT_USAGE,
     Client,
     CliError,
-    bad_state,
     connect,
-    default_namespace,
 )
-from shardops.k8s.api import ApiError, Conflict
-from shardops.k8s.campaigns import ItemsUnavailable
+from shardops.cli.campaign_events import run_events
+from shardops.cli.campaign_list import run_list
+from shardops.cli.campaign_plan import run_plan
+from shardops.cli.campaign_report import run_report
+from shardops.cli.campaign_status import WATCH_INTERVAL_SECONDS, run_status
+from shardops.cli.command import Context
+from shardops.cli.text import parse_duration
+from shardops.k8s.api import DEFAULT_TIMEOUT_SECONDS, ApiError
 
-JSON = dict[str, Any]
-OUTPUTS = ("human", "json", "yaml")
-WATCH_INTERVAL_SECONDS = 2.0
-CONFLICT_ROUNDS = 3
+OUTPUTS: tuple[str, ...] = ("human", "json", "yaml")
+# `-o name` prints kind.group/name as `kubectl get -o name` does: for list only.
+LIST_OUTPUTS: tuple[str, ...] = (*OUTPUTS, "name")
 
 EPILOG = """\
 exit codes:
@@ -55,65 +48,17 @@ exit codes:
   3  not found: the campaign, the shard, or the shardops CRDs themselves
   4  no cluster access: no kubeconfig, API server unreachable, credentials rejected, or forbidden (RBAC)
 
-Global flags (-n, --kubeconfig, -o) go before or after the command.
+Global flags (-n, --kubeconfig, --context, --as, --request-timeout, -o) go before or after the command.
 Actions are recorded requests on the Campaign (spec.suspend, spec.retry, an annotation for cancel)
 plus an Event; shard status is never written: the operator acts on the request.
 See docs/user-guide.md.
 """
 
 
-@dataclass
-class Context:
-    """What a command needs: a client (made on first use), where to print, and the clock."""
-
-    args: argparse.Namespace
-    make_client: Callable[[], Client]
-    stdout: TextIO
-    stderr: TextIO
-    clock: Callable[[], dt.datetime]
-    _client: Client | None = None
-
-    @property
-    def client(self) -> Client:
-        if self._client is None:
-            self._client = self.make_client()
-        return self._client
-
-    @functools.cached_property
-    def namespace(self) -> str:
-        namespace: str | None = self.args.namespace
-        return namespace or default_namespace(self.args.kubeconfig)
-
-    @property
-    def output(self) -> str:
-        return str(self.args.output)
-
-    def out(self, text: str) -> None:
-        self.stdout.write(text if text.endswith("\n") else text + "\n")
-        self.stdout.flush()
-
-    def err(self, text: str) -> None:
-        self.stderr.write(text if text.endswith("\n") else text + "\n")
-        self.stderr.flush()
-
-    def show(self, view: Any, human: Callable[[Any], str]) -> None:
-        self.out(formatted(self.output, view, human))
-
-
-def formatted(output: str, view: Any, human: Callable[[Any], str]) -> str:
-    if output == "json":
-        return render.as_json(view.as_dict())
-    if output == "yaml":
-        return render.as_yaml(view.as_dict())
-    return human(view)
-
-
-# --- parser ----------------------------------------------------------------------------------------
-
-
-def _global_flags(top: bool) -> argparse.ArgumentParser:
+def _global_flags(top: bool, outputs: Sequence[str]) -> argparse.ArgumentParser:
     """The same flags on the top parser and on every command, so they work before or after it.
-    On commands the default is SUPPRESS: a flag given before the command is not reset after it."""
+    On commands the default is SUPPRESS: a flag given before the command is not reset after it.
+    Spelled and read as kubectl's own. `outputs`: what -o takes there."""
     parser = argparse.ArgumentParser(add_help=False)
 
     def default(value: object) -> object:
@@ -131,7 +76,31 @@ def _global_flags(top: bool) -> argparse.ArgumentParser:
         help="kubeconfig file (default: $KUBECONFIG, else ~/.kube/config)",
     )
     parser.add_argument(
-        "-o", "--output", choices=OUTPUTS, default=default("human"), help="output format (default: human)"
+        "--context",
+        default=default(None),
+        help="the kubeconfig context to use: its cluster, user and namespace (default: current-context)",
+    )
+    parser.add_argument(
+        "--as",
+        dest="impersonate",
+        metavar="USER",
+        default=default(None),
+        help="user to impersonate for every request, a regular user or system:serviceaccount:NS:NAME",
+    )
+    parser.add_argument(
+        "--request-timeout",
+        type=_request_timeout,
+        metavar="DURATION",
+        default=default(DEFAULT_TIMEOUT_SECONDS),
+        help="how long to wait for one API server request before giving up: seconds, or a number with "
+        f"a unit (1s, 2m, 3h); 0 waits as long as it takes (default {DEFAULT_TIMEOUT_SECONDS:g}s)",
+    )
+    parser.add_argument(
+        "-o",
+        "--output",
+        choices=outputs,
+        default=default("human"),
+        help="output format: human (default), json or yaml; list also takes name",
     )
     return parser
 
@@ -142,25 +111,30 @@ def build_parser() -> argparse.ArgumentParser:
         description="Look into shardops campaigns and record actions on them.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        parents=[_global_flags(top=True)],
+        parents=[_global_flags(top=True, outputs=LIST_OUTPUTS)],
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    flags = _global_flags(top=False)
+    flags = {outputs: _global_flags(top=False, outputs=outputs) for outputs in (OUTPUTS, LIST_OUTPUTS)}
 
-    def command(name: str, help_text: str, run: Callable[[Context], int]) -> argparse.ArgumentParser:
+    def command(
+        name: str, help_text: str, run: Callable[[Context], int], outputs: tuple[str, ...] = OUTPUTS
+    ) -> argparse.ArgumentParser:
         sub = commands.add_parser(
             name,
             help=help_text,
             description=help_text,
-            parents=[flags],
+            parents=[flags[outputs]],
             epilog=EPILOG,
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
-        sub.set_defaults(run=run)
+        sub.set_defaults(run=run, outputs=outputs)
         return sub
 
-    listing = command("list", "campaigns with phase, progress, spend and blocked shards", run_list)
+    listing = command(
+        "list", "campaigns with phase, progress, spend and blocked shards", run_list, LIST_OUTPUTS
+    )
     listing.add_argument("-A", "--all-namespaces", action="store_true", help="campaigns of every namespace")
+    listing.add_argument("--no-headers", action="store_true", help="leave out the header line")
 
     status = command(
         "status",
@@ -231,6 +205,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:
+    """The flags, with an -o given before the command checked against what the command prints
+    (argparse exits 2 otherwise)."""
+    args = parser.parse_args(list(argv))
+    if args.output not in args.outputs:
+        parser.error(
+            f"argument -o/--output: {args.command} prints {', '.join(args.outputs)}, not {args.output}"
+        )
+    return args
+
+
 def _positive_float(text: str) -> float:
     try:
         value = float(text)
@@ -241,351 +226,23 @@ def _positive_float(text: str) -> float:
     return value
 
 
-# --- reading ---------------------------------------------------------------------------------------
-
-
-def parse_campaign(body: JSON) -> Campaign:
+def _request_timeout(text: str) -> float:
     try:
-        return Campaign.parse(body)
-    except ValidationError as error:
-        name = (body.get("metadata") or {}).get("name")
-        first = error.errors()[0]
-        where = ".".join(str(p) for p in first.get("loc", ()))
-        raise bad_state(
-            f"campaign {name} does not parse ({where}: {first.get('msg')}); "
-            f"see kubectl get campaign {name} -o yaml"
+        return parse_duration(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"invalid timeout {text!r}: a whole number of seconds, or a number followed by its unit "
+            "(e.g. 1s | 2m | 3h); 0 for no timeout"
         ) from None
 
 
-def load(ctx: Context, name: str) -> tuple[JSON, Campaign, list[JSON], list[Shard]]:
-    namespace = ctx.namespace
-    body = ctx.client.get_campaign(namespace, name)
-    campaign = parse_campaign(body)
-    shard_bodies = ctx.client.list_shards(namespace, name)
-    try:
-        shards = views.parse_shards(shard_bodies)
-    except ValueError as error:
-        raise bad_state(str(error)) from None
-    return body, campaign, shard_bodies, shards
-
-
-# --- commands ------------------------------------------------------------------------------------
-
-
-def run_list(ctx: Context) -> int:
-    all_namespaces = bool(ctx.args.all_namespaces)
-    namespace = None if all_namespaces else ctx.namespace
-    rows = views.campaign_rows(ctx.client.list_campaigns(namespace), ctx.clock())
-    if ctx.output != "human":
-        data = {"items": [r.as_dict() for r in rows]}
-        ctx.out(render.as_json(data) if ctx.output == "json" else render.as_yaml(data))
-        return EXIT_OK
-    if not rows:
-        ctx.err("No campaigns found" + ("." if all_namespaces else f" in namespace {namespace}."))
-        return EXIT_OK
-    ctx.out(render.render_list(rows, all_namespaces=all_namespaces))
-    return EXIT_OK
-
-
-def status_frame(ctx: Context, name: str) -> views.StatusView:
-    _, campaign, _, shards = load(ctx, name)
-    return views.status_view(campaign, shards, ctx.clock())
-
-
-def run_status(ctx: Context) -> int:
-    name = ctx.args.name
-    if not ctx.args.watch:
-        ctx.show(status_frame(ctx, name), render.render_status)
-        return EXIT_OK
-    return watch_status(ctx, name, ctx.args.interval)
-
-
-CLEAR_SCREEN = "\x1b[H\x1b[2J"
-
-
-def watch_status(
-    ctx: Context, name: str, interval: float, sleep: Callable[[float], None] = time.sleep
-) -> int:
-    """Redraw every `interval` seconds until Ctrl-C: the screen on a terminal, one JSON document per line
-    with -o json, YAML documents with -o yaml. A deleted campaign ends the watch (exit 3); a lost
-    connection is reported and retried."""
-    tty = ctx.output == "human" and ctx.stdout.isatty()
-    drawn = False
-    try:
-        while True:
-            try:
-                view = status_frame(ctx, name)
-            except CliError as error:
-                if error.exit_code == EXIT_NOT_FOUND and drawn:
-                    ctx.err(f"campaign {ctx.namespace}/{name} is gone (deleted while watching)")
-                    return EXIT_NOT_FOUND
-                if error.exit_code == EXIT_NO_ACCESS and drawn:
-                    ctx.err(f"{error.message} (retrying in {interval:g}s)")
-                    sleep(interval)
-                    continue
-                raise
-            if ctx.output == "json":
-                frame = json.dumps(view.as_dict(), ensure_ascii=False)
-            elif ctx.output == "yaml":
-                frame = "---\n" + render.as_yaml(view.as_dict())
-            elif tty:
-                frame = (
-                    CLEAR_SCREEN + render.render_status(view) + f"\n\n(every {interval:g}s; Ctrl-C to stop)"
-                )
-            else:
-                frame = render.render_status(view) + "\n"
-            ctx.out(frame)
-            drawn = True
-            sleep(interval)
-    except KeyboardInterrupt:
-        return EXIT_OK
-
-
-def items_total_for_plan(ctx: Context, campaign: Campaign) -> int:
-    """What the operator counts: inline items, or the lines of the itemsFrom ConfigMap key."""
-    inline = campaign.spec.inline_items_total
-    if inline is not None:
-        return inline
-    source = campaign.spec.items_from
-    if source is None:  # pragma: no cover - the model requires one of the two
-        raise bad_state("the campaign has neither items nor itemsFrom")
-    try:
-        return ctx.client.count_items(campaign.namespace, source)
-    except ItemsUnavailable as problem:
-        raise bad_state(
-            f"the operator would not plan campaign {campaign.name}: its items are unavailable "
-            f"({problem.reason}): {problem.message}"
-        ) from None
-
-
-def run_plan(ctx: Context) -> int:
-    _, campaign, _, shards = load(ctx, ctx.args.name)
-    items_total = items_total_for_plan(ctx, campaign)
-    jobs, pods = ctx.client.list_workers(campaign.namespace, campaign.name)
-    leases = {
-        s.name: ctx.client.get_lease(campaign.namespace, s.lease_name)
-        for s in shards
-        if s.phase is ShardPhase.RUNNING
-    }
-    view = views.plan_view(campaign, shards, jobs, pods, leases, ctx.clock(), items_total)
-    ctx.show(view, render.render_plan)
-    return EXIT_OK
-
-
-def run_events(ctx: Context) -> int:
-    namespace = ctx.namespace
-    body = ctx.client.get_shard(namespace, ctx.args.shard)
-    try:
-        shard = Shard.parse(body)
-    except ValidationError as error:
-        raise bad_state(f"shard {ctx.args.shard} does not parse: {error.errors()[0].get('msg')}") from None
-    found, warning = ctx.client.shard_events(namespace, shard.name)
-    warnings = [warning] if warning else []
-    lease_seconds = max_attempts = None
-    try:
-        campaign = parse_campaign(ctx.client.get_campaign(namespace, shard.campaign_name))
-        lease_seconds, max_attempts = campaign.spec.lease_seconds, campaign.spec.max_attempts
-    except CliError as error:
-        if error.exit_code not in (EXIT_NOT_FOUND, EXIT_NO_ACCESS, EXIT_BAD_STATE):
-            raise
-        warnings.append(f"campaign {shard.campaign_name} not readable ({error.message}): no lease times")
-    view = views.timeline_view(
-        shard, found, ctx.clock(), lease_seconds=lease_seconds, max_attempts=max_attempts, warnings=warnings
+def client_for(args: argparse.Namespace) -> Client:
+    """The client the connection flags ask for, as kubectl reads them."""
+    return Client(
+        connect(
+            args.kubeconfig, context=args.context, impersonate=args.impersonate, timeout=args.request_timeout
+        )
     )
-    ctx.show(view, render.render_timeline)
-    return EXIT_OK
-
-
-def run_report(ctx: Context) -> int:
-    _, campaign, shard_bodies, _ = load(ctx, ctx.args.name)
-    view = views.report_view(campaign, shard_bodies, ctx.clock())
-    ctx.show(view, render.render_report)
-    return EXIT_OK if view.passed else EXIT_BAD_STATE
-
-
-# --- actions -----------------------------------------------------------------------------------------
-
-
-def _record(
-    ctx: Context,
-    action: str,
-    body: JSON,
-    *,
-    reason: str,
-    note: str,
-    message: str,
-    patch: JSON | None,
-) -> actions.ActionResult:
-    user = ctx.client.who_am_i()
-    event = ctx.client.record_event(
-        body, reason=reason, note=f"{note} (by {user}, kubectl campaign {action})", user=user, now=ctx.clock()
-    )
-    warnings: tuple[str, ...] = ()
-    if event is None:
-        warnings = (
-            f"the request is recorded in the Campaign, but its Event ({reason}) could not be created",
-        )
-    metadata = body.get("metadata") or {}
-    return actions.ActionResult(
-        action=action,
-        namespace=str(metadata.get("namespace")),
-        name=str(metadata.get("name")),
-        changed=True,
-        message=message,
-        patch=patch,
-        event=event,
-        user=user,
-        warnings=warnings,
-    )
-
-
-def _unchanged(action: str, campaign: Campaign, message: str) -> actions.ActionResult:
-    return actions.ActionResult(action, campaign.namespace, campaign.name, changed=False, message=message)
-
-
-def _finish(ctx: Context, result: actions.ActionResult) -> int:
-    ctx.show(result, render.render_action)
-    for warning in result.warnings if ctx.output != "human" else ():
-        ctx.err(f"warning: {warning}")
-    return EXIT_OK
-
-
-def run_suspend(ctx: Context) -> int:
-    body = ctx.client.get_campaign(ctx.namespace, ctx.args.name)
-    campaign = parse_campaign(body)
-    if campaign.spec.suspend:
-        return _finish(
-            ctx, _unchanged("suspend", campaign, "already suspended (spec.suspend is true); nothing changed")
-        )
-    patch = actions.suspend_patch()
-    patched = ctx.client.patch_campaign(campaign.namespace, campaign.name, patch)
-    return _finish(
-        ctx,
-        _record(
-            ctx,
-            "suspend",
-            patched,
-            reason=actions.SUSPEND_REQUESTED,
-            note="spec.suspend=true: no new claims or workers; running shards finish",
-            message="suspend requested (spec.suspend=true): no new claims; running shards finish",
-            patch=patch,
-        ),
-    )
-
-
-def run_resume(ctx: Context) -> int:
-    body = ctx.client.get_campaign(ctx.namespace, ctx.args.name)
-    campaign = parse_campaign(body)
-    cancelled = views.cancelled_at(campaign)
-    if not campaign.spec.suspend and cancelled is None:
-        return _finish(
-            ctx, _unchanged("resume", campaign, "not suspended (spec.suspend is false); nothing changed")
-        )
-    patch = actions.resume_patch(campaign)
-    patched = ctx.client.patch_campaign(campaign.namespace, campaign.name, patch)
-    withdrawn = f"; the cancellation of {cancelled} is withdrawn" if cancelled else ""
-    return _finish(
-        ctx,
-        _record(
-            ctx,
-            "resume",
-            patched,
-            reason=actions.RESUME_REQUESTED,
-            note=f"spec.suspend=false: claiming resumes{withdrawn}",
-            message=f"resume requested (spec.suspend=false){withdrawn}",
-            patch=patch,
-        ),
-    )
-
-
-def run_retry(ctx: Context) -> int:
-    args = ctx.args
-    for _ in range(CONFLICT_ROUNDS):
-        _, campaign, _, shards = load(ctx, args.name)
-        try:
-            selection = actions.select_retry(
-                campaign, shards, blocked=args.blocked, failed=args.failed, names=args.shard
-            )
-            patch = actions.retry_patch(campaign, selection)
-        except actions.ActionRefused as refused:
-            raise CliError(refused.exit_code, refused.message) from None
-        try:
-            patched = ctx.client.patch_campaign(
-                campaign.namespace, campaign.name, patch, resource_version=campaign.metadata.resource_version
-            )
-        except Conflict:
-            continue  # changed since we read it: read again and decide again
-        generation = campaign.spec.retry.generation + 1
-        scope = "every Blocked and Failed shard" if selection.everything else "only these shards"
-        names = render.names_text(list(selection.shards), limit=20)
-        count = len(selection.shards)
-        return _finish(
-            ctx,
-            _record(
-                ctx,
-                "retry",
-                patched,
-                reason=actions.RETRY_REQUESTED,
-                note=f"spec.retry.generation={generation}: {count} shard(s) to retry ({scope}): {names}",
-                message=(
-                    f"retry requested (spec.retry.generation={generation}): {count} shard(s), {scope}: "
-                    f"{names}; the operator sends them back to Pending with attempts reset"
-                ),
-                patch=patch,
-            ),
-        )
-    raise bad_state(f"campaign {args.name} kept changing while recording the retry; try again")
-
-
-def run_cancel(ctx: Context) -> int:
-    body = ctx.client.get_campaign(ctx.namespace, ctx.args.name)
-    campaign = parse_campaign(body)
-    if ctx.args.delete:
-        user = ctx.client.who_am_i()
-        event = ctx.client.record_event(
-            body,
-            reason=actions.DELETE_REQUESTED,
-            note=f"campaign deleted by {user} (kubectl campaign cancel --delete)",
-            user=user,
-            now=ctx.clock(),
-        )
-        ctx.client.delete_campaign(campaign.namespace, campaign.name)
-        result = actions.ActionResult(
-            "cancel",
-            campaign.namespace,
-            campaign.name,
-            changed=True,
-            message="deleted: its shards and worker Jobs are garbage-collected; stored results stay",
-            event=event,
-            user=user,
-        )
-        return _finish(ctx, result)
-    already = views.cancelled_at(campaign)
-    if already is not None and campaign.spec.suspend:
-        return _finish(
-            ctx, _unchanged("cancel", campaign, f"already cancelled at {already}; nothing changed")
-        )
-    now = ctx.clock()
-    patch = actions.cancel_patch(now)
-    patched = ctx.client.patch_campaign(campaign.namespace, campaign.name, patch)
-    return _finish(
-        ctx,
-        _record(
-            ctx,
-            "cancel",
-            patched,
-            reason=actions.CANCEL_REQUESTED,
-            note="cancelled: spec.suspend=true and annotation shardops.dev/cancelled set",
-            message=(
-                "cancelled: suspended (spec.suspend=true) and marked shardops.dev/cancelled; "
-                "running shards finish"
-            ),
-            patch=patch,
-        ),
-    )
-
-
-# --- entry point ---------------------------------------------------------------------------------
 
 
 def utcnow() -> dt.datetime:
@@ -606,10 +263,10 @@ def main(
     try:
         # argparse prints usage errors and --help itself: to the streams given.
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+            args = parse_args(parser, sys.argv[1:] if argv is None else argv)
     except SystemExit as stop:
         return int(stop.code) if isinstance(stop.code, int) else EXIT_USAGE
-    factory = make_client or (lambda a: Client(connect(a.kubeconfig)))
+    factory = make_client or client_for
     ctx = Context(args=args, make_client=lambda: factory(args), stdout=out, stderr=err, clock=clock)
     try:
         result: int = args.run(ctx)

@@ -1,9 +1,11 @@
-"""Pure: the recorded actions of `kubectl campaign` as patches of the Campaign.
+"""`kubectl campaign suspend|resume|retry|cancel NAME`: the recorded actions.
 
-Actions never touch shard status (only the operator and workers write it). They change what the
-operator acts on: `spec.suspend`, `spec.retry` (`generation`, and `shards`: the names a retry is
-limited to; unset means every Blocked and Failed shard), and the annotation
-`shardops.dev/cancelled`: RFC 3339 time of `kubectl campaign cancel` (which also suspends).
+Actions never touch shard status (only the operator and workers write it). Each is a merge patch of
+the Campaign that changes what the operator acts on: `spec.suspend`, `spec.retry` (`generation`, and
+`shards`: the names a retry is limited to; unset means every Blocked and Failed shard), and the
+annotation `shardops.dev/cancelled`: RFC 3339 time of `kubectl campaign cancel` (which also
+suspends); plus an Event on the Campaign saying who asked. The patches, the retry selection and the
+text are pure; the `run_*` functions do the reads and writes.
 """
 
 from __future__ import annotations
@@ -16,10 +18,18 @@ from typing import Any
 from shardops.api.campaign import MAX_RETRY_SHARDS, Campaign
 from shardops.api.enums import ShardPhase
 from shardops.api.shard import Shard
-from shardops.cli.campaign_views import CANCELLED_ANNOTATION
+from shardops.cli.campaign_client import EXIT_BAD_STATE, EXIT_NOT_FOUND, EXIT_OK, CliError, bad_state
+from shardops.cli.command import Context, load, parse_campaign
+from shardops.cli.text import names_text
+from shardops.k8s.api import Conflict
 from shardops.logic.timefmt import rfc3339
 
 JSON = dict[str, Any]
+
+# What `kubectl campaign cancel` writes on a Campaign: when it was cancelled.
+CANCELLED_ANNOTATION = "shardops.dev/cancelled"
+# Rounds of read, decide and write with a resourceVersion precondition before a retry gives up.
+CONFLICT_ROUNDS = 3
 
 SUSPEND_REQUESTED = "SuspendRequested"
 RESUME_REQUESTED = "ResumeRequested"
@@ -30,13 +40,15 @@ DELETE_REQUESTED = "DeleteRequested"
 GAVE_UP = (ShardPhase.BLOCKED, ShardPhase.FAILED)
 
 
-class ActionRefused(Exception):
-    """The action cannot be recorded as asked; `exit_code` says why (1 bad state, 3 not found)."""
+def cancelled_at(campaign: Campaign) -> str | None:
+    return (campaign.metadata.annotations or {}).get(CANCELLED_ANNOTATION)
 
-    def __init__(self, exit_code: int, message: str) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
-        self.message = message
+
+class ActionRefused(CliError):
+    """The action cannot be recorded as asked: a bad state (exit 1) or a shard that is not there (3)."""
+
+
+# --- patches: what each action writes -----------------------------------------------------------------
 
 
 def suspend_patch() -> JSON:
@@ -70,7 +82,7 @@ def select_retry(
     """Which shards a retry covers: --blocked and/or --failed (neither: both), narrowed to --shard names."""
     if campaign.retry_requested:
         raise ActionRefused(
-            1,
+            EXIT_BAD_STATE,
             f"retry generation {campaign.spec.retry.generation} is still waiting for the operator "
             f"(status.lastRetryGeneration is {campaign.current_status.last_retry_generation}); "
             "wait until it acted (kubectl campaign status) before asking again",
@@ -82,18 +94,20 @@ def select_retry(
     for name in names:
         shard = by_name.get(name)
         if shard is None:
-            raise ActionRefused(3, f'shard "{name}" is not a shard of campaign {campaign.name}')
+            raise ActionRefused(EXIT_NOT_FOUND, f'shard "{name}" is not a shard of campaign {campaign.name}')
         if shard.phase not in phases:
             wanted_text = " or ".join(sorted(str(p) for p in phases))
             raise ActionRefused(
-                1,
+                EXIT_BAD_STATE,
                 f"shard {name} is {shard.phase or ShardPhase.QUEUED}, not {wanted_text}: "
                 "nothing to retry there",
             )
     chosen = sorted(set(names)) if names else sorted(s.name for s in shards if s.phase in phases)
     if not chosen:
         which = " or ".join(sorted(str(p) for p in phases))
-        raise ActionRefused(1, f"nothing to retry: campaign {campaign.name} has no {which} shard")
+        raise ActionRefused(
+            EXIT_BAD_STATE, f"nothing to retry: campaign {campaign.name} has no {which} shard"
+        )
     # Named shards stay a list even when they are all that gave up: a shard that gives up after this
     # read is not the user's to retry by name.
     return RetrySelection(tuple(chosen), everything=not names and phases == set(GAVE_UP))
@@ -105,12 +119,15 @@ def retry_patch(campaign: Campaign, selection: RetrySelection) -> JSON:
     resourceVersion, so two requests cannot merge silently."""
     if not selection.everything and len(selection.shards) > MAX_RETRY_SHARDS:
         raise ActionRefused(
-            1,
+            EXIT_BAD_STATE,
             f"{len(selection.shards)} shards named, a retry request holds at most {MAX_RETRY_SHARDS}: "
             "retry them all (no --shard), or in smaller groups one after the other",
         )
     shards = None if selection.everything else list(selection.shards)
     return {"spec": {"retry": {"generation": campaign.spec.retry.generation + 1, "shards": shards}}}
+
+
+# --- the outcome and its text -------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -139,3 +156,188 @@ class ActionResult:
             "user": self.user,
             "warnings": list(self.warnings),
         }
+
+
+def render_action(result: ActionResult) -> str:
+    lines = [f"campaign {result.namespace}/{result.name}: {result.message}"]
+    if result.changed and result.event:
+        lines.append(f"recorded as Event {result.event}" + (f" (by {result.user})" if result.user else ""))
+    lines.extend(f"warning: {w}" for w in result.warnings)
+    return "\n".join(lines)
+
+
+# --- commands -----------------------------------------------------------------------------------------
+
+
+def _record(
+    ctx: Context,
+    action: str,
+    body: JSON,
+    *,
+    reason: str,
+    note: str,
+    message: str,
+    patch: JSON | None,
+) -> ActionResult:
+    user = ctx.client.who_am_i()
+    event = ctx.client.record_event(
+        body, reason=reason, note=f"{note} (by {user}, kubectl campaign {action})", user=user, now=ctx.clock()
+    )
+    warnings: tuple[str, ...] = ()
+    if event is None:
+        warnings = (
+            f"the request is recorded in the Campaign, but its Event ({reason}) could not be created",
+        )
+    metadata = body.get("metadata") or {}
+    return ActionResult(
+        action=action,
+        namespace=str(metadata.get("namespace")),
+        name=str(metadata.get("name")),
+        changed=True,
+        message=message,
+        patch=patch,
+        event=event,
+        user=user,
+        warnings=warnings,
+    )
+
+
+def _unchanged(action: str, campaign: Campaign, message: str) -> ActionResult:
+    return ActionResult(action, campaign.namespace, campaign.name, changed=False, message=message)
+
+
+def _finish(ctx: Context, result: ActionResult) -> int:
+    ctx.show(result, render_action)
+    for warning in result.warnings if ctx.output != "human" else ():
+        ctx.err(f"warning: {warning}")
+    return EXIT_OK
+
+
+def run_suspend(ctx: Context) -> int:
+    body = ctx.client.get_campaign(ctx.namespace, ctx.args.name)
+    campaign = parse_campaign(body)
+    if campaign.spec.suspend:
+        return _finish(
+            ctx, _unchanged("suspend", campaign, "already suspended (spec.suspend is true); nothing changed")
+        )
+    patch = suspend_patch()
+    patched = ctx.client.patch_campaign(campaign.namespace, campaign.name, patch)
+    return _finish(
+        ctx,
+        _record(
+            ctx,
+            "suspend",
+            patched,
+            reason=SUSPEND_REQUESTED,
+            note="spec.suspend=true: no new claims or workers; running shards finish",
+            message="suspend requested (spec.suspend=true): no new claims; running shards finish",
+            patch=patch,
+        ),
+    )
+
+
+def run_resume(ctx: Context) -> int:
+    body = ctx.client.get_campaign(ctx.namespace, ctx.args.name)
+    campaign = parse_campaign(body)
+    cancelled = cancelled_at(campaign)
+    if not campaign.spec.suspend and cancelled is None:
+        return _finish(
+            ctx, _unchanged("resume", campaign, "not suspended (spec.suspend is false); nothing changed")
+        )
+    patch = resume_patch(campaign)
+    patched = ctx.client.patch_campaign(campaign.namespace, campaign.name, patch)
+    withdrawn = f"; the cancellation of {cancelled} is withdrawn" if cancelled else ""
+    return _finish(
+        ctx,
+        _record(
+            ctx,
+            "resume",
+            patched,
+            reason=RESUME_REQUESTED,
+            note=f"spec.suspend=false: claiming resumes{withdrawn}",
+            message=f"resume requested (spec.suspend=false){withdrawn}",
+            patch=patch,
+        ),
+    )
+
+
+def run_retry(ctx: Context) -> int:
+    args = ctx.args
+    for _ in range(CONFLICT_ROUNDS):
+        _, campaign, _, shards = load(ctx, args.name)
+        selection = select_retry(campaign, shards, blocked=args.blocked, failed=args.failed, names=args.shard)
+        patch = retry_patch(campaign, selection)
+        try:
+            patched = ctx.client.patch_campaign(
+                campaign.namespace, campaign.name, patch, resource_version=campaign.metadata.resource_version
+            )
+        except Conflict:
+            continue  # changed since we read it: read again and decide again
+        generation = campaign.spec.retry.generation + 1
+        scope = "every Blocked and Failed shard" if selection.everything else "only these shards"
+        names = names_text(list(selection.shards), limit=20)
+        count = len(selection.shards)
+        return _finish(
+            ctx,
+            _record(
+                ctx,
+                "retry",
+                patched,
+                reason=RETRY_REQUESTED,
+                note=f"spec.retry.generation={generation}: {count} shard(s) to retry ({scope}): {names}",
+                message=(
+                    f"retry requested (spec.retry.generation={generation}): {count} shard(s), {scope}: "
+                    f"{names}; the operator sends them back to Pending with attempts reset"
+                ),
+                patch=patch,
+            ),
+        )
+    raise bad_state(f"campaign {args.name} kept changing while recording the retry; try again")
+
+
+def run_cancel(ctx: Context) -> int:
+    body = ctx.client.get_campaign(ctx.namespace, ctx.args.name)
+    campaign = parse_campaign(body)
+    if ctx.args.delete:
+        user = ctx.client.who_am_i()
+        event = ctx.client.record_event(
+            body,
+            reason=DELETE_REQUESTED,
+            note=f"campaign deleted by {user} (kubectl campaign cancel --delete)",
+            user=user,
+            now=ctx.clock(),
+        )
+        ctx.client.delete_campaign(campaign.namespace, campaign.name)
+        result = ActionResult(
+            "cancel",
+            campaign.namespace,
+            campaign.name,
+            changed=True,
+            message="deleted: its shards and worker Jobs are garbage-collected; stored results stay",
+            event=event,
+            user=user,
+        )
+        return _finish(ctx, result)
+    already = cancelled_at(campaign)
+    if already is not None and campaign.spec.suspend:
+        return _finish(
+            ctx, _unchanged("cancel", campaign, f"already cancelled at {already}; nothing changed")
+        )
+    now = ctx.clock()
+    patch = cancel_patch(now)
+    patched = ctx.client.patch_campaign(campaign.namespace, campaign.name, patch)
+    return _finish(
+        ctx,
+        _record(
+            ctx,
+            "cancel",
+            patched,
+            reason=CANCEL_REQUESTED,
+            note="cancelled: spec.suspend=true and annotation shardops.dev/cancelled set",
+            message=(
+                "cancelled: suspended (spec.suspend=true) and marked shardops.dev/cancelled; "
+                "running shards finish"
+            ),
+            patch=patch,
+        ),
+    )

@@ -13,7 +13,7 @@ import getpass
 import os
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -25,7 +25,18 @@ from shardops import API_GROUP
 from shardops.api.campaign import ItemsFrom
 from shardops.api.names import CAMPAIGN_LABEL, CLI_FIELD_MANAGER
 from shardops.k8s import campaigns, jobs
-from shardops.k8s.api import CAMPAIGNS, EVENTS, LEASES, SHARDS, ApiError, Forbidden, Kube, NotFound, Resource
+from shardops.k8s.api import (
+    CAMPAIGNS,
+    DEFAULT_TIMEOUT_SECONDS,
+    EVENTS,
+    LEASES,
+    SHARDS,
+    ApiError,
+    Forbidden,
+    Kube,
+    NotFound,
+    Resource,
+)
 from shardops.k8s.shards import Actor
 
 JSON = dict[str, Any]
@@ -68,10 +79,6 @@ def bad_state(message: str) -> CliError:
     return CliError(EXIT_BAD_STATE, message)
 
 
-def usage(message: str) -> CliError:
-    return CliError(EXIT_USAGE, message)
-
-
 # Errors below the HTTP layer: refused connection, DNS, TLS, timeouts. The kubernetes client wraps
 # TLS failures in an ApiException with status 0.
 CONNECTION_ERRORS: tuple[type[BaseException], ...] = (urllib3.exceptions.HTTPError, OSError)
@@ -79,11 +86,23 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (urllib3.exceptions.HTTPErr
 ANY_CALL_ERROR: tuple[type[BaseException], ...] = (ApiError, ApiException, *CONNECTION_ERRORS)
 
 
-def connection_error(error: BaseException, server: str) -> CliError:
-    if isinstance(error, urllib3.exceptions.MaxRetryError) and error.reason is not None:
-        detail = str(error.reason)
-    else:
-        detail = str(error) or type(error).__name__
+def timed_out(error: BaseException) -> bool:
+    """No answer in time. urllib3 makes a refused connection (NewConnectionError) a kind of connect
+    timeout, for old callers: that one is not."""
+    timeouts = (urllib3.exceptions.TimeoutError, TimeoutError)
+    return isinstance(error, timeouts) and not isinstance(error, urllib3.exceptions.NewConnectionError)
+
+
+def connection_error(error: BaseException, server: str, timeout: float | None = None) -> CliError:
+    reason = error.reason if isinstance(error, urllib3.exceptions.MaxRetryError) else None
+    detail = str(reason if reason is not None else error) or type(error).__name__
+    if timed_out(reason or error):
+        within = f" within {timeout:g}s" if timeout else ""
+        return no_access(
+            f"no answer from the Kubernetes API server at {server}{within}: {detail}. "
+            "Allow more time with --request-timeout (0 waits as long as it takes), or check that the "
+            "cluster is up (kubectl cluster-info)."
+        )
     return no_access(
         f"cannot reach the Kubernetes API server at {server}: {detail}. "
         "Check the kubeconfig (--kubeconfig, $KUBECONFIG) and that the cluster is up "
@@ -91,11 +110,19 @@ def connection_error(error: BaseException, server: str) -> CliError:
     )
 
 
-def default_namespace(kubeconfig: str | None) -> str:
-    """The kubeconfig context's namespace; in a pod, the service account's; else "default"."""
+def kubeconfig_contexts(kubeconfig: str | None) -> tuple[list[JSON], JSON | None]:
+    """The contexts of the kubeconfig ($KUBECONFIG, else ~/.kube/config, when None) and the current one."""
+    contexts, current = config.list_kube_config_contexts(config_file=kubeconfig)  # type: ignore[no-untyped-call]
+    return list(contexts or []), current
+
+
+def default_namespace(kubeconfig: str | None, context: str | None = None) -> str:
+    """The namespace of the kubeconfig context (`context`, else the current one); in a pod, the
+    service account's; else "default"."""
     try:
-        _, active = config.list_kube_config_contexts(config_file=kubeconfig)  # type: ignore[no-untyped-call]
-        namespace = ((active or {}).get("context") or {}).get("namespace")
+        contexts, current = kubeconfig_contexts(kubeconfig)
+        chosen = next((c for c in contexts if c.get("name") == context), None) if context else current
+        namespace = ((chosen or {}).get("context") or {}).get("namespace")
         if namespace:
             return str(namespace)
     except (config.ConfigException, OSError, TypeError, ValueError, KeyError):
@@ -106,14 +133,30 @@ def default_namespace(kubeconfig: str | None) -> str:
         return "default"
 
 
-def connect(kubeconfig: str | None) -> Kube:
-    """A Kube for the kubeconfig (or in-cluster config); a missing or broken kubeconfig is exit 4."""
+def connect(
+    kubeconfig: str | None,
+    *,
+    context: str | None = None,
+    impersonate: str | None = None,
+    timeout: float = DEFAULT_TIMEOUT_SECONDS,
+) -> Kube:
+    """A Kube for the kubeconfig (or in-cluster config) as kubectl's --kubeconfig, --context, --as and
+    --request-timeout choose it; a missing or broken kubeconfig, or an unknown context, is exit 4."""
     if kubeconfig and not Path(kubeconfig.split(os.pathsep)[0]).expanduser().exists():
         raise no_access(f"kubeconfig {kubeconfig} does not exist")
+    where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
     try:
-        return Kube.from_environment(CLI_FIELD_MANAGER, kubeconfig)
+        if context:
+            names = [str(c.get("name")) for c in kubeconfig_contexts(kubeconfig)[0]]
+            if context not in names:
+                raise no_access(
+                    f'context "{context}" does not exist in kubeconfig {where} '
+                    f"(contexts there: {', '.join(names) or 'none'}; kubectl config get-contexts lists them)"
+                )
+        return Kube.from_environment(
+            CLI_FIELD_MANAGER, kubeconfig, context=context, impersonate=impersonate, timeout=timeout
+        )
     except (config.ConfigException, OSError, TypeError, ValueError) as error:
-        where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
         raise no_access(f"no usable cluster configuration (kubeconfig {where}): {error}") from None
 
 
@@ -125,7 +168,6 @@ class Client:
     kube: Kube
     campaigns: Resource = CAMPAIGNS
     shards: Resource = SHARDS
-    _crd_checked: bool = field(default=False, repr=False)
 
     @property
     def server(self) -> str:
@@ -154,7 +196,7 @@ class Client:
                 f"cannot talk to the Kubernetes API server at {self.server}: {error.reason}"
             ) from None
         except CONNECTION_ERRORS as error:
-            raise connection_error(error, self.server) from None
+            raise connection_error(error, self.server, self.kube.timeout) from None
 
     def crd_missing(self, resource: Resource) -> bool:
         """True when the API server does not serve `resource` (its CRD is not installed)."""
@@ -253,21 +295,20 @@ class Client:
     def shard_events(self, namespace: str, shard: str) -> tuple[list[JSON], str | None]:
         """Events regarding the shard, normalized to events.k8s.io/v1 field names; and a warning when
         they could not be read (the timeline then comes from the shard's history alone)."""
-        try:
-            found = self.kube.list(EVENTS, namespace, fieldSelector=f"regarding.name={shard}")
-            return found, None
-        except (Forbidden, NotFound) as first:
+
+        def read() -> tuple[list[JSON], str | None]:
             try:
-                core = self.kube.list(CORE_EVENTS, namespace, fieldSelector=f"involvedObject.name={shard}")
-            except (Forbidden, NotFound):
-                return [], f"events not readable ({first.reason}: {first.message}); showing history only"
-            return [core_event_as_v1(e) for e in core], None
-        except ApiException as error:
-            raise no_access(
-                f"cannot talk to the Kubernetes API server at {self.server}: {error.reason}"
-            ) from None
-        except CONNECTION_ERRORS as error:
-            raise connection_error(error, self.server) from None
+                return self.kube.list(EVENTS, namespace, fieldSelector=f"regarding.name={shard}"), None
+            except (Forbidden, NotFound) as first:
+                try:
+                    core = self.kube.list(
+                        CORE_EVENTS, namespace, fieldSelector=f"involvedObject.name={shard}"
+                    )
+                except (Forbidden, NotFound):
+                    return [], f"events not readable ({first.reason}: {first.message}); showing history only"
+                return [core_event_as_v1(e) for e in core], None
+
+        return self.call(f"list the Events of shard {shard}", read)
 
     # --- writes -------------------------------------------------------------------------------------
 

@@ -26,6 +26,11 @@ log = logging.getLogger(__name__)
 JSON = dict[str, Any]
 MERGE_PATCH = "application/merge-patch+json"
 RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
+# How long one request may wait for the API server's answer; 0 waits as long as it takes.
+DEFAULT_TIMEOUT_SECONDS = 30.0
+# The header that makes the API server act as another user (kubectl --as); the caller needs the
+# `impersonate` verb on that user.
+IMPERSONATE_USER_HEADER = "Impersonate-User"
 
 
 class ApiError(Exception):
@@ -143,7 +148,8 @@ RequestObserver = Callable[[str, str, int], None]
 
 
 class Kube:
-    """A thin JSON client. `field_manager` names who writes (it shows up in managedFields)."""
+    """A thin JSON client. `field_manager` names who writes (it shows up in managedFields); `timeout`
+    bounds each request in seconds (0: no bound)."""
 
     def __init__(
         self,
@@ -151,25 +157,39 @@ class Kube:
         field_manager: str,
         retry: RetryPolicy | None = None,
         observer: RequestObserver | None = None,
+        timeout: float = DEFAULT_TIMEOUT_SECONDS,
     ) -> None:
         self.api_client = api_client
         self.field_manager = field_manager
         self.retry = retry or RetryPolicy()
         self.observer = observer
+        self.timeout = timeout
 
     @classmethod
-    def from_environment(cls, field_manager: str, kubeconfig: str | None = None) -> Kube:
-        """In-cluster config when running in a pod with a token mount, else the kubeconfig."""
+    def from_environment(
+        cls,
+        field_manager: str,
+        kubeconfig: str | None = None,
+        *,
+        context: str | None = None,
+        impersonate: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT_SECONDS,
+    ) -> Kube:
+        """In-cluster config when running in a pod with a token mount, else the kubeconfig: its
+        current-context, or `context`. `impersonate`: the user every request acts as."""
         configuration = client.Configuration()
         try:
-            if kubeconfig:
-                raise config.ConfigException("explicit kubeconfig")
+            if kubeconfig or context:
+                raise config.ConfigException("explicit kubeconfig or context")
             config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
         except config.ConfigException:
             config.load_kube_config(  # type: ignore[no-untyped-call]
-                config_file=kubeconfig, client_configuration=configuration
+                config_file=kubeconfig, context=context, client_configuration=configuration
             )
-        return cls(client.ApiClient(configuration), field_manager)
+        api_client = client.ApiClient(configuration)
+        if impersonate:
+            api_client.set_default_header(IMPERSONATE_USER_HEADER, impersonate)  # type: ignore[no-untyped-call]
+        return cls(api_client, field_manager, timeout=timeout)
 
     def request(
         self,
@@ -179,8 +199,11 @@ class Kube:
         query: Mapping[str, str | int | bool] | None = None,
         body: Any = None,
         content_type: str = "application/json",
-        timeout: float = 30.0,
+        timeout: float | None = None,
     ) -> JSON:
+        """One call, retried on throttling and server errors. `timeout`: seconds for this call (0: no
+        bound), instead of the client's."""
+        bound = self.timeout if timeout is None else timeout
         params = dict(query or {})
         if method in ("POST", "PUT", "PATCH") and "fieldManager" not in params:
             params["fieldManager"] = self.field_manager
@@ -196,7 +219,7 @@ class Kube:
                 auth_settings=["BearerToken"],
             )
             response = self.api_client.call_api(
-                method, url, header_params=headers, body=serialized, _request_timeout=timeout
+                method, url, header_params=headers, body=serialized, _request_timeout=bound or None
             )
             raw: bytes = response.read() or b""  # type: ignore[no-untyped-call]
             if self.observer:

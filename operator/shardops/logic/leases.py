@@ -1,4 +1,4 @@
-"""Is a claimed shard alive? Seed 000's heartbeat table, decided from timestamps alone.
+"""Is a claimed shard alive? The heartbeat table below, decided from timestamps alone.
 
 | heartbeat | progress                     | verdict          | action                         |
 | present   | rising                       | PROGRESSING      | none                           |

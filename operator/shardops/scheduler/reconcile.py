@@ -308,7 +308,7 @@ class Reconciler:
     # --- lease sweep --------------------------------------------------------------------------------------
 
     def _sweep(self, seen: _Observed, memory: _Memory, now: dt.datetime) -> list[str]:
-        """Seed 000's heartbeat table for every Running shard. Returns the shards found stuck."""
+        """The heartbeat table of `logic.leases` for every Running shard. Returns the shards found stuck."""
         spec = seen.campaign.spec
         key = f"{seen.campaign.namespace}/{seen.campaign.name}"
         stuck: list[str] = []

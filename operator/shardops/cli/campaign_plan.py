@@ -1,0 +1,202 @@
+"""`kubectl campaign plan NAME`: the dry run of the scheduler's next pass, and what limits it.
+
+The same planner (`logic.planner.plan_dispatch`) fed by the same mapping from live objects
+(`state.observe.dispatch_inputs`) as the operator; it changes nothing. The view and its text are pure;
+`run_plan` does the reads (Campaign, Shards, worker Jobs and Pods, the Leases of running shards, and
+for itemsFrom the item ConfigMap).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from shardops.api.campaign import Campaign
+from shardops.api.enums import ShardPhase
+from shardops.api.shard import Shard
+from shardops.cli.campaign_client import EXIT_OK, bad_state
+from shardops.cli.campaign_summary import budget_dict, budget_line
+from shardops.cli.command import Context, load
+from shardops.cli.text import NONE, iso, names_text, table
+from shardops.k8s.campaigns import ItemsUnavailable
+from shardops.logic.budget import BudgetStatus
+from shardops.logic.planner import DispatchPlan, WorkerCounts, plan_dispatch
+from shardops.state import observe
+
+JSON = dict[str, Any]
+
+
+# --- view (what -o json|yaml prints) ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PlanView:
+    namespace: str
+    name: str
+    now: dt.datetime
+    plan: DispatchPlan
+    expired: tuple[observe.ExpiredClaim, ...]
+    running: int
+    pending: int
+    max_concurrency: int
+    backlog_ratio: float
+    workers: WorkerCounts
+    budget: BudgetStatus
+    items_total: int
+    remaining_shards: int
+    suspended: bool
+
+    def as_dict(self) -> JSON:
+        return {
+            "namespace": self.namespace,
+            "name": self.name,
+            "now": iso(self.now),
+            "dryRun": True,
+            "reason": str(self.plan.reason),
+            "message": self.plan.message,
+            "plan": self.plan.as_dict(),
+            "expiredClaims": [
+                {
+                    "shard": e.shard,
+                    "action": str(e.action),
+                    "attempt": e.attempt,
+                    "maxAttempts": e.max_attempts,
+                    "reason": e.reason,
+                }
+                for e in self.expired
+            ],
+            "observed": {
+                "running": self.running,
+                "pending": self.pending,
+                "maxConcurrency": self.max_concurrency,
+                "backlogRatio": self.backlog_ratio,
+                "workers": {
+                    "aliveJobs": self.workers.alive_jobs,
+                    "runningPods": self.workers.running_pods,
+                    "stuckPendingPods": self.workers.stuck_pending_pods,
+                },
+                "budget": budget_dict(self.budget),
+                "itemsTotal": self.items_total,
+                "shardsNotYetCut": self.remaining_shards,
+                "suspended": self.suspended,
+            },
+        }
+
+
+def plan_view(
+    campaign: Campaign,
+    shards: Sequence[Shard],
+    jobs: Sequence[JSON],
+    pods: Sequence[JSON],
+    leases: Mapping[str, JSON | None],
+    now: dt.datetime,
+    items_total: int,
+) -> PlanView:
+    """The operator's next planning step, from the same inputs (`state.observe.dispatch_inputs`)."""
+    inputs = observe.dispatch_inputs(campaign, shards, jobs, pods, now, items_total=items_total)
+    plan = plan_dispatch(inputs)
+    return PlanView(
+        namespace=campaign.namespace,
+        name=campaign.name,
+        now=now,
+        plan=plan,
+        expired=tuple(observe.expired_claims(campaign, shards, leases, now)),
+        running=sum(1 for v in inputs.shards if v.phase is ShardPhase.RUNNING),
+        pending=sum(1 for v in inputs.shards if v.phase is ShardPhase.PENDING),
+        max_concurrency=inputs.limits.max_concurrency,
+        backlog_ratio=inputs.limits.backlog_ratio,
+        workers=inputs.workers,
+        budget=inputs.budget,
+        items_total=items_total,
+        remaining_shards=inputs.items.remaining_shards,
+        suspended=inputs.suspended,
+    )
+
+
+# --- text ---------------------------------------------------------------------------------------------
+
+
+def render_plan(view: PlanView) -> str:
+    plan = view.plan
+    claimable = []
+    for name in plan.claimable:
+        route = plan.routes.get(name)
+        if route is None:
+            claimable.append(name)
+        else:
+            claimable.append(f"{name} → {route.source}{' (half-open probe)' if route.probe else ''}")
+    expired = [
+        f"{e.shard} → {e.action} (attempt {e.attempt} of {e.max_attempts}; {e.reason})" for e in view.expired
+    ]
+    limit = plan.limits[0].message if plan.limits else plan.message
+    lines = [
+        f"Plan for campaign {view.namespace}/{view.name}: dry run at {iso(view.now)}, nothing was changed.",
+        f"Limited by: {plan.reason}" + (f": {limit}" if plan.limits else f" ({plan.message})"),
+        "",
+        "The operator's next pass would:",
+        table(
+            ["STEP", "WHAT"],
+            [
+                ["take back expired claims first", "; ".join(expired) or NONE],
+                ["pause (Pending → Paused)", names_text(plan.pause)],
+                ["resume (Paused → Pending)", names_text(plan.resume)],
+                ["promote (Queued → Pending)", names_text(plan.promote)],
+                ["cut new shards", str(plan.materialize or NONE)],
+                ["hand out (claimable)", names_text(claimable)],
+                ["start worker Jobs", str(plan.start_workers or NONE)],
+            ],
+            "  ",
+        ),
+        "",
+        "Observed:",
+        f"  running {view.running} of maxConcurrency {view.max_concurrency}; pending {view.pending} "
+        f"(backlogRatio {view.backlog_ratio:g})",
+        f"  workers: {view.workers.alive_jobs} Job(s) alive, {view.workers.running_pods} pod(s) running, "
+        f"{view.workers.stuck_pending_pods} stuck Pending",
+        f"  items {view.items_total}, {view.remaining_shards} shard(s) not cut yet"
+        + ("; spec.suspend is true" if view.suspended else ""),
+        f"  budget: {budget_line(view.budget)}",
+    ]
+    if plan.limits:
+        lines += ["", "Every limit, in the order it must be lifted:"]
+        lines.append(table(["REASON", "MESSAGE"], [[str(x.reason), x.message] for x in plan.limits], "  "))
+    if plan.skipped:
+        lines += ["", f"Not handed out now ({len(plan.skipped)}):"]
+        lines.append(table(["SHARD", "WHY"], sorted(plan.skipped.items()), "  "))
+    return "\n".join(lines)
+
+
+# --- command ------------------------------------------------------------------------------------------
+
+
+def items_total_for_plan(ctx: Context, campaign: Campaign) -> int:
+    """What the operator counts: inline items, or the lines of the itemsFrom ConfigMap key."""
+    inline = campaign.spec.inline_items_total
+    if inline is not None:
+        return inline
+    source = campaign.spec.items_from
+    if source is None:  # pragma: no cover - the model requires one of the two
+        raise bad_state("the campaign has neither items nor itemsFrom")
+    try:
+        return ctx.client.count_items(campaign.namespace, source)
+    except ItemsUnavailable as problem:
+        raise bad_state(
+            f"the operator would not plan campaign {campaign.name}: its items are unavailable "
+            f"({problem.reason}): {problem.message}"
+        ) from None
+
+
+def run_plan(ctx: Context) -> int:
+    _, campaign, _, shards = load(ctx, ctx.args.name)
+    items_total = items_total_for_plan(ctx, campaign)
+    jobs, pods = ctx.client.list_workers(campaign.namespace, campaign.name)
+    leases = {
+        s.name: ctx.client.get_lease(campaign.namespace, s.lease_name)
+        for s in shards
+        if s.phase is ShardPhase.RUNNING
+    }
+    view = plan_view(campaign, shards, jobs, pods, leases, ctx.clock(), items_total)
+    ctx.show(view, render_plan)
+    return EXIT_OK
