@@ -38,7 +38,7 @@ def inputs(
     max_concurrency: int = 6,
     backlog_ratio: float = 5,
     total_items: int = 0,
-    materialized_items: int = 0,
+    cut_items: int = 0,
     shard_size: int = 10,
     breakers: Mapping[str, SourceBreaker] | None = None,
     fallbacks: Mapping[str, str] | None = None,
@@ -55,7 +55,7 @@ def inputs(
     running = sum(1 for s in shards if s.phase is ShardPhase.RUNNING)
     return DispatchInputs(
         limits=DispatchLimits(max_concurrency, backlog_ratio),
-        items=ItemProgress(total_items, materialized_items, shard_size),
+        items=ItemProgress(total_items, cut_items, shard_size),
         shards=tuple(shards),
         breakers=Breakers(dict(breakers or {}), dict(fallbacks or {}), cooldown),
         budget=budget or budget_status(0.0, None, 0.8),

@@ -89,7 +89,7 @@ def test_idle_workers_count_toward_the_pool() -> None:
 
 
 def test_materializes_only_up_to_the_backlog_bound() -> None:
-    plan = plan_dispatch(inputs([*running(1), *pending(3)], total_items=1000, materialized_items=40))
+    plan = plan_dispatch(inputs([*running(1), *pending(3)], total_items=1000, cut_items=40))
     assert plan.materialize == 2
     assert plan.reason is LimitReason.BACKPRESSURE
     assert (
@@ -98,7 +98,7 @@ def test_materializes_only_up_to_the_backlog_bound() -> None:
 
 
 def test_materializes_no_more_than_remains() -> None:
-    plan = plan_dispatch(inputs([], total_items=25, materialized_items=0, shard_size=10))
+    plan = plan_dispatch(inputs([], total_items=25, cut_items=0, shard_size=10))
     assert plan.materialize == 3
     assert plan.reason is LimitReason.NOTHING_READY
 
@@ -139,7 +139,7 @@ def test_finalize_waits_for_every_work_shard_and_item() -> None:
     busy = plan_dispatch(inputs([shard("w0", P.RUNNING), final]))
     assert busy.claimable == ()
     assert busy.skipped["final"] == "finalize waits for 1 unfinished work shard(s)"
-    more_items = plan_dispatch(inputs([shard("w0", P.DONE), final], total_items=20, materialized_items=10))
+    more_items = plan_dispatch(inputs([shard("w0", P.DONE), final], total_items=20, cut_items=10))
     assert "final" not in more_items.claimable
     done = plan_dispatch(inputs([shard("w0", P.DONE), shard("w1", P.BLOCKED), final]))
     assert done.claimable == ("final",)
@@ -309,7 +309,7 @@ def dispatch_inputs(draw: st.DrawFn) -> DispatchInputs:
         max_concurrency=draw(st.integers(0, 8)),
         backlog_ratio=draw(st.sampled_from([0.5, 1, 2.5, 5])),
         total_items=total,
-        materialized_items=draw(st.integers(0, total)),
+        cut_items=draw(st.integers(0, total)),
         shard_size=draw(st.integers(1, 20)),
         breakers=draw(st.dictionaries(st.sampled_from(["a", "b"]), breaker)),
         fallbacks=draw(st.sampled_from([{}, {"a": "b"}, {"a": "b", "b": "a"}])),
@@ -346,7 +346,7 @@ def test_never_materializes_past_the_ratio_bound(data: DispatchInputs) -> None:
     pending_now = sum(1 for s in data.shards if s.phase is P.PENDING)
     running = sum(1 for s in data.shards if s.phase is P.RUNNING)
     room = backlog_room(pending_now, data.limits.backlog_ratio, running)
-    assert 0 <= plan.materialize <= data.items.remaining_shards
+    assert 0 <= plan.materialize <= data.items.uncut_shards
     assert plan.materialize + len(plan.promote) <= room
 
 

@@ -136,9 +136,9 @@ def test_shard_view_uses_the_real_source_while_running() -> None:
 def test_materialized_items_from_the_highest_work_index() -> None:
     shards = [Shard.parse(shard("camp", i, "Done")) for i in (0, 1, 2)]
     shards.append(Shard.parse(shard("camp", 3, "Pending", shard_class="finalize")))
-    assert shardview.materialized_items(shards, 5, 12) == 12
-    assert shardview.materialized_items(shards[:2], 5, 12) == 10
-    assert shardview.materialized_items([], 5, 12) == 0
+    assert shardview.cut_items(shards, 5, 12) == 12
+    assert shardview.cut_items(shards[:2], 5, 12) == 10
+    assert shardview.cut_items([], 5, 12) == 0
 
 
 def _lease(holder: str | None, renewed: dt.datetime) -> dict:
@@ -272,7 +272,7 @@ def test_campaign_status_counts_the_unmaterialized_as_queued() -> None:
             items_total=10,
             work_shards_total=10,
             has_finalize=True,
-            remaining_shards=9,
+            uncut_shards=9,
             cut_shards=2,
             materialized=2,
             breakers=[],

@@ -498,7 +498,13 @@ class CampaignSpec(SpecModel):
 class ShardCounts(StatusModel):
     """How many shards are in each phase."""
 
-    queued: int = Field(default=0, ge=0, description="Shards known but not yet created as Shard objects.")
+    queued: int = Field(
+        default=0,
+        ge=0,
+        description=(
+            "Shards not yet claimable because they are not yet cut from the items (or cut, not materialized)."
+        ),
+    )
     pending: int = Field(default=0, ge=0, description="Shards waiting to be claimed (includes backing off).")
     running: int = Field(default=0, ge=0, description="Shards claimed by a worker.")
     done: int = Field(default=0, ge=0, description="Shards finished successfully.")

@@ -45,7 +45,7 @@ class PlanView:
     workers: WorkerCounts
     budget: BudgetStatus
     items_total: int
-    remaining_shards: int
+    uncut_shards: int
     suspended: bool
 
     def as_dict(self) -> JSON:
@@ -79,7 +79,7 @@ class PlanView:
                 },
                 "budget": budget_dict(self.budget),
                 "itemsTotal": self.items_total,
-                "shardsNotYetCut": self.remaining_shards,
+                "shardsNotYetCut": self.uncut_shards,
                 "suspended": self.suspended,
             },
         }
@@ -110,7 +110,7 @@ def plan_view(
         workers=inputs.workers,
         budget=inputs.budget,
         items_total=items_total,
-        remaining_shards=inputs.items.remaining_shards,
+        uncut_shards=inputs.items.uncut_shards,
         suspended=inputs.suspended,
     )
 
@@ -155,7 +155,7 @@ def render_plan(view: PlanView) -> str:
         f"(backlogRatio {view.backlog_ratio:g})",
         f"  workers: {view.workers.alive_jobs} Job(s) alive, {view.workers.running_pods} pod(s) running, "
         f"{view.workers.stuck_pending_pods} stuck Pending",
-        f"  items {view.items_total}, {view.remaining_shards} shard(s) not cut yet"
+        f"  items {view.items_total}, {view.uncut_shards} shard(s) not cut yet"
         + ("; spec.suspend is true" if view.suspended else ""),
         f"  budget: {budget_line(view.budget)}",
     ]

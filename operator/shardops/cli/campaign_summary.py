@@ -76,7 +76,7 @@ class LiveSummary:
 
     @property
     def not_cut(self) -> int:
-        return self.facts.shards_not_cut
+        return self.facts.uncut_shards
 
 
 def live_summary(campaign: Campaign, shards: Sequence[Shard], now: dt.datetime) -> LiveSummary:

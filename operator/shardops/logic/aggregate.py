@@ -33,9 +33,9 @@ class CampaignFacts:
     campaign: str = ""
 
     @property
-    def shards_not_cut(self) -> int:
+    def uncut_shards(self) -> int:
         """Shards still to be created: work shards not yet cut from the items, and the finalize shard."""
-        return self.items.remaining_shards + (1 if self.finalize_pending else 0)
+        return self.items.uncut_shards + (1 if self.finalize_pending else 0)
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ def aggregate(shards: Sequence[ShardView], now: datetime, facts: CampaignFacts) 
     spent = max(facts.previous_spent, math.fsum(s.cost for s in shards))
     budget = budget_status(spent, facts.budget_limit, facts.budget_warn_ratio)
     phase = campaign_phase(shards, facts, budget.gate)
-    total = len(shards) + facts.shards_not_cut
+    total = len(shards) + facts.uncut_shards
     failed = _names_in(shards, ShardPhase.FAILED)
     blocked = _names_in(shards, ShardPhase.BLOCKED)
     progress = f"{counts[ShardPhase.DONE]}/{total}"
@@ -105,7 +105,7 @@ def oldest_pending_age(shards: Sequence[ShardView], now: datetime) -> timedelta 
 def campaign_phase(shards: Sequence[ShardView], facts: CampaignFacts, gate: BudgetGate) -> CampaignPhase:
     if facts.suspended:
         return CampaignPhase.SUSPENDED
-    work_cut = facts.items.remaining_shards == 0
+    work_cut = facts.items.uncut_shards == 0
     if work_cut and not facts.finalize_pending and all(s.phase.terminal for s in shards):
         # Failed or Blocked shards make the campaign Completed, never Succeeded: a blocked shard is not done.
         return (

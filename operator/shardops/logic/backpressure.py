@@ -58,11 +58,11 @@ def backlog_room(pending: int, backlog_ratio: float, running: int) -> int:
     return max(0, backlog_bound(backlog_ratio, running) - pending)
 
 
-def remaining_shards(total_items: int, materialized_items: int, shard_size: int) -> int:
-    """Shards still to cut from the items not yet materialized (the last one may be short)."""
+def uncut_shards(total_items: int, cut_items: int, shard_size: int) -> int:
+    """Work shards not yet cut from the items (the last one may be short)."""
     if shard_size < 1:
         raise ValueError(f"shard size must be at least 1, got {shard_size}")
-    return math.ceil(max(0, total_items - materialized_items) / shard_size)
+    return math.ceil(max(0, total_items - cut_items) / shard_size)
 
 
 def cluster_full(stuck_pending_pods: int, running_pods: int) -> bool:

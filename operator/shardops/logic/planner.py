@@ -238,7 +238,7 @@ def _census(inputs: DispatchInputs) -> _Census:
         queued=in_phase(ShardPhase.QUEUED),
         paused=in_phase(ShardPhase.PAUSED),
         running_sources=frozenset(s.source for s in running if s.source is not None),
-        unfinished_work=open_work + inputs.items.remaining_shards,
+        unfinished_work=open_work + inputs.items.uncut_shards,
     )
 
 
@@ -267,7 +267,7 @@ def _plan_growth(inputs: DispatchInputs, census: _Census) -> _Growth:
     eligible = [s for s in census.queued if allows(gate, s.shard_class)]
     room = backlog_room(len(census.pending), inputs.limits.backlog_ratio, census.running)
     promote = tuple(s.name for s in eligible[:room])
-    remaining = inputs.items.remaining_shards
+    remaining = inputs.items.uncut_shards
     # At warn no new shards are cut: only finalize work may start.
     creatable = remaining if gate is BudgetGate.OPEN else 0
     materialize = min(room - len(promote), creatable)
@@ -423,7 +423,7 @@ def _budget_limit(inputs: DispatchInputs, draft: _Draft, skipped: Mapping[str, _
     budget = inputs.budget
     if budget.gate is BudgetGate.OPEN or inputs.suspended:
         return None
-    withheld = inputs.items.remaining_shards
+    withheld = inputs.items.uncut_shards
     affected = any(s.reason is LimitReason.BUDGET for s in skipped.values())
     if not (affected or withheld or draft.pause):
         return None

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from shardops.api.enums import ShardClass, ShardPhase
-from shardops.logic.backpressure import remaining_shards
+from shardops.logic.backpressure import uncut_shards
 
 
 @dataclass(frozen=True)
@@ -37,15 +37,15 @@ class ItemProgress:
     """The campaign's work items: how many exist and how many are already cut into shards."""
 
     total_items: int
-    materialized_items: int
+    cut_items: int
     shard_size: int
 
     def __post_init__(self) -> None:
-        if self.total_items < 0 or self.materialized_items < 0:
+        if self.total_items < 0 or self.cut_items < 0:
             raise ValueError("item counts must not be negative")
         if self.shard_size < 1:
             raise ValueError(f"shard size must be at least 1, got {self.shard_size}")
 
     @property
-    def remaining_shards(self) -> int:
-        return remaining_shards(self.total_items, self.materialized_items, self.shard_size)
+    def uncut_shards(self) -> int:
+        return uncut_shards(self.total_items, self.cut_items, self.shard_size)

@@ -264,7 +264,7 @@ class StatusFacts:
     items_total: int
     work_shards_total: int
     has_finalize: bool
-    remaining_shards: int
+    uncut_shards: int
     cut_shards: int
     materialized: int
     breakers: list[BreakerStatus]
@@ -282,7 +282,7 @@ def campaign_status(agg: Aggregate, facts: StatusFacts, previous: CampaignStatus
             "phase": agg.phase,
             "observed_generation": facts.generation,
             "counts": ShardCounts(
-                queued=counts[ShardPhase.QUEUED] + facts.remaining_shards,
+                queued=counts[ShardPhase.QUEUED] + facts.uncut_shards,
                 pending=counts[ShardPhase.PENDING],
                 running=counts[ShardPhase.RUNNING],
                 done=counts[ShardPhase.DONE],

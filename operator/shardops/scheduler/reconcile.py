@@ -500,7 +500,7 @@ class Reconciler:
             return
         progress = self._item_progress(seen)
         size = seen.campaign.spec.shard_size
-        first = -(-progress.materialized_items // size)
+        first = -(-progress.cut_items // size)
         for index in range(first, first + count):
             start, end = builders.shard_slice(len(seen.items), size, index)
             if start >= end:
@@ -517,7 +517,7 @@ class Reconciler:
         spec = campaign.spec
         if spec.finalize is None or shardview.finalize_name(campaign.name) in seen.shards:
             return
-        if self._item_progress(seen).remaining_shards:
+        if self._item_progress(seen).uncut_shards:
             return
         work = [s for s in seen.shards.values() if s.spec.shard_class is ShardClass.WORK]
         if not all(shardview.phase_of(s).terminal for s in work):
@@ -633,8 +633,8 @@ class Reconciler:
                 items_total=len(seen.items),
                 work_shards_total=work_total,
                 has_finalize=spec.finalize is not None,
-                remaining_shards=facts.shards_not_cut,
-                cut_shards=-(-facts.items.materialized_items // spec.shard_size),
+                uncut_shards=facts.uncut_shards,
+                cut_shards=-(-facts.items.cut_items // spec.shard_size),
                 materialized=len(seen.shards),
                 breakers=builders.breakers_to_status(spec, fold.states, fold.reasons, previous, now),
                 conditions=merged,

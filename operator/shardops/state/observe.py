@@ -51,7 +51,7 @@ def item_progress(campaign: Campaign, shards: Iterable[Shard], items_total: int)
     only the unfinished shards (a worker) and one whose status is a pass behind agree."""
     size = campaign.spec.shard_size
     recorded = min(items_total, (campaign.current_status.cut_shards or 0) * size)
-    listed = shardview.materialized_items(shards, size, items_total)
+    listed = shardview.cut_items(shards, size, items_total)
     return ItemProgress(items_total, max(recorded, listed), size)
 
 

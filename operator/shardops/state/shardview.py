@@ -53,7 +53,7 @@ def shard_view(shard: Shard) -> ShardView:
     )
 
 
-def materialized_items(shards: Iterable[Shard], shard_size: int, total_items: int) -> int:
+def cut_items(shards: Iterable[Shard], shard_size: int, total_items: int) -> int:
     """Items already cut into work shards. Shards are cut in index order, so the highest index tells."""
     indices = [s.spec.index for s in shards if s.spec.shard_class is ShardClass.WORK]
     if not indices:

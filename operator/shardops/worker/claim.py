@@ -78,7 +78,7 @@ def expected_shards(campaign: Campaign) -> int | None:
 def uncut_shards(campaign: Campaign, unfinished: Sequence[Shard]) -> int:
     """Work shards the operator has still to cut: while there are any, more work is coming."""
     total = observe.known_items_total(campaign, unfinished)
-    return observe.item_progress(campaign, unfinished, total).remaining_shards
+    return observe.item_progress(campaign, unfinished, total).uncut_shards
 
 
 def stop_reason(campaign: Campaign, unfinished: Sequence[Shard]) -> str | None:
