@@ -13,7 +13,15 @@ from shardops.api.names import CAMPAIGN_LABEL, SHARD_PHASE_FIELD
 from shardops.api.shard import HistoryEntry, Shard, ShardStatus
 from shardops.k8s import events
 from shardops.k8s.api import SHARDS, Kube
-from shardops.logic.transitions import Action, EventType, event_reason, event_type, next_attempt, transition
+from shardops.logic.transitions import (
+    Action,
+    EventType,
+    event_reason,
+    event_type,
+    next_attempt,
+    records_event,
+    transition,
+)
 
 JSON = dict[str, Any]
 
@@ -84,7 +92,8 @@ def apply_transition(
     defaults to the parsed model's own dump.
     """
     target = body or shard.to_dict()
-    event_name = events.new_event_name(target)
+    loud = records_event(request.action)
+    event_name = events.new_event_name(target) if loud else None
     status = planned_status(shard, request, now, event_name)
     patched = kube.patch(
         SHARDS,
@@ -94,6 +103,8 @@ def apply_transition(
         resource_version=shard.metadata.resource_version,
         subresource="status",
     )
+    if event_name is None:
+        return Shard.parse(patched)
     events.record(
         kube,
         events.event_body(

@@ -66,6 +66,10 @@ class Rule:
     reason: EventReason
     event_type: EventType
     attempt: AttemptEffect
+    # Whether a Kubernetes Event records it. Events are for what a person must see (a failed attempt,
+    # a reclaim, a block, a retry, a revoke); routine transitions live in the shard's history and in
+    # the metrics, which keeps a shard's lifecycle to a handful of API writes.
+    event: bool
 
 
 _P = ShardPhase
@@ -73,21 +77,26 @@ _N, _W = EventType.NORMAL, EventType.WARNING
 _KEEP, _CHARGE, _RESET = AttemptEffect.KEEP, AttemptEffect.CHARGE, AttemptEffect.RESET
 _RUNNING = frozenset({_P.RUNNING})
 
+_QUIET, _LOUD = False, True
+
 TRANSITIONS: dict[Action, Rule] = {
-    Action.MATERIALIZE: Rule(frozenset({_P.QUEUED}), _P.PENDING, EventReason.MATERIALIZED, _N, _KEEP),
-    Action.CLAIM: Rule(frozenset({_P.PENDING}), _P.RUNNING, EventReason.CLAIMED, _N, _KEEP),
-    Action.COMPLETE: Rule(_RUNNING, _P.DONE, EventReason.COMPLETED, _N, _KEEP),
-    Action.FAIL_RETRYABLE: Rule(_RUNNING, _P.PENDING, EventReason.ATTEMPT_FAILED, _W, _CHARGE),
-    Action.FAIL_FINAL: Rule(_RUNNING, _P.FAILED, EventReason.FAILED, _W, _KEEP),
-    Action.BLOCK: Rule(_RUNNING, _P.BLOCKED, EventReason.BLOCKED, _W, _KEEP),
-    Action.RECLAIM: Rule(_RUNNING, _P.PENDING, EventReason.LEASE_EXPIRED, _W, _CHARGE),
+    Action.MATERIALIZE: Rule(frozenset({_P.QUEUED}), _P.PENDING, EventReason.MATERIALIZED, _N, _KEEP, _QUIET),
+    Action.CLAIM: Rule(frozenset({_P.PENDING}), _P.RUNNING, EventReason.CLAIMED, _N, _KEEP, _QUIET),
+    Action.COMPLETE: Rule(_RUNNING, _P.DONE, EventReason.COMPLETED, _N, _KEEP, _QUIET),
+    Action.FAIL_RETRYABLE: Rule(_RUNNING, _P.PENDING, EventReason.ATTEMPT_FAILED, _W, _CHARGE, _LOUD),
+    Action.FAIL_FINAL: Rule(_RUNNING, _P.FAILED, EventReason.FAILED, _W, _KEEP, _LOUD),
+    Action.BLOCK: Rule(_RUNNING, _P.BLOCKED, EventReason.BLOCKED, _W, _KEEP, _LOUD),
+    Action.RECLAIM: Rule(_RUNNING, _P.PENDING, EventReason.LEASE_EXPIRED, _W, _CHARGE, _LOUD),
     # A graceful shutdown is not the shard's fault, so it does not use up an attempt.
-    Action.RELEASE: Rule(_RUNNING, _P.PENDING, EventReason.RELEASED, _N, _KEEP),
-    Action.PAUSE: Rule(frozenset({_P.PENDING, _P.QUEUED}), _P.PAUSED, EventReason.PAUSED, _N, _KEEP),
-    Action.RESUME: Rule(frozenset({_P.PAUSED}), _P.PENDING, EventReason.RESUMED, _N, _KEEP),
+    Action.RELEASE: Rule(_RUNNING, _P.PENDING, EventReason.RELEASED, _N, _KEEP, _QUIET),
+    # Budget and suspend are told once, on the Campaign (its BudgetExhausted/Suspended conditions).
+    Action.PAUSE: Rule(frozenset({_P.PENDING, _P.QUEUED}), _P.PAUSED, EventReason.PAUSED, _N, _KEEP, _QUIET),
+    Action.RESUME: Rule(frozenset({_P.PAUSED}), _P.PENDING, EventReason.RESUMED, _N, _KEEP, _QUIET),
     # Done is never retried: its result is stored under the idempotency key and would just be returned.
-    Action.RETRY: Rule(frozenset({_P.FAILED, _P.BLOCKED}), _P.PENDING, EventReason.RETRIED, _N, _RESET),
-    Action.REVOKE: Rule(_RUNNING, _P.PENDING, EventReason.REVOKED, _W, _CHARGE),
+    Action.RETRY: Rule(
+        frozenset({_P.FAILED, _P.BLOCKED}), _P.PENDING, EventReason.RETRIED, _N, _RESET, _LOUD
+    ),
+    Action.REVOKE: Rule(_RUNNING, _P.PENDING, EventReason.REVOKED, _W, _CHARGE, _LOUD),
 }
 
 
@@ -127,3 +136,8 @@ def event_reason(action: Action) -> EventReason:
 
 def event_type(action: Action) -> EventType:
     return TRANSITIONS[action].event_type
+
+
+def records_event(action: Action) -> bool:
+    """True when a Kubernetes Event records the transition (see `Rule.event`)."""
+    return TRANSITIONS[action].event
