@@ -38,5 +38,9 @@ WORKER_FIELD_MANAGER: Final = "shardops-worker"
 CLI_FIELD_MANAGER: Final = "kubectl-campaign"
 SHARDOPS_FIELD_MANAGERS: Final = frozenset({OPERATOR_FIELD_MANAGER, WORKER_FIELD_MANAGER})
 
+# On a Shard the operator cut: the snapshot it planned the cut from (pending and running shards,
+# and the shard's place in that pass's batch), so the backlog bound can be audited exactly.
+PLANNED_FROM_ANNOTATION: Final = f"{API_GROUP}/planned-from"
+
 # The Shard field the CRD makes selectable (`fieldSelector=status.phase!=Done`).
 SHARD_PHASE_FIELD: Final = ".status.phase"

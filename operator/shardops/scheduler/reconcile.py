@@ -38,6 +38,7 @@ from shardops.api.enums import (
     ShardClass,
     ShardPhase,
 )
+from shardops.api.names import PLANNED_FROM_ANNOTATION
 from shardops.api.shard import Shard, ShardError
 from shardops.k8s import campaigns, events, jobs, leases
 from shardops.k8s.api import SHARDS, AlreadyExists, ApiError, Conflict, Kube, NotFound
@@ -501,11 +502,18 @@ class Reconciler:
         progress = self._item_progress(seen)
         size = seen.campaign.spec.shard_size
         first = -(-progress.cut_items // size)
-        for index in range(first, first + count):
+        phases = [shardview.phase_of(s) for s in seen.shards.values()]
+        pending, running = phases.count(ShardPhase.PENDING), phases.count(ShardPhase.RUNNING)
+        for position, index in enumerate(range(first, first + count), start=1):
             start, end = builders.shard_slice(len(seen.items), size, index)
             if start >= end:
                 return
             body = builders.shard_body(seen.campaign, index, seen.items)
+            # What this shard was planned from, so the backlog bound can be checked exactly after
+            # the fact: pending + position <= backlogRatio * max(running, 1) of this snapshot.
+            body["metadata"].setdefault("annotations", {})[PLANNED_FROM_ANNOTATION] = (
+                f"pending={pending},running={running},position={position}"
+            )
             shard = self._create_shard(seen, body)
             if shard is None:
                 return
