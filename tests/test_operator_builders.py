@@ -156,8 +156,13 @@ def test_lease_observation_trusts_the_lease_of_the_owner() -> None:
     assert obs.lease_until == T0 + dt.timedelta(seconds=30)
     released = shardview.lease_observation(running, _lease(None, T0), 30, 10, T0)
     assert released.lease_until == shardview.EPOCH, "a released lease on a Running shard: nobody works on it"
+    # Taken over by w2 after the shard was written: the live claim is the Lease's, never the shard's
+    # older record (judging w1's record would revoke w2's live claim).
     foreign = shardview.lease_observation(running, _lease("w2", T0), 30, 10, T0)
-    assert foreign.lease_until == T0 + dt.timedelta(hours=1), "the shard's own record then"
+    assert foreign.lease_until == T0 + dt.timedelta(seconds=30)
+    assert shardview.taken_over(running, _lease("w2", T0)) and not shardview.taken_over(
+        running, _lease("w1", T0)
+    )
 
 
 def test_lease_observation_without_any_record_counts_from_the_claim() -> None:

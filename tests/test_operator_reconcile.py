@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
 
 from schedulerkit import (
@@ -182,6 +184,22 @@ def test_live_lease_is_not_stolen(kube: OperatorKube, clock: Clock) -> None:
     put_lease(kube, "camp-00000", "w1", T0, seconds=30)
     run(kube, clock.advance(29))
     assert shard_of(kube, "camp-00000")["status"]["phase"] == "Running"
+
+
+def test_a_lease_taken_over_since_the_shard_was_written_is_not_revoked(
+    kube: OperatorKube, clock: Clock
+) -> None:
+    """The shard still shows A's expired claim, but B has taken the Lease over and renews it: the
+    sweep judged A's claim, so it must leave B's live one alone (no revoke, no attempt charged)."""
+    put_campaign(kube, campaign(items=[{"id": 0}]))
+    _running(kube, leaseUntil=T0.isoformat())
+    put_lease(kube, "camp-00000", "w2", T0 + dt.timedelta(seconds=31), seconds=30)
+    run(kube, clock.advance(32))
+    lease = kube.obj(LEASES, NAMESPACE, "camp-00000")
+    assert lease is not None and lease["spec"].get("holderIdentity") == "w2", "B's live claim was revoked"
+    s = shard_of(kube, "camp-00000")["status"]
+    assert (s["phase"], s["attempt"]) == ("Running", 1)
+    assert kube.writes_to("leases") == [] and "LeaseExpired" not in kube.event_reasons("camp-00000")
 
 
 def test_a_renewal_that_lands_first_wins(kube: OperatorKube, clock: Clock) -> None:

@@ -325,6 +325,11 @@ class Reconciler:
                 shard, lease, spec.lease_seconds, spec.effective_heartbeat_seconds, mark.changed_at
             )
             verdict = classify_lease(observation, now, spec.stall.heartbeats)
+            if verdict.verdict is not LeaseVerdict.ZOMBIE and shardview.taken_over(shard, lease):
+                # Another worker holds the Lease since the shard was written and renews it: the
+                # progress this view shows is the old claim's, so nothing is judged from it.
+                memory.progress.pop(name, None)
+                continue
             attempt = max(status.attempt, 1)
             if verdict.verdict is LeaseVerdict.STUCK:
                 stuck.append(name)

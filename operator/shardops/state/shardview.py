@@ -69,6 +69,13 @@ def claimed_at(shard: Shard) -> dt.datetime | None:
     return None
 
 
+def taken_over(shard: Shard, lease: JSON | None) -> bool:
+    """The Lease has a holder other than the shard's owner: a takeover newer than the shard's status."""
+    holder = ((lease or {}).get("spec") or {}).get("holderIdentity")
+    owner = shard.current_status.owner
+    return bool(holder) and owner is not None and holder != owner
+
+
 def lease_observation(
     shard: Shard,
     lease: JSON | None,
@@ -76,18 +83,18 @@ def lease_observation(
     heartbeat_seconds: float,
     progress_changed_at: dt.datetime,
 ) -> LeaseObservation:
-    """The claim as the Lease records it; the shard's own leaseUntil only when the Lease does not speak
-    for this claim (missing, or held by someone other than the shard's owner)."""
+    """The claim as the Lease records it; the shard's own leaseUntil only when there is no Lease.
+
+    A Lease held by someone other than the shard's owner was taken over after the shard was last
+    written (the new holder writes it next): the live claim is the Lease's, so its own expiry is what
+    counts, never the older claim the shard still shows."""
     status = shard.current_status
     until: dt.datetime | None = None
     if lease is not None:
         spec = lease.get("spec") or {}
         holder = spec.get("holderIdentity")
-        if not holder:
-            # Released or revoked while the shard still says Running: nobody is working on it.
-            until = EPOCH
-        elif status.owner is None or holder == status.owner:
-            until = lease_expires_at(lease)
+        # No holder: released or revoked while the shard still says Running: nobody works on it.
+        until = lease_expires_at(lease) if holder else EPOCH
     if until is None:
         until = status.lease_until
     if until is None:
