@@ -88,11 +88,14 @@ def test_a_campaign_is_reconciled_after_every_interval_until_the_watch_says_dele
         ticker.seen("ns", "a", gone=False)  # every later event of the same Campaign: still one tick
         await until("the first interval to start", lambda: intervals.asked == [7.0])
         assert kicks.calls == [], "the change handlers reconcile a new Campaign; the tick waits first"
+
+        def progress() -> tuple[int, int]:
+            return len(kicks.calls), len(intervals.asked)
+
         for passes in (1, 2, 3):
             intervals.pass_one()
-            await until(
-                f"pass {passes}", lambda n=passes: len(kicks.calls) == n and len(intervals.asked) == n + 1
-            )  # type: ignore[misc]
+            # After each pass the tick is waiting for its next interval again.
+            await until(f"pass {passes}", lambda want=(passes, passes + 1): progress() == want)
         assert kicks.calls == [("ns", "a")] * 3 and outcomes == ["ok"] * 3
         assert ticker.known() == {("ns", "a")} and len(ticks()) == 1
         ticker.seen("ns", "a", gone=True)

@@ -42,8 +42,9 @@ SHARDOPS_FIELD_MANAGERS: Final = frozenset({OPERATOR_FIELD_MANAGER, WORKER_FIELD
 SHARD_PHASE_FIELD: Final = ".status.phase"
 
 # kopf's finalizer (its settings.persistence.finalizer). kopf adds it to an object only while a
-# handler needs one: a timer, a daemon or a deletion handler that is not optional. Since chart 0.1.1
-# none does (scheduler/ticker.py says why), so Campaigns and their namespaces delete without a
-# running operator. Chart 0.1.0 put it on every Campaign (its periodic reconcile was a kopf timer);
-# the operator removes it wherever it still finds it, and docs/install.md says how to by hand.
+# handler needs one: a timer, a daemon or a deletion handler that is not optional. None does any
+# more (scheduler/ticker.py says why), so Campaigns and their namespaces delete without a running
+# operator. Release 0.1.0 put it on every Campaign (its periodic reconcile was a kopf timer); the
+# operator removes it wherever it still finds it (scheduler/old_finalizer.py), and
+# docs/install.md says how to by hand.
 KOPF_FINALIZER: Final = f"{API_GROUP}/kopf-finalizer"
