@@ -8,7 +8,6 @@ process-kubelet or the audit log are skipped there.
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import pytest
 from kubernetes import client, config
 
 from e2e.cluster import lifecycle
-from e2e.harness import REPO_ROOT, Cluster, wait_for
+from e2e.harness import REPO_ROOT, Cluster, create_namespace
 
 
 def _external_kubeconfig() -> Path | None:
@@ -61,12 +60,6 @@ def crds_installed(cluster: Cluster) -> None:
 
 @pytest.fixture
 def namespace(cluster: Cluster) -> Iterator[str]:
-    name = f"e2e-{uuid.uuid4().hex[:8]}"
-    core = client.CoreV1Api(cluster.api)
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-    wait_for(
-        f"default service account in {name}",
-        lambda: core.list_namespaced_service_account(name, field_selector="metadata.name=default").items,
-    )
+    name = create_namespace(cluster)
     yield name
-    core.delete_namespace(name, propagation_policy="Background")
+    client.CoreV1Api(cluster.api).delete_namespace(name, propagation_policy="Background")

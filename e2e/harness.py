@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,6 +77,19 @@ def wait_for(what: str, probe: Callable[[], Any], timeout: float = 60.0, interva
             return last
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+
+
+def create_namespace(cluster: Cluster, prefix: str = "e2e") -> str:
+    """A new namespace `<prefix>-<random>`, returned once its default ServiceAccount exists (pods
+    and tokens need it). Deleting it is the caller's."""
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    core = client.CoreV1Api(cluster.api)
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    wait_for(
+        f"default service account in {name}",
+        lambda: core.list_namespaced_service_account(name, field_selector="metadata.name=default").items,
+    )
+    return name
 
 
 def objects_in(path: Path) -> list[dict[str, Any]]:

@@ -9,6 +9,8 @@ server has them:
 * preconditions (`resource_version`, a PUT body's or a DELETE's resourceVersion) fail with
   `Conflict`; create fails with `AlreadyExists`; reads and writes of missing objects with `NotFound`;
 * create names objects from `metadata.generateName` and returns the stored object;
+* JSON patch (RFC 6902 `test`, `remove`, `add`; `json_patch_ops`): a failed test or a
+  missing path is `Invalid` (422), as the API server answers;
 * JSON merge patch (RFC 7386, `merge_patch`) and the status subresource: Campaigns and Shards
   ignore `status` on the main resource (create, replace, patch) and a status write changes only
   `status`; server-owned metadata (name, namespace, uid, creationTimestamp) is never overwritten;
@@ -40,6 +42,7 @@ from shardops.k8s.api import (
     AlreadyExists,
     ApiError,
     Conflict,
+    Invalid,
     NotFound,
     Resource,
 )
@@ -66,6 +69,35 @@ def merge_patch(target: Any, patch: Any) -> Any:
             result.pop(key, None)
         else:
             result[key] = merge_patch(result.get(key), value)
+    return result
+
+
+def json_patch_ops(target: Any, ops: list[JSON]) -> Any:
+    """RFC 6902 `test`, `remove` and `add` (`-` appends to a list) on a copy of `target`. A failed
+    test or a missing path raises Invalid, and nothing changes."""
+    result = copy.deepcopy(target)
+    for op in ops:
+        *parents, last = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
+        try:
+            container = result
+            for part in parents:
+                container = container[int(part)] if isinstance(container, list) else container[part]
+            if isinstance(container, list):
+                key: Any = len(container) if last == "-" else int(last)
+                if not 0 <= key <= len(container) - (op["op"] != "add"):
+                    raise IndexError(key)
+            else:
+                key = last
+            if op["op"] == "test" and container[key] != op["value"]:
+                raise Invalid(422, "Invalid", f"the test of {op['path']} failed")
+            if op["op"] == "remove":
+                del container[key]
+            elif op["op"] == "add" and isinstance(container, list):
+                container.insert(key, copy.deepcopy(op["value"]))
+            elif op["op"] == "add":
+                container[key] = copy.deepcopy(op["value"])
+        except (KeyError, IndexError, ValueError, TypeError):
+            raise Invalid(422, "Invalid", f"{op['op']} {op['path']}: no such path") from None
     return result
 
 
@@ -381,6 +413,17 @@ class FakeKube:
                 if resource not in WITH_STATUS_SUBRESOURCE and "status" in patch:
                     changes["status"] = patch["status"]
             return self._write(resource, namespace, current, merge_patch(current, changes))
+
+    def json_patch(self, resource: Resource, namespace: str | None, name: str, ops: list[JSON]) -> JSON:
+        """RFC 6902 on the main resource (status stays as it is on resources with a subresource)."""
+        with self._call("PATCH", resource, namespace, name, body=ops):
+            current = self._stored(resource, namespace, name)
+            patched = json_patch_ops(current, ops)
+            if resource in WITH_STATUS_SUBRESOURCE:
+                patched.pop("status", None)
+                if "status" in current:
+                    patched["status"] = copy.deepcopy(current["status"])
+            return self._write(resource, namespace, current, patched)
 
     def delete(
         self,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fakekube import Call, FakeKube, merge_patch
+from fakekube import Call, FakeKube, json_patch_ops, merge_patch
 from shardops.k8s.api import (
     CAMPAIGNS,
     EVENTS,
@@ -14,6 +14,7 @@ from shardops.k8s.api import (
     AlreadyExists,
     ApiError,
     Conflict,
+    Invalid,
     NotFound,
 )
 
@@ -26,6 +27,41 @@ def test_merge_patch_follows_rfc_7386() -> None:
         "b": {"d": 3, "e": 4},
         "f": [1],
     }
+
+
+def test_json_patch_follows_rfc_6902_test_remove_add() -> None:
+    doc = {"metadata": {"finalizers": ["a", "b", "c"]}, "spec": {"x/y": 1}}
+    ops = [
+        {"op": "test", "path": "/metadata/finalizers/1", "value": "b"},
+        {"op": "remove", "path": "/metadata/finalizers/1"},
+        {"op": "add", "path": "/metadata/finalizers/-", "value": "d"},
+        {"op": "remove", "path": "/spec/x~1y"},
+    ]
+    assert json_patch_ops(doc, ops) == {"metadata": {"finalizers": ["a", "c", "d"]}, "spec": {}}
+    assert doc["metadata"]["finalizers"] == ["a", "b", "c"], "the input is not changed"
+    for failing in (
+        [{"op": "test", "path": "/metadata/finalizers/0", "value": "b"}],
+        [{"op": "remove", "path": "/metadata/finalizers/3"}],
+        [{"op": "remove", "path": "/metadata/labels"}],
+    ):
+        with pytest.raises(Invalid):
+            json_patch_ops(doc, failing)
+
+
+def test_json_patch_of_the_main_resource_keeps_status_and_bumps_the_version() -> None:
+    kube = FakeKube()
+    kube.put(CAMPAIGNS, NAMESPACE, {"metadata": {"name": "c", "finalizers": ["a"]}, "status": {"phase": "X"}})
+    ops = [{"op": "remove", "path": "/metadata/finalizers/0"}, {"op": "remove", "path": "/status"}]
+    patched = kube.json_patch(CAMPAIGNS, NAMESPACE, "c", ops)
+    assert patched["metadata"]["finalizers"] == [] and patched["status"] == {"phase": "X"}
+    assert patched["metadata"]["resourceVersion"] == "2"
+    with pytest.raises(Invalid):
+        kube.json_patch(
+            CAMPAIGNS, NAMESPACE, "c", [{"op": "test", "path": "/metadata/finalizers/0", "value": "a"}]
+        )
+    assert kube.write_log()[-1] == ("patch", "campaigns", "c", 422)
+    with pytest.raises(NotFound):
+        kube.json_patch(CAMPAIGNS, NAMESPACE, "gone", ops)
 
 
 def test_fake_enforces_preconditions_and_bumps_versions() -> None:

@@ -511,3 +511,21 @@ def test_failing_workers_are_not_replaced_every_pass(kube: OperatorKube, clock: 
     run(kube, clock.advance(60))
     assert len(names(kube, JOBS)) == 5, "quiet for a minute: try again"
     assert condition(status_of(kube), "WorkersFailing")["status"] == "False"
+
+
+# --- gone campaigns ----------------------------------------------------------------------------------
+
+
+def test_a_pass_says_whether_the_campaign_is_still_there(kube: OperatorKube, clock: Clock) -> None:
+    """The periodic tick forgets a Campaign when a pass answers False: gone, or being deleted."""
+    operator = reconciler(kube, clock, min_reconcile_interval_seconds=0)
+    put_campaign(kube, campaign())
+    assert operator.kick(NAMESPACE, "camp") is True and names(kube) != []
+    deleting = campaign()
+    deleting["metadata"]["deletionTimestamp"] = "2026-03-01T12:00:00Z"
+    put_campaign(kube, deleting)
+    writes = len(kube.writes())
+    assert operator.kick(NAMESPACE, "camp") is False
+    assert len(kube.writes()) == writes, "nothing is done for a Campaign being deleted"
+    assert operator.kick(NAMESPACE, "never-was") is False
+    assert operator.reconcile(NAMESPACE, "never-was") is False

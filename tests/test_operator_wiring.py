@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import kopf
 import pytest
@@ -11,10 +14,14 @@ from prometheus_client import REGISTRY
 
 from schedulerkit import OperatorKube, reconciler, settings
 from shardops.api.enums import ShardPhase
+from shardops.api.names import KOPF_FINALIZER
+from shardops.k8s.api import CAMPAIGNS
 from shardops.scheduler import handlers
 from shardops.scheduler.main import LoopHeartbeat, kopf_settings
 from shardops.scheduler.metrics import Metrics
+from shardops.scheduler.reconcile import Reconciler
 from shardops.scheduler.settings import OperatorSettings
+from shardops.scheduler.ticker import CampaignTicker
 
 
 def test_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -54,11 +61,27 @@ def test_renewals_must_fit_several_times_in_a_lease() -> None:
         OperatorSettings(leader_election_lease_seconds=10, leader_election_renew_seconds=5)
 
 
-def test_handlers_are_registered_with_ids_and_the_tick_from_settings() -> None:
+def _registered(tick_seconds: float = 7) -> tuple[kopf.OperatorRegistry, CampaignTicker, Reconciler]:
     registry = kopf.OperatorRegistry()
-    handlers.register(registry, settings(tick_seconds=7), reconciler(OperatorKube(), lambda: None))  # type: ignore[arg-type]
+    operator = reconciler(OperatorKube(), lambda: None)  # type: ignore[arg-type]
+    ticker = CampaignTicker(operator.kick, tick_seconds, ThreadPoolExecutor(max_workers=1))
+    handlers.register(registry, settings(tick_seconds=tick_seconds), operator, ticker)
+    return registry, ticker, operator
+
+
+def _every_handler(registry: kopf.OperatorRegistry) -> list[Any]:
+    return [
+        *registry._changing.get_all_handlers(),
+        *registry._spawning.get_all_handlers(),
+        *registry._watching.get_all_handlers(),
+        *registry._indexing.get_all_handlers(),
+        *registry._webhooks.get_all_handlers(),
+    ]
+
+
+def test_handlers_are_registered_with_ids() -> None:
+    registry, _, _ = _registered()
     changing = registry._changing.get_all_handlers()
-    spawning = registry._spawning.get_all_handlers()
     watching = registry._watching.get_all_handlers()
     assert {h.id for h in changing} == {"campaign-reconcile"} and len(changing) == 3
     # Resume is the initial listing (reason None, initial True); create and update are changes.
@@ -67,21 +90,84 @@ def test_handlers_are_registered_with_ids_and_the_tick_from_settings() -> None:
         ("create", False),
         ("update", False),
     ]
-    (tick,) = spawning
-    assert tick.id == "campaign-tick" and tick.interval == 7
-    (shard_watch,) = watching
-    assert shard_watch.id == "shard-changed"
+    assert sorted(h.id for h in watching) == ["campaign-index", "old-finalizer", "shard-changed"]
+    assert not registry._spawning.get_all_handlers(), "no timers, no daemons: the tick is ticker.py"
     assert [h.id for h in registry._activities.get_all_handlers()] == ["login"]
     assert not kopf.get_default_registry()._changing.get_all_handlers(), "nothing at import time"
 
 
+def test_no_handler_makes_kopf_add_a_finalizer() -> None:
+    """kopf adds its finalizer when any handler of a resource has requires_finalizer set: every
+    timer and daemon, and deletion handlers that are not optional. Ours have none, so deleting a
+    Campaign or its namespace never waits for the operator."""
+    registry, _, _ = _registered()
+    assert [h.id for h in _every_handler(registry) if getattr(h, "requires_finalizer", None)] == []
+
+    # The check would see one: what kopf registers for a timer (why the tick is not a kopf timer).
+    scratch = kopf.OperatorRegistry()
+    kopf.timer("shardops.dev", "v1alpha1", "campaigns", interval=5, registry=scratch)(lambda **_: None)
+    kopf.on.delete("shardops.dev", "v1alpha1", "campaigns", registry=scratch)(lambda **_: None)
+    kopf.on.delete("shardops.dev", "v1alpha1", "shards", optional=True, registry=scratch)(lambda **_: None)
+    flagged = [type(h).__name__ for h in _every_handler(scratch) if getattr(h, "requires_finalizer", None)]
+    assert sorted(flagged) == ["ChangingHandler", "TimerHandler"]
+
+
+def test_the_index_handler_starts_and_ends_the_tick_of_each_campaign() -> None:
+    registry, ticker, _ = _registered()
+    (index,) = [h for h in registry._watching.get_all_handlers() if h.id == "campaign-index"]
+
+    async def events() -> list[set[tuple[str, str]]]:
+        seen = []
+        for type_, meta in [
+            (None, {}),  # the first listing
+            ("MODIFIED", {}),
+            ("MODIFIED", {"deletionTimestamp": "2026-01-01T00:00:00Z"}),
+            ("ADDED", {}),
+            ("DELETED", {}),
+        ]:
+            body = kopf.Body({"metadata": {"name": "c", "namespace": "ns", **meta}})
+            await index.fn(type=type_, namespace="ns", name="c", body=body)
+            seen.append(ticker.known())
+        await ticker.stop()
+        return seen
+
+    known = asyncio.run(events())
+    assert known == [{("ns", "c")}, {("ns", "c")}, set(), {("ns", "c")}, set()]
+
+
+def test_the_old_finalizer_handler_runs_only_for_campaigns_carrying_it() -> None:
+    registry, _, operator = _registered()
+    (handler,) = [h for h in registry._watching.get_all_handlers() if h.id == "old-finalizer"]
+    carrying = {"metadata": {"name": "c", "namespace": "ns", "finalizers": ["x.io/keep", KOPF_FINALIZER]}}
+    assert handler.when(body=kopf.Body(carrying)) is True
+    assert handler.when(body=kopf.Body({"metadata": {"name": "c", "finalizers": ["x.io/keep"]}})) is False
+    assert handler.when(body=kopf.Body({"metadata": {"name": "c"}})) is False
+
+    operator.kube.put(CAMPAIGNS, "ns", carrying)  # type: ignore[attr-defined]
+    handler.fn(type="DELETED", namespace="ns", name="c", body=kopf.Body(carrying))
+    assert operator.kube.writes() == [], "a DELETED event's object is gone: nothing to patch"  # type: ignore[attr-defined]
+    handler.fn(type=None, namespace="ns", name="c", body=kopf.Body(carrying))
+    stored = operator.kube.obj(CAMPAIGNS, "ns", "c")  # type: ignore[attr-defined]
+    assert stored["metadata"]["finalizers"] == ["x.io/keep"]
+    assert operator.metrics.registry.get_sample_value("shardops_old_finalizers_removed_total") == 1
+
+
 def test_kopf_keeps_its_bookkeeping_under_our_prefix_and_posts_no_events() -> None:
     configured = kopf_settings(settings())
-    assert configured.persistence.finalizer.startswith("shardops.dev/")
+    assert configured.persistence.finalizer == KOPF_FINALIZER == "shardops.dev/kopf-finalizer"
     assert configured.persistence.progress_storage.prefix == "shardops.dev"  # type: ignore[attr-defined]
     assert configured.persistence.diffbase_storage.prefix == "shardops.dev"  # type: ignore[attr-defined]
     assert configured.posting.enabled is False and configured.peering.standalone is True
     assert configured.scanning.disabled is True
+
+
+def test_the_handler_pool_has_the_configured_size_whatever_the_node() -> None:
+    for threads in (16, 3):
+        configured = kopf_settings(settings(reconcile_threads=threads))
+        pool = configured.execution.executor
+        assert isinstance(pool, ThreadPoolExecutor) and pool._max_workers == threads
+        assert configured.execution.max_workers == threads
+    assert settings().reconcile_threads == 16
 
 
 def test_metrics_live_on_their_own_registry() -> None:

@@ -44,3 +44,11 @@ PLANNED_FROM_ANNOTATION: Final = f"{API_GROUP}/planned-from"
 
 # The Shard field the CRD makes selectable (`fieldSelector=status.phase!=Done`).
 SHARD_PHASE_FIELD: Final = ".status.phase"
+
+# kopf's finalizer (its settings.persistence.finalizer). kopf adds it to an object only while a
+# handler needs one: a timer, a daemon or a deletion handler that is not optional. None does any
+# more (scheduler/ticker.py says why), so Campaigns and their namespaces delete without a running
+# operator. Release 0.1.0 put it on every Campaign (its periodic reconcile was a kopf timer); the
+# operator removes it wherever it still finds it (scheduler/old_finalizer.py), and
+# docs/install.md says how to by hand.
+KOPF_FINALIZER: Final = f"{API_GROUP}/kopf-finalizer"

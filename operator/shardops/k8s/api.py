@@ -12,7 +12,7 @@ import json
 import logging
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 
 JSON = dict[str, Any]
 MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
 RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
 # How long one request may wait for the API server's answer; 0 waits as long as it takes.
 DEFAULT_TIMEOUT_SECONDS = 30.0
@@ -174,10 +175,15 @@ class Kube:
         context: str | None = None,
         impersonate: str | None = None,
         timeout: float = DEFAULT_TIMEOUT_SECONDS,
+        connections: int | None = None,
     ) -> Kube:
         """In-cluster config when running in a pod with a token mount, else the kubeconfig: its
-        current-context, or `context`. `impersonate`: the user every request acts as."""
+        current-context, or `context`. `impersonate`: the user every request acts as.
+        `connections`: the most kept open at once, for a caller with that many threads (the
+        client's default, 5 per CPU of the node, is unrelated to how many threads call it)."""
         configuration = client.Configuration()
+        if connections is not None:
+            configuration.connection_pool_maxsize = connections
         try:
             if kubeconfig or context:
                 raise config.ConfigException("explicit kubeconfig or context")
@@ -290,6 +296,11 @@ class Kube:
             body=merge_patch_with_precondition(patch, resource_version),
             content_type=MERGE_PATCH,
         )
+
+    def json_patch(self, resource: Resource, namespace: str | None, name: str, ops: Sequence[JSON]) -> JSON:
+        """An RFC 6902 JSON patch: for edits of one list entry (a finalizer) that a merge patch, which
+        replaces whole lists, cannot make without racing. A failed `test` op is 422 (Invalid)."""
+        return self.request("PATCH", resource.path(namespace, name), body=list(ops), content_type=JSON_PATCH)
 
     def delete(
         self,

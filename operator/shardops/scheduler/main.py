@@ -11,18 +11,20 @@ import logging
 import signal
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from types import FrameType
 
 import kopf
 
 from shardops import API_GROUP
-from shardops.api.names import OPERATOR_FIELD_MANAGER
+from shardops.api.names import KOPF_FINALIZER, OPERATOR_FIELD_MANAGER
 from shardops.k8s.api import Kube
 from shardops.scheduler.handlers import register
 from shardops.scheduler.leader import LeaderElector
 from shardops.scheduler.metrics import Metrics
 from shardops.scheduler.reconcile import Reconciler
 from shardops.scheduler.settings import OperatorSettings
+from shardops.scheduler.ticker import CampaignTicker
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +59,21 @@ def kopf_settings(settings: OperatorSettings) -> kopf.OperatorSettings:
     # kopf's bookkeeping under our own prefix, so `kubectl get -o yaml` shows one vocabulary.
     configured.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=API_GROUP)
     configured.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=API_GROUP)
-    configured.persistence.finalizer = f"{API_GROUP}/kopf-finalizer"
+    # No handler needs a finalizer (handlers.py); kopf would add this one only if one did. It stays
+    # the name an earlier release used, so kopf, too, removes it where it finds it.
+    configured.persistence.finalizer = KOPF_FINALIZER
+    # The pool that runs every sync handler, and the periodic tick (ticker.py), sized explicitly:
+    # kopf's default, ThreadPoolExecutor(), takes min(32, CPUs + 4) of the *node* (os.cpu_count()
+    # ignores the pod's CPU limit), so the operator's concurrency would depend on where it lands.
+    # What blocks a thread: a reconcile pass (its API calls, and the wait that spaces passes of one
+    # campaign by min_reconcile_interval_seconds); the rest (a shard event or a tick for a campaign
+    # whose pass is running, removing an old finalizer) takes a moment. Reconciler.kick runs one
+    # pass per campaign at a time and hands later requests to it, and a campaign whose shards keep
+    # changing keeps its thread, so the pool is about the number of campaigns reconciling at once.
+    configured.execution.executor = ThreadPoolExecutor(
+        max_workers=settings.reconcile_threads, thread_name_prefix="reconcile"
+    )
+    configured.execution.max_workers = settings.reconcile_threads
     # Logs stay logs: Events are ours and carry the transitions.
     configured.posting.enabled = False
     # Leadership is decided by our Lease (leader.py), not by kopf peering (kopf #734).
@@ -75,7 +91,10 @@ def run_operator(settings: OperatorSettings) -> int:
         # kopf logs every successful handler call at INFO: one line per tick per campaign.
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     metrics = Metrics()
-    kube = Kube.from_environment(OPERATOR_FIELD_MANAGER, settings.kubeconfig)
+    # A connection for each reconcile thread, plus the leader election thread's and one spare.
+    kube = Kube.from_environment(
+        OPERATOR_FIELD_MANAGER, settings.kubeconfig, connections=settings.reconcile_threads + 2
+    )
     kube.observer = metrics.observe_api
     heartbeat = LoopHeartbeat(settings.loop_stall_seconds)
     stop = threading.Event()
@@ -120,9 +139,16 @@ def run_operator(settings: OperatorSettings) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         reconciler = Reconciler(kube, settings, metrics, is_leader=is_leader, renewing=renewing)
+        configured = kopf_settings(settings)
+        ticker = CampaignTicker(
+            reconciler.kick,
+            settings.tick_seconds,
+            configured.execution.executor,
+            outcome=lambda outcome: metrics.periodic_reconciles.labels(outcome=outcome).inc(),
+        )
         registry = kopf.OperatorRegistry()
-        register(registry, settings, reconciler)
-        asyncio.run(_serve(registry, settings, stop, heartbeat))
+        register(registry, settings, reconciler, ticker)
+        asyncio.run(_serve(registry, configured, settings, stop, heartbeat, ticker))
         return outcome["code"]
     finally:
         election_stop.set()
@@ -133,15 +159,17 @@ def run_operator(settings: OperatorSettings) -> int:
 
 async def _serve(
     registry: kopf.OperatorRegistry,
+    configured: kopf.OperatorSettings,
     settings: OperatorSettings,
     stop: threading.Event,
     heartbeat: LoopHeartbeat,
+    ticker: CampaignTicker,
 ) -> None:
     beat = asyncio.create_task(heartbeat.run())
     try:
         await kopf.operator(
             registry=registry,
-            settings=kopf_settings(settings),
+            settings=configured,
             standalone=True,
             clusterwide=not settings.namespaces,
             namespaces=settings.namespaces,
@@ -149,6 +177,7 @@ async def _serve(
         )
     finally:
         beat.cancel()
+        await ticker.stop()
         # kopf waits for a threading.Event stop flag in an executor thread; when kopf stopped for
         # another reason (its own SIGTERM handler), that thread must be released or the loop never closes.
         stop.set()

@@ -112,6 +112,17 @@ class Metrics:
             ["identity", "kind"],
             registry=r,
         )
+        self.old_finalizers_removed = Counter(
+            "shardops_old_finalizers_removed",
+            "Campaigns whose finalizer from an earlier release (kopf's, no longer needed) was removed.",
+            registry=r,
+        )
+        self.periodic_reconciles = Counter(
+            "shardops_periodic_reconciles",
+            "Campaign reconciles started by the periodic tick (not by a change), by outcome.",
+            ["outcome"],
+            registry=r,
+        )
         self.loop_lag = Gauge(
             "shardops_event_loop_heartbeat_age_seconds",
             "Seconds since the kopf event loop last ticked (large: the loop is blocked).",

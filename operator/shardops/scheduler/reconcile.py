@@ -129,13 +129,16 @@ class Reconciler:
 
     # --- entry points (called from kopf handlers, in kopf's thread pool) ------------------------------
 
-    def kick(self, namespace: str, name: str) -> None:
-        """Reconcile now, unless a pass is running: then that pass runs once more when it ends."""
+    def kick(self, namespace: str, name: str) -> bool:
+        """Reconcile now, unless a pass is running: then that pass runs once more when it ends.
+
+        False when the last pass found the Campaign gone or being deleted (the periodic tick then
+        forgets it); True otherwise, also when the request was handed to a running pass."""
         memory = self._remember(namespace, name)
         with self._lock:
             if memory.running:
                 memory.again = True
-                return
+                return True
             memory.running = True
         try:
             while True:
@@ -143,11 +146,11 @@ class Reconciler:
                 if pause > 0:
                     threading.Event().wait(pause)
                 memory.last_started = time.monotonic()
-                self.reconcile(namespace, name)
+                live = self.reconcile(namespace, name)
                 with self._lock:
                     if not memory.again:
                         memory.running = False
-                        return
+                        return live
                     memory.again = False
         except BaseException:
             with self._lock:
@@ -171,22 +174,23 @@ class Reconciler:
         memory.shard_seen[str(name)] = marker
         self.kick(namespace, str(campaign))
 
-    def reconcile(self, namespace: str, name: str) -> None:
+    def reconcile(self, namespace: str, name: str) -> bool:
+        """One pass (retried on conflicts). False when the Campaign is gone or being deleted."""
         if not self.is_leader():
             log.debug("not the leader: skipping %s/%s", namespace, name)
-            return
+            return True
         started = time.monotonic()
         outcome = "ok"
         try:
             for round_ in range(CONFLICT_ROUNDS):
                 try:
-                    self._once(namespace, name)
-                    return
+                    return self._once(namespace, name)
                 except Conflict:
                     # The campaign (or a shard we planned from) changed under us: read again, decide again.
                     if round_ == CONFLICT_ROUNDS - 1:
                         outcome = "conflict"
                         log.info("campaign %s/%s kept changing; next pass decides", namespace, name)
+            return True
         except Exception:
             outcome = "error"
             raise
@@ -199,20 +203,21 @@ class Reconciler:
         with self._lock:
             return self._memory.setdefault((namespace, name), _Memory())
 
-    def _once(self, namespace: str, name: str) -> None:
+    def _once(self, namespace: str, name: str) -> bool:
+        """One pass; False (and nothing done) when the Campaign is gone or being deleted."""
         key = f"{namespace}/{name}"
         body = campaigns.get(self.kube, namespace, name)
         if body is None or (body.get("metadata") or {}).get("deletionTimestamp"):
             with self._lock:
                 self._memory.pop((namespace, name), None)
             self.metrics.forget_campaign(key)
-            return
+            return False
         now = self.clock()
         try:
             campaign = Campaign.parse(body)
         except ValidationError as error:
             self._invalid(body, ConditionReason.INVALID_SPEC, _validation_message(error), now)
-            return
+            return True
         if len(campaign.name) > builders.LABEL_VALUE_MAX:
             self._invalid(
                 body,
@@ -221,13 +226,13 @@ class Reconciler:
                 f"and label values stop at {builders.LABEL_VALUE_MAX}: recreate it with a shorter name",
                 now,
             )
-            return
+            return True
         memory = self._remember(namespace, name)
         try:
             items = self._items(campaign, memory)
         except campaigns.ItemsUnavailable as problem:
             self._invalid(body, problem.reason, problem.message, now)
-            return
+            return True
         seen = _Observed(
             body=body,
             campaign=campaign,
@@ -248,6 +253,7 @@ class Reconciler:
         self._start_workers(seen, plan)
         self._write_status(seen, plan, fold, stuck, retried, now)
         self.metrics.dispatch.labels(campaign=key, reason=str(plan.reason)).inc()
+        return True
 
     # --- items -------------------------------------------------------------------------------------------
 

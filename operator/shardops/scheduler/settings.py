@@ -38,6 +38,15 @@ class OperatorSettings(BaseSettings):
         le=60,
         description="Shard changes closer together than this share one reconcile of their campaign.",
     )
+    reconcile_threads: int = Field(
+        default=16,
+        ge=1,
+        le=256,
+        description=(
+            "Threads for reconcile passes (kopf's sync handlers and the periodic tick): about the "
+            "number of campaigns that may be reconciling at the same moment."
+        ),
+    )
     namespaces: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="Namespaces to watch, comma-separated or a JSON list; empty means the whole cluster.",
