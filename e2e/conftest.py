@@ -1,8 +1,9 @@
 """Fixtures for tests against a real Kubernetes API server.
 
-By default a local control plane (e2e/cluster) is started once per session. With KUBECONFIG set
-(and SHARDOPS_E2E_LOCAL unset), the tests use that cluster instead; tests that need the local
-process-kubelet or the audit log are skipped there.
+By default a local control plane (e2e/cluster) is started once per session, with SeaweedFS as its
+S3 server. With KUBECONFIG set (and SHARDOPS_E2E_LOCAL unset), the tests use that cluster instead;
+tests that need the local process-kubelet or the audit log are skipped there, and tests that need
+S3 run only when SHARDOPS_S3_ENDPOINT (and the other SHARDOPS_S3_* variables) name a store.
 """
 
 from __future__ import annotations
@@ -29,15 +30,17 @@ def cluster() -> Iterator[Cluster]:
     external = _external_kubeconfig()
     if external is not None:
         bin_dir = lifecycle.bin_dir()
-        yield Cluster(external, bin_dir, config.new_client_from_config(str(external)), None)
+        api = config.new_client_from_config(str(external))
+        yield Cluster(external, bin_dir, api, None, lifecycle.ObjectStore.from_env(os.environ))
         return
     with lifecycle.running_cluster() as local:
         print(
             f"\nlocal control plane: /readyz in {local.timings['readyz']:.1f}s, "
-            f"node ready in {local.timings['usable']:.1f}s ({local.directory})"
+            f"node ready in {local.timings['usable']:.1f}s, S3 in {local.timings['s3']:.1f}s "
+            f"({local.directory})"
         )
         api = config.new_client_from_config(str(local.kubeconfig))
-        yield Cluster(local.kubeconfig, local.binaries, api, local)
+        yield Cluster(local.kubeconfig, local.binaries, api, local, local.object_store)
         api.close()
         local.stop()
         left = lifecycle.leftovers(local.directory)
@@ -49,6 +52,14 @@ def local_cluster(cluster: Cluster) -> Cluster:
     if cluster.local is None:
         pytest.skip("needs the local control plane (process-kubelet, audit log)")
     return cluster
+
+
+@pytest.fixture(scope="session")
+def object_store(cluster: Cluster) -> lifecycle.ObjectStore:
+    if cluster.object_store is None:
+        names = ", ".join(lifecycle.ObjectStore.ENV_NAMES.values())
+        pytest.skip(f"needs an S3 store: against an external cluster, name one with {names}")
+    return cluster.object_store
 
 
 @pytest.fixture(scope="session")

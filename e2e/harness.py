@@ -32,6 +32,9 @@ class Cluster:
     bin_dir: Path
     api: client.ApiClient
     local: lifecycle.LocalCluster | None
+    # The S3 store tests may use: the local SeaweedFS, or the one SHARDOPS_S3_* names for an
+    # external cluster (None when they name none).
+    object_store: lifecycle.ObjectStore | None = None
 
     @property
     def audit_log(self) -> Path | None:

@@ -55,12 +55,18 @@ def test_no_process_outlives_the_supervisor(tmp_path: Path, stop_signal: signal.
         )
         api.close()
         running = lifecycle.leftovers(directory)
-        # etcd, kube-apiserver, kube-controller-manager, kubelet and the pod's process at least.
-        assert len(running) >= 5, running
+        names = {Path(f"/proc/{pid}/comm").read_text().strip() for pid in running}
+        # etcd, kube-apiserver, kube-controller-manager, the kubelet, SeaweedFS and the pod's process.
+        assert {"etcd", "kube-apiserver", "weed"} <= names, names
+        assert len(running) >= 6, running
+        seaweedfs_ports = json.loads(ready.read_text())["seaweedfsPorts"]
 
         supervisor.send_signal(stop_signal)
         supervisor.wait(timeout=60)
         wait_for("every cluster process to end", lambda: not lifecycle.leftovers(directory), timeout=60)
+        # SeaweedFS keeps its gRPC sockets in /tmp; even when its supervisor is killed, it removes them.
+        left = [p for p in lifecycle.seaweedfs_socket_paths(seaweedfs_ports) if p.exists()]
+        assert not left, left
     finally:
         if supervisor.poll() is None:
             supervisor.kill()

@@ -1,18 +1,31 @@
 #!/usr/bin/env bash
-# Builds (once) the local control plane and installs kubectl + helm into a versioned cache:
+# Builds (once) the local control plane and its S3 server, and installs kubectl + helm, into
+# versioned caches:
 #   ~/.cache/shardops/k8s-<K8S_VERSION>-etcd-<ETCD_VERSION>/bin/{kube-apiserver,kube-controller-manager,etcd,kubectl,helm}
-# A rebuild happens only when versions.env (or the generated go.mod files) change: the cache
-# directory carries the versions in its name and a stamp with the hash of the inputs.
-# Prints the bin directory on its last line.
+#   ~/.cache/shardops/seaweedfs-<SEAWEEDFS_VERSION>/bin/weed
+# and links them all into one directory named after every version:
+#   ~/.cache/shardops/bin-k8s-<K8S_VERSION>-etcd-<ETCD_VERSION>-seaweedfs-<SEAWEEDFS_VERSION>/
+# Each part is rebuilt only when its own pins in versions.env (or its generated go.mod files)
+# change: its cache directory carries the versions in its name and a stamp with the hash of its
+# inputs. Prints that directory on its last line.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=/dev/null
 source "$here/versions.env"
 cache_root=${SHARDOPS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/shardops}
 bin="$cache_root/k8s-$K8S_VERSION-etcd-$ETCD_VERSION/bin"
-mkdir -p "$bin"
-inputs_hash=$(cat "$here/versions.env" "$here/k8s/go.mod" "$here/k8s/go.sum" "$here/etcd/go.mod" "$here/etcd/go.sum" | sha256sum | cut -c1-16)
+weed_bin="$cache_root/seaweedfs-$SEAWEEDFS_VERSION/bin"
+tools="$cache_root/bin-k8s-$K8S_VERSION-etcd-$ETCD_VERSION-seaweedfs-$SEAWEEDFS_VERSION"
+mkdir -p "$bin" "$weed_bin" "$tools"
+# The go directive of each module is satisfied by the installed Go; never fetch another toolchain.
+export GOTOOLCHAIN=local
+# versions.env above its SeaweedFS section pins the control plane, below it only SeaweedFS.
+control_plane_pins=$(sed '/^# --- SeaweedFS/,$d' "$here/versions.env")
+seaweedfs_pins=$(sed -n '/^# --- SeaweedFS/,$p' "$here/versions.env")
+inputs_hash=$( { echo "$control_plane_pins"; cat "$here/k8s/go.mod" "$here/k8s/go.sum" "$here/etcd/go.mod" "$here/etcd/go.sum"; } | sha256sum | cut -c1-16)
 stamp="$bin/.built-$inputs_hash"
+weed_hash=$( { echo "$seaweedfs_pins"; cat "$here/seaweedfs/go.mod" "$here/seaweedfs/go.sum"; } | sha256sum | cut -c1-16)
+weed_stamp="$weed_bin/.built-$weed_hash"
 log() { echo "[build] $*" >&2; }
 
 if [ ! -e "$stamp" ]; then
@@ -56,4 +69,19 @@ with zipfile.ZipFile(zip_path) as archive:
 PY
   [ -x "$bin/kubectl" ] && [ -x "$bin/helm" ] || { echo "kubectl/helm missing from $zip" >&2; exit 1; }
 fi
-echo "$bin"
+
+if [ ! -e "$weed_stamp" ]; then
+  start=$(date +%s)
+  log "building SeaweedFS $SEAWEEDFS_RELEASE ($SEAWEEDFS_VERSION) (cold: minutes on 2 cores)"
+  (cd "$here/seaweedfs" && CGO_ENABLED=0 go build -mod=mod -trimpath \
+      -ldflags "-s -w -X github.com/seaweedfs/seaweedfs/weed/util/version.COMMIT=${SEAWEEDFS_VERSION##*-}" \
+      -o "$weed_bin/weed" github.com/seaweedfs/seaweedfs/weed)
+  rm -f "$weed_bin"/.built-*
+  touch "$weed_stamp"
+  log "SeaweedFS built in $(( $(date +%s) - start ))s"
+fi
+
+for tool in "$bin"/kube-apiserver "$bin"/kube-controller-manager "$bin"/etcd "$bin"/kubectl "$bin"/helm "$weed_bin"/weed; do
+  ln -sfn "$tool" "$tools/$(basename "$tool")"
+done
+echo "$tools"

@@ -1,5 +1,5 @@
 """Start and stop a real, local Kubernetes control plane: etcd, kube-apiserver, kube-controller-manager,
-and the process-kubelet that runs pods as local processes.
+the process-kubelet that runs pods as local processes, and SeaweedFS as its S3 server.
 
     python -m e2e.cluster.lifecycle up      # background; prints the KUBECONFIG to use
     python -m e2e.cluster.lifecycle down    # stops it; checks nothing is left running
@@ -17,6 +17,7 @@ import contextlib
 import ctypes
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -27,9 +28,10 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any, ClassVar
 
 from e2e.cluster import pki as pki_mod
 
@@ -76,6 +78,11 @@ AUDIT_POLICY = {
     ],
 }
 
+# The bucket the local S3 server creates at start; results and inputs of tests go under it.
+DEFAULT_BUCKET = "shardops"
+# SeaweedFS accepts any region in a signature; this is the one S3 clients assume by default.
+DEFAULT_REGION = "us-east-1"
+
 _PR_SET_PDEATHSIG = 1
 
 
@@ -94,6 +101,62 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+@dataclass(frozen=True)
+class ObjectStore:
+    """An S3 API endpoint, credentials for it and the bucket to use: what tests and users get."""
+
+    endpoint: str
+    region: str
+    access_key_id: str
+    secret_access_key: str
+    bucket: str
+
+    # How `make cluster-up` hands these to a shell, and how tests against an external cluster
+    # are told about an S3 endpoint.
+    ENV_NAMES: ClassVar[dict[str, str]] = {
+        "endpoint": "SHARDOPS_S3_ENDPOINT",
+        "region": "SHARDOPS_S3_REGION",
+        "access_key_id": "SHARDOPS_S3_ACCESS_KEY_ID",
+        "secret_access_key": "SHARDOPS_S3_SECRET_ACCESS_KEY",
+        "bucket": "SHARDOPS_S3_BUCKET",
+    }
+
+    def env(self) -> dict[str, str]:
+        return {name: getattr(self, attr) for attr, name in self.ENV_NAMES.items()}
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> ObjectStore | None:
+        """The store named by SHARDOPS_S3_* variables; None when SHARDOPS_S3_ENDPOINT is unset."""
+        if not environ.get(cls.ENV_NAMES["endpoint"]):
+            return None
+        defaults = {"region": DEFAULT_REGION, "bucket": DEFAULT_BUCKET}
+        values = {attr: environ.get(name) or defaults.get(attr, "") for attr, name in cls.ENV_NAMES.items()}
+        missing = [cls.ENV_NAMES[attr] for attr, value in values.items() if not value]
+        if missing:
+            raise ValueError(
+                f"{cls.ENV_NAMES['endpoint']} is set but {', '.join(missing)} is not: "
+                "set the credentials of that S3 endpoint too (or unset it to skip the S3 tests)"
+            )
+        return cls(**values)
+
+    def client(self, **overrides: str) -> Any:
+        """A boto3 S3 client for this store; `overrides` replace constructor arguments (e.g. a wrong
+        secret, to see what the store answers)."""
+        import boto3
+        from botocore.config import Config
+
+        arguments: dict[str, Any] = {
+            "endpoint_url": self.endpoint,
+            "region_name": self.region,
+            "aws_access_key_id": self.access_key_id,
+            "aws_secret_access_key": self.secret_access_key,
+            # Bucket names in the path: a loopback endpoint has no per-bucket host names.
+            "config": Config(s3={"addressing_style": "path"}, connect_timeout=5, read_timeout=30),
+        }
+        arguments.update(overrides)
+        return boto3.client("s3", **arguments)
 
 
 def _read_versions() -> dict[str, str]:
@@ -126,6 +189,9 @@ class LocalCluster:
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     apiserver_port: int = 0
     timings: dict[str, float] = field(default_factory=dict)
+    # Every port SeaweedFS listens on, by its flag name; chosen once, kept across restarts.
+    seaweedfs_ports: dict[str, int] = field(default_factory=dict)
+    object_store: ObjectStore | None = None
 
     @property
     def kubeconfig(self) -> Path:
@@ -147,6 +213,14 @@ class LocalCluster:
     def server(self) -> str:
         return f"https://127.0.0.1:{self.apiserver_port}"
 
+    @property
+    def seaweedfs_data(self) -> Path:
+        return self.directory / "seaweedfs"
+
+    @property
+    def s3_identities(self) -> Path:
+        return self.directory / "s3-identities.json"
+
     def env(self) -> dict[str, str]:
         """Environment for a child: marks it as ours, and points kubectl/helm at this cluster."""
         env = dict(os.environ)
@@ -157,7 +231,13 @@ class LocalCluster:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
         return env
 
-    def _spawn(self, name: str, argv: list[str], death_signal: signal.Signals = signal.SIGKILL) -> None:
+    def _spawn(
+        self,
+        name: str,
+        argv: list[str],
+        death_signal: signal.Signals = signal.SIGKILL,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.logs.mkdir(parents=True, exist_ok=True)
         log = (self.logs / f"{name}.log").open("ab")
         self.processes[name] = subprocess.Popen(
@@ -165,7 +245,7 @@ class LocalCluster:
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env=self.env(),
+            env=self.env() if env is None else env,
             cwd=self.directory,
             # Only prctl runs between fork and exec, which is safe even with threads around.
             preexec_fn=_parent_death_signal(death_signal),  # noqa: PLW1509
@@ -206,6 +286,8 @@ class LocalCluster:
     def start(self) -> None:
         started = time.monotonic()
         self.directory.mkdir(parents=True, exist_ok=True)
+        # The S3 server needs nothing from the others: it comes up while they do.
+        self._start_seaweedfs()
         pki = pki_mod.generate(self.directory / "pki")
         etcd_client, etcd_peer = free_port(), free_port()
         self.apiserver_port = free_port()
@@ -306,7 +388,10 @@ class LocalCluster:
         )
         self._wait("node and default service account", lambda: self._cluster_usable(pki), timeout=120)
         self.timings["usable"] = time.monotonic() - started
-        (self.directory / "ready.json").write_text(
+        self._wait_object_store()
+        self.timings["s3"] = time.monotonic() - started
+        _write_private(
+            self.directory / "ready.json",
             json.dumps(
                 {
                     "kubeconfig": str(self.kubeconfig),
@@ -314,11 +399,131 @@ class LocalCluster:
                     "auditLog": str(self.audit_log),
                     "kubeletState": str(self.kubelet_state),
                     "binDir": str(self.binaries),
+                    "objectStore": asdict(self.object_store) if self.object_store else None,
+                    "seaweedfsData": str(self.seaweedfs_data),
+                    "seaweedfsPorts": self.seaweedfs_ports,
                     "timings": self.timings,
                     "pid": os.getpid(),
                 }
+            ),
+        )
+
+    def _start_seaweedfs(self) -> None:
+        """SeaweedFS's all-in-one `weed mini` (master, volume server, filer, S3 gateway and its admin
+        server in one process), every port it opens chosen here on loopback, data under the cluster
+        directory, one S3 identity generated for this cluster."""
+        if not self.seaweedfs_ports:
+            self.seaweedfs_ports = {
+                flag: free_port()
+                for flag in (
+                    "master.port", "master.port.grpc", "volume.port", "volume.port.grpc",
+                    "filer.port", "filer.port.grpc", "s3.port", "s3.port.grpc",
+                    "admin.port", "admin.port.grpc",
+                )
+            }  # fmt: skip
+        if self.object_store is None:
+            self.object_store = ObjectStore(
+                endpoint=f"http://127.0.0.1:{self.seaweedfs_ports['s3.port']}",
+                region=DEFAULT_REGION,
+                access_key_id="SHARDOPS" + secrets.token_hex(6).upper(),
+                secret_access_key=secrets.token_urlsafe(30),
+                bucket=DEFAULT_BUCKET,
+            )
+            _write_private(
+                self.s3_identities,
+                json.dumps(
+                    {
+                        "identities": [
+                            {
+                                "name": "shardops",
+                                "credentials": [
+                                    {
+                                        "accessKey": self.object_store.access_key_id,
+                                        "secretKey": self.object_store.secret_access_key,
+                                    }
+                                ],
+                                "actions": ["Admin", "Read", "List", "Tagging", "Write"],
+                            }
+                        ]
+                    },
+                    indent=2,
+                ),
+            )
+        self.seaweedfs_data.mkdir(parents=True, exist_ok=True)
+        # A clean environment: SeaweedFS turns AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY into an admin
+        # identity, reads WEED_* as configuration and looks for config files under $HOME/.seaweedfs;
+        # none of the developer's may leak in.
+        env = {
+            MARKER_ENV: str(self.directory),
+            "PATH": os.environ.get("PATH", ""),
+            "HOME": str(self.seaweedfs_data),
+        }
+        self._spawn(
+            "seaweedfs",
+            [
+                str(self.binaries / "weed"),
+                # Logs to the captured output instead of files under /tmp.
+                "-logtostderr",
+                "mini",
+                f"-dir={self.seaweedfs_data}",
+                "-ip=127.0.0.1",
+                "-ip.bind=127.0.0.1",
+                *(f"-{flag}={port}" for flag, port in self.seaweedfs_ports.items()),
+                # What is not needed is off: no second admin port, Iceberg/Lance catalogs, WebDAV or
+                # admin UI; and no usage reports sent to the SeaweedFS telemetry server.
+                "-admin.port.legacy=0",
+                "-s3.port.iceberg=0",
+                "-s3.port.lance=0",
+                "-webdav=false",
+                "-admin.ui=false",
+                "-master.telemetry=false",
+                f"-s3.config={self.s3_identities}",
+                f"-bucket={DEFAULT_BUCKET}",
+                f"-filer.localSocket={self.seaweedfs_data / 'filer.sock'}",
+                f"-s3.localSocket={self.seaweedfs_data / 's3.sock'}",
+            ],
+            # A graceful stop flushes the filer's metadata and removes its sockets.
+            death_signal=signal.SIGTERM,
+            env=env,
+        )
+
+    def _wait_object_store(self) -> None:
+        """Until a real S3 call with this cluster's credentials succeeds: the bucket answers HeadBucket."""
+        from botocore.config import Config
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        assert self.object_store is not None
+        bucket = self.object_store.bucket
+        # One quick attempt per probe: _wait polls.
+        probe = self.object_store.client(
+            config=Config(
+                s3={"addressing_style": "path"},
+                connect_timeout=2,
+                read_timeout=5,
+                retries={"max_attempts": 1},
             )
         )
+
+        def ready() -> bool:
+            try:
+                probe.head_bucket(Bucket=bucket)
+            except (BotoCoreError, ClientError):
+                return False
+            return True
+
+        self._wait(f"SeaweedFS S3 (HeadBucket {bucket})", ready, timeout=120)
+
+    def restart_object_store(self, timeout: float = 20.0) -> None:
+        """Stop the S3 server and start it again on the same ports and data (a store outage)."""
+        process = self.processes["seaweedfs"]
+        _terminate(process, timeout)
+        _remove_seaweedfs_sockets(self.seaweedfs_ports)
+        others = {name: proc for name, proc in self.processes.items() if name != "seaweedfs"}
+        self.processes = {}
+        self._start_seaweedfs()
+        # Keep it first, so that stop() still ends it last.
+        self.processes.update(others)
+        self._wait_object_store()
 
     def _cluster_usable(self, pki: pki_mod.Pki) -> bool:
         status, body = self._get(pki, f"/api/v1/nodes/{NODE_NAME}")
@@ -347,20 +552,47 @@ class LocalCluster:
         path.chmod(0o600)
 
     def stop(self, timeout: float = 20.0) -> None:
-        """Stop in reverse order: kubelet first (it ends the pod processes), etcd last."""
+        """Stop in reverse order: kubelet first (it ends the pod processes), the S3 server last."""
         for name in reversed(list(self.processes)):
-            process = self.processes[name]
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-                try:
-                    process.wait(timeout=timeout)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
+            _terminate(self.processes[name], timeout)
         self.processes.clear()
         for pid in leftovers(self.directory):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+        _remove_seaweedfs_sockets(self.seaweedfs_ports)
+
+
+def _terminate(process: subprocess.Popen[bytes], timeout: float) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write a file only its owner may read (it holds a secret)."""
+    path.touch(mode=0o600)
+    path.chmod(0o600)
+    path.write_text(text)
+
+
+def seaweedfs_socket_paths(ports: Mapping[str, int]) -> list[Path]:
+    """SeaweedFS puts a Unix socket for each of its gRPC services in /tmp, named by the port (no flag
+    moves them); it removes them when it stops gracefully."""
+    return [
+        Path(f"/tmp/seaweedfs-{flag.split('.', 1)[0]}-grpc-{port}.sock")
+        for flag, port in ports.items()
+        if flag.endswith(".grpc")
+    ]
+
+
+def _remove_seaweedfs_sockets(ports: Mapping[str, int]) -> None:
+    """What a killed SeaweedFS left in /tmp."""
+    for path in seaweedfs_socket_paths(ports):
+        path.unlink(missing_ok=True)
 
 
 def leftovers(directory: Path) -> list[int]:
@@ -410,7 +642,7 @@ def _run_foreground(directory: Path) -> int:
         cluster.start()
         print(
             f"local control plane ready in {cluster.timings['readyz']:.1f}s (readyz), "
-            f"{cluster.timings['usable']:.1f}s (node ready)",
+            f"{cluster.timings['usable']:.1f}s (node ready), {cluster.timings['s3']:.1f}s (S3)",
             flush=True,
         )
         while not stop_requested:
@@ -422,12 +654,24 @@ def _run_foreground(directory: Path) -> int:
     return 0
 
 
+def _usage(info: dict[str, Any]) -> str:
+    """The shell lines that point kubectl, helm and S3 clients at the cluster described by ready.json."""
+    lines = [
+        f"  export KUBECONFIG={info['kubeconfig']}",
+        f"  export PATH={info['binDir']}:$PATH   # kubectl, helm and weed matching the cluster",
+    ]
+    if info.get("objectStore"):
+        store = ObjectStore(**info["objectStore"])
+        lines += [f"  export {name}={value}" for name, value in store.env().items()]
+    return "\n".join(lines)
+
+
 def _up(directory: Path) -> int:
     if (directory / "ready.json").exists():
         info = json.loads((directory / "ready.json").read_text())
         with contextlib.suppress(ProcessLookupError):
             os.kill(info["pid"], 0)
-            print(f"already running: export KUBECONFIG={info['kubeconfig']}")
+            print(f"already running:\n{_usage(info)}")
             return 0
     shutil.rmtree(directory, ignore_errors=True)
     directory.mkdir(parents=True)
@@ -450,10 +694,10 @@ def _up(directory: Path) -> int:
     info = json.loads((directory / "ready.json").read_text())
     print(
         f"local control plane up ({info['server']}, /readyz after {info['timings']['readyz']:.1f}s)\n"
-        f"  export KUBECONFIG={info['kubeconfig']}\n"
-        f"  export PATH={info['binDir']}:$PATH   # kubectl and helm matching the cluster\n"
+        f"{_usage(info)}\n"
         f"  audit log: {info['auditLog']}\n"
         f"  pod logs:  {info['kubeletState']}/logs/<namespace>/<pod>/<container>.log\n"
+        f"  S3 data:   {info['seaweedfsData']} (SeaweedFS; bucket {DEFAULT_BUCKET})\n"
         f"  stop with: make cluster-down"
     )
     return 0
