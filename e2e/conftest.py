@@ -7,27 +7,18 @@ process-kubelet or the audit log are skipped there.
 
 from __future__ import annotations
 
-import os
-import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from kubernetes import client, config
 
 from e2e.cluster import lifecycle
-from e2e.harness import REPO_ROOT, Cluster, wait_for
-
-
-def _external_kubeconfig() -> Path | None:
-    if os.environ.get("SHARDOPS_E2E_LOCAL") or not os.environ.get("KUBECONFIG"):
-        return None
-    return Path(os.environ["KUBECONFIG"])
+from e2e.harness import Cluster, create_namespace, external_kubeconfig, install_crds
 
 
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Cluster]:
-    external = _external_kubeconfig()
+    external = external_kubeconfig()
     if external is not None:
         bin_dir = lifecycle.bin_dir()
         yield Cluster(external, bin_dir, config.new_client_from_config(str(external)), None)
@@ -54,19 +45,11 @@ def local_cluster(cluster: Cluster) -> Cluster:
 
 @pytest.fixture(scope="session")
 def crds_installed(cluster: Cluster) -> None:
-    cluster.kubectl("apply", "--server-side", "-f", str(REPO_ROOT / "crds"))
-    for name in ("campaigns.shardops.dev", "shards.shardops.dev"):
-        cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{name}")
+    install_crds(cluster)
 
 
 @pytest.fixture
 def namespace(cluster: Cluster) -> Iterator[str]:
-    name = f"e2e-{uuid.uuid4().hex[:8]}"
-    core = client.CoreV1Api(cluster.api)
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-    wait_for(
-        f"default service account in {name}",
-        lambda: core.list_namespaced_service_account(name, field_selector="metadata.name=default").items,
-    )
+    name = create_namespace(cluster)
     yield name
-    core.delete_namespace(name, propagation_policy="Background")
+    client.CoreV1Api(cluster.api).delete_namespace(name, propagation_policy="Background")

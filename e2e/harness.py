@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,6 +64,32 @@ class Cluster:
         assert self.local, "pod logs from files need the local process-kubelet"
         path = self.local.kubelet_state / "logs" / namespace / pod / f"{container}.log"
         return path.read_text(errors="replace") if path.exists() else ""
+
+
+def external_kubeconfig() -> Path | None:
+    """The cluster KUBECONFIG names, unless SHARDOPS_E2E_LOCAL asks for the local control plane."""
+    if os.environ.get("SHARDOPS_E2E_LOCAL") or not os.environ.get("KUBECONFIG"):
+        return None
+    return Path(os.environ["KUBECONFIG"])
+
+
+def install_crds(cluster: Cluster) -> None:
+    """The generated CRDs of crds/, applied and Established."""
+    cluster.kubectl("apply", "--server-side", "-f", str(REPO_ROOT / "crds"))
+    for name in ("campaigns.shardops.dev", "shards.shardops.dev"):
+        cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{name}")
+
+
+def create_namespace(cluster: Cluster, prefix: str = "e2e") -> str:
+    """A new namespace `<prefix>-<random>`, returned once its default ServiceAccount exists."""
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    core = client.CoreV1Api(cluster.api)
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    wait_for(
+        f"default service account in {name}",
+        lambda: core.list_namespaced_service_account(name, field_selector="metadata.name=default").items,
+    )
+    return name
 
 
 def wait_for(what: str, probe: Callable[[], Any], timeout: float = 60.0, interval: float = 0.2) -> Any:
