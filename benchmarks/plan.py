@@ -110,9 +110,9 @@ QUICK = Plan(
     physical_processes=2,
     physical_threads=8,
     versus=(
-        Versus("zero", "20 one-item shards, zero work", 20, 0.0, 10, 3, 60),
-        Versus("1s", "20 shards of 1 s work", 20, 1.0, 10, 3, 60),
-        Versus("5s", "20 shards of 5 s work (heartbeat 2 s)", 20, 5.0, 10, 3, 60, heartbeat_seconds=2),
+        Versus("zero", "16 one-item shards, zero work", 16, 0.0, 8, 3, 60),
+        Versus("1s", "16 shards of 1 s work", 16, 1.0, 8, 3, 60),
+        Versus("5s", "16 shards of 5 s work (heartbeat 2 s)", 16, 5.0, 8, 3, 60, heartbeat_seconds=2),
     ),
     zombie_repeats=3,
     zombie_lease_seconds=10,
@@ -121,17 +121,17 @@ QUICK = Plan(
     many_campaigns=4,
     many_shards_each=10,
     many_concurrency_each=2,
-    many_budget=25,
+    many_budget=20,
     scale=(
-        Scale("800", "800 one-item shards (full set: 10,000)", 800, 1, 20, 45),
-        Scale("5k-items", "5,000 items at shardSize 10 (full set: 100,000)", 5000, 10, 20, 45),
+        Scale("800", "800 one-item shards (full set: 10,000)", 800, 1, 20, 50),
+        Scale("5k-items", "5,000 items at shardSize 10 (full set: 100,000)", 5000, 10, 20, 50),
     ),
     profile_seconds=10,
     worker_profile_delay=6,
     operator_profile_delay=15,
     sample_every=2.0,
     cleanup_timeout=60,
-    deadline=8.5 * 60,
+    deadline=9 * 60,
 )
 
 SMOKE = Plan(

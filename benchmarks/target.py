@@ -9,6 +9,7 @@ of the control-plane processes and pods) are None on another cluster, and report
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -187,8 +188,6 @@ class Target:
                 found["etcd"] = line.split("=", 1)[1]
         kubectl = self.cluster.kubectl("version", "--client", "-o", "json", check=False)
         with contextlib.suppress(ValueError, KeyError):
-            import json
-
             found["kubectl"] = json.loads(kubectl.stdout)["clientVersion"]["gitVersion"]
         return found
 

@@ -67,3 +67,38 @@ def test_profile_parse_counts_inclusive_and_self() -> None:
     assert profile.leaf["read (ssl.py)"] == 3
     assert profile.leaf["parse (shardops/api/shard.py)"] == 1
     assert profile.top(profile.leaf, 1) == [("read (ssl.py)", 75.0)]
+
+
+def _entry(verb: str, resource: str, user: str, at: str, **extra: object) -> dict[str, object]:
+    ref = {"namespace": "ns", "resource": resource, **{k: v for k, v in extra.items() if k == "subresource"}}
+    return {
+        "verb": verb,
+        "stage": extra.get("stage", "ResponseComplete"),
+        "objectRef": ref,
+        "user": {"username": user},
+        "userAgent": extra.get("agent", "python"),
+        "requestReceivedTimestamp": at,
+        "responseStatus": {"code": extra.get("code", 200)},
+    }
+
+
+def test_audit_cost_counts_by_writer_verb_and_resource_inside_the_window() -> None:
+    from benchmarks import audit
+
+    worker = "system:serviceaccount:ns:shardops-worker"
+    entries = [
+        _entry("patch", "shards", worker, "2026-01-01T00:00:01.000000Z", subresource="status"),
+        _entry("patch", "shards", worker, "2026-01-01T00:00:02.000000Z", subresource="status", code=409),
+        _entry("list", "shards", worker, "2026-01-01T00:00:02.000000Z"),
+        _entry("watch", "pods", "shardops-admin", "2026-01-01T00:00:02.000000Z", stage="ResponseStarted"),
+        _entry("watch", "pods", "shardops-admin", "2026-01-01T00:00:03.000000Z"),  # its end: not again
+        _entry("get", "campaigns", "shardops-admin", "2026-01-01T00:00:02.000000Z", agent="shardops-bench"),
+        _entry("create", "pods", "system:serviceaccount:kube-system:job-controller", "2026-01-01T00:00:09Z"),
+    ]
+    start = audit.epoch("2026-01-01T00:00:00Z")
+    cost = audit.cost(entries, "ns", (start, start + 5), units=2)
+    assert cost.writes == {("worker", "patch", "shards/status"): 1}
+    assert cost.refused_writes == 1
+    assert cost.reads == {("worker", "list", "shards"): 1, ("kubelet", "watch", "pods"): 1}
+    assert cost.writes_per_unit == 0.5 and cost.reads_per_unit == 1.0
+    assert audit.writer(entries[-1]) == "job-controller"
