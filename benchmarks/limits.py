@@ -52,15 +52,17 @@ def _cpu_text(ctx: Context, key: str, side: int) -> str:
 def _profile(ctx: Context, prefix: str, count: int = 6) -> str:
     for profile in ctx.profiles:
         if profile.what.startswith(prefix) and not profile.error and profile.samples:
-            inclusive = [
-                f"{name} {share:.0f} %"
-                for name, share in profile.top(profile.inclusive, 60)
-                if not name.startswith(GENERIC) and share < 99.5
+            busy = max(profile.computing, 1)
+            frames = [
+                f"{name} {100.0 * n / busy:.0f} %"
+                for name, n in profile.computing_inclusive.most_common(80)
+                if not name.startswith(GENERIC) and n < busy
             ][:count]
-            leaf = [f"{name} {share:.0f} %" for name, share in profile.top(profile.leaf, count)]
             return (
-                f"py-spy of {profile.what} ({profile.samples} busy samples): on the stack "
-                f"{'; '.join(inclusive)}; running {'; '.join(leaf)}"
+                f"py-spy of {profile.what}, {profile.samples} busy samples: "
+                f"{profile.share(profile.network):.0f} % waiting on a socket (the API server's answers), "
+                f"{profile.share(profile.waiting):.0f} % blocked in a selector or lock, "
+                f"{profile.share(profile.computing):.0f} % running Python, mostly in: {'; '.join(frames)}"
             )
     return ""
 
@@ -81,48 +83,42 @@ def _top_requests(sections: Sequence[Section], title: str, kind: str, count: int
     return ""
 
 
-def _throughput(check: Check, sections: Sequence[Section], ctx: Context) -> str:
-    key = "5s" if "utilization" in check.figure else ("1s" if "1 s" in check.figure else "zero")
-    ours, theirs = _cpu_text(ctx, key, 0), _cpu_text(ctx, key, 1)
-    cost, job = _cost(sections, key), _cost(sections, key)
-    parts = [f"CPU during the shardops runs: {ours}; during the Indexed Job runs: {theirs}"]
-    if cost:
-        parts.append(
-            f"API requests per shard: {cost.get('writes_per_shard', 0):.1f} writes and "
-            f"{cost.get('reads_per_shard', 0):.1f} reads, against {job.get('job_writes_per_item', 0):.1f} "
-            "writes per Job item"
-        )
-    jobs = _top_requests(sections, f"{key}: shardops, per shard", "write", 40)
-    started = next((part for part in jobs.split(", ") if part.startswith("operator create jobs ")), "")
-    worker, agent = ctx.startup.get("worker"), ctx.startup.get("agent")
-    if worker and agent and started:
-        per_shard = float(started.rsplit(" ", 1)[1])
-        parts.append(
-            f"starting a worker process costs {worker.median:.2f} CPU-s (its imports) and an agent "
-            f"{agent.median:.2f} CPU-s; the operator started {per_shard:.2f} worker Jobs per shard, so "
-            f"starts alone cost about {per_shard * worker.median + agent.median:.2f} CPU-s per shard "
-            f"(the Job starts one agent per item, through sh)"
-        )
-    reads = _top_requests(sections, f"{key}: shardops, per shard", "read", 4)
-    if reads:
-        parts.append(f"most frequent reads per shard: {reads}")
-    profile = _profile(ctx, "a worker")
-    if profile:
-        parts.append(profile)
-    parts.append(
-        "What would close it: fewer API round trips on a shard's path (each claim reads the Campaign "
-        "and lists the campaign's shards before it writes the Lease and the status; completion writes "
-        "two result ConfigMaps, renews and releases the Lease), and a pool of long-lived workers "
-        "that pick up the next shard without a new poll cycle"
+def _throughput(key: str, sections: Sequence[Section], ctx: Context) -> str:
+    cost = _cost(sections, key)
+    text = (
+        f"[{key}] CPU during the shardops runs: {_cpu_text(ctx, key, 0)}; during the Indexed Job runs: "
+        f"{_cpu_text(ctx, key, 1)}."
     )
-    return "; ".join(parts)
+    if cost:
+        reads = _top_requests(sections, f"{key}: shardops, per shard", "read", 4)
+        writes, read_count = cost.get("writes_per_shard", 0), cost.get("reads_per_shard", 0)
+        text += (
+            f" Per shard {writes:.1f} writes and {read_count:.1f} reads (most: {reads}), against "
+            f"{cost.get('job_writes_per_item', 0):.1f} writes per Job item."
+        )
+    return text
+
+
+def _startup(ctx: Context, sections: Sequence[Section]) -> str:
+    worker, agent = ctx.startup.get("worker"), ctx.startup.get("agent")
+    writes = _top_requests(sections, "zero: shardops, per shard", "write", 40)
+    started = next((part for part in writes.split(", ") if part.startswith("operator create jobs ")), "")
+    if not (worker and agent and started):
+        return ""
+    per_shard = float(started.rsplit(" ", 1)[1])
+    return (
+        f"Starting a worker process costs {worker.median:.2f} CPU-s (its imports) and an agent "
+        f"{agent.median:.2f} CPU-s; the operator started {per_shard:.2f} worker Jobs per zero-work shard, "
+        f"so process starts alone cost about {per_shard * worker.median + agent.median:.2f} CPU-s per "
+        "shard, where the Job pays for one sh and one agent per item"
+    )
 
 
 def _writes(check: Check, sections: Sequence[Section]) -> str:
     key = "zero"
     writes = _top_requests(sections, f"{key}: shardops, per shard", "write", 8)
     return (
-        f"the writes of one zero-work shard, most frequent first: {writes}. What would close it: one "
+        f"The writes of one zero-work shard, most frequent first: {writes}. What would close it: one "
         "status write per transition with the Event only for what a person must see (routine "
         "transitions in history and metrics), the claim and the Lease in fewer writes, one result "
         "object per shard instead of a result and an items ConfigMap"
@@ -132,7 +128,7 @@ def _writes(check: Check, sections: Sequence[Section]) -> str:
 def _heartbeat(sections: Sequence[Section]) -> str:
     writes = _top_requests(sections, "5s: shardops, per shard", "write", 6)
     return (
-        f"each heartbeat renews the Lease and patches the shard's status (writes per shard with "
+        f"Each heartbeat renews the Lease and patches the shard's status (writes per shard with "
         f"heartbeats every 2 s: {writes}); a one-item shard also gets the operator's Stalled Event "
         "when its progress cannot move for two heartbeats. What would close it: one write per "
         "heartbeat (the Lease renewal carrying progress, or the status patch alone)"
@@ -141,7 +137,7 @@ def _heartbeat(sections: Sequence[Section]) -> str:
 
 def _pending(ctx: Context) -> str:
     return (
-        "a Pending shard is claimed only when a worker's poll (SHARDOPS_POLL_SECONDS, 1 s) finds "
+        "A Pending shard is claimed only when a worker's poll (SHARDOPS_POLL_SECONDS, 1 s) finds "
         "it, and each worker claims one shard at a time after reading the Campaign and listing its "
         "shards; while the claims queue behind the API server (see the CPU above) the wait grows. "
         "What would close it: workers waiting on a watch instead of a poll, and a claim path of "
@@ -152,7 +148,7 @@ def _pending(ctx: Context) -> str:
 def _restart(ctx: Context) -> str:
     process = stats.spread(ctx.restart_process)
     text = (
-        f"the new operator process ran after {process.show(1, ' s')} (container restart and "
+        f"The new operator process ran after {process.show(1, ' s')} (container restart and "
         if process
         else ""
     )
@@ -167,8 +163,8 @@ def _restart(ctx: Context) -> str:
 def _scale(check: Check, ctx: Context) -> str:
     profile = _profile(ctx, "the operator")
     return (
-        (profile + "; " if profile else "")
-        + "each reconcile pass lists every Shard of the campaign (and reads each Running shard's Lease), "
+        (profile + ". " if profile else "")
+        + "Each reconcile pass lists every Shard of the campaign (and reads each Running shard's Lease), "
         "and Done shards are never deleted, so a pass costs O(campaign) and slows as shards accumulate. "
         "What would close it: the bounded window of the design (fold a Done shard into the Campaign's "
         "status and delete its Shard and Lease), passes driven by the changed shard instead of a full list"
@@ -177,32 +173,86 @@ def _scale(check: Check, ctx: Context) -> str:
 
 def _objects(check: Check) -> str:
     return (
-        f"{check.value}: result ConfigMaps are never deleted (they are the result store and outlive the "
+        "Result ConfigMaps are never deleted (they are the result store and outlive the "
         "Campaign), Done Shards and their Leases stay until the Campaign is deleted, and every "
         "transition posts an Event (kept an hour by the API server). What would close it: results in "
         "object storage, the Done shard folded and deleted, Events only for what a person must see"
     )
 
 
+THROUGHPUT = ("throughput", "utilization", "efficiency")
+
+
 def explain(sections: Sequence[Section], ctx: Context) -> list[str]:
+    """One paragraph per kind of miss, naming the figures it covers."""
+    missed = [c for s in sections for c in s.checks if c.met is False]
     found = []
-    for check in (c for s in sections for c in s.checks if c.met is False):
-        figure = check.figure
-        if "throughput" in figure or "utilization" in figure or "efficiency" in figure:
-            why = _throughput(check, sections, ctx)
-        elif "heartbeat" in figure and "per heartbeat" in figure:
-            why = _heartbeat(sections)
-        elif "writes per shard" in figure:
-            why = _writes(check, sections)
-        elif "Pending->Running" in figure:
-            why = _pending(ctx)
-        elif "restart" in figure:
-            why = _restart(ctx)
-        elif "objects alive" in figure:
-            why = _objects(check)
-        elif "decile" in figure or "RSS" in figure:
-            why = _scale(check, ctx)
-        else:
-            why = "see its section"
-        found.append(f"**{figure}** — {check.value} (target {check.target}): {why}.")
+    family = [c for c in missed if any(word in c.figure for word in THROUGHPUT)]
+    if family:
+        figures = "; ".join(f"{c.figure}: {c.value} (target {c.target})" for c in family)
+        keys = [k for k in ("zero", "1s", "5s") if k in ctx.versus_runs]
+        evidence = [_throughput(k, sections, ctx) for k in keys]
+        startup = _startup(ctx, sections)
+        profile = _profile(ctx, "a worker")
+        found.append(
+            f"**Throughput, cap utilization, efficiency** — {figures}. Evidence: "
+            + " ".join(evidence)
+            + (f" {startup}." if startup else "")
+            + (f" {profile}." if profile else "")
+            + " What would close it: fewer API round trips on a shard's path (each claim reads the "
+            "Campaign and lists the whole campaign's shards, parsing every one, before it creates the "
+            "Lease and patches the status; completion writes two result ConfigMaps and patches the Lease "
+            "three times), a worker pool that claims the next shard without a poll cycle and a fresh "
+            "list, and workers that live across many shards instead of new processes."
+        )
+    groups: dict[str, list[Check]] = {}
+    for check in missed:
+        if check not in family:
+            groups.setdefault(_family(check.figure), []).append(check)
+    for key, checks in groups.items():
+        figures = "; ".join(f"{c.figure}: {c.value} (target {c.target})" for c in checks)
+        why = _why(key, checks[0], sections, ctx)
+        found.append(f"**{TITLES.get(key, key)}** — {figures}. {why}.")
     return found
+
+
+def _why(key: str, check: Check, sections: Sequence[Section], ctx: Context) -> str:
+    if key == "heartbeat":
+        return _heartbeat(sections)
+    if key == "writes":
+        return _writes(check, sections)
+    if key == "pending":
+        return _pending(ctx)
+    if key == "restart":
+        return _restart(ctx)
+    if key == "objects":
+        return _objects(check)
+    if key == "scale":
+        return _scale(check, ctx)
+    return "See its section"
+
+
+TITLES = {
+    "heartbeat": "Writes per heartbeat",
+    "writes": "Writes per shard",
+    "pending": "Pending->Running",
+    "restart": "Restart recovery",
+    "objects": "Objects alive",
+    "scale": "Throughput per decile and memory at scale",
+}
+
+
+def _family(figure: str) -> str:
+    if "per heartbeat" in figure:
+        return "heartbeat"
+    if "writes per shard" in figure:
+        return "writes"
+    if "Pending->Running" in figure:
+        return "pending"
+    if "restart" in figure:
+        return "restart"
+    if "objects alive" in figure:
+        return "objects"
+    if "decile" in figure or "RSS" in figure:
+        return "scale"
+    return "other"

@@ -26,14 +26,34 @@ def py_spy() -> str | None:
     return str(beside) if beside.exists() else shutil.which("py-spy")
 
 
+# Where a busy thread is not running Python: waiting for an answer on a socket (the API server), or
+# blocked in a selector or a lock (py-spy counts a thread in a blocking call as busy).
+NETWORK_LEAVES = ("SSLSocket.read", "SSLSocket.recv", "SSLSocket.send", "SSLSocket.sendall", "socket.recv")
+WAITING_LEAVES = (
+    "EpollSelector.select",
+    "_PollLikeSelector.select",
+    "select (",
+    "Condition.wait",
+    "Event.wait",
+)
+
+
 @dataclass
 class Profile:
     what: str
     samples: int
     inclusive: Counter[str] = field(default_factory=Counter)
     leaf: Counter[str] = field(default_factory=Counter)
+    # Samples that ran Python (neither on a socket nor blocked), and the frames on their stacks.
+    computing: int = 0
+    computing_inclusive: Counter[str] = field(default_factory=Counter)
+    network: int = 0
+    waiting: int = 0
     error: str | None = None
     raw: str | None = None
+
+    def share(self, count: int) -> float:
+        return 100.0 * count / max(self.samples, 1)
 
     def top(self, counter: Counter[str], count: int = 12) -> list[tuple[str, float]]:
         total = max(self.samples, 1)
@@ -63,7 +83,16 @@ def parse(what: str, text: str) -> Profile:
         profile.samples += count
         for name in set(frames):
             profile.inclusive[name] += count
-        profile.leaf[frames[-1]] += count
+        leaf = frames[-1]
+        profile.leaf[leaf] += count
+        if leaf.startswith(NETWORK_LEAVES):
+            profile.network += count
+        elif leaf.startswith(WAITING_LEAVES):
+            profile.waiting += count
+        else:
+            profile.computing += count
+            for name in set(frames):
+                profile.computing_inclusive[name] += count
     return profile
 
 
