@@ -52,6 +52,9 @@ class Plan:
     many_concurrency_each: int
     many_budget: float
     scale: tuple[Scale, ...]
+    # A scale run gets at least this long even when the deadline is near (the many-campaigns runs
+    # after it shrink instead): shorter, it would show only the ramp-up.
+    scale_min_budget: float
     profile_seconds: float
     # When the profiles start: a worker's into the first zero-work run, the operator's into the
     # first scale run (once it has shards to look at).
@@ -95,6 +98,7 @@ FULL = Plan(
         Scale("10k", "10,000 one-item shards", 10000, 1, 20, 240),
         Scale("100k", "100,000 items at shardSize 10", 100000, 10, 20, 240),
     ),
+    scale_min_budget=150,
     profile_seconds=30,
     worker_profile_delay=8,
     operator_profile_delay=60,
@@ -110,9 +114,9 @@ QUICK = Plan(
     physical_processes=2,
     physical_threads=8,
     versus=(
-        Versus("zero", "16 one-item shards, zero work", 16, 0.0, 8, 3, 60),
-        Versus("1s", "16 shards of 1 s work", 16, 1.0, 8, 3, 60),
-        Versus("5s", "16 shards of 5 s work (heartbeat 2 s)", 16, 5.0, 8, 3, 60, heartbeat_seconds=2),
+        Versus("zero", "12 one-item shards, zero work", 12, 0.0, 6, 3, 60),
+        Versus("1s", "12 shards of 1 s work", 12, 1.0, 6, 3, 60),
+        Versus("5s", "12 shards of 5 s work (heartbeat 2 s)", 12, 5.0, 6, 3, 60, heartbeat_seconds=2),
     ),
     zombie_repeats=3,
     zombie_lease_seconds=10,
@@ -126,6 +130,7 @@ QUICK = Plan(
         Scale("800", "800 one-item shards (full set: 10,000)", 800, 1, 20, 50),
         Scale("5k-items", "5,000 items at shardSize 10 (full set: 100,000)", 5000, 10, 20, 50),
     ),
+    scale_min_budget=40,
     profile_seconds=10,
     worker_profile_delay=6,
     operator_profile_delay=15,
@@ -150,6 +155,7 @@ SMOKE = Plan(
     many_concurrency_each=1,
     many_budget=0,
     scale=(Scale("tiny", "20 items at shardSize 10", 20, 10, 2, 30),),
+    scale_min_budget=10,
     profile_seconds=1,
     worker_profile_delay=1,
     operator_profile_delay=0,

@@ -1025,7 +1025,10 @@ def scale(ctx: Context) -> Section:
     # The scale runs come first; the many-campaigns section after them gets at least its minimum.
     many_reserve = 2 * MIN_BUDGET + 40 if plan.many_campaigns else 0
     for index, case in enumerate(plan.scale):
-        budget = ctx.budget(case.budget, len(plan.scale) - index, reserve=30 + many_reserve)
+        budget = max(
+            min(case.budget, plan.scale_min_budget),
+            ctx.budget(case.budget, len(plan.scale) - index, reserve=30 + many_reserve),
+        )
         result = _scale_case(ctx, case, section, budget)
         entries.append((case.label, result["run"], result["bound"], result, case))
     for label, run, bound, result, case in entries:
