@@ -135,8 +135,8 @@ QUICK = Plan(
     worker_profile_delay=6,
     operator_profile_delay=15,
     sample_every=2.0,
-    cleanup_timeout=60,
-    deadline=9 * 60,
+    cleanup_timeout=40,
+    deadline=8.5 * 60,
 )
 
 SMOKE = Plan(

@@ -417,17 +417,26 @@ def _any(target: Target, resource: Resource, namespace: str, selector: str) -> b
 
 
 def delete_campaign(target: Target, namespace: str, name: str, timeout: float) -> bool:
-    """Delete a Campaign and wait (bounded) until the garbage collector removed its shards and Jobs,
-    so that the next run starts on a quiet namespace. False when they outlived `timeout`."""
-    with contextlib.suppress(NotFound):
-        target.kube.delete(CAMPAIGNS, namespace, name, propagation="Background")
-    selector = f"{CAMPAIGN_LABEL}={name}"
+    return delete_campaigns(target, namespace, [name], timeout)
+
+
+def delete_campaigns(target: Target, namespace: str, names: Sequence[str], timeout: float) -> bool:
+    """Delete Campaigns (all at once) and wait, bounded, until the garbage collector removed their
+    shards and Jobs, so that the next run starts on a quiet namespace. False when they outlived
+    `timeout` (the next run then starts anyway)."""
+    for name in names:
+        with contextlib.suppress(NotFound):
+            target.kube.delete(CAMPAIGNS, namespace, name, propagation="Background")
 
     def gone() -> bool:
-        return not _any(target, SHARDS, namespace, selector) and not _any(target, JOBS, namespace, selector)
+        return not any(
+            _any(target, resource, namespace, f"{CAMPAIGN_LABEL}={name}")
+            for name in names
+            for resource in (SHARDS, JOBS)
+        )
 
     try:
-        wait_for(f"campaign {name}'s objects to be deleted", gone, timeout=timeout, interval=1.0)
+        wait_for(f"campaigns {', '.join(names)}: objects deleted", gone, timeout=timeout, interval=1.0)
     except AssertionError:
         return False
     return True

@@ -37,6 +37,7 @@ from benchmarks.runs import (
     Run,
     campaign_manifest,
     delete_campaign,
+    delete_campaigns,
     delete_job,
     epoch,
     run_campaign,
@@ -930,8 +931,7 @@ def many(ctx: Context) -> Section:
         )
         for name in names:
             target.kube.patch(CAMPAIGNS, namespace, name, {"spec": {"suspend": True}})
-        for name in names:
-            delete_campaign(target, namespace, name, plan.cleanup_timeout)
+        delete_campaigns(target, namespace, names, plan.cleanup_timeout / 2)
         started = time.time()
         target.kube.create(
             CAMPAIGNS,
