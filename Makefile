@@ -19,12 +19,18 @@ $(STAMP): pyproject.toml constraints.txt
 
 venv: $(STAMP) ## create the local venv and install shardops with its dev tools
 
+# The `bench` extra (matplotlib, py-spy): for `make bench` and for its smoke test inside `make e2e`.
+BENCH_STAMP := $(VENV)/.installed-bench
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev,bench]'
+	touch $@
+
 tools: ## build (once, cached under ~/.cache/shardops) kube-apiserver, kube-controller-manager, etcd; install kubectl + helm
 	bash e2e/cluster/build.sh
 
 lint: $(STAMP) ## ruff
-	$(BIN)/ruff check operator tests e2e examples
-	$(BIN)/ruff format --check operator tests e2e examples
+	$(BIN)/ruff check operator tests e2e examples benchmarks
+	$(BIN)/ruff format --check operator tests e2e examples benchmarks
 
 typecheck: $(STAMP) ## mypy (strict on api/ and logic/)
 	$(BIN)/mypy
@@ -36,8 +42,11 @@ manifests: $(STAMP) ## regenerate crds/ and the chart's copy from the API models
 unit: $(STAMP) ## tests without a cluster
 	$(BIN)/pytest -q tests
 
-e2e: $(STAMP) tools ## tests against the local control plane (or KUBECONFIG when set)
+e2e: $(BENCH_STAMP) tools ## tests against the local control plane (or KUBECONFIG when set)
 	$(BIN)/pytest -q e2e
+
+bench: $(BENCH_STAMP) tools ## benchmarks on the local control plane (or KUBECONFIG): benchmarks/RESULTS.md; BENCH_QUICK=1 for the quick set
+	$(BIN)/python -m benchmarks
 
 test: lint typecheck unit e2e ## everything CI runs
 
@@ -51,10 +60,10 @@ cluster-down: $(STAMP) ## stop the local control plane started by cluster-up
 	$(BIN)/python -m e2e.cluster.lifecycle down
 
 fmt: $(STAMP) ## format and autofix
-	$(BIN)/ruff format operator tests e2e examples
-	$(BIN)/ruff check --fix operator tests e2e examples
+	$(BIN)/ruff format operator tests e2e examples benchmarks
+	$(BIN)/ruff check --fix operator tests e2e examples benchmarks
 
 clean: ## remove the venv and local state (not the ~/.cache build)
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .shardops
 
-.PHONY: help venv tools lint typecheck manifests unit e2e test demo cluster-up cluster-down fmt clean
+.PHONY: help venv tools lint typecheck manifests unit e2e bench test demo cluster-up cluster-down fmt clean

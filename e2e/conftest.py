@@ -10,24 +10,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from kubernetes import client, config
 
 from e2e.cluster import lifecycle
-from e2e.harness import REPO_ROOT, Cluster, create_namespace
-
-
-def _external_kubeconfig() -> Path | None:
-    if os.environ.get("SHARDOPS_E2E_LOCAL") or not os.environ.get("KUBECONFIG"):
-        return None
-    return Path(os.environ["KUBECONFIG"])
+from e2e.harness import Cluster, create_namespace, external_kubeconfig, install_crds
 
 
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Cluster]:
-    external = _external_kubeconfig()
+    external = external_kubeconfig()
     if external is not None:
         bin_dir = lifecycle.bin_dir()
         api = config.new_client_from_config(str(external))
@@ -64,9 +57,7 @@ def object_store(cluster: Cluster) -> lifecycle.ObjectStore:
 
 @pytest.fixture(scope="session")
 def crds_installed(cluster: Cluster) -> None:
-    cluster.kubectl("apply", "--server-side", "-f", str(REPO_ROOT / "crds"))
-    for name in ("campaigns.shardops.dev", "shards.shardops.dev"):
-        cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{name}")
+    install_crds(cluster)
 
 
 @pytest.fixture

@@ -70,6 +70,20 @@ class Cluster:
         return path.read_text(errors="replace") if path.exists() else ""
 
 
+def external_kubeconfig() -> Path | None:
+    """The cluster KUBECONFIG names, unless SHARDOPS_E2E_LOCAL asks for the local control plane."""
+    if os.environ.get("SHARDOPS_E2E_LOCAL") or not os.environ.get("KUBECONFIG"):
+        return None
+    return Path(os.environ["KUBECONFIG"])
+
+
+def install_crds(cluster: Cluster) -> None:
+    """The generated CRDs of crds/, applied and Established."""
+    cluster.kubectl("apply", "--server-side", "-f", str(REPO_ROOT / "crds"))
+    for name in ("campaigns.shardops.dev", "shards.shardops.dev"):
+        cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{name}")
+
+
 def wait_for(what: str, probe: Callable[[], Any], timeout: float = 60.0, interval: float = 0.2) -> Any:
     """Poll `probe` until it returns something truthy; fail with `what` after `timeout` seconds."""
     deadline = time.monotonic() + timeout

@@ -30,7 +30,7 @@ import yaml
 from kubernetes import client, watch
 
 from e2e import chartkit
-from e2e.cluster.lifecycle import free_port
+from e2e.cluster.lifecycle import WRITE_VERBS, free_port
 from e2e.harness import Cluster, wait_for
 from shardops.api.names import API_GROUP_VERSION
 from shardops.k8s.api import CAMPAIGNS, LEASES, SHARDS, Kube, NotFound
@@ -459,7 +459,7 @@ def writes_by_shard(entries: Sequence[JSON], shards: Sequence[JSON]) -> dict[str
         stores.update(result_names(shard))
     per: dict[str, Counter[str]] = defaultdict(Counter)
     for entry in entries:
-        if entry.get("verb") not in ("create", "update", "patch", "delete"):
+        if entry.get("verb") not in WRITE_VERBS:
             continue
         code = (entry.get("responseStatus") or {}).get("code", 0)
         if not 200 <= code < 300:
@@ -487,9 +487,11 @@ def writes_by_shard(entries: Sequence[JSON], shards: Sequence[JSON]) -> dict[str
 class LifecycleWrites:
     """API writes of one shard's life, split into heartbeats and everything else."""
 
-    total: int
-    heartbeats: int
+    total: float
+    heartbeats: float
     breakdown: Counter[str]
+    # How many heartbeats those are (each one status patch, plus the Lease renewal beside it).
+    beats: float = 0
 
     @property
     def without_heartbeats(self) -> int:
@@ -499,13 +501,19 @@ class LifecycleWrites:
 def lifecycle_writes(writes: Counter[str]) -> LifecycleWrites:
     """Every transition is one status patch plus one Event; a status patch without an Event is a
     heartbeat, and each heartbeat also renews the Lease (one Lease patch). Release is the other
-    Lease patch, one per attempt that ended normally."""
-    events = sum(n for key, n in writes.items() if key.endswith(" create events"))
-    status_patches = sum(n for key, n in writes.items() if key.endswith(" patch shards/status"))
+    Lease patch, one per attempt that ended normally. Heartbeats are the worker's, so only the
+    worker's writes are paired: the operator posts Events without a status patch (Stalled)."""
+    worker = chartkit.worker_service_account()
+
+    def by_worker(suffix: str) -> int:
+        return sum(n for key, n in writes.items() if key.startswith(f"{worker} ") and key.endswith(suffix))
+
+    events = by_worker(" create events")
+    status_patches = by_worker(" patch shards/status")
     heartbeat_status = max(0, status_patches - events)
-    lease_patches = sum(n for key, n in writes.items() if key.endswith(" patch leases"))
+    lease_patches = by_worker(" patch leases")
     heartbeat_lease = min(heartbeat_status, lease_patches)
-    return LifecycleWrites(sum(writes.values()), heartbeat_status + heartbeat_lease, writes)
+    return LifecycleWrites(sum(writes.values()), heartbeat_status + heartbeat_lease, writes, heartbeat_status)
 
 
 def print_writes_table(title: str, per_shard: Mapping[str, Counter[str]]) -> LifecycleWrites:
@@ -514,11 +522,25 @@ def print_writes_table(title: str, per_shard: Mapping[str, Counter[str]]) -> Lif
     combined: Counter[str] = Counter()
     for writes in per_shard.values():
         combined.update(writes)
-    figures = [lifecycle_writes(w) for w in per_shard.values()]
-    total = sum(f.total for f in figures) / shards
-    beats = sum(f.heartbeats for f in figures) / shards
+    mean = mean_lifecycle_writes(per_shard)
+    total, beats = mean.total, mean.heartbeats
     print(f"\n{title}: {len(per_shard)} shard(s); API writes per shard lifecycle (audit log):")
     for key, count in sorted(combined.items()):
         print(f"  {count / shards:6.2f}  {key}")
     print(f"  total {total:.2f}, heartbeats {beats:.2f}: {total - beats:.2f} per shard without heartbeats")
-    return LifecycleWrites(round(total), round(beats), combined)
+    return LifecycleWrites(round(total), round(beats), combined, round(mean.beats))
+
+
+def mean_lifecycle_writes(per_shard: Mapping[str, Counter[str]]) -> LifecycleWrites:
+    """The mean `lifecycle_writes` of the shards in `per_shard` (breakdown: mean count per key)."""
+    shards = len(per_shard) or 1
+    figures = [lifecycle_writes(w) for w in per_shard.values()]
+    combined: Counter[str] = Counter()
+    for writes in per_shard.values():
+        combined.update(writes)
+    return LifecycleWrites(
+        sum(f.total for f in figures) / shards,
+        sum(f.heartbeats for f in figures) / shards,
+        Counter({key: count / shards for key, count in combined.items()}),  # type: ignore[misc]
+        sum(f.beats for f in figures) / shards,
+    )

@@ -57,6 +57,19 @@ CONTROLLERS = (
     "resourcequota-controller",
 )
 
+# What the audit log covers: every object a campaign or a Job costs the API server, including the
+# status subresources the Job controller and the kubelet write (jobs/status, pods/status) and the
+# pods' bindings, so that a worker Job's or an Indexed Job's cost is counted like a shard's.
+WRITE_VERBS = ("create", "update", "patch", "delete", "deletecollection")
+READ_VERBS = ("get", "list", "watch")
+AUDITED_RESOURCES = [
+    {"group": "shardops.dev"},
+    {"group": "coordination.k8s.io", "resources": ["leases"]},
+    {"group": "batch", "resources": ["jobs", "jobs/status"]},
+    {"group": "", "resources": ["configmaps", "events", "pods", "pods/status", "pods/binding"]},
+    {"group": "events.k8s.io", "resources": ["events"]},
+]
+
 AUDIT_POLICY = {
     "apiVersion": "audit.k8s.io/v1",
     "kind": "Policy",
@@ -65,14 +78,14 @@ AUDIT_POLICY = {
         {
             # Who wrote what: the operator's and workers' state changes, claims and Jobs.
             "level": "Metadata",
-            "verbs": ["create", "update", "patch", "delete", "deletecollection"],
-            "resources": [
-                {"group": "shardops.dev"},
-                {"group": "coordination.k8s.io", "resources": ["leases"]},
-                {"group": "batch", "resources": ["jobs"]},
-                {"group": "", "resources": ["configmaps", "events", "pods"]},
-                {"group": "events.k8s.io", "resources": ["events"]},
-            ],
+            "verbs": list(WRITE_VERBS),
+            "resources": AUDITED_RESOURCES,
+        },
+        {
+            # Who read what, for the cost of a campaign in reads (benchmarks/): metadata only.
+            "level": "Metadata",
+            "verbs": list(READ_VERBS),
+            "resources": AUDITED_RESOURCES,
         },
         {"level": "None"},
     ],

@@ -1,0 +1,103 @@
+"""`make bench`: measure shardops on the local control plane (or the cluster KUBECONFIG names) and
+write benchmarks/RESULTS.md, results.json and the PNG figures.
+
+    python -m benchmarks                 # the full set (BENCH_QUICK=1: the quick set)
+    python -m benchmarks --plan quick --out /tmp/bench
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+from benchmarks import limits, report, scenarios
+from benchmarks.model import Section
+from benchmarks.plan import PLANS, Plan
+from benchmarks.plots import Plots
+from benchmarks.target import Target, acquire, git_revision
+
+HERE = Path(__file__).resolve().parent
+REPO_ROOT = HERE.parent
+
+STEPS: list[tuple[str, Callable[[scenarios.Context], Section]]] = [
+    ("physical", scenarios.physical),
+    ("versus", scenarios.versus),
+    ("cost", scenarios.api_cost),
+    ("latency", scenarios.latency),
+    ("scale", scenarios.scale),
+    ("many", scenarios.many),
+]
+
+
+def run(target: Target, plan: Plan, out: Path, command: str) -> list[Section]:
+    """Every scenario of `plan` on `target`; writes RESULTS.md and the figures into `out`."""
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob("*.png"):
+        old.unlink()
+    started = time.monotonic()
+    ctx = scenarios.Context(target, plan, out, Plots(out))
+    about = {
+        "date": report.now_text(),
+        "git revision": git_revision(),
+        "cluster": target.kind,
+        **{f"machine: {k}": v for k, v in report.machine().items()},
+        **{f"version: {k}": v for k, v in target.versions().items()},
+        "set": plan.name,
+    }
+    sections: list[Section] = []
+    for key, step in STEPS:
+        if key == "many" and not plan.many_campaigns:
+            continue
+        elapsed = time.monotonic() - started
+        if elapsed > plan.deadline:
+            skipped = Section(key, key, "")
+            skipped.error = f"skipped: the run had used {elapsed:.0f} s of its {plan.deadline:.0f} s"
+            sections.append(skipped)
+            continue
+        print(f"[bench] {key} (at {elapsed:.0f} s)", flush=True)
+        began = time.monotonic()
+        try:
+            section = step(ctx)
+        except Exception as error:
+            section = Section(key, key, "")
+            section.error = f"{type(error).__name__}: {error}"[:2000]
+            traceback.print_exc()
+        section.seconds = time.monotonic() - began
+        sections.append(section)
+    sections.append(scenarios.profiles(ctx))
+    about["total time"] = f"{time.monotonic() - started:.0f} s"
+    facts = {"command": command, "about": about}
+    report.write(out, plan, sections, facts, limits.explain(sections, ctx))
+    report.print_summary(sections)
+    return sections
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
+    default = "quick" if os.environ.get("BENCH_QUICK") not in (None, "", "0") else "full"
+    parser.add_argument("--plan", choices=sorted(PLANS), default=default)
+    parser.add_argument("--out", type=Path, default=HERE, help="where RESULTS.md and the figures go")
+    parser.add_argument(
+        "--work",
+        type=Path,
+        default=REPO_ROOT / ".shardops" / "bench",
+        help="cluster state, ledgers, profiles",
+    )
+    args = parser.parse_args(argv)
+    plan = PLANS[args.plan]
+    command = "BENCH_QUICK=1 make bench" if plan.name == "quick" else "make bench"
+    with acquire(args.work) as target:
+        try:
+            run(target, plan, args.out, command)
+        finally:
+            scenarios.stop_everything(target)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

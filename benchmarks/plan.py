@@ -1,0 +1,167 @@
+"""The sizes and time budgets of a benchmark run: the full set (`make bench`), the quick set
+(`BENCH_QUICK=1 make bench`) and the smoke set (e2e/test_bench_smoke.py, inside `make test`).
+
+Budgets are per run. A run that reaches its budget is stopped and reported with what it completed
+(and marked as missing its target), so the whole set stays inside its time even while shardops is
+slow: the full set is sized to end within 40 minutes, the quick one within 10.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Versus:
+    """shardops against an Indexed Job with the same completions, parallelism and per-item work."""
+
+    key: str
+    label: str
+    shards: int
+    work_seconds: float
+    max_concurrency: int
+    repeats: int
+    budget: float
+    heartbeat_seconds: int | None = None
+
+
+@dataclass(frozen=True)
+class Scale:
+    key: str
+    label: str
+    items: int
+    shard_size: int
+    max_concurrency: int
+    budget: float
+
+
+@dataclass(frozen=True)
+class Plan:
+    name: str
+    physical_seconds: float
+    physical_repeats: int
+    physical_processes: int
+    physical_threads: int
+    versus: tuple[Versus, ...]
+    zombie_repeats: int
+    zombie_lease_seconds: int
+    restart_repeats: int
+    failover_repeats: int
+    many_campaigns: int
+    many_shards_each: int
+    many_concurrency_each: int
+    many_budget: float
+    scale: tuple[Scale, ...]
+    # A scale run gets at least this long even when the deadline is near (the many-campaigns runs
+    # after it shrink instead): shorter, it would show only the ramp-up.
+    scale_min_budget: float
+    profile_seconds: float
+    # When the profiles start: a worker's into the first zero-work run, the operator's into the
+    # first scale run (once it has shards to look at).
+    worker_profile_delay: float
+    operator_profile_delay: float
+    sample_every: float
+    cleanup_timeout: float
+    # The whole run stops starting new sections after this many seconds.
+    deadline: float
+
+    @property
+    def description(self) -> str:
+        return {
+            "full": "the full set",
+            "quick": "the QUICK set: reduced sizes, a rehearsal of the full set (`make bench`), whose "
+            "figures for the scale targets it does not replace",
+            "smoke": "the smoke set (e2e/test_bench_smoke.py): tiny sizes, proves the harness works",
+        }[self.name]
+
+
+FULL = Plan(
+    name="full",
+    physical_seconds=20,
+    physical_repeats=3,
+    physical_processes=2,
+    physical_threads=8,
+    versus=(
+        Versus("zero", "1,000 one-item shards, zero work", 1000, 0.0, 20, 1, 360),
+        Versus("1s", "200 shards of 1 s work", 200, 1.0, 20, 3, 100),
+        Versus("5s", "100 shards of 5 s work (heartbeat 2 s)", 100, 5.0, 20, 3, 100, heartbeat_seconds=2),
+    ),
+    zombie_repeats=3,
+    zombie_lease_seconds=10,
+    restart_repeats=3,
+    failover_repeats=3,
+    many_campaigns=10,
+    many_shards_each=200,
+    many_concurrency_each=2,
+    many_budget=150,
+    scale=(
+        Scale("10k", "10,000 one-item shards", 10000, 1, 20, 240),
+        Scale("100k", "100,000 items at shardSize 10", 100000, 10, 20, 240),
+    ),
+    scale_min_budget=150,
+    profile_seconds=30,
+    worker_profile_delay=8,
+    operator_profile_delay=60,
+    sample_every=3.0,
+    cleanup_timeout=120,
+    deadline=37 * 60,
+)
+
+QUICK = Plan(
+    name="quick",
+    physical_seconds=3,
+    physical_repeats=3,
+    physical_processes=2,
+    physical_threads=8,
+    versus=(
+        Versus("zero", "12 one-item shards, zero work", 12, 0.0, 6, 3, 60),
+        Versus("1s", "12 shards of 1 s work", 12, 1.0, 6, 3, 60),
+        Versus("5s", "12 shards of 5 s work (heartbeat 2 s)", 12, 5.0, 6, 3, 60, heartbeat_seconds=2),
+    ),
+    zombie_repeats=3,
+    zombie_lease_seconds=10,
+    restart_repeats=3,
+    failover_repeats=3,
+    many_campaigns=4,
+    many_shards_each=10,
+    many_concurrency_each=2,
+    many_budget=20,
+    scale=(
+        Scale("800", "800 one-item shards (full set: 10,000)", 800, 1, 20, 50),
+        Scale("5k-items", "5,000 items at shardSize 10 (full set: 100,000)", 5000, 10, 20, 50),
+    ),
+    scale_min_budget=40,
+    profile_seconds=10,
+    worker_profile_delay=6,
+    operator_profile_delay=15,
+    sample_every=2.0,
+    cleanup_timeout=40,
+    deadline=8.5 * 60,
+)
+
+SMOKE = Plan(
+    name="smoke",
+    physical_seconds=1,
+    physical_repeats=3,
+    physical_processes=1,
+    physical_threads=2,
+    versus=(Versus("zero", "3 one-item shards, zero work", 3, 0.0, 3, 1, 40),),
+    zombie_repeats=0,
+    zombie_lease_seconds=10,
+    restart_repeats=0,
+    failover_repeats=0,
+    many_campaigns=0,
+    many_shards_each=0,
+    many_concurrency_each=1,
+    many_budget=0,
+    scale=(Scale("tiny", "20 items at shardSize 10", 20, 10, 2, 30),),
+    scale_min_budget=10,
+    profile_seconds=1,
+    worker_profile_delay=1,
+    operator_profile_delay=0,
+    sample_every=1.0,
+    cleanup_timeout=30,
+    deadline=50,
+)
+
+PLANS = {plan.name: plan for plan in (FULL, QUICK, SMOKE)}

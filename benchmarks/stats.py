@@ -1,0 +1,105 @@
+"""Pure arithmetic of the benchmarks: medians and spreads, percentiles, deciles, time-weighted means.
+
+No I/O and no clock: every function takes the numbers it works on, so tests/test_bench_stats.py can
+check each one exactly.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Spread:
+    """The median of some repeats, with the smallest and the largest of them."""
+
+    median: float
+    low: float
+    high: float
+    count: int
+
+    def show(self, digits: int = 2, unit: str = "") -> str:
+        text = f"{self.median:.{digits}f}{unit}"
+        if self.count > 1:
+            text += f" ({self.low:.{digits}f}..{self.high:.{digits}f}, n={self.count})"
+        return text
+
+
+def spread(values: Sequence[float]) -> Spread | None:
+    """Median and range of `values`; None when there are none."""
+    if not values:
+        return None
+    return Spread(statistics.median(values), min(values), max(values), len(values))
+
+
+def percentile(values: Sequence[float], fraction: float) -> float | None:
+    """The `fraction` (0..1) percentile by linear interpolation between closest ranks."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    if len(ordered) == 1:
+        return ordered[0]
+    position = fraction * (len(ordered) - 1)
+    below = math.floor(position)
+    above = min(below + 1, len(ordered) - 1)
+    weight = position - below
+    return ordered[below] * (1 - weight) + ordered[above] * weight
+
+
+def decile_rates(start: float, completions: Sequence[float], parts: int = 10) -> list[float]:
+    """Throughput (completions per second) of each tenth of the completions, in completion order.
+
+    Part k holds completions k*n/parts .. (k+1)*n/parts (n = how many completed); its rate is its
+    size divided by the time from the previous part's last completion (or `start`) to its own last.
+    Fewer completions than parts: one part per completion.
+    """
+    ordered = sorted(completions)
+    if not ordered:
+        return []
+    parts = min(parts, len(ordered))
+    rates = []
+    previous_end = start
+    for part in range(parts):
+        first = part * len(ordered) // parts
+        last = (part + 1) * len(ordered) // parts
+        end = ordered[last - 1]
+        elapsed = max(end - previous_end, 1e-6)
+        rates.append((last - first) / elapsed)
+        previous_end = end
+    return rates
+
+
+def mean_concurrency(intervals: Sequence[tuple[float, float]], window: tuple[float, float]) -> float | None:
+    """Time-weighted mean number of `intervals` open during `window` (both [start, end))."""
+    begin, end = window
+    if end <= begin:
+        return None
+    covered = sum(max(0.0, min(b, end) - max(a, begin)) for a, b in intervals)
+    return covered / (end - begin)
+
+
+def steady_window(
+    completions: Sequence[float], low: float = 0.1, high: float = 0.9
+) -> tuple[float, float] | None:
+    """The steady state of a run: from its `low` to its `high` completion quantile (ramp-up and tail
+    left out). None with fewer than two distinct completion times."""
+    ordered = sorted(completions)
+    if len(ordered) < 2:
+        return None
+    begin = ordered[int(low * (len(ordered) - 1))]
+    end = ordered[int(high * (len(ordered) - 1))]
+    return (begin, end) if end > begin else None
+
+
+def open_at(intervals: Sequence[tuple[float, float]], moment: float) -> int:
+    """How many intervals [start, end) contain `moment`."""
+    return sum(1 for a, b in intervals if a <= moment < b)
+
+
+def ratio(numerator: float | None, denominator: float | None) -> float | None:
+    if numerator is None or not denominator:
+        return None
+    return numerator / denominator

@@ -1,0 +1,104 @@
+"""The benchmarks' arithmetic (benchmarks/stats.py), profile parsing and item encoding, exactly."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from benchmarks import profiling, stats
+from benchmarks.scenarios import compact_items
+
+
+def test_spread_is_median_and_range() -> None:
+    found = stats.spread([3.0, 1.0, 2.0])
+    assert found == stats.Spread(2.0, 1.0, 3.0, 3)
+    assert found.show(1, " s") == "2.0 s (1.0..3.0, n=3)"
+    assert stats.spread([]) is None
+    assert stats.Spread(1.0, 1.0, 1.0, 1).show(0) == "1"
+
+
+def test_percentile_interpolates_between_ranks() -> None:
+    assert stats.percentile([1.0, 2.0, 3.0, 4.0, 5.0], 0.5) == 3.0
+    assert stats.percentile([0.0, 10.0], 0.99) == pytest.approx(9.9)
+    assert stats.percentile([7.0], 0.99) == 7.0
+    assert stats.percentile([], 0.5) is None
+
+
+def test_decile_rates_split_completions_into_equal_parts() -> None:
+    # 20 completions, one per second after a start at 0: every tenth (2 shards) takes 2 s.
+    assert stats.decile_rates(0.0, [float(t) for t in range(1, 21)]) == [1.0] * 10
+    # Slowing down: the second half takes twice as long per shard.
+    times = [float(t) for t in range(1, 11)] + [10.0 + 2 * t for t in range(1, 11)]
+    rates = stats.decile_rates(0.0, times)
+    assert rates[0] == 1.0 and rates[-1] == 0.5
+    assert stats.decile_rates(0.0, [2.0, 4.0]) == [0.5, 0.5]
+    assert stats.decile_rates(0.0, []) == []
+
+
+def test_mean_concurrency_and_steady_window() -> None:
+    intervals = [(0.0, 10.0), (5.0, 10.0)]
+    assert stats.mean_concurrency(intervals, (0.0, 10.0)) == 1.5
+    assert stats.mean_concurrency(intervals, (5.0, 10.0)) == 2.0
+    assert stats.mean_concurrency(intervals, (3.0, 3.0)) is None
+    assert stats.steady_window([float(t) for t in range(11)]) == (1.0, 9.0)
+    assert stats.steady_window([1.0]) is None
+    assert stats.open_at(intervals, 5.0) == 2 and stats.open_at(intervals, 10.0) == 0
+
+
+def test_compact_items_fit_a_configmap_and_keep_shards_distinct() -> None:
+    items = compact_items(100_000, 10)
+    text = "\n".join(json.dumps(i, separators=(",", ":")) for i in items)
+    assert len(text.encode()) < 1024 * 1024
+    shards = [tuple(json.dumps(i) for i in items[k : k + 10]) for k in range(0, len(items), 10)]
+    assert len(set(shards)) == len(shards)
+    assert all(len(set(shard)) == len(shard) for shard in shards)
+    assert compact_items(3, 1) == [{"": 0}, {"": 1}, {"": 2}]
+
+
+def test_profile_parse_counts_inclusive_and_self() -> None:
+    raw = (
+        "Thread 1 (active);main (a/x.py:1);list (shardops/k8s/api.py:10);read (lib/python3.11/ssl.py:5) 3\n"
+        "Thread 1 (active);main (a/x.py:1);parse (operator/shardops/api/shard.py:2) 1\n"
+        "garbage line\n"
+    )
+    profile = profiling.parse("p", raw)
+    assert profile.samples == 4
+    assert profile.inclusive["main (a/x.py)"] == 4
+    assert profile.leaf["read (ssl.py)"] == 3
+    assert profile.leaf["parse (shardops/api/shard.py)"] == 1
+    assert profile.top(profile.leaf, 1) == [("read (ssl.py)", 75.0)]
+
+
+def _entry(verb: str, resource: str, user: str, at: str, **extra: object) -> dict[str, object]:
+    ref = {"namespace": "ns", "resource": resource, **{k: v for k, v in extra.items() if k == "subresource"}}
+    return {
+        "verb": verb,
+        "stage": extra.get("stage", "ResponseComplete"),
+        "objectRef": ref,
+        "user": {"username": user},
+        "userAgent": extra.get("agent", "python"),
+        "requestReceivedTimestamp": at,
+        "responseStatus": {"code": extra.get("code", 200)},
+    }
+
+
+def test_audit_cost_counts_by_writer_verb_and_resource_inside_the_window() -> None:
+    from benchmarks import audit
+
+    worker = "system:serviceaccount:ns:shardops-worker"
+    entries = [
+        _entry("patch", "shards", worker, "2026-01-01T00:00:01.000000Z", subresource="status"),
+        _entry("patch", "shards", worker, "2026-01-01T00:00:02.000000Z", subresource="status", code=409),
+        _entry("list", "shards", worker, "2026-01-01T00:00:02.000000Z"),
+        _entry("watch", "pods", "shardops-admin", "2026-01-01T00:00:02.000000Z", stage="ResponseStarted"),
+        _entry("watch", "pods", "shardops-admin", "2026-01-01T00:00:03.000000Z"),  # its end: not again
+        _entry("get", "campaigns", "shardops-admin", "2026-01-01T00:00:02.000000Z", agent="shardops-bench"),
+        _entry("create", "pods", "system:serviceaccount:kube-system:job-controller", "2026-01-01T00:00:09Z"),
+    ]
+    start = audit.epoch("2026-01-01T00:00:00Z")
+    cost = audit.cost(entries, "ns", (start, start + 5), units=2)
+    assert cost.writes == {("worker", "patch", "shards/status"): 1}
+    assert cost.refused_writes == 1
+    assert cost.reads == {("worker", "list", "shards"): 1, ("kubelet", "watch", "pods"): 1}
+    assert cost.writes_per_unit == 0.5 and cost.reads_per_unit == 1.0
+    assert audit.writer(entries[-1]) == "job-controller"
