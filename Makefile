@@ -39,7 +39,7 @@ manifests: $(STAMP) ## regenerate crds/ and the chart's copy from the API models
 	$(BIN)/shardops crds --output crds
 	$(BIN)/shardops crds --output charts/shardops/crds
 
-unit: $(STAMP) ## tests without a cluster
+unit: $(BENCH_STAMP) ## tests without a cluster (the benchmarks' own unit tests need the bench extra)
 	$(BIN)/pytest -q tests
 
 e2e: $(BENCH_STAMP) tools ## tests against the local control plane (or KUBECONFIG when set)
