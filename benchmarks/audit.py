@@ -145,4 +145,5 @@ def lifecycle(entries: Sequence[JSON], shards: Sequence[JSON]) -> schedulerkit.L
     """Mean writes of one shard's lifecycle (its Shard, status, Lease, Events, result ConfigMaps),
     split into heartbeats and the rest, by the e2e suite's own rule (schedulerkit.lifecycle_writes)."""
     per_shard = schedulerkit.writes_by_shard(entries, shards)
-    return schedulerkit.mean_lifecycle_writes(per_shard) if per_shard else None
+    transitions = {str(s["metadata"]["name"]): schedulerkit.worker_transitions(s) for s in shards}
+    return schedulerkit.mean_lifecycle_writes(per_shard, transitions) if per_shard else None

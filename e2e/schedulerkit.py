@@ -498,31 +498,43 @@ class LifecycleWrites:
         return self.total - self.heartbeats
 
 
-def lifecycle_writes(writes: Counter[str]) -> LifecycleWrites:
-    """Every transition is one status patch plus one Event; a status patch without an Event is a
-    heartbeat, and each heartbeat also renews the Lease (one Lease patch). Release is the other
-    Lease patch, one per attempt that ended normally. Heartbeats are the worker's, so only the
-    worker's writes are paired: the operator posts Events without a status patch (Stalled)."""
+# The transitions a worker writes (its other status patches are heartbeats); the operator's are
+# Materialized, Paused, Resumed, Retried, Revoked and the sweep's LeaseExpired.
+WORKER_TRANSITIONS = frozenset({"Claimed", "Completed", "AttemptFailed", "Failed", "Blocked", "Released"})
+
+
+def worker_transitions(shard: JSON) -> int:
+    """How many of the shard's recorded transitions its workers wrote (from its status.history)."""
+    history = (shard.get("status") or {}).get("history") or []
+    return sum(1 for entry in history if entry.get("reason") in WORKER_TRANSITIONS)
+
+
+def lifecycle_writes(writes: Counter[str], transitions: int) -> LifecycleWrites:
+    """`transitions`: the worker's transitions of this shard (`worker_transitions`). Each is one
+    status patch; the worker's other status patches are heartbeats, and each heartbeat also renews
+    the Lease (one Lease patch). Routine transitions post no Event, so Events cannot tell them
+    apart; the history can. Only the worker's writes are paired: heartbeats are the worker's."""
     worker = chartkit.worker_service_account()
 
     def by_worker(suffix: str) -> int:
         return sum(n for key, n in writes.items() if key.startswith(f"{worker} ") and key.endswith(suffix))
 
-    events = by_worker(" create events")
     status_patches = by_worker(" patch shards/status")
-    heartbeat_status = max(0, status_patches - events)
+    heartbeat_status = max(0, status_patches - transitions)
     lease_patches = by_worker(" patch leases")
     heartbeat_lease = min(heartbeat_status, lease_patches)
     return LifecycleWrites(sum(writes.values()), heartbeat_status + heartbeat_lease, writes, heartbeat_status)
 
 
-def print_writes_table(title: str, per_shard: Mapping[str, Counter[str]]) -> LifecycleWrites:
+def print_writes_table(
+    title: str, per_shard: Mapping[str, Counter[str]], transitions: Mapping[str, int]
+) -> LifecycleWrites:
     """Print the average writes of a shard lifecycle by writer and kind; returns the averages (rounded)."""
     shards = len(per_shard) or 1
     combined: Counter[str] = Counter()
     for writes in per_shard.values():
         combined.update(writes)
-    mean = mean_lifecycle_writes(per_shard)
+    mean = mean_lifecycle_writes(per_shard, transitions)
     total, beats = mean.total, mean.heartbeats
     print(f"\n{title}: {len(per_shard)} shard(s); API writes per shard lifecycle (audit log):")
     for key, count in sorted(combined.items()):
@@ -531,10 +543,13 @@ def print_writes_table(title: str, per_shard: Mapping[str, Counter[str]]) -> Lif
     return LifecycleWrites(round(total), round(beats), combined, round(mean.beats))
 
 
-def mean_lifecycle_writes(per_shard: Mapping[str, Counter[str]]) -> LifecycleWrites:
-    """The mean `lifecycle_writes` of the shards in `per_shard` (breakdown: mean count per key)."""
+def mean_lifecycle_writes(
+    per_shard: Mapping[str, Counter[str]], transitions: Mapping[str, int]
+) -> LifecycleWrites:
+    """The mean `lifecycle_writes` of the shards in `per_shard` (breakdown: mean count per key);
+    `transitions`: each shard's worker transitions by name (`worker_transitions`)."""
     shards = len(per_shard) or 1
-    figures = [lifecycle_writes(w) for w in per_shard.values()]
+    figures = [lifecycle_writes(w, transitions.get(name, 0)) for name, w in per_shard.items()]
     combined: Counter[str] = Counter()
     for writes in per_shard.values():
         combined.update(writes)

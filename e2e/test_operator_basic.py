@@ -24,6 +24,7 @@ from e2e.schedulerkit import (
     running_intervals,
     shards_of,
     wait_phase,
+    worker_transitions,
     writes_by_shard,
 )
 
@@ -103,7 +104,8 @@ def test_forty_items_in_eight_shards_never_more_than_three_running(
     entries = audit_entries(local_cluster, namespace)
     per_shard = writes_by_shard(entries, shards)
     assert set(per_shard) == {s["metadata"]["name"] for s in shards}
-    figures = print_writes_table("40 items / 8 shards", per_shard)
+    transitions = {s["metadata"]["name"]: worker_transitions(s) for s in shards}
+    figures = print_writes_table("40 items / 8 shards", per_shard, transitions)
     assert figures.without_heartbeats > 0
     # Writes that belong to the campaign rather than to one shard, for scale.
     campaign_writes = Counter(
