@@ -132,7 +132,7 @@ QUICK = Plan(
     ),
     scale_min_budget=40,
     profile_seconds=10,
-    worker_profile_delay=6,
+    worker_profile_delay=3,
     operator_profile_delay=15,
     sample_every=2.0,
     cleanup_timeout=40,

@@ -1181,6 +1181,9 @@ def profiles(ctx: Context) -> Section:
         if profile.error:
             section.notes.append(f"{profile.what}: {profile.error}")
             continue
+        if not profile.samples:
+            section.notes.append(f"{profile.what}: no busy samples (the process was idle or ended)")
+            continue
         rows = []
         inclusive = profile.top(profile.inclusive, 15)
         leaf = profile.top(profile.leaf, 15)
