@@ -654,7 +654,7 @@ def latency(ctx: Context) -> Section:
         process = stats.spread(ctx.restart_process)
         rows.append(
             [
-                "of which: until the new operator process runs",
+                "operator restart: until the new operator process runs (part of its recovery)",
                 str(len(ctx.restart_process)),
                 _show(process, 1, " s"),
                 ", ".join(f"{v:.1f}" for v in ctx.restart_process),
