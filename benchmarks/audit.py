@@ -4,7 +4,8 @@ pods/status, pods/binding), ConfigMaps and Events.
 
 Counted per run: the entries of the run's namespace whose request arrived inside the run's window,
 by writer x verb x resource[/subresource]. The benchmark's own requests (its polls and samples,
-user agent `shardops-bench`) and kubectl's are left out. A watch counts once, when it starts.
+user agent `shardops-bench`) and kubectl's are left out, and so are deletions by others than
+shardops (the cleanup of the run before). A watch counts once, when it starts.
 """
 
 from __future__ import annotations
@@ -25,6 +26,10 @@ from benchmarks.target import USER_AGENT as BENCH_AGENT
 JSON = dict[str, Any]
 # Whose requests are not part of what a run costs: the benchmark itself and the installer.
 NOT_COUNTED = frozenset({"bench", "kubectl"})
+# Deletions count only when shardops makes them: neither side deletes anything while it runs, so a
+# deletion by the garbage collector or the kubelet is the cleanup of the run before.
+CLEANUP_VERBS = frozenset({"delete", "deletecollection"})
+SHARDOPS_WRITERS = frozenset({"operator", "worker"})
 
 
 def load(path: Path | None, namespaces: Iterable[str]) -> list[JSON]:
@@ -120,6 +125,8 @@ def cost(
         if who in NOT_COUNTED or who in exclude:
             continue
         verb = str(entry.get("verb"))
+        if verb in CLEANUP_VERBS and who not in SHARDOPS_WRITERS:
+            continue  # the previous run's cleanup (garbage collector, kubelet), which overlaps this run
         code = int((entry.get("responseStatus") or {}).get("code") or 0)
         key = (who, verb, what(entry))
         if verb in WRITE_VERBS:

@@ -23,6 +23,15 @@ GENERIC = (
     "_bootstrap",
     "Worker.run",
     "Thread.run",
+    "Thread._bootstrap",
+    "_worker (concurrent",
+    "_WorkItem.run",
+    "run_operator",
+    "_run_operator",
+    "BaseEventLoop.",
+    "Runner.run",
+    "Handle._run",
+    "Worker._step",
 )
 
 

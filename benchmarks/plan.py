@@ -62,6 +62,9 @@ class Plan:
     operator_profile_delay: float
     sample_every: float
     cleanup_timeout: float
+    # Whether a run waits for the garbage collector to remove the previous run's Shards and a Job's
+    # pods (a quiet start), or only for the previous campaign's worker Jobs (their processes).
+    wait_for_garbage: bool
     # The whole run stops starting new sections after this many seconds.
     deadline: float
 
@@ -98,13 +101,14 @@ FULL = Plan(
         Scale("10k", "10,000 one-item shards", 10000, 1, 20, 240),
         Scale("100k", "100,000 items at shardSize 10", 100000, 10, 20, 240),
     ),
-    scale_min_budget=150,
+    scale_min_budget=120,
     profile_seconds=30,
     worker_profile_delay=8,
     operator_profile_delay=60,
     sample_every=3.0,
     cleanup_timeout=120,
-    deadline=37 * 60,
+    wait_for_garbage=True,
+    deadline=36 * 60,
 )
 
 QUICK = Plan(
@@ -122,20 +126,21 @@ QUICK = Plan(
     zombie_lease_seconds=10,
     restart_repeats=3,
     failover_repeats=3,
-    many_campaigns=4,
-    many_shards_each=10,
+    many_campaigns=3,
+    many_shards_each=8,
     many_concurrency_each=2,
-    many_budget=20,
+    many_budget=15,
     scale=(
         Scale("800", "800 one-item shards (full set: 10,000)", 800, 1, 20, 50),
         Scale("5k-items", "5,000 items at shardSize 10 (full set: 100,000)", 5000, 10, 20, 50),
     ),
     scale_min_budget=40,
     profile_seconds=10,
-    worker_profile_delay=6,
+    worker_profile_delay=3,
     operator_profile_delay=15,
     sample_every=2.0,
     cleanup_timeout=40,
+    wait_for_garbage=False,
     deadline=8.5 * 60,
 )
 
@@ -161,6 +166,7 @@ SMOKE = Plan(
     operator_profile_delay=0,
     sample_every=1.0,
     cleanup_timeout=30,
+    wait_for_garbage=False,
     deadline=50,
 )
 

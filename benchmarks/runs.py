@@ -416,23 +416,26 @@ def _any(target: Target, resource: Resource, namespace: str, selector: str) -> b
     return bool(page.get("items"))
 
 
-def delete_campaign(target: Target, namespace: str, name: str, timeout: float) -> bool:
-    return delete_campaigns(target, namespace, [name], timeout)
+def delete_campaign(target: Target, namespace: str, name: str, timeout: float, shards: bool = True) -> bool:
+    return delete_campaigns(target, namespace, [name], timeout, shards)
 
 
-def delete_campaigns(target: Target, namespace: str, names: Sequence[str], timeout: float) -> bool:
+def delete_campaigns(
+    target: Target, namespace: str, names: Sequence[str], timeout: float, shards: bool = True
+) -> bool:
     """Delete Campaigns (all at once) and wait, bounded, until the garbage collector removed their
-    shards and Jobs, so that the next run starts on a quiet namespace. False when they outlived
-    `timeout` (the next run then starts anyway)."""
+    worker Jobs (and, with `shards`, their Shards), so that the next run starts on a quiet namespace.
+    False when they outlived `timeout` (the next run then starts anyway)."""
     for name in names:
         with contextlib.suppress(NotFound):
             target.kube.delete(CAMPAIGNS, namespace, name, propagation="Background")
+    kinds = (SHARDS, JOBS) if shards else (JOBS,)
 
     def gone() -> bool:
         return not any(
             _any(target, resource, namespace, f"{CAMPAIGN_LABEL}={name}")
             for name in names
-            for resource in (SHARDS, JOBS)
+            for resource in kinds
         )
 
     try:
@@ -442,9 +445,11 @@ def delete_campaigns(target: Target, namespace: str, names: Sequence[str], timeo
     return True
 
 
-def delete_job(target: Target, namespace: str, name: str, timeout: float) -> bool:
+def delete_job(target: Target, namespace: str, name: str, timeout: float, pods: bool = True) -> bool:
     with contextlib.suppress(NotFound):
         target.kube.delete(JOBS, namespace, name, propagation="Background")
+    if not pods:
+        return True  # its pods have exited already: what is left is bookkeeping
     try:
         wait_for(
             f"job {name}'s pods to be deleted",

@@ -201,7 +201,8 @@ def versus(ctx: Context) -> Section:
         "(the example agent, its latency = the work) through the same kubelet. Time: from the create "
         "call to the first poll (every 0.25 s) that sees the Campaign Succeeded / the Job Complete. "
         "The order alternates between repeats (Job first, then shardops first, ...); each run starts "
-        "after the previous one's objects are deleted. Cap utilization: mean Running shards (from the "
+        "after the previous one's worker processes are gone (in the full set also its Shards and "
+        "pods). Cap utilization: mean Running shards (from the "
         "shards' history) / maxConcurrency between the 10th and the 90th percentile completion.",
     )
     _startup_costs(ctx, section)
@@ -322,7 +323,7 @@ def _versus_pair(
             SHARDS, namespace, label_selector=f"{CAMPAIGN_LABEL}={name}"
         )
         run.quiet_until = time.time()
-        delete_campaign(target, namespace, name, plan.cleanup_timeout)
+        delete_campaign(target, namespace, name, plan.cleanup_timeout, shards=plan.wait_for_garbage)
         # Worker processes are reaped (and counted) when they exit, which may be after the run's end.
         run.cpu = _cpu_delta(cpu_before, target.cpu_seconds())
         return run
@@ -341,7 +342,7 @@ def _versus_pair(
             ledger=ctx.ledger(f"{namespace}-{job}"),
         )
         run.quiet_until = time.time()
-        delete_job(target, namespace, job, plan.cleanup_timeout)
+        delete_job(target, namespace, job, plan.cleanup_timeout, pods=plan.wait_for_garbage)
         run.cpu = _cpu_delta(cpu_before, target.cpu_seconds())
         return run
 
@@ -653,7 +654,7 @@ def latency(ctx: Context) -> Section:
         process = stats.spread(ctx.restart_process)
         rows.append(
             [
-                "of which: until the new operator process runs",
+                "operator restart: until the new operator process runs (part of its recovery)",
                 str(len(ctx.restart_process)),
                 _show(process, 1, " s"),
                 ", ".join(f"{v:.1f}" for v in ctx.restart_process),
@@ -900,7 +901,7 @@ def many(ctx: Context) -> Section:
         "Many campaigns: side by side against one big one",
         f"{count} campaigns of {each} one-item zero-work shards at once, maxConcurrency {mc} each, "
         f"against one campaign of {count * each} shards at maxConcurrency {count * mc}: the same "
-        f"work and the same total cap, one operator. Budget {ctx.budget(plan.many_budget, 2):.0f} s each.",
+        f"work and the same total cap, one operator. Budget {_many_budget(ctx, 2):.0f} s each.",
     )
     namespace = target.namespace("bench-many")
     rows = []
@@ -916,7 +917,7 @@ def many(ctx: Context) -> Section:
                     name, image=target.image, items=_items(each, index * each), max_concurrency=mc
                 ),
             )
-        done, ended = _wait_campaigns(target, namespace, names, count * each, ctx.budget(plan.many_budget, 2))
+        done, ended = _wait_campaigns(target, namespace, names, count * each, _many_budget(ctx, 2))
         per_campaign = [_completed(target, namespace, n) for n in names]
         results["many"] = (sum(per_campaign), ended - started, done)
         rows.append(
@@ -931,7 +932,7 @@ def many(ctx: Context) -> Section:
         )
         for name in names:
             target.kube.patch(CAMPAIGNS, namespace, name, {"spec": {"suspend": True}})
-        delete_campaigns(target, namespace, names, plan.cleanup_timeout / 2)
+        delete_campaigns(target, namespace, names, plan.cleanup_timeout / 2, shards=plan.wait_for_garbage)
         started = time.time()
         target.kube.create(
             CAMPAIGNS,
@@ -971,6 +972,12 @@ def many(ctx: Context) -> Section:
     section.data["results"] = results
     target.delete_namespace(namespace)
     return section
+
+
+def _many_budget(ctx: Context, runs_left: int) -> float:
+    """The many-campaigns runs' share of the time left, after the scale runs' minimum."""
+    scale_reserve = len(ctx.plan.scale) * (ctx.plan.scale_min_budget + 20)
+    return ctx.budget(ctx.plan.many_budget, runs_left, reserve=30 + scale_reserve)
 
 
 def _completed(target: Target, namespace: str, name: str) -> int:
@@ -1022,12 +1029,9 @@ def scale(ctx: Context) -> Section:
         bound = BACKLOG_RATIO * first.max_concurrency + first.max_concurrency
         label = f"{first.total} one-item shards (the zero-work run against the Indexed Job)"
         entries.append((label, first, bound, {}, None))
-    # The scale runs come first; the many-campaigns section after them gets at least its minimum.
-    many_reserve = 2 * MIN_BUDGET + 40 if plan.many_campaigns else 0
     for index, case in enumerate(plan.scale):
         budget = max(
-            min(case.budget, plan.scale_min_budget),
-            ctx.budget(case.budget, len(plan.scale) - index, reserve=30 + many_reserve),
+            min(case.budget, plan.scale_min_budget), ctx.budget(case.budget, len(plan.scale) - index)
         )
         result = _scale_case(ctx, case, section, budget)
         entries.append((case.label, result["run"], result["bound"], result, case))
@@ -1180,6 +1184,9 @@ def profiles(ctx: Context) -> Section:
     for profile in ctx.profiles:
         if profile.error:
             section.notes.append(f"{profile.what}: {profile.error}")
+            continue
+        if not profile.samples:
+            section.notes.append(f"{profile.what}: no busy samples (the process was idle or ended)")
             continue
         rows = []
         inclusive = profile.top(profile.inclusive, 15)
