@@ -34,9 +34,9 @@ from e2e.cluster.lifecycle import WRITE_VERBS, free_port
 from e2e.harness import Cluster, wait_for
 from shardops.api.names import API_GROUP_VERSION
 from shardops.k8s.api import CAMPAIGNS, LEASES, SHARDS, Kube, NotFound
-from shardops.k8s.results import ITEMS_PREFIX, RESULT_PREFIX
 from shardops.logic.idempotency import key_label
 from shardops.logic.timefmt import parse_rfc3339 as parse_time
+from shardops.store.configmap import ITEMS_PREFIX, RESULT_PREFIX
 
 JSON = dict[str, Any]
 GROUP, VERSION = API_GROUP_VERSION.split("/")

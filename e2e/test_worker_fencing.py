@@ -18,7 +18,7 @@ from pathlib import Path
 from e2e import workerkit as kit
 from e2e.cluster.lifecycle import WRITE_VERBS
 from e2e.harness import Cluster
-from shardops.k8s.results import OWNER_ANNOTATION
+from shardops.store.configmap import OWNER_ANNOTATION
 
 ITEMS = 2
 

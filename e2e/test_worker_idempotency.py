@@ -12,7 +12,7 @@ from pathlib import Path
 
 from e2e import workerkit as kit
 from e2e.harness import Cluster
-from shardops.k8s.results import check_result, result_name
+from shardops.store.configmap import check_result, result_name
 
 
 def _run_to_completion(

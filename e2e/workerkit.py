@@ -36,11 +36,11 @@ from shardops.api.names import API_GROUP_VERSION, CAMPAIGN_KIND, CAMPAIGN_LABEL
 from shardops.api.shard import Shard
 from shardops.k8s import campaigns
 from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS, EVENTS, LEASES, SHARDS, Kube, NotFound
-from shardops.k8s.results import ITEMS_PREFIX, RESULT_PREFIX, items_name, result_name
 from shardops.k8s.shards import Actor, TransitionRequest, apply_transition
 from shardops.logic.idempotency import idempotency_key
 from shardops.logic.transitions import Action
 from shardops.scheduler import builders
+from shardops.store.configmap import ITEMS_PREFIX, RESULT_PREFIX, items_name, result_name
 
 WORKER_SA = "shardops-worker"
 AGENT = "shardops-example-agent"

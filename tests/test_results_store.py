@@ -9,17 +9,13 @@ import pytest
 
 from fakekube import FakeKube
 from shardops.k8s.api import CONFIGMAPS, Conflict
-from shardops.k8s.results import (
+from shardops.logic.idempotency import fingerprint, item_subkey, key_label
+from shardops.store.configmap import (
     BYTES_ANNOTATION,
     FINGERPRINT_ANNOTATION,
-    ItemRecord,
-    ResultMeta,
-    ResultTooLarge,
-    StoreCorrupt,
     check_result,
     data_size,
     decode_items,
-    encode_result,
     item_data_key,
     items_additions,
     items_name,
@@ -28,10 +24,16 @@ from shardops.k8s.results import (
     result_body,
     result_name,
     save_items,
-    store_label,
     store_result,
 )
-from shardops.logic.idempotency import fingerprint, item_subkey, key_label
+from shardops.store.records import (
+    ItemRecord,
+    ResultMeta,
+    ResultTooLarge,
+    StoreCorrupt,
+    encode_result,
+    store_label,
+)
 from workerkit import NAMESPACE
 
 KEY = fingerprint({"shard": 1})

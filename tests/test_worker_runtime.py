@@ -21,17 +21,9 @@ from shardops.api.campaign import Campaign
 from shardops.api.shard import Shard
 from shardops.k8s import leases
 from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS, EVENTS, LEASES, SHARDS, ApiError, Resource
-from shardops.k8s.results import (
-    ItemRecord,
-    ResultMeta,
-    check_result,
-    encode_result,
-    items_name,
-    result_name,
-    save_items,
-    store_result,
-)
 from shardops.logic.idempotency import item_subkey
+from shardops.store.configmap import check_result, items_name, result_name, save_items, store_result
+from shardops.store.records import ItemRecord, ResultMeta, encode_result
 from shardops.worker.runtime import Worker
 from shardops.worker.settings import WorkerSettings
 from workerkit import NAMESPACE, add_campaign, campaign_body

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from shardops.k8s.results import DEFAULT_MAX_BYTES
 from shardops.worker.settings import WorkerSettings
 
 
@@ -14,7 +13,8 @@ def test_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("POD_NAME", "SHARDOPS_POD_NAME", "SHARDOPS_NAMESPACE", "SHARDOPS_IDLE_SECONDS"):
         monkeypatch.delenv(name, raising=False)
     settings = WorkerSettings()
-    assert settings.result_max_bytes == DEFAULT_MAX_BYTES == 900 * 1024
+    assert settings.result_max_bytes is None, "unset means the result store's own cap"
+    assert settings.store_retry_seconds == 120
     assert settings.claim_candidates == 5
     assert settings.idle_seconds is None, "unset means the campaign's spec.idleSeconds"
     assert settings.namespace is None

@@ -81,6 +81,13 @@ class StallPolicy(StrEnum):
     REVOKE = "Revoke"
 
 
+class StoreType(StrEnum):
+    """Where shard results (and item results for resuming) are kept."""
+
+    CONFIG_MAP = "ConfigMap"
+    S3 = "S3"
+
+
 class ConditionStatus(StrEnum):
     TRUE = "True"
     FALSE = "False"
@@ -115,6 +122,8 @@ class ConditionReason(StrEnum):
     ITEMS_NOT_FOUND = "ItemsNotFound"
     ITEMS_KEY_NOT_FOUND = "ItemsKeyNotFound"
     ITEMS_INVALID = "ItemsInvalid"
+    RESULT_STORE_TOO_SMALL = "ResultStoreTooSmall"
+    RESULT_STORE_UNAVAILABLE = "ResultStoreUnavailable"
     # Backpressured
     WITHIN_BACKLOG = "WithinBacklog"
     BACKLOG_FULL = "BacklogFull"

@@ -136,6 +136,7 @@ def worker_job_body(
         {"name": "SHARDOPS_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
         # Before the campaign's env, so a campaign can still point TMPDIR elsewhere (later wins).
         {"name": "TMPDIR", "value": WORKER_TMP},
+        *store_credentials_env(campaign),
         *({"name": var.name, "value": var.value} for var in worker.env),
     ]
     container: JSON = {
@@ -188,6 +189,21 @@ def worker_job_body(
             },
         },
     }
+
+
+# The keys of a result store's credentials Secret: the variables S3 clients read by default.
+STORE_CREDENTIAL_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+
+
+def store_credentials_env(campaign: Campaign) -> list[JSON]:
+    """Worker env from the result store's credentials Secret (never values copied into the Job)."""
+    location = campaign.current_status.result_store
+    if location is None or location.credentials_secret is None:
+        return []
+    return [
+        {"name": key, "valueFrom": {"secretKeyRef": {"name": location.credentials_secret, "key": key}}}
+        for key in STORE_CREDENTIAL_KEYS
+    ]
 
 
 def worker_spec_for(spec: CampaignSpec, claimable_classes: Iterable[ShardClass]) -> WorkerSpec:

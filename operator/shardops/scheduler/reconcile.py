@@ -27,7 +27,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from shardops.api.campaign import Campaign, CampaignStatus
+from shardops import store
+from shardops.api.campaign import Campaign, CampaignStatus, resolve_result_store
 from shardops.api.common import Condition, Item
 from shardops.api.enums import (
     BreakerState,
@@ -233,6 +234,11 @@ class Reconciler:
         except campaigns.ItemsUnavailable as problem:
             self._invalid(body, problem.reason, problem.message, now)
             return True
+        if campaign.current_status.result_store is None:
+            recorded = self._record_store(body, campaign, len(items), now)
+            if recorded is None:
+                return True
+            body, campaign = recorded, Campaign.parse(recorded)
         seen = _Observed(
             body=body,
             campaign=campaign,
@@ -254,6 +260,36 @@ class Reconciler:
         self._write_status(seen, plan, fold, stuck, retried, now)
         self.metrics.dispatch.labels(campaign=key, reason=str(plan.reason)).inc()
         return True
+
+    # --- the result store ----------------------------------------------------------------------------
+
+    def _record_store(self, body: JSON, campaign: Campaign, items: int, now: dt.datetime) -> JSON | None:
+        """Fix the campaign's result store in its status before its first shard is cut, once it is
+        known to fit and to answer; None (Ready=False naming the fix, nothing cut) when not."""
+        installation = self.settings.result_store_location()
+        location = resolve_result_store(campaign.spec.result_store, installation)
+        problem = store.capacity_problem(location, campaign.spec.expected_shards(items))
+        if problem is not None:
+            self._invalid(body, ConditionReason.RESULT_STORE_TOO_SMALL, problem, now)
+            return None
+        # The operator holds the installation's credentials only: a campaign with its own Secret is
+        # checked by its workers (a store error fails their attempt with class unavailable).
+        if location.credentials_secret == installation.credentials_secret:
+            try:
+                store.probe(location)
+            except store.StoreUnavailable as unavailable:
+                self._invalid(body, ConditionReason.RESULT_STORE_UNAVAILABLE, str(unavailable), now)
+                return None
+        try:
+            return campaigns.patch_status(
+                self.kube,
+                campaign.namespace,
+                campaign.name,
+                {"resultStore": location.to_dict()},
+                body["metadata"].get("resourceVersion"),
+            )
+        except Conflict:
+            return None
 
     # --- items -------------------------------------------------------------------------------------------
 

@@ -14,6 +14,8 @@ from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from shardops import API_GROUP
+from shardops.api.campaign import BUCKET_PATTERN, DEFAULT_S3_PREFIX, ResultStoreStatus
+from shardops.api.enums import StoreType
 from shardops.scheduler.builders import DEFAULT_WORKER_SERVICE_ACCOUNT
 from shardops.state import observe
 
@@ -106,7 +108,42 @@ class OperatorSettings(BaseSettings):
         min_length=1,
         description="ServiceAccount of worker pods when spec.worker.serviceAccountName is unset.",
     )
+    result_store: StoreType = Field(
+        default=StoreType.CONFIG_MAP,
+        description=(
+            "Result store of campaigns that do not choose one (spec.resultStore.type): ConfigMap (no "
+            "dependencies, small campaigns) or S3 (the SHARDOPS_S3_* settings)."
+        ),
+    )
+    s3_endpoint: str | None = Field(
+        default=None, pattern=r"^https?://[^\s]+$", description="S3 API URL; unset: AWS S3."
+    )
+    s3_region: str | None = Field(default=None, description="Region S3 requests are signed for.")
+    s3_bucket: str | None = Field(default=None, pattern=BUCKET_PATTERN, description="Bucket of results.")
+    s3_prefix: str = Field(
+        default=DEFAULT_S3_PREFIX, description="Key prefix of every object shardops writes."
+    )
+    s3_credentials_secret: str | None = Field(
+        default=None,
+        description=(
+            "Secret (in each campaign's namespace) with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY for "
+            "workers; unset: the client's default credential chain. The operator's own credentials come "
+            "from its environment (the chart maps the same Secret of its namespace)."
+        ),
+    )
     log_level: str = Field(default="INFO")
+
+    def result_store_location(self) -> ResultStoreStatus:
+        """The installation's result store (with its S3 settings whatever the default type): what a
+        campaign gets for what it leaves unset."""
+        return ResultStoreStatus(
+            type=self.result_store,
+            endpoint=self.s3_endpoint,
+            region=self.s3_region,
+            bucket=self.s3_bucket,
+            prefix=self.s3_prefix,
+            credentials_secret=self.s3_credentials_secret,
+        )
 
     @field_validator("namespaces", mode="before")
     @classmethod

@@ -31,7 +31,6 @@ from shardops.api.names import API_GROUP_VERSION, SHARD_KIND
 from shardops.api.shard import Progress, Shard, ShardError
 from shardops.k8s import leases
 from shardops.k8s.api import SHARDS, Conflict, Kube, NotFound
-from shardops.k8s.results import ItemRecord
 from shardops.k8s.shards import Actor, TransitionRequest, apply_transition
 from shardops.logic.breaker import route
 from shardops.logic.budget import BudgetGate, allows
@@ -41,6 +40,7 @@ from shardops.logic.planner import claim_order_key, plan_dispatch
 from shardops.logic.timefmt import rfc3339
 from shardops.logic.transitions import Action
 from shardops.state import observe, shardview
+from shardops.store.records import ItemRecord
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ Outcomes of one claimed shard:
 * fenced: the Lease or the shard is not ours any more -> untouched, the new holder owns it.
 
 Partial results survive a crash up to the last heartbeat: each heartbeat flushes the item results
-read since the previous one to the items ConfigMap. Items a killed worker finished after its last
+read since the previous one to the result store. Items a killed worker finished after its last
 flush are computed again by the next attempt.
 """
 
@@ -28,25 +28,34 @@ import os
 import random
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import urllib3
 
-from shardops.api.campaign import Campaign
+from shardops.api.campaign import Campaign, ResultStoreStatus
 from shardops.api.common import Item
 from shardops.api.enums import ErrorClass, ShardClass
 from shardops.api.shard import Progress, Shard, ShardError, ShardResult
-from shardops.k8s import leases, results
+from shardops.k8s import leases
 from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS, ApiError, Forbidden, Kube, NotFound
-from shardops.k8s.results import ItemRecord, ResultMeta, ResultTooLarge, StoreCorrupt
 from shardops.k8s.shards import Actor, TransitionRequest, apply_transition, list_unfinished
 from shardops.logic.backoff import retry_not_before
 from shardops.logic.errors import classify_failure, next_phase_after_failure
 from shardops.logic.idempotency import item_subkey
 from shardops.logic.transitions import Action
+from shardops.store import ResultStore, location_of, open_store
+from shardops.store.records import (
+    ItemRecord,
+    ResultMeta,
+    ResultTooLarge,
+    StoreCorrupt,
+    StoredResult,
+    StoreUnavailable,
+    encode_result,
+)
 from shardops.worker import heartbeat
 from shardops.worker.claim import ClaimContext, Claimed, choose, claim, stop_reason, uncut_shards
 from shardops.worker.heartbeat import Fenced
@@ -63,10 +72,16 @@ from shardops.worker.runner import (
 from shardops.worker.settings import WorkerSettings
 
 log = logging.getLogger("shardops.worker")
+T = TypeVar("T")
 
 CONTROLLER = "shardops.dev/worker"
 # API trouble that a later try may not have: keep the claim, try again next tick.
-TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (ApiError, urllib3.exceptions.HTTPError, OSError)
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
+    ApiError,
+    urllib3.exceptions.HTTPError,
+    OSError,
+    StoreUnavailable,
+)
 # A heartbeat that failed for a transient reason is retried this soon, well inside the lease.
 _HEARTBEAT_RETRY_SECONDS = 1.0
 
@@ -110,6 +125,8 @@ class Worker:
     rng: random.Random = field(default_factory=random.Random)
     stop: threading.Event = field(default_factory=threading.Event)
     _items_cache: dict[tuple[str, str, str], list[Item]] = field(default_factory=dict)
+    # One store (and S3 client) per location: opening one costs far more than a call.
+    _stores: dict[str, ResultStore] = field(default_factory=dict)
     # The campaign's spec.idleSeconds as last read; used unless SHARDOPS_IDLE_SECONDS overrides it.
     _campaign_idle: int = 30
     # The campaign had items not yet cut into shards at the last look: the operator cuts more as soon
@@ -192,7 +209,7 @@ class Worker:
             actor=self.actor,
             now=self.clock.now,
             items_of=lambda shard: self.items_of(campaign, shard),
-            stored_of=self.stored_of,
+            stored_of=lambda shard, items: self.stored_of(self.store_for(campaign), shard, items),
         )
         candidates = choose(campaign, shards, self.clock.now(), self.settings.claim_candidates, self.rng)
         for candidate in candidates:
@@ -233,10 +250,18 @@ class Worker:
         every = self._items_cache[cache_key]
         return every[shard.spec.item_range.start : shard.spec.item_range.end]
 
-    def stored_of(self, shard: Shard, items: Sequence[Item]) -> dict[str, ItemRecord]:
-        found, corrupt = results.read_items(
-            self.kube, self.namespace, shard.spec.idempotency_key, [item_subkey(i) for i in items]
-        )
+    def store_for(self, campaign: Campaign) -> ResultStore:
+        """The result store the campaign's status names (opened once per location)."""
+        location: ResultStoreStatus = location_of(campaign)
+        cache_key = location.model_dump_json()
+        if cache_key not in self._stores:
+            self._stores[cache_key] = open_store(
+                self.kube, self.namespace, location, self.settings.result_max_bytes
+            )
+        return self._stores[cache_key]
+
+    def stored_of(self, store: ResultStore, shard: Shard, items: Sequence[Item]) -> dict[str, ItemRecord]:
+        found, corrupt = store.read_items(shard.spec.idempotency_key, [item_subkey(i) for i in items])
         if corrupt:
             log.warning(
                 "%s: %d stored item result(s) failed verification; recomputing them", shard.name, len(corrupt)
@@ -270,6 +295,7 @@ class ShardRun:
         self.kube = self.worker.kube
         self.settings = self.worker.settings
         self.clock = self.worker.clock
+        self.store = self.worker.store_for(self.campaign)
 
     # --- bookkeeping ------------------------------------------------------------------------------
 
@@ -325,14 +351,8 @@ class ShardRun:
         """Store the item results read since the last flush (only new ones)."""
         if not self.fresh:
             return 0
-        written = results.save_items(
-            self.kube,
-            self.namespace,
-            self.key,
-            self.campaign.name,
-            self.fresh,
-            self.settings.result_max_bytes,
-            shard=self.name,
+        written = self.store.save_items(
+            self.key, self.campaign.name, self.fresh, shard=self.name, token=self.lease.fencing_token
         )
         self.stored.update(self.fresh)
         self.fresh = {}
@@ -414,6 +434,8 @@ class ShardRun:
 
     def _abandon(self, error: Exception) -> Outcome:
         try:
+            if isinstance(error, StoreUnavailable):
+                return self.fail(ErrorClass.UNAVAILABLE, f"result store: {error}", self.claimed.source)
             return self.fail(
                 ErrorClass.UNKNOWN, f"the worker broke off the attempt: {error!r}", self.claimed.source
             )
@@ -432,7 +454,7 @@ class ShardRun:
 
     def _execute(self) -> Outcome:
         try:
-            existing = results.read_result(self.kube, self.namespace, self.key)
+            existing = self.with_store("reading the stored result", lambda: self.store.read_result(self.key))
         except StoreCorrupt as corrupt:
             log.warning("%s: stored result does not verify (%s); recomputing", self.name, corrupt)
             existing = None
@@ -473,7 +495,7 @@ class ShardRun:
             command_env(os.environ, protocol, worker_spec.env_dict()),
             files.directory,
         )
-        reader = ResultsReader(files.results, [w.key for w in work], self.settings.result_max_bytes)
+        reader = ResultsReader(files.results, [w.key for w in work], self.store.max_bytes)
         try:
             command.start()
             emit("command-started", shard=self.name, pid=command.pid, items=len(work), attempt=self.attempt)
@@ -548,26 +570,38 @@ class ShardRun:
 
     # --- endings ----------------------------------------------------------------------------------
 
-    def complete(self, existing: results.StoredResult | None, reused: bool) -> Outcome:
+    def with_store(self, what: str, call: Callable[[], T]) -> T:
+        """`call`, retried while the store is unreachable, keeping the claim (renewing the Lease)
+        for up to SHARDOPS_STORE_RETRY_SECONDS; then StoreUnavailable propagates."""
+        deadline = self.clock.monotonic() + self.settings.store_retry_seconds
+        while True:
+            try:
+                return call()
+            except StoreUnavailable as error:
+                if self.clock.monotonic() >= deadline or self.worker.stop.is_set():
+                    raise
+                log.warning("%s: %s failed, retrying: %s", self.name, what, error)
+            self.worker.wait(self.settings.poll_seconds)
+            self.renew()
+
+    def complete(self, existing: StoredResult | None, reused: bool) -> Outcome:
         self.renew()
         if existing is None:
             try:
-                self.flush()
+                self.with_store("storing item results", self.flush)
                 known = self.known()
                 entries = [(i, key, known[key].result) for i, key in enumerate(self.keys)]
-                text = results.encode_result(self.key, entries)
-                meta = ResultMeta(self.campaign.name, self.name, self.worker.holder, self.attempt)
-                existing, reused = results.store_result(
-                    self.kube,
-                    self.namespace,
-                    self.key,
-                    text,
-                    meta,
-                    len(entries),
-                    self.settings.result_max_bytes,
+                text = encode_result(self.key, entries)
+                meta = ResultMeta(
+                    self.campaign.name, self.name, self.worker.holder, self.attempt, self.lease.fencing_token
+                )
+                existing, reused = self.with_store(
+                    "storing the result", lambda: self.store.store_result(self.key, text, meta, len(entries))
                 )
             except ResultTooLarge as too_large:
                 return self.fail(ErrorClass.RESULT_TOO_LARGE, str(too_large), self.claimed.source)
+            except StoreUnavailable as unavailable:
+                return self.fail(ErrorClass.UNAVAILABLE, f"result store: {unavailable}", self.claimed.source)
             # Re-check holder and token right before the Done write (and extend the lease for it).
             self.renew()
         verb = "reused the stored result" if reused else "stored the result"
@@ -582,6 +616,8 @@ class ShardRun:
         # Taken before the Lease goes: nobody else can hold the shard until after this moment.
         ended = time.time()
         self.release_lease()
+        if not reused:
+            self.commit(existing)
         emit(
             "completed",
             shard=self.name,
@@ -594,6 +630,15 @@ class ShardRun:
             at=ended,
         )
         return Outcome.REUSED if reused else Outcome.DONE
+
+    def commit(self, stored: StoredResult) -> None:
+        """Make the result the key's result for reuse. Only after the fenced Done write: a claim whose
+        Done write was refused never gets here, so its result object never becomes the key's. If
+        this fails the shard is Done all the same; a re-applied campaign computes it again."""
+        try:
+            self.store.commit(self.key, stored)
+        except StoreUnavailable as error:
+            log.warning("%s: could not commit result %s for reuse: %s", self.name, stored.name, error)
 
     def fail(self, error_class: ErrorClass, message: str, source: str | None) -> Outcome:
         self.renew()

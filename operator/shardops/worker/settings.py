@@ -11,8 +11,6 @@ from pathlib import Path
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from shardops.k8s.results import DEFAULT_MAX_BYTES
-
 # In-cluster, the namespace of the pod's service account: the usual fallback when the Job does not
 # set SHARDOPS_NAMESPACE.
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
@@ -39,8 +37,21 @@ class WorkerSettings(BaseSettings):
         ge=0,
         description="Exit after this long without a claimable shard; default: spec.idleSeconds.",
     )
-    result_max_bytes: int = Field(
-        default=DEFAULT_MAX_BYTES, ge=1, description="Size cap of a shard's stored result (and item results)."
+    result_max_bytes: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "Size cap of a shard's stored result (and item results); default: the store's own "
+            "(900 KiB for ConfigMaps, 256 MiB for S3)."
+        ),
+    )
+    store_retry_seconds: float = Field(
+        default=120.0,
+        ge=0,
+        description=(
+            "How long a worker keeps its claim and retries while the result store is unreachable "
+            "before it records the attempt as failed (class unavailable)."
+        ),
     )
     claim_candidates: int = Field(
         default=5,

@@ -17,18 +17,25 @@ store holds whole results or none.
 
 from __future__ import annotations
 
-import hashlib
-import json
-import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from shardops import API_GROUP
-from shardops.api.enums import ErrorClass
+from shardops.api.enums import StoreType
 from shardops.api.names import CAMPAIGN_LABEL, IDEMPOTENCY_KEY_LABEL
 from shardops.k8s.api import CONFIGMAPS, AlreadyExists, Conflict, Kube, NotFound
-from shardops.logic.idempotency import canonical_json, fingerprint, key_label
+from shardops.store.records import (
+    ItemRecord,
+    ResultMeta,
+    StoreCorrupt,
+    StoredResult,
+    check_document,
+    check_size,
+    decode_item,
+    sha256_of,
+    store_label,
+)
 
 JSON = dict[str, Any]
 
@@ -45,65 +52,11 @@ OWNER_ANNOTATION = f"{API_PREFIX}/owner"
 ATTEMPT_ANNOTATION = f"{API_PREFIX}/attempt"
 # A ConfigMap is at most 1 MiB including metadata; 900 KiB of data leaves room for the rest.
 DEFAULT_MAX_BYTES = 900 * 1024
-_SHA256 = "sha256:"
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_LABEL_MAX = 63
+# What a user does when a campaign outgrows this store.
+CAP_FIX = "SHARDOPS_RESULT_MAX_BYTES; a ConfigMap holds at most 1 MiB: configure an S3 result store"
 # Read-modify-write of the items ConfigMap races only with other writers of the same shard key
 # (a stale worker, or an identical shard of another campaign incarnation): a few rounds suffice.
 _WRITE_ROUNDS = 5
-
-
-class ResultTooLarge(Exception):
-    """The result does not fit the store. Not retryable: the same input gives the same size."""
-
-    error_class = ErrorClass.RESULT_TOO_LARGE
-
-
-class StoreCorrupt(Exception):
-    """An entry is present but does not verify; it is treated as absent and recomputed."""
-
-
-@dataclass(frozen=True)
-class ItemRecord:
-    """One item's result as the command reported it."""
-
-    result: Any
-    cost: float = 0.0
-
-    def encode(self) -> str:
-        return canonical_json(
-            {"cost": self.cost, "fingerprint": fingerprint(self.result), "result": self.result}
-        )
-
-
-@dataclass(frozen=True)
-class StoredResult:
-    """A shard result that is in the store and verified: what `status.result` points at."""
-
-    name: str
-    fingerprint: str
-    bytes: int
-    text: str
-    annotations: Mapping[str, str]
-
-
-@dataclass(frozen=True)
-class ResultMeta:
-    """Who wrote a result: recorded as annotations for audits, never used to decide anything."""
-
-    campaign: str
-    shard: str
-    owner: str
-    attempt: int
-
-
-def store_label(key: str) -> str:
-    """A label value / DNS label for an idempotency key, whatever form the operator wrote it in."""
-    if key.startswith(_SHA256):
-        return key_label(key)
-    if len(key) <= _LABEL_MAX and _DNS_LABEL.match(key):
-        return key
-    return key_label(fingerprint(key))
 
 
 def result_name(key: str) -> str:
@@ -117,31 +70,6 @@ def items_name(key: str) -> str:
 def item_data_key(subkey: str) -> str:
     """ConfigMap data keys allow [-._a-zA-Z0-9] only; the full digest is kept (no truncation)."""
     return subkey.replace(":", "-", 1)
-
-
-def sha256_of(text: str) -> str:
-    return _SHA256 + hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def encode_result(key: str, entries: Sequence[tuple[int, str, Any]]) -> str:
-    """The shard result: canonical JSON, so its bytes (and fingerprint) depend on the content only.
-
-    `entries` are (index in shard, item sub-key, result), one per item, in index order.
-    """
-    document = {
-        "idempotencyKey": key,
-        "items": [{"index": index, "key": subkey, "result": result} for index, subkey, result in entries],
-    }
-    return canonical_json(document)
-
-
-def check_size(what: str, size: int, cap: int) -> None:
-    if size > cap:
-        raise ResultTooLarge(
-            f"{what} take {size} bytes, over the result size cap of {cap} bytes "
-            "(SHARDOPS_RESULT_MAX_BYTES; a ConfigMap holds at most 1 MiB): nothing was stored. "
-            "Use a smaller spec.shardSize or make the command's results smaller"
-        )
 
 
 def _labels(key: str, campaign: str) -> dict[str, str]:
@@ -187,13 +115,7 @@ def check_result(configmap: Mapping[str, Any], key: str) -> StoredResult:
         raise StoreCorrupt(
             f"ConfigMap {name}: recorded {annotations.get(BYTES_ANNOTATION)} bytes, holds {size}"
         )
-    try:
-        stored_key = json.loads(text).get("idempotencyKey")
-    except (json.JSONDecodeError, AttributeError):
-        raise StoreCorrupt(f"ConfigMap {name}: {RESULT_DATA_KEY} is not a result document") from None
-    if stored_key != key:
-        # Two keys sharing a 224-bit label prefix would land here; so would a hand-made ConfigMap.
-        raise StoreCorrupt(f"ConfigMap {name} holds the result of {stored_key!r}, not {key!r}")
+    check_document(text, key, f"ConfigMap {name}: {RESULT_DATA_KEY}")
     return StoredResult(name, actual, size, text, dict(annotations))
 
 
@@ -205,27 +127,12 @@ def decode_items(data: Mapping[str, str], wanted: Iterable[str]) -> tuple[dict[s
         raw = data.get(item_data_key(subkey))
         if raw is None:
             continue
-        record = _decode_item(raw)
+        record = decode_item(raw)
         if record is None:
             corrupt.append(subkey)
         else:
             found[subkey] = record
     return found, corrupt
-
-
-def _decode_item(raw: str) -> ItemRecord | None:
-    try:
-        value = json.loads(raw)
-        if not isinstance(value, dict) or "result" not in value:
-            return None
-        if value.get("fingerprint") != fingerprint(value["result"]):
-            return None
-        cost = value.get("cost", 0)
-        if isinstance(cost, bool) or not isinstance(cost, int | float):
-            return None
-        return ItemRecord(value["result"], float(cost))
-    except (ValueError, TypeError):
-        return None
 
 
 def data_size(data: Mapping[str, str]) -> int:
@@ -238,7 +145,7 @@ def items_additions(existing: Mapping[str, str], records: Mapping[str, ItemRecor
     for subkey, record in records.items():
         data_key = item_data_key(subkey)
         raw = existing.get(data_key)
-        if raw is not None and _decode_item(raw) is not None:
+        if raw is not None and decode_item(raw) is not None:
             continue
         additions[data_key] = record.encode()
     return additions
@@ -278,7 +185,7 @@ def store_result(
     (any result stored under a key is a result of that input). Only a result that fails its
     fingerprint check is replaced, with its resourceVersion as precondition.
     """
-    check_size(f"the result of shard {meta.shard} would", len(text.encode("utf-8")), cap)
+    check_size(f"the result of shard {meta.shard} would", len(text.encode("utf-8")), cap, CAP_FIX)
     body = result_body(key, text, meta, item_count)
     for _ in range(_WRITE_ROUNDS):
         try:
@@ -343,7 +250,7 @@ def save_items(
         if not additions:
             return 0
         owner = f"shard {shard}" if shard else f"key {store_label(key)}"
-        check_size(f"the item results of {owner}", data_size({**existing, **additions}), cap)
+        check_size(f"the item results of {owner}", data_size({**existing, **additions}), cap, CAP_FIX)
         try:
             if current is None:
                 kube.create(CONFIGMAPS, namespace, items_body(key, campaign, additions))
@@ -359,3 +266,48 @@ def save_items(
             continue
         return len(additions)
     raise Conflict(409, "Conflict", f"items ConfigMap {name} kept changing while adding results")
+
+
+def read_ref(kube: Kube, namespace: str, ref: str, key: str) -> StoredResult:
+    """The verified result a Done shard's `status.result.ref` names; StoreCorrupt when absent or bad."""
+    try:
+        configmap = kube.get(CONFIGMAPS, namespace, ref)
+    except NotFound:
+        raise StoreCorrupt(f"ConfigMap {ref} (the shard's result) does not exist") from None
+    return check_result(configmap, key)
+
+
+@dataclass
+class ConfigMapStore:
+    """The ConfigMap store bound to one namespace: the `ResultStore` the worker and the CLI use."""
+
+    kube: Kube
+    namespace: str
+    max_bytes: int = DEFAULT_MAX_BYTES
+
+    type = StoreType.CONFIG_MAP
+
+    def describe(self) -> str:
+        return f"ConfigMaps in namespace {self.namespace}"
+
+    def read_result(self, key: str) -> StoredResult | None:
+        return read_result(self.kube, self.namespace, key)
+
+    def store_result(
+        self, key: str, text: str, meta: ResultMeta, item_count: int
+    ) -> tuple[StoredResult, bool]:
+        return store_result(self.kube, self.namespace, key, text, meta, item_count, self.max_bytes)
+
+    def commit(self, key: str, stored: StoredResult) -> None:
+        """Nothing to do: the result ConfigMap is the key's result from its creation on."""
+
+    def read_ref(self, ref: str, key: str) -> StoredResult:
+        return read_ref(self.kube, self.namespace, ref, key)
+
+    def read_items(self, key: str, wanted: Iterable[str]) -> tuple[dict[str, ItemRecord], list[str]]:
+        return read_items(self.kube, self.namespace, key, wanted)
+
+    def save_items(
+        self, key: str, campaign: str, records: Mapping[str, ItemRecord], shard: str, token: int
+    ) -> int:
+        return save_items(self.kube, self.namespace, key, campaign, records, self.max_bytes, shard=shard)

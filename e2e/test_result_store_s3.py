@@ -1,0 +1,237 @@
+"""Results in the S3 store (the local SeaweedFS, or the one SHARDOPS_S3_* names), end to end through
+the operator, its worker Jobs and the real API server: no result ConfigMaps, every Done shard's
+result an object that verifies, reuse on re-apply, a store outage mid-campaign, and the errors a
+campaign gets before it spends anything when its store cannot hold or reach its results."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from e2e.cluster import lifecycle
+from e2e.harness import Cluster, wait_for
+from e2e.schedulerkit import (
+    campaign_body,
+    condition,
+    create_campaign,
+    kube_for,
+    operator_running,
+    phase_of,
+    reasons,
+    shards_of,
+    wait_phase,
+)
+from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS, NotFound
+from shardops.store.configmap import ITEMS_PREFIX, RESULT_PREFIX
+from shardops.store.records import sha256_of
+
+pytestmark = pytest.mark.usefixtures("crds_installed")
+
+SECRET = "shardops-s3"
+FINISHED = {"Succeeded", "Completed", "Paused"}
+
+
+@pytest.fixture
+def prefix() -> str:
+    """Each test's own key prefix in the shared bucket."""
+    return f"e2e-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def s3_operator_env(
+    cluster: Cluster, namespace: str, object_store: lifecycle.ObjectStore, prefix: str
+) -> Iterator[dict[str, str]]:
+    """The credentials Secret in the campaign namespace and the operator settings of an installation
+    whose default store is S3 (as the chart's resultStore values render them)."""
+    client.CoreV1Api(cluster.api).create_namespaced_secret(
+        namespace,
+        client.V1Secret(
+            metadata=client.V1ObjectMeta(name=SECRET),
+            string_data={
+                "AWS_ACCESS_KEY_ID": object_store.access_key_id,
+                "AWS_SECRET_ACCESS_KEY": object_store.secret_access_key,
+            },
+        ),
+    )
+    yield {
+        "SHARDOPS_RESULT_STORE": "S3",
+        "SHARDOPS_S3_ENDPOINT": object_store.endpoint,
+        "SHARDOPS_S3_REGION": object_store.region,
+        "SHARDOPS_S3_BUCKET": object_store.bucket,
+        "SHARDOPS_S3_PREFIX": prefix,
+        "SHARDOPS_S3_CREDENTIALS_SECRET": SECRET,
+        # The operator's own credentials (the chart maps the same Secret of its namespace).
+        "AWS_ACCESS_KEY_ID": object_store.access_key_id,
+        "AWS_SECRET_ACCESS_KEY": object_store.secret_access_key,
+    }
+
+
+def _objects(s3: Any, bucket: str, prefix: str) -> list[str]:
+    names: list[str] = []
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        names.extend(entry["Key"] for entry in page.get("Contents") or [])
+    return names
+
+
+def _result_configmaps(cluster: Cluster, namespace: str) -> list[str]:
+    kube = kube_for(cluster)
+    return [
+        c["metadata"]["name"]
+        for c in kube.list(CONFIGMAPS, namespace)
+        if c["metadata"]["name"].startswith((RESULT_PREFIX, ITEMS_PREFIX))
+    ]
+
+
+def _ledger(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_results_live_in_s3_verify_and_are_reused_on_reapply(
+    local_cluster: Cluster,
+    namespace: str,
+    object_store: lifecycle.ObjectStore,
+    s3_operator_env: dict[str, str],
+    prefix: str,
+    tmp_path: Path,
+) -> None:
+    kube = kube_for(local_cluster)
+    s3 = object_store.client()
+    ledger = tmp_path / "ledger.jsonl"
+    items = [{"n": i} for i in range(24)]
+    body = campaign_body(
+        "s3res",
+        items,
+        shardSize=3,
+        maxConcurrency=4,
+        worker_env={"SHARDOPS_AGENT_LATENCY": 0.05, "SHARDOPS_AGENT_LEDGER": ledger},
+    )
+    with operator_running(local_cluster, namespace, env=s3_operator_env):
+        create_campaign(kube, namespace, body)
+        final = wait_phase(kube, namespace, "s3res", FINISHED, timeout=240)
+        assert final["status"]["phase"] == "Succeeded", final["status"]
+        store = final["status"]["resultStore"]
+        assert store == {
+            "type": "S3",
+            "endpoint": object_store.endpoint,
+            "region": object_store.region,
+            "bucket": object_store.bucket,
+            "prefix": prefix,
+            "credentialsSecret": SECRET,
+        }
+        assert _result_configmaps(local_cluster, namespace) == [], "no result in etcd"
+
+        shards = shards_of(kube, namespace)
+        assert len(shards) == 8 and all(phase_of(s) == "Done" for s in shards)
+        root = f"{prefix}/{namespace}/"
+        objects = set(_objects(s3, object_store.bucket, root))
+        for shard in shards:
+            result = shard["status"]["result"]
+            # The Done write names this claim's object, and the bytes are what it says.
+            assert result["ref"].startswith(f"{root}attempts/"), result
+            data = s3.get_object(Bucket=object_store.bucket, Key=result["ref"])["Body"].read()
+            assert sha256_of(data) == result["fingerprint"] and len(data) == result["bytes"]
+            document = json.loads(data)
+            assert document["idempotencyKey"] == shard["spec"]["idempotencyKey"]
+            assert [entry["index"] for entry in document["items"]] == [0, 1, 2], document
+        first_refs = {s["metadata"]["name"]: s["status"]["result"]["ref"] for s in shards}
+        pointers = sorted(o for o in objects if o.startswith(f"{root}results/"))
+        assert len(pointers) == 8, "each key's result is committed for reuse"
+        computed = [e for e in _ledger(ledger) if e["event"] == "done"]
+        assert len(computed) == len(items)
+
+        # Re-applied under the same name: every result comes from the store, no command runs.
+        kube.delete(CAMPAIGNS, namespace, "s3res")
+        wait_for("the campaign to go", lambda: _gone(kube, namespace, "s3res"), timeout=120)
+        create_campaign(kube, namespace, body)
+        again = wait_phase(kube, namespace, "s3res", FINISHED, timeout=240)
+        assert again["status"]["phase"] == "Succeeded", again["status"]
+        assert [e for e in _ledger(ledger) if e["event"] == "done"] == computed, "nothing recomputed"
+        reused = {s["metadata"]["name"]: s["status"]["result"]["ref"] for s in shards_of(kube, namespace)}
+        assert reused == first_refs, "each shard's result is the object the first run committed"
+        assert _result_configmaps(local_cluster, namespace) == []
+
+
+def _gone(kube: Any, namespace: str, name: str) -> bool:
+    try:
+        kube.get(CAMPAIGNS, namespace, name)
+    except NotFound:
+        return True
+    return False
+
+
+def test_store_outage_mid_campaign_is_retried_and_every_shard_is_done_once(
+    local_cluster: Cluster,
+    namespace: str,
+    object_store: lifecycle.ObjectStore,
+    s3_operator_env: dict[str, str],
+) -> None:
+    assert local_cluster.local is not None
+    kube = kube_for(local_cluster)
+    items = [{"n": i} for i in range(30)]
+    body = campaign_body(
+        "outage", items, shardSize=2, maxConcurrency=4, worker_env={"SHARDOPS_AGENT_LATENCY": 0.4}
+    )
+    with operator_running(local_cluster, namespace, env=s3_operator_env):
+        create_campaign(kube, namespace, body)
+
+        def some_done() -> bool:
+            done = [s for s in shards_of(kube, namespace) if phase_of(s) == "Done"]
+            return len(done) >= 3
+
+        wait_for("a few shards done", some_done, timeout=120)
+        local_cluster.local.restart_object_store()
+        final = wait_phase(kube, namespace, "outage", FINISHED, timeout=300)
+        assert final["status"]["phase"] == "Succeeded", final["status"]
+        shards = shards_of(kube, namespace)
+        assert len(shards) == 15
+        assert all(reasons(s).count("Completed") == 1 for s in shards), "each shard Done exactly once"
+        assert _result_configmaps(local_cluster, namespace) == []
+
+
+def test_configmap_store_refuses_a_campaign_over_its_ceiling_before_cutting_a_shard(
+    local_cluster: Cluster, namespace: str
+) -> None:
+    kube = kube_for(local_cluster)
+    items = [{"n": i} for i in range(1001)]
+    body = campaign_body("toobig", items, shardSize=1, maxConcurrency=2)
+    with operator_running(local_cluster, namespace):
+        create_campaign(kube, namespace, body)
+
+        def refused() -> dict[str, Any] | None:
+            ready = condition(kube.get(CAMPAIGNS, namespace, "toobig"), "Ready")
+            return ready if ready and ready.get("reason") == "ResultStoreTooSmall" else None
+
+        ready = wait_for("Ready=False ResultStoreTooSmall", refused, timeout=60)
+        assert ready["status"] == "False"
+        assert "1001 work shards" in ready["message"] and "spec.resultStore.type: S3" in ready["message"]
+        assert shards_of(kube, namespace) == [], "nothing is cut"
+        assert kube.get(CAMPAIGNS, namespace, "toobig")["status"].get("resultStore") is None
+
+
+def test_missing_bucket_is_named_before_anything_runs(
+    local_cluster: Cluster, namespace: str, s3_operator_env: dict[str, str]
+) -> None:
+    kube = kube_for(local_cluster)
+    body = campaign_body(
+        "nobucket",
+        [{"n": 1}],
+        resultStore={"s3": {"bucket": "no-such-bucket-e2e"}},
+    )
+    with operator_running(local_cluster, namespace, env=s3_operator_env):
+        create_campaign(kube, namespace, body)
+
+        def refused() -> dict[str, Any] | None:
+            ready = condition(kube.get(CAMPAIGNS, namespace, "nobucket"), "Ready")
+            return ready if ready and ready.get("reason") == "ResultStoreUnavailable" else None
+
+        ready = wait_for("Ready=False ResultStoreUnavailable", refused, timeout=60)
+        assert "no-such-bucket-e2e" in ready["message"] and "NoSuchBucket" in ready["message"], ready
+        assert shards_of(kube, namespace) == []

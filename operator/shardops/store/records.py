@@ -1,0 +1,135 @@
+"""What every result store holds, independent of where: item records, shard results, their checks.
+
+Pure: building and verifying the bytes a store keeps. A shard result is canonical JSON, so its
+bytes (and its SHA-256 fingerprint) depend on the content only; a reader trusts a stored result
+only when its fingerprint and length check, so a half-written or edited result is recomputed,
+never returned.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from shardops.api.enums import ErrorClass
+from shardops.logic.idempotency import canonical_json, fingerprint, key_label
+
+_SHA256 = "sha256:"
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_LABEL_MAX = 63
+
+
+class ResultTooLarge(Exception):
+    """The result does not fit the store. Not retryable: the same input gives the same size."""
+
+    error_class = ErrorClass.RESULT_TOO_LARGE
+
+
+class StoreCorrupt(Exception):
+    """An entry is present but does not verify; it is treated as absent and recomputed."""
+
+
+class StoreUnavailable(Exception):
+    """The store cannot be reached or refuses us (endpoint, bucket, credentials): retried, and named
+    in the campaign's conditions when it lasts."""
+
+
+@dataclass(frozen=True)
+class ItemRecord:
+    """One item's result as the command reported it."""
+
+    result: Any
+    cost: float = 0.0
+
+    def encode(self) -> str:
+        return canonical_json(
+            {"cost": self.cost, "fingerprint": fingerprint(self.result), "result": self.result}
+        )
+
+
+def decode_item(raw: str | bytes) -> ItemRecord | None:
+    """An encoded ItemRecord if it verifies (its result matches its fingerprint), else None."""
+    try:
+        value = json.loads(raw)
+        if not isinstance(value, dict) or "result" not in value:
+            return None
+        if value.get("fingerprint") != fingerprint(value["result"]):
+            return None
+        cost = value.get("cost", 0)
+        if isinstance(cost, bool) or not isinstance(cost, int | float):
+            return None
+        return ItemRecord(value["result"], float(cost))
+    except (ValueError, TypeError):
+        return None
+
+
+@dataclass(frozen=True)
+class StoredResult:
+    """A shard result that is in the store and verified: what `status.result` points at."""
+
+    name: str
+    fingerprint: str
+    bytes: int
+    text: str
+    annotations: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class ResultMeta:
+    """Who wrote a result: recorded with it for audits, never used to decide anything."""
+
+    campaign: str
+    shard: str
+    owner: str
+    attempt: int
+    # The Lease's fencing token of the writing claim: names the attempt's object in the S3 store.
+    token: int = 0
+
+
+def store_label(key: str) -> str:
+    """A label value / DNS label for an idempotency key, whatever form the operator wrote it in."""
+    if key.startswith(_SHA256):
+        return key_label(key)
+    if len(key) <= _LABEL_MAX and _DNS_LABEL.match(key):
+        return key
+    return key_label(fingerprint(key))
+
+
+def sha256_of(text: str | bytes) -> str:
+    data = text.encode("utf-8") if isinstance(text, str) else text
+    return _SHA256 + hashlib.sha256(data).hexdigest()
+
+
+def encode_result(key: str, entries: Sequence[tuple[int, str, Any]]) -> str:
+    """The shard result: canonical JSON, so its bytes (and fingerprint) depend on the content only.
+
+    `entries` are (index in shard, item sub-key, result), one per item, in index order.
+    """
+    document = {
+        "idempotencyKey": key,
+        "items": [{"index": index, "key": subkey, "result": result} for index, subkey, result in entries],
+    }
+    return canonical_json(document)
+
+
+def check_document(text: str, key: str, where: str) -> None:
+    """StoreCorrupt unless `text` is the result document of `key`."""
+    try:
+        stored_key = json.loads(text).get("idempotencyKey")
+    except (json.JSONDecodeError, AttributeError):
+        raise StoreCorrupt(f"{where} is not a result document") from None
+    if stored_key != key:
+        # Two keys sharing a 224-bit label prefix would land here; so would a hand-made object.
+        raise StoreCorrupt(f"{where} holds the result of {stored_key!r}, not {key!r}")
+
+
+def check_size(what: str, size: int, cap: int, fix: str) -> None:
+    if size > cap:
+        raise ResultTooLarge(
+            f"{what} take {size} bytes, over the result size cap of {cap} bytes ({fix}): nothing was "
+            "stored. Use a smaller spec.shardSize or make the command's results smaller"
+        )

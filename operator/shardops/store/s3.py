@@ -1,0 +1,347 @@
+"""The S3 result store: results as objects in a bucket (AWS S3, GCS interoperability, Ceph RGW, R2,
+SeaweedFS, ...), through boto3.
+
+Layout under `<prefix>/<namespace>/`, keyed by the shard's idempotency key (its label form):
+
+* `attempts/<key>/t<token>.json`: the result document one claim computed, written once
+  (`If-None-Match: *`) with its SHA-256 and length as object metadata. The token is the claim's
+  Lease fencing token, so two claims never write the same object.
+* `results/<key>.json`: the key's committed result, a small pointer {ref, fingerprint, bytes} to
+  one attempt object, written once (`If-None-Match: *`) and only after the fenced Done write of
+  that claim succeeded. A stale holder (its Lease taken over while it was frozen) can write its
+  attempt object, but its Done write is refused, so nothing ever points at that object: it never
+  becomes a result. Reuse on re-apply reads the pointer and verifies the object it names.
+* `items/<key>/t<token>-<seq>.jsonl`: the item results one claim flushed at a heartbeat (one
+  line per item), read back by the next attempt to resume. Never overwritten.
+
+Nothing is ever replaced: objects are immutable once written. Errors of the store (unreachable,
+no bucket, credentials refused) raise `StoreUnavailable` naming what to fix.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from shardops.api.campaign import ResultStoreStatus
+from shardops.api.enums import StoreType
+from shardops.logic.idempotency import canonical_json
+from shardops.store.records import (
+    ItemRecord,
+    ResultMeta,
+    StoreCorrupt,
+    StoredResult,
+    StoreUnavailable,
+    check_document,
+    check_size,
+    decode_item,
+    sha256_of,
+    store_label,
+)
+
+log = logging.getLogger(__name__)
+
+# Large enough for any shard of LLM outputs (a worker holds one result in memory while storing it);
+# SHARDOPS_RESULT_MAX_BYTES lowers or raises it.
+DEFAULT_MAX_BYTES = 256 * 1024 * 1024
+CAP_FIX = "SHARDOPS_RESULT_MAX_BYTES of the worker"
+FINGERPRINT_META = "fingerprint"
+BYTES_META = "bytes"
+# Error codes that no retry fixes: the campaign's store settings (or the Secret) must change.
+_CONFIGURATION_CODES = {
+    "NoSuchBucket": "the bucket does not exist: create it, or set spec.resultStore.s3.bucket",
+    "AccessDenied": "the credentials may not use this bucket: check the credentials Secret and its policy",
+    "InvalidAccessKeyId": "the access key is unknown to the store: check the credentials Secret",
+    "SignatureDoesNotMatch": "the secret key is wrong: check the credentials Secret",
+    "AllAccessDisabled": "the bucket refuses all access: check the bucket's policy",
+}
+# HeadBucket answers without a body, so only the HTTP status names the problem.
+_BUCKET_PROBE_CODES = {
+    "404": _CONFIGURATION_CODES["NoSuchBucket"],
+    "403": _CONFIGURATION_CODES["AccessDenied"],
+}
+_PRECONDITION_CODES = {"PreconditionFailed", "412"}
+# AWS answers a conditional write racing another with 409; it is retried like a transient error.
+_CONFLICT_CODES = {"ConditionalRequestConflict", "409"}
+_MISSING_CODES = {"NoSuchKey", "404", "NotFound"}
+_EXPECTED_CODES = frozenset(_PRECONDITION_CODES | _MISSING_CODES)
+
+
+def client_for(location: ResultStoreStatus) -> Any:
+    """A boto3 S3 client for `location`; credentials come from the default chain (the workers' env
+    from the credentials Secret, or workload identity on a cloud)."""
+    import boto3
+    from botocore.config import Config
+
+    arguments: dict[str, Any] = {
+        "config": Config(
+            # Path-style addressing for endpoints without per-bucket host names (on-premises, loopback).
+            s3={"addressing_style": "path" if location.endpoint else "auto"},
+            connect_timeout=5,
+            read_timeout=30,
+            retries={"mode": "standard", "max_attempts": 4},
+        )
+    }
+    if location.endpoint:
+        arguments["endpoint_url"] = location.endpoint
+    if location.region:
+        arguments["region_name"] = location.region
+    return boto3.client("s3", **arguments)
+
+
+def _code(error: Exception) -> str:
+    response = getattr(error, "response", None) or {}
+    return str((response.get("Error") or {}).get("Code") or "")
+
+
+@dataclass
+class S3Store:
+    """One campaign's S3 store for one namespace: the `ResultStore` the worker and the CLI use."""
+
+    location: ResultStoreStatus
+    namespace: str
+    client: Any = None
+    max_bytes: int = DEFAULT_MAX_BYTES
+    # Flushes of item results per (key, token): names the next chunk of a claim.
+    _chunks: dict[tuple[str, int], int] = field(default_factory=dict)
+
+    type = StoreType.S3
+
+    def __post_init__(self) -> None:
+        if self.client is None:
+            self.client = client_for(self.location)
+
+    @property
+    def bucket(self) -> str:
+        if not self.location.bucket:
+            raise StoreUnavailable(
+                "no bucket is configured for the S3 result store: set spec.resultStore.s3.bucket "
+                "or the installation's resultStore.s3.bucket"
+            )
+        return self.location.bucket
+
+    def describe(self) -> str:
+        where = self.location.endpoint or "AWS S3"
+        return f"s3://{self.location.bucket}/{self._root()} at {where}"
+
+    # --- names -------------------------------------------------------------------------------------
+
+    def _root(self) -> str:
+        prefix = self.location.prefix.strip("/")
+        return f"{prefix}/{self.namespace}/" if prefix else f"{self.namespace}/"
+
+    def attempt_name(self, key: str, token: int) -> str:
+        return f"{self._root()}attempts/{store_label(key)}/t{token}.json"
+
+    def pointer_name(self, key: str) -> str:
+        return f"{self._root()}results/{store_label(key)}.json"
+
+    def items_prefix(self, key: str) -> str:
+        return f"{self._root()}items/{store_label(key)}/"
+
+    # --- calls -------------------------------------------------------------------------------------
+
+    def _call(
+        self, what: str, method: str, expected: frozenset[str] = _EXPECTED_CODES, **arguments: Any
+    ) -> Any:
+        """One S3 call; StoreUnavailable (naming the fix) for anything but the `expected` answers
+        (a missing object, a failed precondition), which the caller handles."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            return getattr(self.client, method)(Bucket=self.bucket, **arguments)
+        except ClientError as error:
+            code = _code(error)
+            if code in expected:
+                raise
+            fix = _CONFIGURATION_CODES.get(code, "the store answered an error; it is retried")
+            raise StoreUnavailable(
+                f"S3 {what} in {self.describe()} failed with {code or error}: {fix}"
+            ) from error
+        except BotoCoreError as error:
+            raise StoreUnavailable(
+                f"S3 {what} in {self.describe()} failed: {error} (is the endpoint reachable? "
+                "spec.resultStore.s3.endpoint); it is retried"
+            ) from error
+
+    def _get(self, name: str) -> tuple[bytes, Mapping[str, str]] | None:
+        from botocore.exceptions import ClientError
+
+        try:
+            answer = self._call(f"GET {name}", "get_object", Key=name)
+        except ClientError as error:
+            if _code(error) in _MISSING_CODES:
+                return None
+            raise
+        body: bytes = answer["Body"].read()
+        return body, dict(answer.get("Metadata") or {})
+
+    def _put_once(self, name: str, body: bytes, metadata: Mapping[str, str], content_type: str) -> bool:
+        """Write `name` unless it exists; False when it already did (the existing one is kept)."""
+        from botocore.exceptions import ClientError
+
+        for _ in range(3):
+            try:
+                self._call(
+                    f"PUT {name}",
+                    "put_object",
+                    Key=name,
+                    Body=body,
+                    ContentType=content_type,
+                    Metadata=dict(metadata),
+                    IfNoneMatch="*",
+                )
+                return True
+            except ClientError as error:
+                if _code(error) in _PRECONDITION_CODES:
+                    return False
+                if _code(error) in _CONFLICT_CODES:
+                    continue
+                raise
+        return False
+
+    def _list(self, prefix: str) -> Iterator[str]:
+        token: str | None = None
+        while True:
+            arguments: dict[str, Any] = {"Prefix": prefix}
+            if token:
+                arguments["ContinuationToken"] = token
+            page = self._call(f"LIST {prefix}", "list_objects_v2", **arguments)
+            for entry in page.get("Contents") or []:
+                yield str(entry["Key"])
+            token = page.get("NextContinuationToken")
+            if not page.get("IsTruncated") or not token:
+                return
+
+    def probe(self) -> None:
+        """StoreUnavailable unless the bucket answers with these credentials."""
+        from botocore.exceptions import ClientError
+
+        try:
+            self._call("HEAD bucket", "head_bucket", expected=frozenset(_BUCKET_PROBE_CODES))
+        except ClientError as error:
+            code = _code(error)
+            name = "NoSuchBucket" if code == "404" else "AccessDenied"
+            raise StoreUnavailable(
+                f"S3 HEAD bucket in {self.describe()} failed with {name}: {_BUCKET_PROBE_CODES[code]}"
+            ) from error
+
+    # --- results -----------------------------------------------------------------------------------
+
+    def _verified(self, name: str, body: bytes, metadata: Mapping[str, str], key: str) -> StoredResult:
+        text = body.decode("utf-8", errors="replace")
+        actual = sha256_of(body)
+        recorded = metadata.get(FINGERPRINT_META)
+        if recorded != actual:
+            raise StoreCorrupt(f"object {name}: fingerprint {recorded} does not match its bytes ({actual})")
+        if metadata.get(BYTES_META) != str(len(body)):
+            raise StoreCorrupt(f"object {name}: recorded {metadata.get(BYTES_META)} bytes, holds {len(body)}")
+        check_document(text, key, f"object {name}")
+        return StoredResult(name, actual, len(body), text, dict(metadata))
+
+    def read_ref(self, ref: str, key: str) -> StoredResult:
+        found = self._get(ref)
+        if found is None:
+            raise StoreCorrupt(f"object {ref} (the shard's result) does not exist in {self.describe()}")
+        return self._verified(ref, *found, key)
+
+    def read_result(self, key: str) -> StoredResult | None:
+        """The key's committed result, verified; None when none was committed."""
+        pointer = self._get(self.pointer_name(key))
+        if pointer is None:
+            return None
+        try:
+            target = json.loads(pointer[0])
+            ref = str(target["ref"])
+        except (ValueError, KeyError, TypeError):
+            raise StoreCorrupt(f"object {self.pointer_name(key)} is not a result pointer") from None
+        stored = self.read_ref(ref, key)
+        if stored.fingerprint != target.get("fingerprint"):
+            raise StoreCorrupt(f"object {ref} is not the result {self.pointer_name(key)} committed")
+        return stored
+
+    def store_result(
+        self, key: str, text: str, meta: ResultMeta, item_count: int
+    ) -> tuple[StoredResult, bool]:
+        """Write this claim's result object (not yet the key's result: `commit` makes it that)."""
+        body = text.encode("utf-8")
+        check_size(f"the result of shard {meta.shard} would", len(body), self.max_bytes, CAP_FIX)
+        name = self.attempt_name(key, meta.token)
+        metadata = {
+            FINGERPRINT_META: sha256_of(body),
+            BYTES_META: str(len(body)),
+            "items": str(item_count),
+            "campaign": meta.campaign,
+            "shard": meta.shard,
+            "owner": meta.owner,
+            "attempt": str(meta.attempt),
+            "token": str(meta.token),
+        }
+        if not self._put_once(name, body, metadata, "application/json"):
+            # This claim wrote it before (a retried call): keep that one if it verifies.
+            found = self._get(name)
+            if found is None:
+                raise StoreUnavailable(f"object {name} was there and is gone; it is retried")
+            return self._verified(name, *found, key), False
+        return StoredResult(name, metadata[FINGERPRINT_META], len(body), text, metadata), False
+
+    def commit(self, key: str, stored: StoredResult) -> None:
+        """Make `stored` the key's result, unless one was committed before (that one stays)."""
+        pointer = canonical_json(
+            {
+                "idempotencyKey": key,
+                "ref": stored.name,
+                "fingerprint": stored.fingerprint,
+                "bytes": stored.bytes,
+            }
+        ).encode("utf-8")
+        self._put_once(self.pointer_name(key), pointer, {}, "application/json")
+
+    # --- item results ------------------------------------------------------------------------------
+
+    def read_items(self, key: str, wanted: Iterable[str]) -> tuple[dict[str, ItemRecord], list[str]]:
+        """Verified item results every claim of this key flushed, and the sub-keys that failed to verify.
+
+        Bounded by the shard: one chunk per heartbeat flush of each attempt of this key.
+        """
+        want = set(wanted)
+        found: dict[str, ItemRecord] = {}
+        corrupt: set[str] = set()
+        for name in self._list(self.items_prefix(key)):
+            chunk = self._get(name)
+            if chunk is None:
+                continue
+            for line in chunk[0].splitlines():
+                try:
+                    subkey = json.loads(line).get("key")
+                except (ValueError, AttributeError):
+                    continue
+                if subkey not in want or subkey in found:
+                    continue
+                record = decode_item(line)
+                if record is None:
+                    corrupt.add(subkey)
+                else:
+                    found[subkey] = record
+                    corrupt.discard(subkey)
+        return found, sorted(corrupt)
+
+    def save_items(
+        self, key: str, campaign: str, records: Mapping[str, ItemRecord], shard: str, token: int
+    ) -> int:
+        if not records:
+            return 0
+        lines = []
+        for subkey, record in records.items():
+            entry = json.loads(record.encode())
+            lines.append(canonical_json({"key": subkey, **entry}))
+        body = ("\n".join(lines) + "\n").encode("utf-8")
+        check_size(f"the item results of shard {shard}", len(body), self.max_bytes, CAP_FIX)
+        sequence = self._chunks.get((key, token), 0) + 1
+        name = f"{self.items_prefix(key)}t{token}-{sequence:06d}.jsonl"
+        self._put_once(name, body, {"campaign": campaign, "shard": shard}, "application/x-ndjson")
+        self._chunks[(key, token)] = sequence
+        return len(records)
