@@ -235,3 +235,70 @@ def test_missing_bucket_is_named_before_anything_runs(
         ready = wait_for("Ready=False ResultStoreUnavailable", refused, timeout=60)
         assert "no-such-bucket-e2e" in ready["message"] and "NoSuchBucket" in ready["message"], ready
         assert shards_of(kube, namespace) == []
+
+
+def test_results_command_streams_done_items_in_order_while_running_and_after(
+    local_cluster: Cluster,
+    namespace: str,
+    s3_operator_env: dict[str, str],
+    object_store: lifecycle.ObjectStore,
+    tmp_path: Path,
+) -> None:
+    from e2e.test_cli_campaign import kc
+    from shardops_example_agent.agent import answer
+
+    kube = kube_for(local_cluster)
+    items: list[dict[str, Any]] = [{"custom_id": f"req-{i}", "n": i} for i in range(16)]
+    items[9]["fault"] = "invalid"  # shard 2 (items 8-11) fails for good
+    items[13]["latency"] = 25  # shard 3 (items 12-15) still runs while we look
+    body = campaign_body(
+        "res", items, shardSize=4, maxConcurrency=4, worker_env={"SHARDOPS_AGENT_LATENCY": 0.02}
+    )
+
+    def lines(*args: str) -> list[dict[str, Any]]:
+        answer_ = kc(local_cluster, "results", "res", "-n", namespace, *args)
+        assert answer_.returncode == 0, answer_.stderr
+        return [json.loads(line) for line in answer_.stdout.splitlines()]
+
+    with operator_running(local_cluster, namespace, env=s3_operator_env):
+        create_campaign(kube, namespace, body)
+
+        def settled_but_running() -> bool:
+            phases = {s["metadata"]["name"]: phase_of(s) for s in shards_of(kube, namespace)}
+            wanted = ["Done", "Done", "Failed", "Running"]
+            return phases == {f"res-{i:05d}": phase for i, phase in enumerate(wanted)}
+
+        wait_for("shards 0-1 Done, 2 Failed, 3 Running", settled_but_running, timeout=120)
+        # The user has no AWS_* of their own: the CLI reads the campaign's credentials Secret.
+        running = lines()
+        assert [line["index"] for line in running] == list(range(8))
+        assert [line["item"] for line in running] == items[:8]
+        assert all(line["result"]["answer"] == answer(line["item"]) for line in running)
+        assert {line["shard"] for line in running} == {"res-00000", "res-00001"}
+        assert all(line["attempt"] == 1 and line["cost"] == 0.01 for line in running)
+
+        failed = lines("--failed")
+        assert [line["index"] for line in failed] == list(range(8, 16))
+        by_shard = {line["shard"]: line for line in failed}
+        assert by_shard["res-00002"]["phase"] == "Failed"
+        assert by_shard["res-00002"]["lastError"]["class"] == "invalid-input"
+        assert by_shard["res-00003"]["phase"] == "Running"
+
+        openai = lines("--format", "openai")
+        assert [line["custom_id"] for line in openai] == [f"req-{i}" for i in range(8)]
+        assert all(
+            set(line) == {"id", "custom_id", "response", "error"}
+            and line["response"]["status_code"] == 200
+            and line["error"] is None
+            and line["response"]["body"]["answer"] == answer(items[int(line["custom_id"][4:])])
+            for line in openai
+        )
+
+        final = wait_phase(kube, namespace, "res", FINISHED | {"Failed"}, timeout=180)
+        assert final["status"]["phase"] == "Completed", final["status"]
+        target = tmp_path / "results.jsonl"
+        assert kc(local_cluster, "results", "res", "-n", namespace, "-o", str(target)).returncode == 0
+        written = [json.loads(line) for line in target.read_text().splitlines()]
+        assert [line["index"] for line in written] == [*range(8), *range(12, 16)]
+        assert written == lines()
+        assert [line["index"] for line in lines("--failed")] == list(range(8, 12))

@@ -5,9 +5,9 @@ from __future__ import annotations
 import datetime as dt
 
 from schedulerkit import T0, campaign, entry, shard
-from shardops.api.campaign import Campaign, CampaignStatus
+from shardops.api.campaign import Campaign, CampaignStatus, ResultStoreStatus
 from shardops.api.common import Condition
-from shardops.api.enums import BreakerState, CampaignPhase, ShardClass, ShardPhase
+from shardops.api.enums import BreakerState, CampaignPhase, ShardClass, ShardPhase, StoreType
 from shardops.api.shard import Shard
 from shardops.logic import conditions
 from shardops.logic.aggregate import CampaignFacts, aggregate
@@ -86,6 +86,22 @@ def test_worker_job_is_owned_labelled_retried_by_us_and_cleaned_up() -> None:
     assert env["SHARDOPS_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
     assert env["K"]["value"] == "v"
     assert "resources" not in container
+
+
+def test_worker_job_gets_the_result_stores_credentials_from_its_secret_never_as_values() -> None:
+    camp = parsed()
+    plain = builders.worker_job_body(camp, camp.spec.worker, "sa")
+    assert not {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"} & {
+        v["name"] for v in plain["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    status = CampaignStatus(
+        result_store=ResultStoreStatus(type=StoreType.S3, bucket="b", credentials_secret="creds")
+    )
+    with_store = camp.model_copy(update={"status": status})
+    env = builders.worker_job_body(with_store, camp.spec.worker, "sa")
+    variables = {v["name"]: v for v in env["spec"]["template"]["spec"]["containers"][0]["env"]}
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        assert variables[key] == {"name": key, "valueFrom": {"secretKeyRef": {"name": "creds", "key": key}}}
 
 
 def test_worker_job_uses_the_campaign_service_account_resources_and_a_short_prefix() -> None:

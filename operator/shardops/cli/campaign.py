@@ -30,6 +30,7 @@ from shardops.cli.campaign_events import run_events
 from shardops.cli.campaign_list import run_list
 from shardops.cli.campaign_plan import run_plan
 from shardops.cli.campaign_report import run_report
+from shardops.cli.campaign_results import DEFAULT_CUSTOM_ID, FORMATS, run_results
 from shardops.cli.campaign_status import WATCH_INTERVAL_SECONDS, run_status
 from shardops.cli.command import Context
 from shardops.cli.text import parse_duration
@@ -55,7 +56,7 @@ See docs/user-guide.md.
 """
 
 
-def _global_flags(top: bool, outputs: Sequence[str]) -> argparse.ArgumentParser:
+def _global_flags(top: bool, outputs: Sequence[str], with_output: bool = True) -> argparse.ArgumentParser:
     """The same flags on the top parser and on every command, so they work before or after it.
     On commands the default is SUPPRESS: a flag given before the command is not reset after it.
     Spelled and read as kubectl's own. `outputs`: what -o takes there."""
@@ -95,6 +96,8 @@ def _global_flags(top: bool, outputs: Sequence[str]) -> argparse.ArgumentParser:
         help="how long to wait for one API server request before giving up: seconds, or a number with "
         f"a unit (1s, 2m, 3h); 0 waits as long as it takes (default {DEFAULT_TIMEOUT_SECONDS:g}s)",
     )
+    if not with_output:
+        return parser
     parser.add_argument(
         "-o",
         "--output",
@@ -115,6 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     flags = {outputs: _global_flags(top=False, outputs=outputs) for outputs in (OUTPUTS, LIST_OUTPUTS)}
+    # `results` writes JSONL only; its -o names the file, as the command's users expect.
+    flags[()] = _global_flags(top=False, outputs=(), with_output=False)
 
     def command(
         name: str, help_text: str, run: Callable[[Context], int], outputs: tuple[str, ...] = OUTPUTS
@@ -161,6 +166,42 @@ def build_parser() -> argparse.ArgumentParser:
         "events", "a shard's timeline: history and Events (claimed, heartbeat, completed/failed)", run_events
     )
     events.add_argument("shard", help="shard name, for example mycampaign-00003")
+
+    results = command(
+        "results",
+        "every finished item's result in item order as JSONL (index, key, item, result, cost, shard, "
+        "attempt); works while the campaign runs",
+        run_results,
+        outputs=(),
+    )
+    results.add_argument("name", help="campaign name")
+    results.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="jsonl",
+        help="jsonl (default) or openai: the OpenAI batch output format, custom_id from --custom-id",
+    )
+    results.add_argument(
+        "--custom-id",
+        default=DEFAULT_CUSTOM_ID,
+        metavar="FIELD",
+        help=f"with --format openai: the item field that is the custom_id (default {DEFAULT_CUSTOM_ID})",
+    )
+    results.add_argument(
+        "--failed", action="store_true", help="list the items not done instead, with their shard's lastError"
+    )
+    results.add_argument(
+        "-o",
+        "--output",
+        dest="output_file",
+        metavar="FILE",
+        help="write to FILE instead of stdout (a progress line on a terminal)",
+    )
+    results.add_argument(
+        "--s3-endpoint",
+        metavar="URL",
+        help="reach the S3 store at this URL instead of the one the campaign records (e.g. a port-forward)",
+    )
 
     report = command(
         "report", "closing report and checklist (exit 1 when a checklist line fails)", run_report
@@ -209,6 +250,10 @@ def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse
     """The flags, with an -o given before the command checked against what the command prints
     (argparse exits 2 otherwise)."""
     args = parser.parse_args(list(argv))
+    if not args.outputs:
+        if args.output != "human":
+            parser.error(f"argument -o/--output: {args.command} writes JSONL; after it, -o names a file")
+        return args
     if args.output not in args.outputs:
         parser.error(
             f"argument -o/--output: {args.command} prints {', '.join(args.outputs)}, not {args.output}"

@@ -8,6 +8,7 @@ Exit codes (also in `kubectl campaign --help` and docs/user-guide.md):
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import getpass
 import os
@@ -23,6 +24,7 @@ from kubernetes.client.exceptions import ApiException
 
 from shardops import API_GROUP
 from shardops.api.campaign import ItemsFrom
+from shardops.api.common import Item
 from shardops.api.names import CAMPAIGN_LABEL, CLI_FIELD_MANAGER
 from shardops.k8s import campaigns, jobs
 from shardops.k8s.api import (
@@ -30,6 +32,7 @@ from shardops.k8s.api import (
     DEFAULT_TIMEOUT_SECONDS,
     EVENTS,
     LEASES,
+    SECRETS,
     SHARDS,
     ApiError,
     Forbidden,
@@ -283,6 +286,24 @@ class Client:
             return self.call(f"get lease {name}", lambda: self.kube.get(LEASES, namespace, name))
         except NotFound:
             return None
+
+    def read_items(self, namespace: str, source: ItemsFrom) -> list[Item]:
+        """The items of the itemsFrom ConfigMap; ItemsUnavailable as the operator would see it."""
+        items, _ = self.call(
+            f"read ConfigMap {source.config_map_name} (spec.itemsFrom)",
+            lambda: campaigns.read_items(self.kube, namespace, source),
+        )
+        return items
+
+    def secret_data(self, namespace: str, name: str) -> dict[str, str]:
+        """The decoded keys of a Secret (the result store's credentials)."""
+        try:
+            secret = self.call(f"get secret {name}", lambda: self.kube.get(SECRETS, namespace, name))
+        except NotFound:
+            what = f"secret {name} (the result store's credentials)"
+            raise not_found(f"{what} not found in namespace {namespace}") from None
+        data = secret.get("data") or {}
+        return {key: base64.b64decode(value).decode("utf-8") for key, value in data.items()}
 
     def count_items(self, namespace: str, source: ItemsFrom) -> int:
         """Number of items in the itemsFrom ConfigMap; ItemsUnavailable as the operator would see it."""

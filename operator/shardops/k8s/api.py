@@ -101,6 +101,7 @@ LEASES = Resource("coordination.k8s.io", "v1", "leases")
 JOBS = Resource("batch", "v1", "jobs")
 PODS = Resource("", "v1", "pods")
 CONFIGMAPS = Resource("", "v1", "configmaps")
+SECRETS = Resource("", "v1", "secrets")
 EVENTS = Resource("events.k8s.io", "v1", "events")
 
 

@@ -104,16 +104,21 @@ def sha256_of(text: str | bytes) -> str:
     return _SHA256 + hashlib.sha256(data).hexdigest()
 
 
-def encode_result(key: str, entries: Sequence[tuple[int, str, Any]]) -> str:
+def encode_result(
+    key: str, entries: Sequence[tuple[int, str, Any]], costs: Mapping[str, float] | None = None
+) -> str:
     """The shard result: canonical JSON, so its bytes (and fingerprint) depend on the content only.
 
-    `entries` are (index in shard, item sub-key, result), one per item, in index order.
+    `entries` are (index in shard, item sub-key, result), one per item, in index order; `costs`, by
+    sub-key, what each item cost when it was computed (`kubectl campaign results` reports it).
     """
-    document = {
-        "idempotencyKey": key,
-        "items": [{"index": index, "key": subkey, "result": result} for index, subkey, result in entries],
-    }
-    return canonical_json(document)
+    rows = []
+    for index, subkey, result in entries:
+        row: dict[str, Any] = {"index": index, "key": subkey, "result": result}
+        if costs is not None and subkey in costs:
+            row["cost"] = costs[subkey]
+        rows.append(row)
+    return canonical_json({"idempotencyKey": key, "items": rows})
 
 
 def check_document(text: str, key: str, where: str) -> None:

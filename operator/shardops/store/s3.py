@@ -70,9 +70,10 @@ _MISSING_CODES = {"NoSuchKey", "404", "NotFound"}
 _EXPECTED_CODES = frozenset(_PRECONDITION_CODES | _MISSING_CODES)
 
 
-def client_for(location: ResultStoreStatus) -> Any:
+def client_for(location: ResultStoreStatus, credentials: Mapping[str, str] | None = None) -> Any:
     """A boto3 S3 client for `location`; credentials come from the default chain (the workers' env
-    from the credentials Secret, or workload identity on a cloud)."""
+    from the credentials Secret, or workload identity on a cloud) unless `credentials` (the keys of
+    a credentials Secret) are given."""
     import boto3
     from botocore.config import Config
 
@@ -89,6 +90,9 @@ def client_for(location: ResultStoreStatus) -> Any:
         arguments["endpoint_url"] = location.endpoint
     if location.region:
         arguments["region_name"] = location.region
+    if credentials:
+        arguments["aws_access_key_id"] = credentials.get("AWS_ACCESS_KEY_ID")
+        arguments["aws_secret_access_key"] = credentials.get("AWS_SECRET_ACCESS_KEY")
     return boto3.client("s3", **arguments)
 
 

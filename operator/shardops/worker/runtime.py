@@ -591,7 +591,7 @@ class ShardRun:
                 self.with_store("storing item results", self.flush)
                 known = self.known()
                 entries = [(i, key, known[key].result) for i, key in enumerate(self.keys)]
-                text = encode_result(self.key, entries)
+                text = encode_result(self.key, entries, {key: known[key].cost for key in self.keys})
                 meta = ResultMeta(
                     self.campaign.name, self.name, self.worker.holder, self.attempt, self.lease.fencing_token
                 )

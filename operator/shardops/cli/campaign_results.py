@@ -1,0 +1,199 @@
+"""`kubectl campaign results NAME`: every finished item's result in item order, as JSONL.
+
+One line per item of each Done work shard, read from the campaign's result store (the object its
+status.result names, verified against the fingerprint there): `index` (in the campaign), `key`
+(the item's sub-key), `item`, `result`, `cost`, `shard`, `attempt`. `--format openai` writes the
+OpenAI batch output shape instead, with `custom_id` taken from an item field. `--failed` lists the
+items not done, with their shard's phase and lastError. Works on a running campaign (what is done
+so far) and on a finished one. Reads one object per Done shard; nothing is written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack
+from typing import Any, TextIO
+
+from shardops.api.campaign import Campaign
+from shardops.api.common import Item
+from shardops.api.enums import ShardClass, ShardPhase, StoreType
+from shardops.api.shard import Shard
+from shardops.cli.campaign_client import EXIT_OK, bad_state, no_access
+from shardops.cli.command import Context, load
+from shardops.k8s.campaigns import ItemsUnavailable
+from shardops.logic.idempotency import item_subkey
+from shardops.store import ResultStore, location_of, open_store
+from shardops.store.records import StoreCorrupt, StoreUnavailable
+
+JSON = dict[str, Any]
+FORMATS = ("jsonl", "openai")
+DEFAULT_CUSTOM_ID = "custom_id"
+
+
+def json_line(value: JSON) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def work_shards(shards: Sequence[Shard]) -> list[Shard]:
+    """The work shards in item order (finalize shards hold no items)."""
+    work = [s for s in shards if s.spec.shard_class is ShardClass.WORK]
+    return sorted(work, key=lambda s: s.spec.item_range.start if s.spec.item_range else s.spec.index)
+
+
+def _first_index(shard: Shard) -> int:
+    return shard.spec.item_range.start if shard.spec.item_range else 0
+
+
+def done_lines(store: ResultStore, shards: Sequence[Shard]) -> Iterator[tuple[Shard, JSON]]:
+    """(shard, line) for every item of every Done shard, in item order, from its verified result."""
+    for shard in shards:
+        result = shard.current_status.result
+        if shard.phase is not ShardPhase.DONE or result is None:
+            continue
+        try:
+            stored = store.read_ref(result.ref, shard.spec.idempotency_key)
+        except StoreCorrupt as corrupt:
+            raise bad_state(f"shard {shard.name}: its stored result does not verify: {corrupt}") from None
+        if stored.fingerprint != result.fingerprint:
+            raise bad_state(
+                f"shard {shard.name}: the stored result is {stored.fingerprint}, its status says "
+                f"{result.fingerprint}"
+            )
+        document = json.loads(stored.text)
+        items = list(shard.spec.items or [])
+        for entry in document.get("items") or []:
+            position = int(entry["index"])
+            yield (
+                shard,
+                {
+                    "index": _first_index(shard) + position,
+                    "key": entry.get("key"),
+                    "item": items[position] if position < len(items) else None,
+                    "result": entry.get("result"),
+                    "cost": entry.get("cost"),
+                    "shard": shard.name,
+                    "attempt": shard.current_status.attempt,
+                },
+            )
+
+
+def openai_line(line: JSON, field: str) -> JSON:
+    """One line of the OpenAI batch output format for a `done_lines` line."""
+    item = line.get("item")
+    if not isinstance(item, dict) or field not in item:
+        raise bad_state(
+            f"item {line['index']} (shard {line['shard']}) has no field {field!r} for custom_id: "
+            "name the item field that identifies each request with --custom-id FIELD"
+        )
+    return {
+        "id": f"{line['shard']}-{line['index']}",
+        "custom_id": str(item[field]),
+        "response": {"status_code": 200, "request_id": line["key"], "body": line["result"]},
+        "error": None,
+    }
+
+
+def failed_lines(shards: Sequence[Shard], every_item: Sequence[Item] | None) -> Iterator[JSON]:
+    """Every item not done: those of shards not Done (with the phase and lastError), then those not
+    yet cut into shards (`every_item` is the campaign's items, read only when some are uncut)."""
+    cut_until = 0
+    for shard in shards:
+        cut_until = max(cut_until, shard.spec.item_range.end if shard.spec.item_range else 0)
+        if shard.phase is ShardPhase.DONE:
+            continue
+        status = shard.current_status
+        error = status.last_error.to_dict() if status.last_error is not None else None
+        for position, item in enumerate(shard.spec.items or []):
+            yield {
+                "index": _first_index(shard) + position,
+                "key": item_subkey(item),
+                "item": item,
+                "shard": shard.name,
+                "phase": str(shard.phase or ShardPhase.QUEUED),
+                "attempt": status.attempt,
+                "lastError": error,
+            }
+    for index in range(cut_until, len(every_item or [])):
+        item = (every_item or [])[index]
+        yield {"index": index, "key": item_subkey(item), "item": item, "shard": None, "phase": "Uncut"}
+
+
+def _items(ctx: Context, campaign: Campaign) -> list[Item]:
+    if campaign.spec.items is not None:
+        return list(campaign.spec.items)
+    assert campaign.spec.items_from is not None  # the model requires one of the two
+    try:
+        return ctx.client.read_items(campaign.namespace, campaign.spec.items_from)
+    except ItemsUnavailable as problem:
+        what = f"the campaign's items are unavailable ({problem.reason})"
+        raise bad_state(f"{what}: {problem.message}") from None
+
+
+def cli_store(ctx: Context, campaign: Campaign) -> ResultStore:
+    """The campaign's store as the user reaches it: --s3-endpoint over the recorded endpoint (the
+    in-cluster one may not resolve outside), credentials from AWS_* in the environment, else from
+    the campaign's credentials Secret (read with the user's own RBAC)."""
+    location = location_of(campaign)
+    if location.type is not StoreType.S3:
+        return open_store(ctx.client.kube, campaign.namespace, location)
+    from shardops.store.s3 import S3Store, client_for
+
+    if ctx.args.s3_endpoint:
+        location = location.model_copy(update={"endpoint": ctx.args.s3_endpoint})
+    credentials = None
+    if not os.environ.get("AWS_ACCESS_KEY_ID") and location.credentials_secret:
+        credentials = ctx.client.secret_data(campaign.namespace, location.credentials_secret)
+    return S3Store(location, campaign.namespace, client=client_for(location, credentials))
+
+
+class _Progress:
+    """`done/total shards` on a terminal's stderr while writing to a file; silent otherwise."""
+
+    def __init__(self, stream: TextIO, total: int, enabled: bool) -> None:
+        self.stream, self.total, self.enabled, self.done = stream, total, enabled, 0
+
+    def step(self) -> None:
+        self.done += 1
+        if self.enabled:
+            self.stream.write(f"\rresults: {self.done}/{self.total} shard(s)")
+            self.stream.flush()
+
+    def finish(self, lines: int) -> None:
+        if self.enabled:
+            self.stream.write(f"\rresults: {self.done}/{self.total} shard(s), {lines} line(s)\n")
+            self.stream.flush()
+
+
+def run_results(ctx: Context) -> int:
+    args = ctx.args
+    _, campaign, _, shards = load(ctx, args.name)
+    work = work_shards(shards)
+    with ExitStack() as stack:
+        out: TextIO = ctx.stdout
+        if args.output_file and args.output_file != "-":
+            out = stack.enter_context(open(args.output_file, "w", encoding="utf-8"))
+        lines = 0
+        if args.failed:
+            for line in failed_lines(work, _items(ctx, campaign)):
+                out.write(json_line(line) + "\n")
+                lines += 1
+            return EXIT_OK
+        done = [s for s in work if s.phase is ShardPhase.DONE]
+        progress = _Progress(ctx.stderr, len(done), out is not ctx.stdout and ctx.stderr.isatty())
+        try:
+            store = cli_store(ctx, campaign)
+            previous: str | None = None
+            for shard, line in done_lines(store, done):
+                if shard.name != previous:
+                    progress.step()
+                    previous = shard.name
+                shown = openai_line(line, args.custom_id) if args.format == "openai" else line
+                out.write(json_line(shown) + "\n")
+                lines += 1
+        except StoreUnavailable as unavailable:
+            hint = "--s3-endpoint reaches the store another way"
+            raise no_access(f"cannot read results: {unavailable} ({hint})") from None
+        progress.finish(lines)
+    return EXIT_OK
