@@ -17,6 +17,7 @@ RELEASE = "shardops"
 OPERATOR_NAMESPACE = "shardops-system"
 DEMO_NAMESPACE = "shardops-demo"
 CAMPAIGN = REPO_ROOT / "examples" / "demo.yaml"
+STORE_SECRET = "shardops-s3"
 
 
 def _run(
@@ -54,15 +55,47 @@ def _campaign_phase(env: dict[str, str], name: str) -> tuple[str, str]:
     return status.get("phase") or "", status.get("progressText") or ""
 
 
+def _store_values(env: dict[str, str], store: lifecycle.ObjectStore) -> list[str]:
+    """Results in the local SeaweedFS: its credentials Secret where the operator and the workers run,
+    and the chart's resultStore values pointing at it."""
+    for namespace in (OPERATOR_NAMESPACE, DEMO_NAMESPACE):
+        secret = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": STORE_SECRET, "namespace": namespace},
+            "stringData": {
+                "AWS_ACCESS_KEY_ID": store.access_key_id,
+                "AWS_SECRET_ACCESS_KEY": store.secret_access_key,
+            },
+        }
+        subprocess.run(
+            ["kubectl", "apply", "-f", "-"], input=json.dumps(secret), env=env, text=True, check=True,
+            capture_output=True,
+        )  # fmt: skip
+    print(f"results go to s3://{store.bucket}/shardops/ at {store.endpoint} (Secret {STORE_SECRET})")
+    values = {
+        "resultStore.type": "S3",
+        "resultStore.s3.endpoint": store.endpoint,
+        "resultStore.s3.region": store.region,
+        "resultStore.s3.bucket": store.bucket,
+        "resultStore.s3.credentialsSecret": STORE_SECRET,
+    }
+    return [argument for key, value in values.items() for argument in ("--set", f"{key}={value}")]
+
+
 def main() -> int:
     env = _environment()
     local = env["KUBECONFIG"] == str(lifecycle.DEFAULT_DIR / "kubeconfig")
     _run(env, "kubectl", "create", "namespace", DEMO_NAMESPACE, check=False)
+    _run(env, "kubectl", "create", "namespace", OPERATOR_NAMESPACE, check=False)
     chart_values = ["--set", f"watch.namespaces={{{DEMO_NAMESPACE}}}"]
     if local:
         # The process-kubelet runs every pod on the host network: two replicas would both bind the
         # metrics port. One replica here; a real cluster gets the chart's default of two.
         chart_values += ["--set", "operator.replicas=1"]
+        store = lifecycle.running_object_store()
+        if store is not None:
+            chart_values += _store_values(env, store)
     _run(
         env,
         "helm", "upgrade", "--install", RELEASE, str(REPO_ROOT / "charts" / "shardops"),
@@ -93,6 +126,7 @@ def main() -> int:
         f"  export PATH={lifecycle.bin_dir()}:$PATH\n"
         f"  kubectl get shards -n {DEMO_NAMESPACE}\n"
         f"  kubectl campaign status {name} -n {DEMO_NAMESPACE}\n"
+        f"  kubectl campaign results {name} -n {DEMO_NAMESPACE}\n"
         "  make cluster-down   # when finished (local control plane only)"
     )
     return 0

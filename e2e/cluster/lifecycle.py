@@ -667,6 +667,15 @@ def _run_foreground(directory: Path) -> int:
     return 0
 
 
+def running_object_store(directory: Path = DEFAULT_DIR) -> ObjectStore | None:
+    """The S3 store of the cluster `up` started in `directory` (None when there is none)."""
+    ready = directory / "ready.json"
+    if not ready.exists():
+        return None
+    info = json.loads(ready.read_text())
+    return ObjectStore(**info["objectStore"]) if info.get("objectStore") else None
+
+
 def _usage(info: dict[str, Any]) -> str:
     """The shell lines that point kubectl, helm and S3 clients at the cluster described by ready.json."""
     lines = [
