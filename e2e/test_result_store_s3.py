@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,13 +24,17 @@ from e2e.schedulerkit import (
     kube_for,
     operator_running,
     phase_of,
-    reasons,
     shards_of,
     wait_phase,
 )
+from shardops.api.campaign import Campaign
+from shardops.api.enums import ShardPhase
+from shardops.api.shard import Shard
 from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS, NotFound
+from shardops.state import ledger
 from shardops.store.configmap import ITEMS_PREFIX, RESULT_PREFIX
 from shardops.store.records import sha256_of
+from shardops.store.s3 import S3Store
 
 pytestmark = pytest.mark.usefixtures("crds_installed")
 
@@ -88,6 +93,30 @@ def _result_configmaps(cluster: Cluster, namespace: str) -> list[str]:
     ]
 
 
+def _done_shards(
+    kube: Any, namespace: str, name: str, object_store: lifecycle.ObjectStore
+) -> dict[int, dict[str, Any]]:
+    """Every Done work shard by index, as a ledger record: the folded ones from the campaign's
+    ledger in the bucket, the live ones from their Shard objects (each index from one place only)."""
+    campaign = Campaign.parse(kube.get(CAMPAIGNS, namespace, name))
+    status = campaign.current_status
+    if status.result_store is None:  # not yet recorded: nothing ran
+        return {}
+    store = S3Store(status.result_store, namespace, client=object_store.client())
+    done = ledger.first_records(store.read_ledger(name, campaign.metadata.uid or ""), status.folded)
+    assert len(done) == status.folded.shards, "every folded shard is in the ledger"
+    for body in shards_of(kube, namespace):
+        shard = Shard.parse(body)
+        if shard.phase is ShardPhase.DONE and not ledger.is_folded(shard, status.folded):
+            assert shard.spec.index not in done
+            done[shard.spec.index] = ledger.record(shard)
+    return done
+
+
+def _completions(record: dict[str, Any]) -> int:
+    return [entry["reason"] for entry in record["history"]].count("Completed")
+
+
 def _ledger(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
@@ -128,20 +157,21 @@ def test_results_live_in_s3_verify_and_are_reused_on_reapply(
         }
         assert _result_configmaps(local_cluster, namespace) == [], "no result in etcd"
 
-        shards = shards_of(kube, namespace)
-        assert len(shards) == 8 and all(phase_of(s) == "Done" for s in shards)
+        done = _done_shards(kube, namespace, "s3res", object_store)
+        assert sorted(done) == list(range(8))
+        assert final["status"]["counts"]["done"] == 8
         root = f"{prefix}/{namespace}/"
         objects = set(_objects(s3, object_store.bucket, root))
-        for shard in shards:
-            result = shard["status"]["result"]
+        for shard in done.values():
+            result = shard["result"]
             # The Done write names this claim's object, and the bytes are what it says.
             assert result["ref"].startswith(f"{root}attempts/"), result
             data = s3.get_object(Bucket=object_store.bucket, Key=result["ref"])["Body"].read()
             assert sha256_of(data) == result["fingerprint"] and len(data) == result["bytes"]
             document = json.loads(data)
-            assert document["idempotencyKey"] == shard["spec"]["idempotencyKey"]
+            assert document["idempotencyKey"] == shard["idempotencyKey"]
             assert [entry["index"] for entry in document["items"]] == [0, 1, 2], document
-        first_refs = {s["metadata"]["name"]: s["status"]["result"]["ref"] for s in shards}
+        first_refs = {index: shard["result"]["ref"] for index, shard in done.items()}
         pointers = sorted(o for o in objects if o.startswith(f"{root}results/"))
         assert len(pointers) == 8, "each key's result is committed for reuse"
         computed = [e for e in _ledger(ledger) if e["event"] == "done"]
@@ -154,7 +184,9 @@ def test_results_live_in_s3_verify_and_are_reused_on_reapply(
         again = wait_phase(kube, namespace, "s3res", FINISHED, timeout=240)
         assert again["status"]["phase"] == "Succeeded", again["status"]
         assert [e for e in _ledger(ledger) if e["event"] == "done"] == computed, "nothing recomputed"
-        reused = {s["metadata"]["name"]: s["status"]["result"]["ref"] for s in shards_of(kube, namespace)}
+        reused = {
+            i: s["result"]["ref"] for i, s in _done_shards(kube, namespace, "s3res", object_store).items()
+        }
         assert reused == first_refs, "each shard's result is the object the first run committed"
         assert _result_configmaps(local_cluster, namespace) == []
 
@@ -190,9 +222,9 @@ def test_store_outage_mid_campaign_is_retried_and_every_shard_is_done_once(
         local_cluster.local.restart_object_store()
         final = wait_phase(kube, namespace, "outage", FINISHED, timeout=300)
         assert final["status"]["phase"] == "Succeeded", final["status"]
-        shards = shards_of(kube, namespace)
-        assert len(shards) == 15
-        assert all(reasons(s).count("Completed") == 1 for s in shards), "each shard Done exactly once"
+        done = _done_shards(kube, namespace, "outage", object_store)
+        assert sorted(done) == list(range(15))
+        assert all(_completions(s) == 1 for s in done.values()), "each shard Done exactly once"
         assert _result_configmaps(local_cluster, namespace) == []
 
 
@@ -264,9 +296,11 @@ def test_results_command_streams_done_items_in_order_while_running_and_after(
         create_campaign(kube, namespace, body)
 
         def settled_but_running() -> bool:
+            # Done shards may be folded into the ledger already (their Shards deleted).
             phases = {s["metadata"]["name"]: phase_of(s) for s in shards_of(kube, namespace)}
-            wanted = ["Done", "Done", "Failed", "Running"]
-            return phases == {f"res-{i:05d}": phase for i, phase in enumerate(wanted)}
+            live = {name: phase for name, phase in phases.items() if phase != "Done"}
+            done = _done_shards(kube, namespace, "res", object_store)
+            return sorted(done) == [0, 1] and live == {"res-00002": "Failed", "res-00003": "Running"}
 
         wait_for("shards 0-1 Done, 2 Failed, 3 Running", settled_but_running, timeout=120)
         # The user has no AWS_* of their own: the CLI reads the campaign's credentials Secret.
@@ -302,3 +336,52 @@ def test_results_command_streams_done_items_in_order_while_running_and_after(
         assert [line["index"] for line in written] == [*range(8), *range(12, 16)]
         assert written == lines()
         assert [line["index"] for line in lines("--failed")] == list(range(8, 12))
+
+
+def test_operator_killed_between_recording_a_fold_and_deleting_its_shards_loses_and_repeats_nothing(
+    local_cluster: Cluster,
+    namespace: str,
+    object_store: lifecycle.ObjectStore,
+    s3_operator_env: dict[str, str],
+    tmp_path: Path,
+) -> None:
+    kube = kube_for(local_cluster)
+    agent_ledger = tmp_path / "agent.jsonl"
+    marker = tmp_path / "failpoint-hit"
+    items = [{"n": i} for i in range(30)]
+    body = campaign_body(
+        "crash",
+        items,
+        shardSize=1,
+        maxConcurrency=4,
+        worker_env={"SHARDOPS_AGENT_LATENCY": 0.2, "SHARDOPS_AGENT_LEDGER": agent_ledger},
+    )
+    env = {**s3_operator_env, "SHARDOPS_FAILPOINT": "fold-recorded", "SHARDOPS_FAILPOINT_MARKER": str(marker)}
+    with operator_running(local_cluster, namespace, env=env) as operator:
+        create_campaign(kube, namespace, body)
+        wait_for("the operator to die at the failpoint", marker.exists, timeout=120)
+        wait_for("the operator pod to restart", lambda: operator.restarts() >= 1, timeout=60)
+        final = wait_phase(kube, namespace, "crash", FINISHED, timeout=300)
+        assert final["status"]["phase"] == "Succeeded", final["status"]
+        # Every Done shard folds, the ones left over by the killed pass included: no Shard stays.
+        def all_folded() -> bool | str:
+            left = shards_of(kube, namespace)
+            return not left or f"{[(s['metadata']['name'], phase_of(s)) for s in left]}"[:0]
+
+        try:
+            wait_for("every shard folded and deleted", all_folded, timeout=60)
+        except AssertionError:
+            left = [(s["metadata"]["name"], phase_of(s)) for s in shards_of(kube, namespace)]
+            folded = kube.get(CAMPAIGNS, namespace, "crash")["status"]["folded"]
+            for pod in operator.pods():
+                print(operator.log(pod.metadata.name)[-3000:])
+            raise AssertionError(f"left: {left}; folded: {folded}") from None
+        status = kube.get(CAMPAIGNS, namespace, "crash")["status"]
+        assert status["folded"]["shards"] == 30 and status["counts"]["done"] == 30, status
+        assert status["folded"]["doneRanges"] == [{"start": 0, "end": 30}]
+        assert status["counts"]["total"] == 30 and status["cutShards"] == 30
+        done = _done_shards(kube, namespace, "crash", object_store)
+        assert sorted(done) == list(range(30))
+        assert all(_completions(s) == 1 for s in done.values()), "no shard ran twice"
+        computed = Counter(e["key"] for e in _ledger(agent_ledger) if e["event"] == "done")
+        assert len(computed) == 30 and set(computed.values()) == {1}, "no item computed twice"

@@ -586,7 +586,7 @@ def test_operator_rules_are_exactly_what_the_operator_uses(helm_bin: Path) -> No
     assert operator == {
         *{("shardops.dev", "campaigns", v) for v in ("get", "list", "watch", "patch")},
         ("shardops.dev", "campaigns/status", "patch"),
-        *{("shardops.dev", "shards", v) for v in ("get", "list", "watch", "create")},
+        *{("shardops.dev", "shards", v) for v in ("get", "list", "watch", "create", "delete")},
         ("shardops.dev", "shards/status", "patch"),
         *{("coordination.k8s.io", "leases", v) for v in ("get", "patch")},
         *{("batch", "jobs", v) for v in ("list", "create")},

@@ -599,6 +599,36 @@ class CampaignSpec(SpecModel):
         return None if self.items is None else len(self.items)
 
 
+class IndexRange(StatusModel):
+    """Shard indices start (inclusive) to end (exclusive)."""
+
+    start: int = Field(ge=0, description="First index.")
+    end: int = Field(ge=0, description="Index after the last one.")
+
+
+class FoldedShards(StatusModel):
+    """Done work shards whose facts were written to the campaign's ledger (index range, key, result
+    reference and fingerprint, attempts, cost, owner, history) and whose Shard objects were then
+    deleted, so a campaign keeps a bounded number of objects however many shards it has. A shard
+    counts as folded exactly when its index is in doneRanges."""
+
+    shards: int = Field(default=0, ge=0, description="Number of folded shards (all Done).")
+    items: int = Field(default=0, ge=0, description="Items in the folded shards.")
+    cost: float = Field(default=0, ge=0, description="Cost of the folded shards, in the budget's unit.")
+    attempts: int = Field(default=0, ge=0, description="Attempts the folded shards took, summed.")
+    done_ranges: list[IndexRange] = Field(
+        default_factory=list,
+        description=(
+            "Indices of the folded shards as sorted, disjoint ranges: a few, since shards finish "
+            "roughly in order (one range per gap left by a shard not yet folded)."
+        ),
+    )
+    sequence: int = Field(default=0, ge=0, description="Folds so far; names the next ledger segment.")
+
+    def ranges(self) -> list[tuple[int, int]]:
+        return [(r.start, r.end) for r in self.done_ranges]
+
+
 class ShardCounts(StatusModel):
     """How many shards are in each phase."""
 
@@ -700,6 +730,10 @@ class CampaignStatus(StatusModel):
     )
     last_retry_generation: int = Field(
         default=0, ge=0, description="The spec.retry.generation the operator last acted on."
+    )
+    folded: FoldedShards = Field(
+        default_factory=FoldedShards,
+        description="Done shards already written to the ledger and deleted (counted in counts.done).",
     )
     result_store: ResultStoreStatus | None = Field(
         default=None,

@@ -156,15 +156,16 @@ def report_view(campaign: Campaign, shard_bodies: Sequence[JSON], now: dt.dateti
         for s in shards
         if s.phase in (ShardPhase.FAILED, ShardPhase.BLOCKED)
     )
-    shard_costs = math.fsum(s.current_status.cost for s in shards)
+    # Folded shards' costs were summed into status.folded.cost when they were folded.
+    shard_costs = status.folded.cost + math.fsum(s.current_status.cost for s in shards)
     checks = (
-        check_fingerprints(shards),
+        check_fingerprints(shards, campaign.current_status.folded.shards),
         check_failure_records(shards),
         check_attempts(shards, spec.max_attempts),
         check_spend(status.spent, shard_costs, campaign.status is not None),
         check_managers(shard_bodies),
     )
-    items_done = sum(
+    items_done = status.folded.items + sum(
         s.spec.item_count for s in shards if s.phase is ShardPhase.DONE and not s.spec.is_finalize
     )
     return ReportView(
@@ -231,7 +232,9 @@ def what_is_left(
     return tuple(lines)
 
 
-def check_fingerprints(shards: Sequence[Shard]) -> Check:
+def check_fingerprints(shards: Sequence[Shard], folded: int = 0) -> Check:
+    """Live Done shards are checked one by one; folded ones were folded only with a result (its
+    reference and fingerprint are in the ledger)."""
     done = [s for s in shards if s.phase is ShardPhase.DONE]
     missing = tuple(
         s.name for s in done if s.current_status.result is None or not s.current_status.result.fingerprint
@@ -241,7 +244,8 @@ def check_fingerprints(shards: Sequence[Shard]) -> Check:
         return Check(
             "result-fingerprints", title, False, f"{len(missing)} of {len(done)} without one", missing
         )
-    return Check("result-fingerprints", title, True, f"{len(done)} of {len(done)} have one")
+    ledger = f" (and the {folded} folded into the ledger)" if folded else ""
+    return Check("result-fingerprints", title, True, f"{len(done)} of {len(done)} have one{ledger}")
 
 
 def check_failure_records(shards: Sequence[Shard]) -> Check:

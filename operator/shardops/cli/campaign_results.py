@@ -14,6 +14,7 @@ import json
 import os
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
+from dataclasses import dataclass
 from typing import Any, TextIO
 
 from shardops.api.campaign import Campaign
@@ -24,8 +25,10 @@ from shardops.cli.campaign_client import EXIT_OK, bad_state, no_access
 from shardops.cli.command import Context, load
 from shardops.k8s.campaigns import ItemsUnavailable
 from shardops.logic.idempotency import item_subkey
+from shardops.state import ledger
 from shardops.store import ResultStore, location_of, open_store
 from shardops.store.records import StoreCorrupt, StoreUnavailable
+from shardops.store.s3 import S3Store, client_for
 
 JSON = dict[str, Any]
 FORMATS = ("jsonl", "openai")
@@ -46,35 +49,74 @@ def _first_index(shard: Shard) -> int:
     return shard.spec.item_range.start if shard.spec.item_range else 0
 
 
-def done_lines(store: ResultStore, shards: Sequence[Shard]) -> Iterator[tuple[Shard, JSON]]:
-    """(shard, line) for every item of every Done shard, in item order, from its verified result."""
-    for shard in shards:
+@dataclass(frozen=True)
+class Finished:
+    """A Done work shard, live or folded into the ledger: where its result is and what it held."""
+
+    shard: str
+    first_item: int
+    key: str
+    ref: str
+    fingerprint: str
+    attempt: int
+    items: Sequence[Item]
+
+    @classmethod
+    def of_shard(cls, shard: Shard) -> Finished | None:
         result = shard.current_status.result
         if shard.phase is not ShardPhase.DONE or result is None:
-            continue
+            return None
+        return cls(
+            shard.name,
+            _first_index(shard),
+            shard.spec.idempotency_key,
+            result.ref,
+            result.fingerprint,
+            shard.current_status.attempt,
+            list(shard.spec.items or []),
+        )
+
+    @classmethod
+    def of_record(cls, record: JSON, every_item: Sequence[Item]) -> Finished:
+        span = record.get("itemRange") or {}
+        start, end = int(span.get("start", 0)), int(span.get("end", 0))
+        result = record.get("result") or {}
+        return cls(
+            str(record["shard"]),
+            start,
+            str(record["idempotencyKey"]),
+            str(result.get("ref")),
+            str(result.get("fingerprint")),
+            int(record.get("attempt") or 0),
+            list(every_item[start:end]),
+        )
+
+
+def done_lines(store: ResultStore, finished: Sequence[Finished]) -> Iterator[tuple[Finished, JSON]]:
+    """(shard, line) for every item of every Done shard, in the order given, from its verified result."""
+    for done in finished:
         try:
-            stored = store.read_ref(result.ref, shard.spec.idempotency_key)
+            stored = store.read_ref(done.ref, done.key)
         except StoreCorrupt as corrupt:
-            raise bad_state(f"shard {shard.name}: its stored result does not verify: {corrupt}") from None
-        if stored.fingerprint != result.fingerprint:
+            raise bad_state(f"shard {done.shard}: its stored result does not verify: {corrupt}") from None
+        if stored.fingerprint != done.fingerprint:
             raise bad_state(
-                f"shard {shard.name}: the stored result is {stored.fingerprint}, its status says "
-                f"{result.fingerprint}"
+                f"shard {done.shard}: the stored result is {stored.fingerprint}, its status says "
+                f"{done.fingerprint}"
             )
         document = json.loads(stored.text)
-        items = list(shard.spec.items or [])
         for entry in document.get("items") or []:
             position = int(entry["index"])
             yield (
-                shard,
+                done,
                 {
-                    "index": _first_index(shard) + position,
+                    "index": done.first_item + position,
                     "key": entry.get("key"),
-                    "item": items[position] if position < len(items) else None,
+                    "item": done.items[position] if position < len(done.items) else None,
                     "result": entry.get("result"),
                     "cost": entry.get("cost"),
-                    "shard": shard.name,
-                    "attempt": shard.current_status.attempt,
+                    "shard": done.shard,
+                    "attempt": done.attempt,
                 },
             )
 
@@ -95,10 +137,12 @@ def openai_line(line: JSON, field: str) -> JSON:
     }
 
 
-def failed_lines(shards: Sequence[Shard], every_item: Sequence[Item] | None) -> Iterator[JSON]:
+def failed_lines(
+    shards: Sequence[Shard], every_item: Sequence[Item] | None, cut_items: int = 0
+) -> Iterator[JSON]:
     """Every item not done: those of shards not Done (with the phase and lastError), then those not
     yet cut into shards (`every_item` is the campaign's items, read only when some are uncut)."""
-    cut_until = 0
+    cut_until = cut_items
     for shard in shards:
         cut_until = max(cut_until, shard.spec.item_range.end if shard.spec.item_range else 0)
         if shard.phase is ShardPhase.DONE:
@@ -138,8 +182,6 @@ def cli_store(ctx: Context, campaign: Campaign) -> ResultStore:
     location = location_of(campaign)
     if location.type is not StoreType.S3:
         return open_store(ctx.client.kube, campaign.namespace, location)
-    from shardops.store.s3 import S3Store, client_for
-
     if ctx.args.s3_endpoint:
         location = location.model_copy(update={"endpoint": ctx.args.s3_endpoint})
     credentials = None
@@ -166,6 +208,33 @@ class _Progress:
             self.stream.flush()
 
 
+def finished_shards(
+    ctx: Context, campaign: Campaign, store: ResultStore, work: Sequence[Shard]
+) -> list[Finished]:
+    """Every Done work shard in item order: the live ones, and those folded into the ledger."""
+    finished = [f for f in (Finished.of_shard(s) for s in work) if f is not None]
+    folded = campaign.current_status.folded
+    if folded.shards:
+        if not isinstance(store, S3Store):
+            raise bad_state(f"campaign {campaign.name} has folded shards but no S3 result store")
+        records = ledger.first_records(store.read_ledger(campaign.name, campaign.metadata.uid or ""), folded)
+        if len(records) != folded.shards:
+            raise bad_state(
+                f"the ledger of campaign {campaign.name} holds {len(records)} of its {folded.shards} "
+                "folded shards"
+            )
+        every = _items(ctx, campaign)
+        finished += [Finished.of_record(record, every) for record in records.values()]
+    return sorted(finished, key=lambda f: f.first_item)
+
+
+def _cut_items(campaign: Campaign, work: Sequence[Shard]) -> int:
+    """Items already cut into shards (live, folded or deleted): the items after are Uncut."""
+    live = max((s.spec.item_range.end for s in work if s.spec.item_range), default=0)
+    recorded = (campaign.current_status.cut_shards or 0) * campaign.spec.shard_size
+    return max(live, recorded)
+
+
 def run_results(ctx: Context) -> int:
     args = ctx.args
     _, campaign, _, shards = load(ctx, args.name)
@@ -176,19 +245,19 @@ def run_results(ctx: Context) -> int:
             out = stack.enter_context(open(args.output_file, "w", encoding="utf-8"))
         lines = 0
         if args.failed:
-            for line in failed_lines(work, _items(ctx, campaign)):
+            for line in failed_lines(work, _items(ctx, campaign), _cut_items(campaign, work)):
                 out.write(json_line(line) + "\n")
                 lines += 1
             return EXIT_OK
-        done = [s for s in work if s.phase is ShardPhase.DONE]
-        progress = _Progress(ctx.stderr, len(done), out is not ctx.stdout and ctx.stderr.isatty())
         try:
             store = cli_store(ctx, campaign)
+            done = finished_shards(ctx, campaign, store, work)
+            progress = _Progress(ctx.stderr, len(done), out is not ctx.stdout and ctx.stderr.isatty())
             previous: str | None = None
-            for shard, line in done_lines(store, done):
-                if shard.name != previous:
+            for finished, line in done_lines(store, done):
+                if finished.shard != previous:
                     progress.step()
-                    previous = shard.name
+                    previous = finished.shard
                 shown = openai_line(line, args.custom_id) if args.format == "openai" else line
                 out.write(json_line(shown) + "\n")
                 lines += 1

@@ -17,6 +17,7 @@ from shardops.api.shard import Shard
 from shardops.cli.campaign_client import Client, bad_state, default_namespace
 from shardops.cli.campaign_summary import parse_shards
 from shardops.cli.text import as_json, as_yaml
+from shardops.state import ledger
 
 JSON = dict[str, Any]
 
@@ -85,7 +86,8 @@ def parse_campaign(body: JSON) -> Campaign:
 
 
 def load(ctx: Context, name: str) -> tuple[JSON, Campaign, list[JSON], list[Shard]]:
-    """The Campaign and its Shards (one list call, by label), as stored and parsed."""
+    """The Campaign and its live Shards (one list call, by label), as stored and parsed. Shards
+    already folded into the ledger are counted by the status (status.folded), not listed again."""
     namespace = ctx.namespace
     body = ctx.client.get_campaign(namespace, name)
     campaign = parse_campaign(body)
@@ -94,4 +96,8 @@ def load(ctx: Context, name: str) -> tuple[JSON, Campaign, list[JSON], list[Shar
         shards = parse_shards(shard_bodies)
     except ValueError as error:
         raise bad_state(str(error)) from None
-    return body, campaign, shard_bodies, shards
+    live = ledger.unfolded(shards, campaign.current_status.folded)
+    if len(live) != len(shards):
+        names = {s.name for s in live}
+        shard_bodies = [b for b in shard_bodies if (b.get("metadata") or {}).get("name") in names]
+    return body, campaign, shard_bodies, live

@@ -31,6 +31,10 @@ class CampaignFacts:
     finalize_pending: bool = False
     previous_spent: float = 0.0
     campaign: str = ""
+    # Done shards already folded into the ledger (their Shard objects are gone): counted as Done,
+    # their cost counted in what was spent.
+    folded_done: int = 0
+    folded_cost: float = 0.0
 
     @property
     def uncut_shards(self) -> int:
@@ -61,10 +65,11 @@ class Aggregate:
 
 def aggregate(shards: Sequence[ShardView], now: datetime, facts: CampaignFacts) -> Aggregate:
     counts = count_phases(shards)
-    spent = max(facts.previous_spent, math.fsum(s.cost for s in shards))
+    counts[ShardPhase.DONE] += facts.folded_done
+    spent = max(facts.previous_spent, facts.folded_cost + math.fsum(s.cost for s in shards))
     budget = budget_status(spent, facts.budget_limit, facts.budget_warn_ratio)
     phase = campaign_phase(shards, facts, budget.gate)
-    total = len(shards) + facts.uncut_shards
+    total = len(shards) + facts.uncut_shards + facts.folded_done
     failed = _names_in(shards, ShardPhase.FAILED)
     blocked = _names_in(shards, ShardPhase.BLOCKED)
     progress = f"{counts[ShardPhase.DONE]}/{total}"
@@ -117,7 +122,7 @@ def campaign_phase(shards: Sequence[ShardView], facts: CampaignFacts, gate: Budg
         return CampaignPhase.PAUSED
     if work_cut and all(s.phase.terminal for s in shards if s.shard_class is ShardClass.WORK):
         return CampaignPhase.FINALIZING
-    if not any(_started(s) for s in shards):
+    if not facts.folded_done and not any(_started(s) for s in shards):
         return CampaignPhase.PENDING
     return CampaignPhase.RUNNING
 

@@ -21,14 +21,14 @@ import datetime as dt
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
 
 from shardops import store
-from shardops.api.campaign import Campaign, CampaignStatus, resolve_result_store
+from shardops.api.campaign import Campaign, CampaignStatus, FoldedShards, resolve_result_store
 from shardops.api.common import Condition, Item
 from shardops.api.enums import (
     BreakerState,
@@ -38,6 +38,7 @@ from shardops.api.enums import (
     ErrorClass,
     ShardClass,
     ShardPhase,
+    StoreType,
 )
 from shardops.api.names import PLANNED_FROM_ANNOTATION
 from shardops.api.shard import Shard, ShardError
@@ -54,15 +55,19 @@ from shardops.logic.leases import LeaseVerdict, classify_lease, lease_action
 from shardops.logic.planner import DispatchPlan, LimitReason, plan_dispatch
 from shardops.logic.transitions import Action
 from shardops.logic.views import ItemProgress
-from shardops.scheduler import builders
+from shardops.scheduler import builders, failpoints
 from shardops.scheduler.metrics import BREAKER_VALUES, Metrics
 from shardops.scheduler.settings import REPORTING_CONTROLLER, OperatorSettings
-from shardops.state import breakers, history, observe, shardview
+from shardops.state import breakers, history, ledger, observe, shardview
+from shardops.store.records import StoreUnavailable
+from shardops.store.s3 import S3Store
 
 log = logging.getLogger(__name__)
 
 JSON = dict[str, Any]
 CONFLICT_ROUNDS = 3
+# Done shards one pass folds at most (one ledger segment, one status write); more wait a pass.
+MAX_FOLD = 500
 # The operator acts on a retry request (the CLI records the request itself as RetryRequested).
 RETRY_STARTED = "RetryStarted"
 
@@ -105,6 +110,9 @@ class _Observed:
     shards: dict[str, Shard]
     jobs: list[JSON]
     pods: list[JSON]
+    # Listed Shards already folded into the ledger (a pass stopped before deleting them): deleted,
+    # never counted again.
+    leftovers: list[Shard] = field(default_factory=list)
 
 
 class Reconciler:
@@ -127,6 +135,8 @@ class Reconciler:
         self.actor = Actor(controller=REPORTING_CONTROLLER, instance=settings.identity)
         self._lock = threading.Lock()
         self._memory: dict[tuple[str, str], _Memory] = {}
+        # One S3 client per store location (creating one costs far more than a call).
+        self._stores: dict[tuple[str, str], S3Store] = {}
 
     # --- entry points (called from kopf handlers, in kopf's thread pool) ------------------------------
 
@@ -239,13 +249,18 @@ class Reconciler:
             if recorded is None:
                 return True
             body, campaign = recorded, Campaign.parse(recorded)
+        # Bounded by the window once Done shards are folded: the live shards plus the Done ones of
+        # the last pass (and, with the ConfigMap store, which does not fold, its ≤ 1000 shards).
+        listed = list_shards(self.kube, namespace, name)
+        folded = campaign.current_status.folded
         seen = _Observed(
             body=body,
             campaign=campaign,
             items=items,
-            shards={s.name: s for s in list_shards(self.kube, namespace, name)},
+            shards={s.name: s for s in ledger.unfolded(listed, folded)},
             jobs=jobs.list_workers(self.kube, namespace, name),
             pods=jobs.list_worker_pods(self.kube, namespace, name),
+            leftovers=[s for s in listed if ledger.is_folded(s, folded)],
         )
         status = campaign.current_status
         retried = self._retry(seen, now)
@@ -580,7 +595,8 @@ class Reconciler:
         gate = self._gate(seen)
         if spec.suspend or not allows(gate, ShardClass.FINALIZE):
             return
-        body = builders.finalize_shard_body(campaign, len(work), len(seen.items))
+        # The campaign's shape, not the live shards: folded work shards are gone from the listing.
+        body = builders.finalize_shard_body(campaign, spec.expected_shards(len(seen.items)), len(seen.items))
         shard = self._create_shard(seen, body)
         if shard is not None:
             note = f"all {len(work)} work shard(s) finished: the closing step may start"
@@ -658,8 +674,11 @@ class Reconciler:
         campaign = seen.campaign
         spec = campaign.spec
         previous = campaign.current_status
-        views = [shardview.shard_view(s) for s in seen.shards.values()]
-        facts = observe.campaign_facts(campaign, seen.shards.values(), len(seen.items))
+        to_fold, folded = self._record_fold(seen)
+        gone = {s.name for s in to_fold}
+        live = [s for s in seen.shards.values() if s.name not in gone]
+        views = [shardview.shard_view(s) for s in live]
+        facts = observe.campaign_facts(campaign, live, len(seen.items), folded)
         agg = aggregate(views, now, facts)
         limits = {limit.reason: limit.message for limit in plan.limits}
         open_sources = [
@@ -690,7 +709,7 @@ class Reconciler:
                 has_finalize=spec.finalize is not None,
                 uncut_shards=facts.uncut_shards,
                 cut_shards=-(-facts.items.cut_items // spec.shard_size),
-                materialized=len(seen.shards),
+                materialized=len(live) + folded.shards,
                 breakers=builders.breakers_to_status(spec, fold.states, fold.reasons, previous, now),
                 conditions=merged,
                 last_retry_generation=retried if retried is not None else previous.last_retry_generation,
@@ -698,16 +717,72 @@ class Reconciler:
                 budget_limit=spec.budget.limit if spec.budget is not None else None,
             ),
             previous,
-        )
+        ).model_copy(update={"folded": folded})
         self._metrics(seen, agg.counts, agg.oldest_pending_age, agg.budget.spent, new)
         if campaign.status is not None and not builders.status_differs(campaign.status, new):
+            self._delete_folded(seen, seen.leftovers)
             return
         resource_version = seen.body["metadata"].get("resourceVersion")
         campaigns.patch_status(
             self.kube, campaign.namespace, campaign.name, new.to_merge_patch(), resource_version
         )
+        # Recorded in the ledger and counted in the status: only now may the Shards go.
+        failpoints.hit(failpoints.FOLD_RECORDED)
+        self._delete_folded(seen, [*seen.leftovers, *to_fold])
         # After the write: a pass that lost the write (Conflict) and runs again must not repeat them.
         self._announce(seen, previous.conditions, merged, now)
+
+    # --- folding Done shards -------------------------------------------------------------------------
+
+    def _record_fold(self, seen: _Observed) -> tuple[list[Shard], FoldedShards]:
+        """Write the ledger segment of the Done shards to fold this pass; what status.folded becomes.
+
+        First of three crash-safe steps (ledger, status, delete): a segment whose status write is
+        lost is ignored by readers (its indices are not in doneRanges) and written again later.
+        Only S3 stores fold, and only those the operator holds credentials for; ConfigMap campaigns
+        (at most 1000 shards) keep their Done shards."""
+        previous = seen.campaign.current_status.folded
+        candidates = ledger.foldable(seen.shards.values(), previous)[:MAX_FOLD]
+        store = self._ledger_store(seen.campaign)
+        if not candidates or store is None:
+            return [], previous
+        folded = ledger.fold(previous, candidates)
+        try:
+            store.write_ledger(
+                seen.campaign.name,
+                seen.campaign.metadata.uid or "",
+                folded.sequence,
+                [ledger.record(s) for s in candidates],
+            )
+        except StoreUnavailable as error:
+            log.warning("campaign %s: ledger not written, folding later: %s", seen.campaign.name, error)
+            return [], previous
+        return candidates, folded
+
+    def _ledger_store(self, campaign: Campaign) -> S3Store | None:
+        location = campaign.current_status.result_store
+        installation = self.settings.result_store_location()
+        if location is None or location.type is not StoreType.S3:
+            return None
+        if location.credentials_secret != installation.credentials_secret:
+            return None
+        key = (campaign.namespace, location.model_dump_json())
+        with self._lock:
+            if key not in self._stores:
+                self._stores[key] = S3Store(location, campaign.namespace)
+            return self._stores[key]
+
+    def _delete_folded(self, seen: _Observed, shards: Sequence[Shard]) -> None:
+        """Delete Shards the ledger and the status already hold (their Leases go with them)."""
+        for shard in shards:
+            try:
+                self.kube.delete(SHARDS, shard.namespace, shard.name)
+            except NotFound:
+                continue
+            except ApiError as error:
+                log.warning("deleting folded shard %s failed, next pass retries: %s", shard.name, error)
+                return
+            seen.shards.pop(shard.name, None)
 
     def _announce(
         self, seen: _Observed, before: list[Condition], after: list[Condition], now: dt.datetime

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from shardops.api.campaign import Budget, Campaign, CampaignSpec
+from shardops.api.campaign import Budget, Campaign, CampaignSpec, FoldedShards
 from shardops.api.enums import ShardClass, ShardPhase
 from shardops.api.shard import Shard
 from shardops.logic.aggregate import CampaignFacts
@@ -55,10 +55,16 @@ def item_progress(campaign: Campaign, shards: Iterable[Shard], items_total: int)
     return ItemProgress(items_total, max(recorded, listed), size)
 
 
-def campaign_facts(campaign: Campaign, shards: Iterable[Shard], items_total: int) -> CampaignFacts:
-    """What `logic.aggregate.aggregate` needs beyond the shard views (the reconcile's status step)."""
+def campaign_facts(
+    campaign: Campaign, shards: Iterable[Shard], items_total: int, folded: FoldedShards | None = None
+) -> CampaignFacts:
+    """What `logic.aggregate.aggregate` needs beyond the shard views (the reconcile's status step).
+
+    `shards`: the live (unfolded) shards; `folded`: the shards folded into the ledger (default: as the
+    status records them; the reconcile passes the fold it is about to write)."""
     shards = list(shards)
     spec = campaign.spec
+    folded = folded if folded is not None else campaign.current_status.folded
     has_finalize = spec.finalize is not None
     return CampaignFacts(
         campaign=campaign.name,
@@ -69,6 +75,8 @@ def campaign_facts(campaign: Campaign, shards: Iterable[Shard], items_total: int
         finalize_pending=has_finalize
         and shardview.finalize_name(campaign.name) not in {s.name for s in shards},
         previous_spent=campaign.current_status.spent,
+        folded_done=folded.shards,
+        folded_cost=folded.cost,
     )
 
 
@@ -86,7 +94,9 @@ def campaign_budget(campaign: Campaign, views: Iterable[ShardView]) -> BudgetSta
     """The budget gate. Spend never goes down: a deleted or edited shard cannot un-spend money, and a
     campaign status that is not yet up to date cannot hide what the shards already report spent."""
     spec = campaign.spec
-    spent = max(campaign.current_status.spent, sum(v.cost for v in views))
+    status = campaign.current_status
+    # Views are of live shards: the folded ones' cost is in status.folded.
+    spent = max(status.spent, status.folded.cost + sum(v.cost for v in views))
     limit = spec.budget.limit if spec.budget is not None else None
     return budget_status(spent, limit, _warn_ratio(spec))
 

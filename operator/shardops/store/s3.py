@@ -13,6 +13,9 @@ Layout under `<prefix>/<namespace>/`, keyed by the shard's idempotency key (its 
   becomes a result. Reuse on re-apply reads the pointer and verifies the object it names.
 * `items/<key>/t<token>-<seq>.jsonl`: the item results one claim flushed at a heartbeat (one
   line per item), read back by the next attempt to resume. Never overwritten.
+* `ledger/<campaign>-<uid>/<sequence>-<random>.jsonl`: the facts of the Done shards one fold of
+  the operator recorded before deleting their Shard objects (`state.ledger.record`), one line per
+  shard. Readers keep the first line per shard index among the indices `status.folded` counts.
 
 Nothing is ever replaced: objects are immutable once written. Errors of the store (unreachable,
 no bucket, credentials refused) raise `StoreUnavailable` naming what to fix.
@@ -22,7 +25,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Iterator, Mapping
+import secrets
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -303,6 +307,31 @@ class S3Store:
             }
         ).encode("utf-8")
         self._put_once(self.pointer_name(key), pointer, {}, "application/json")
+
+    # --- the ledger of folded shards ----------------------------------------------------------------
+
+    def ledger_prefix(self, campaign: str, uid: str) -> str:
+        return f"{self._root()}ledger/{campaign}-{uid}/"
+
+    def write_ledger(
+        self, campaign: str, uid: str, sequence: int, records: Sequence[Mapping[str, Any]]
+    ) -> str:
+        """One segment of the ledger; its name is new every time, so a fold retried after a failed
+        status write never collides with the segment it wrote before (readers de-duplicate)."""
+        name = f"{self.ledger_prefix(campaign, uid)}{sequence:08d}-{secrets.token_hex(4)}.jsonl"
+        body = "".join(canonical_json(dict(record)) + "\n" for record in records).encode("utf-8")
+        self._put_once(name, body, {"campaign": campaign, "sequence": str(sequence)}, "application/x-ndjson")
+        return name
+
+    def read_ledger(self, campaign: str, uid: str) -> Iterator[dict[str, Any]]:
+        """Every line of every segment, oldest segment first (sequence order)."""
+        for name in sorted(self._list(self.ledger_prefix(campaign, uid))):
+            found = self._get(name)
+            if found is None:
+                continue
+            for line in found[0].splitlines():
+                if line.strip():
+                    yield json.loads(line)
 
     # --- item results ------------------------------------------------------------------------------
 

@@ -1,0 +1,98 @@
+"""Folding Done shards: what of a Done Shard the ledger keeps, and which listed Shards are folded.
+
+A Done work shard's facts go to the campaign's ledger (segments in the result store), its counts
+to `status.folded`, and then its Shard is deleted (its Lease with it, by owner reference). A shard
+counts as folded exactly when its index is in `status.folded.doneRanges`; a folded Shard still
+listed (the operator stopped between recording and deleting) is deleted, never counted again.
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from shardops.api.campaign import FoldedShards, IndexRange
+from shardops.api.enums import ShardClass, ShardPhase
+from shardops.api.shard import Shard
+from shardops.logic import ranges
+
+JSON = dict[str, Any]
+
+
+def is_folded(shard: Shard, folded: FoldedShards) -> bool:
+    return shard.spec.shard_class is ShardClass.WORK and ranges.contains(folded.ranges(), shard.spec.index)
+
+
+def unfolded(shards: Iterable[Shard], folded: FoldedShards) -> list[Shard]:
+    """The listed shards that count as live: every one not already folded."""
+    spans = folded.ranges()
+    return [
+        s
+        for s in shards
+        if s.spec.shard_class is not ShardClass.WORK or not ranges.contains(spans, s.spec.index)
+    ]
+
+
+def foldable(shards: Iterable[Shard], folded: FoldedShards) -> list[Shard]:
+    """Done work shards with a result, not folded yet, in index order."""
+    spans = folded.ranges()
+    return sorted(
+        (
+            s
+            for s in shards
+            if s.spec.shard_class is ShardClass.WORK
+            and s.phase is ShardPhase.DONE
+            and s.current_status.result is not None
+            and not ranges.contains(spans, s.spec.index)
+        ),
+        key=lambda s: s.spec.index,
+    )
+
+
+def record(shard: Shard) -> JSON:
+    """The ledger line of a Done shard: everything `kubectl campaign status/report/events/results`
+    and reuse need once the Shard object is gone."""
+    status = shard.current_status
+    item_range = shard.spec.item_range
+    return {
+        "index": shard.spec.index,
+        "shard": shard.name,
+        "uid": shard.metadata.uid,
+        "itemRange": item_range.to_dict() if item_range is not None else None,
+        "items": shard.spec.item_count,
+        "idempotencyKey": shard.spec.idempotency_key,
+        "source": status.source or shard.spec.source,
+        "result": status.result.to_dict() if status.result is not None else None,
+        "attempt": status.attempt,
+        "cost": status.cost,
+        "owner": (status.history[-1].owner if status.history else None),
+        "history": [entry.to_dict() for entry in status.history],
+    }
+
+
+def fold(folded: FoldedShards, shards: Sequence[Shard]) -> FoldedShards:
+    """`folded` with `shards` (from `foldable`) counted in."""
+    if not shards:
+        return folded
+    spans = ranges.add(folded.ranges(), (s.spec.index for s in shards))
+    return FoldedShards(
+        shards=folded.shards + len(shards),
+        items=folded.items + sum(s.spec.item_count for s in shards),
+        cost=folded.cost + sum(s.current_status.cost for s in shards),
+        attempts=folded.attempts + sum(max(s.current_status.attempt, 1) for s in shards),
+        done_ranges=[IndexRange(start=a, end=b) for a, b in spans],
+        sequence=folded.sequence + 1,
+    )
+
+
+def first_records(lines: Iterable[JSON], folded: FoldedShards) -> dict[int, JSON]:
+    """The ledger's records by shard index: the first record of each index that is folded. A segment
+    written by a fold whose status write then failed may repeat or precede the counted one."""
+    spans = folded.ranges()
+    found: dict[int, JSON] = {}
+    for line in lines:
+        index = line.get("index")
+        if isinstance(index, int) and index not in found and ranges.contains(spans, index):
+            found[index] = line
+    return found

@@ -1,0 +1,83 @@
+"""Folding Done shards: index ranges, which shards fold, the ledger record, and that the status
+counts a folded shard exactly once (as Done, with its cost)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from schedulerkit import campaign, shard
+from shardops.api.campaign import Campaign, FoldedShards
+from shardops.api.enums import CampaignPhase, ShardPhase
+from shardops.api.shard import Shard
+from shardops.logic import ranges
+from shardops.logic.aggregate import aggregate
+from shardops.state import ledger, observe, shardview
+
+NOW = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+RESULT = {"ref": "p/ns/attempts/k/t1.json", "fingerprint": "sha256:ab", "bytes": 10}
+
+
+def test_ranges_merge_and_answer_membership() -> None:
+    spans = ranges.add([(0, 3)], [3, 4, 7, 9, 8])
+    assert spans == [(0, 5), (7, 10)]
+    assert [i for i in range(12) if ranges.contains(spans, i)] == [0, 1, 2, 3, 4, 7, 8, 9]
+    assert ranges.size(spans) == 8 and ranges.normalize([(5, 5), (2, 4), (1, 2)]) == [(1, 4)]
+
+
+def _shards() -> list[Shard]:
+    return [
+        Shard.parse(shard("c", 0, "Done", cost=1.5, result=RESULT)),
+        Shard.parse(shard("c", 1, "Running")),
+        Shard.parse(shard("c", 2, "Done", cost=2.0, attempt=2, result=RESULT)),
+        Shard.parse(shard("c", 3, "Done")),  # Done without a result: never folded
+    ]
+
+
+def test_only_done_shards_with_a_result_fold_and_the_fold_counts_them() -> None:
+    shards = _shards()
+    chosen = ledger.foldable(shards, FoldedShards())
+    assert [s.spec.index for s in chosen] == [0, 2]
+    folded = ledger.fold(FoldedShards(), chosen)
+    assert (folded.shards, folded.items, folded.cost, folded.attempts, folded.sequence) == (2, 2, 3.5, 3, 1)
+    assert folded.ranges() == [(0, 1), (2, 3)]
+    assert ledger.foldable(shards, folded) == [], "folding is idempotent"
+    assert [s.spec.index for s in ledger.unfolded(shards, folded)] == [1, 3]
+    assert ledger.is_folded(shards[0], folded) and not ledger.is_folded(shards[1], folded)
+
+
+def test_the_record_keeps_what_readers_need_once_the_shard_is_gone() -> None:
+    record = ledger.record(_shards()[2])
+    assert record["index"] == 2 and record["shard"] == "c-00002"
+    assert record["result"] == RESULT and record["attempt"] == 2 and record["cost"] == 2.0
+    assert record["idempotencyKey"].startswith("sha256:") and record["items"] == 1
+    assert isinstance(record["history"], list)
+
+
+def test_readers_keep_the_first_record_of_each_counted_index() -> None:
+    folded = FoldedShards(shards=2, done_ranges=[{"start": 0, "end": 2}])  # type: ignore[list-item]
+    lines = [
+        {"index": 0, "n": "first"},
+        {"index": 5, "n": "lost fold"},
+        {"index": 0, "n": "again"},
+        {"index": 1},
+    ]
+    assert ledger.first_records(lines, folded) == {0: {"index": 0, "n": "first"}, 1: {"index": 1}}
+
+
+def test_a_folded_shard_counts_once_as_done_with_its_cost() -> None:
+    body = campaign(items=[{"id": i} for i in range(4)], shardSize=1)
+    body["status"] = {"spent": 3.5, "cutShards": 4}
+    camp = Campaign.parse(body)
+    shards = _shards()
+    folded = ledger.fold(FoldedShards(), ledger.foldable(shards, FoldedShards()))
+    live = ledger.unfolded(shards, folded)
+    facts = observe.campaign_facts(camp, live, 4, folded)
+    agg = aggregate([shardview.shard_view(s) for s in live], NOW, facts)
+    assert agg.counts[ShardPhase.DONE] == 3  # two folded, one live
+    assert agg.total_shards == 4 and agg.spent == 3.5
+    assert agg.phase is CampaignPhase.RUNNING
+    # Everything folded: the campaign is Succeeded from the status alone.
+    done = [Shard.parse(shard("c", i, "Done", result=RESULT)) for i in range(4)]
+    every = ledger.fold(FoldedShards(), done)
+    all_facts = observe.campaign_facts(camp, [], 4, every)
+    assert aggregate([], NOW, all_facts).phase is CampaignPhase.SUCCEEDED
