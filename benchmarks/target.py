@@ -112,7 +112,7 @@ class Target:
         self, namespace: str, replicas: int = 1, env: Mapping[str, str] | None = None
     ) -> Iterator[schedulerkit.Operator]:
         """The operator as the e2e tests run it (chart RBAC + a Deployment), with its default settings."""
-        settings = {**operator_env(), **(env or {})}
+        settings = {**operator_env(), **self.store_env(namespace), **(env or {})}
         with schedulerkit.operator_running(
             self.cluster,
             namespace,
@@ -135,6 +135,15 @@ class Target:
                     check=False,
                 )
                 wait_for("the operator pods to stop", lambda: not operator.pods(), timeout=60)
+
+    def store_env(self, namespace: str) -> dict[str, str]:
+        """Results in the cluster's S3 store when it has one (what a campaign of this size needs: the
+        ConfigMap store stops at 1,000 shards), under a prefix of the namespace's own."""
+        if self.cluster.object_store is None:
+            return {}
+        return schedulerkit.s3_store_env(
+            self.cluster, namespace, self.cluster.object_store, f"bench-{namespace}"
+        )
 
     # --- what only the local control plane shows ---------------------------------------------------
 

@@ -30,6 +30,7 @@ import yaml
 from kubernetes import client, watch
 
 from e2e import chartkit
+from e2e.cluster import lifecycle
 from e2e.cluster.lifecycle import WRITE_VERBS, free_port
 from e2e.harness import Cluster, wait_for
 from shardops.api.names import API_GROUP_VERSION
@@ -192,6 +193,38 @@ def operator_running(
                 print(f"\n--- operator {pod.metadata.name}: {len(errors)} error line(s), last ones:")
                 print("\n".join(errors[-10:]))
         chartkit.delete_cluster_scoped(cluster, objects)
+
+
+STORE_SECRET = "shardops-s3"
+
+
+def s3_store_env(
+    cluster: Cluster, namespace: str, store: lifecycle.ObjectStore, prefix: str
+) -> dict[str, str]:
+    """An installation whose default result store is S3 (as the chart's resultStore values render
+    it): the credentials Secret in `namespace` and the operator settings (its own credentials too)."""
+    secret = client.V1Secret(
+        metadata=client.V1ObjectMeta(name=STORE_SECRET),
+        string_data={
+            "AWS_ACCESS_KEY_ID": store.access_key_id,
+            "AWS_SECRET_ACCESS_KEY": store.secret_access_key,
+        },
+    )
+    try:
+        client.CoreV1Api(cluster.api).create_namespaced_secret(namespace, secret)
+    except client.ApiException as error:
+        if error.status != 409:  # there already from an earlier operator in this namespace
+            raise
+    return {
+        "SHARDOPS_RESULT_STORE": "S3",
+        "SHARDOPS_S3_ENDPOINT": store.endpoint,
+        "SHARDOPS_S3_REGION": store.region,
+        "SHARDOPS_S3_BUCKET": store.bucket,
+        "SHARDOPS_S3_PREFIX": prefix,
+        "SHARDOPS_S3_CREDENTIALS_SECRET": STORE_SECRET,
+        "AWS_ACCESS_KEY_ID": store.access_key_id,
+        "AWS_SECRET_ACCESS_KEY": store.secret_access_key,
+    }
 
 
 # --- campaigns --------------------------------------------------------------------------------------

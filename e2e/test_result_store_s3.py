@@ -8,22 +8,22 @@ from __future__ import annotations
 import json
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client
 
 from e2e.cluster import lifecycle
 from e2e.harness import Cluster, wait_for
 from e2e.schedulerkit import (
+    STORE_SECRET,
     campaign_body,
     condition,
     create_campaign,
     kube_for,
     operator_running,
     phase_of,
+    s3_store_env,
     shards_of,
     wait_phase,
 )
@@ -38,7 +38,6 @@ from shardops.store.s3 import S3Store
 
 pytestmark = pytest.mark.usefixtures("crds_installed")
 
-SECRET = "shardops-s3"
 FINISHED = {"Succeeded", "Completed", "Paused"}
 
 
@@ -51,30 +50,8 @@ def prefix() -> str:
 @pytest.fixture
 def s3_operator_env(
     cluster: Cluster, namespace: str, object_store: lifecycle.ObjectStore, prefix: str
-) -> Iterator[dict[str, str]]:
-    """The credentials Secret in the campaign namespace and the operator settings of an installation
-    whose default store is S3 (as the chart's resultStore values render them)."""
-    client.CoreV1Api(cluster.api).create_namespaced_secret(
-        namespace,
-        client.V1Secret(
-            metadata=client.V1ObjectMeta(name=SECRET),
-            string_data={
-                "AWS_ACCESS_KEY_ID": object_store.access_key_id,
-                "AWS_SECRET_ACCESS_KEY": object_store.secret_access_key,
-            },
-        ),
-    )
-    yield {
-        "SHARDOPS_RESULT_STORE": "S3",
-        "SHARDOPS_S3_ENDPOINT": object_store.endpoint,
-        "SHARDOPS_S3_REGION": object_store.region,
-        "SHARDOPS_S3_BUCKET": object_store.bucket,
-        "SHARDOPS_S3_PREFIX": prefix,
-        "SHARDOPS_S3_CREDENTIALS_SECRET": SECRET,
-        # The operator's own credentials (the chart maps the same Secret of its namespace).
-        "AWS_ACCESS_KEY_ID": object_store.access_key_id,
-        "AWS_SECRET_ACCESS_KEY": object_store.secret_access_key,
-    }
+) -> dict[str, str]:
+    return s3_store_env(cluster, namespace, object_store, prefix)
 
 
 def _objects(s3: Any, bucket: str, prefix: str) -> list[str]:
@@ -153,7 +130,7 @@ def test_results_live_in_s3_verify_and_are_reused_on_reapply(
             "region": object_store.region,
             "bucket": object_store.bucket,
             "prefix": prefix,
-            "credentialsSecret": SECRET,
+            "credentialsSecret": STORE_SECRET,
         }
         assert _result_configmaps(local_cluster, namespace) == [], "no result in etcd"
 
@@ -363,6 +340,7 @@ def test_operator_killed_between_recording_a_fold_and_deleting_its_shards_loses_
         wait_for("the operator pod to restart", lambda: operator.restarts() >= 1, timeout=60)
         final = wait_phase(kube, namespace, "crash", FINISHED, timeout=300)
         assert final["status"]["phase"] == "Succeeded", final["status"]
+
         # Every Done shard folds, the ones left over by the killed pass included: no Shard stays.
         def all_folded() -> bool | str:
             left = shards_of(kube, namespace)
