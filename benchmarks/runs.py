@@ -332,7 +332,7 @@ def run_campaign(
             # Stopped, not abandoned: no shard starts any more, workers exit after their current one.
             target.kube.patch(CAMPAIGNS, namespace, name, {"spec": {"suspend": True}})
     cpu_after = target.cpu_seconds()
-    shards = target.kube.list(SHARDS, namespace, label_selector=f"{CAMPAIGN_LABEL}={name}")
+    shards = schedulerkit.campaign_shards(target.kube, namespace, name, target.cluster.object_store)
     completions, running, pending_to_running = shard_timeline(shards)
     if finished and completions:
         ended = max(ended, completions[-1])

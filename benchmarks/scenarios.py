@@ -319,8 +319,8 @@ def _versus_pair(
             result = profile.wait(60)
             if result is not None:
                 ctx.profiles.append(result)
-        ctx.shard_objects[f"{namespace}/{name}"] = target.kube.list(
-            SHARDS, namespace, label_selector=f"{CAMPAIGN_LABEL}={name}"
+        ctx.shard_objects[f"{namespace}/{name}"] = schedulerkit.campaign_shards(
+            target.kube, namespace, name, target.cluster.object_store
         )
         run.quiet_until = time.time()
         delete_campaign(target, namespace, name, plan.cleanup_timeout, shards=plan.wait_for_garbage)

@@ -227,6 +227,38 @@ def s3_store_env(
     }
 
 
+def campaign_shards(kube: Kube, namespace: str, name: str, store: lifecycle.ObjectStore | None) -> list[JSON]:
+    """Every shard of the campaign as a Shard body: the live ones as listed, and those folded into
+    the ledger (their Shard objects deleted) rebuilt from their ledger records, with their history."""
+    from shardops.api.campaign import Campaign
+    from shardops.state import ledger
+    from shardops.store.s3 import S3Store
+
+    live = kube.list(SHARDS, namespace, label_selector=f"shardops.dev/campaign={name}")
+    campaign = Campaign.parse(kube.get(CAMPAIGNS, namespace, name))
+    status = campaign.current_status
+    if not status.folded.shards or store is None or status.result_store is None:
+        return live
+    s3 = S3Store(status.result_store, namespace, client=store.client())
+    records = ledger.first_records(s3.read_ledger(name, campaign.metadata.uid or ""), status.folded)
+    folded_names = {r["shard"] for r in records.values()}
+    rebuilt = [
+        {
+            "metadata": {"name": r["shard"], "namespace": namespace, "uid": r.get("uid")},
+            "spec": {"campaign": name, "index": r["index"], "idempotencyKey": r["idempotencyKey"]},
+            "status": {
+                "phase": "Done",
+                "attempt": r["attempt"],
+                "cost": r["cost"],
+                "result": r["result"],
+                "history": r["history"],
+            },
+        }
+        for r in records.values()
+    ]
+    return [*(s for s in live if s["metadata"]["name"] not in folded_names), *rebuilt]
+
+
 # --- campaigns --------------------------------------------------------------------------------------
 
 
