@@ -252,11 +252,20 @@ def test_checker_allows(source: str) -> None:
 
 
 # --- package layering -----------------------------------------------------------------------------
-# Imports point down only: api < logic < k8s < state < {scheduler, worker, cli}; the three entry
+# Imports point down only: api < logic < k8s < state < {scheduler, worker, cli, llm}; the entry
 # packages never import each other. `shardops/__init__.py` (group and version) sits below everything;
 # `shardops/main.py`, the `shardops` command, above everything: it only dispatches to the entry points.
 PACKAGE_DIR = LOGIC_DIR.parent
-PACKAGE_RANKS = {"api": 0, "logic": 1, "k8s": 2, "state": 3, "scheduler": 4, "worker": 4, "cli": 4}
+PACKAGE_RANKS = {
+    "api": 0,
+    "logic": 1,
+    "k8s": 2,
+    "state": 3,
+    "scheduler": 4,
+    "worker": 4,
+    "cli": 4,
+    "llm": 4,
+}
 ROOT_MODULES = {"shardops": -1, "shardops.main": 5}
 
 

@@ -23,10 +23,12 @@ from shardops.api import rules
 from shardops.api.common import (
     DNS_SUBDOMAIN_MAX,
     DNS_SUBDOMAIN_PATTERN,
+    SOURCE_NAME_MAX,
     Condition,
     Item,
     Quantity,
     ResourceModel,
+    SourceName,
     SpecModel,
     StatusModel,
     cel_rules,
@@ -37,22 +39,18 @@ from shardops.api.common import (
     truncating,
 )
 from shardops.api.enums import BreakerState, CampaignPhase, StallPolicy
+from shardops.api.llm import CONFIG_ENV, LlmSpec
 from shardops.api.names import CAMPAIGN_KIND
 
 # Inline items are stored in the Campaign object (etcd caps objects at ~1.5 MiB) and the
 # API server's CEL cost estimate needs a bound; bigger campaigns use itemsFrom.
 MAX_INLINE_ITEMS = 10000
 MAX_SOURCES = 32
-SOURCE_NAME_MAX = 63
-# Source names end up in metric labels and events, so they follow label-value syntax.
-SOURCE_NAME_PATTERN = r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 # Bounds the lists of shard names in the status; the counts carry the full numbers.
 MAX_LISTED_SHARDS = 50
 BREAKER_REASON_MAX = 1024
 ENV_NAME_PATTERN = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
 CONFIGMAP_KEY_PATTERN = r"^[-._a-zA-Z0-9]+$"
-
-SourceName = Annotated[str, Field(min_length=1, max_length=SOURCE_NAME_MAX, pattern=SOURCE_NAME_PATTERN)]
 
 
 class ItemsFrom(SpecModel):
@@ -162,6 +160,13 @@ class WorkerSpec(SpecModel):
             "Default: the one the shardops chart installs."
         ),
     )
+    llm: LlmSpec | None = Field(
+        default=None,
+        description=(
+            "Settings of the built-in LLM worker: set command to [shardops, llm] and describe the request "
+            "here (endpoint, model, templated messages, prices). Default: none, the command is your own."
+        ),
+    )
 
     def full_command(self) -> list[str]:
         """command followed by args, as the worker runtime executes it."""
@@ -170,6 +175,13 @@ class WorkerSpec(SpecModel):
     def env_dict(self) -> dict[str, str]:
         """env as a mapping; a later entry wins over an earlier one of the same name, as in a pod."""
         return {var.name: var.value for var in self.env}
+
+    def identity(self) -> list[str]:
+        """What the idempotency key takes of the worker: the command, and the LLM requests it makes
+        (a changed template or model is different work; a changed price is not)."""
+        if self.llm is None:
+            return self.full_command()
+        return [*self.full_command(), "llm:" + json.dumps(self.llm.identity(), sort_keys=True)]
 
 
 class Backoff(SpecModel):
@@ -218,6 +230,19 @@ class Stall(SpecModel):
     )
 
 
+class RateLimit(SpecModel):
+    """How much of a source all of the campaign's workers together may use per minute."""
+
+    requests_per_minute: float | None = Field(
+        default=None, gt=0, description="Requests per minute across all workers. Default: no limit."
+    )
+    tokens_per_minute: float | None = Field(
+        default=None,
+        gt=0,
+        description="Tokens (prompt + completion) per minute across all workers. Default: no limit.",
+    )
+
+
 class Source(SpecModel):
     """An upstream the work depends on (an LLM API, a model, a site), with its own circuit breaker."""
 
@@ -248,6 +273,13 @@ class Source(SpecModel):
         le=86400,
         description=(
             "Seconds an open breaker waits before letting one trial shard through (half-open). Default 300."
+        ),
+    )
+    rate_limit: RateLimit | None = Field(
+        default=None,
+        description=(
+            "Requests and tokens per minute for this source across all the campaign's workers; the "
+            "built-in LLM worker paces itself to its share, limit / maxConcurrency. Default: no limit."
         ),
     )
 
@@ -331,6 +363,7 @@ class CampaignSpec(SpecModel):
             rules.SOURCE_NAMES_UNIQUE,
             rules.FALLBACK_DECLARED,
             rules.DEFAULT_SOURCE_DECLARED,
+            rules.LLM_ENDPOINTS_DECLARED,
         )
     )
 
@@ -465,6 +498,11 @@ class CampaignSpec(SpecModel):
             problems.append(f"{rules.FALLBACK_DECLARED.message} ({detail})")
         if self.default_source is not None and self.default_source not in names:
             problems.append(f"{rules.DEFAULT_SOURCE_DECLARED.message} ({self.default_source})")
+        llm_undeclared = [
+            e.name for e in (self.worker.llm.sources if self.worker.llm else []) if e.name not in names
+        ]
+        if llm_undeclared:
+            problems.append(f"{rules.LLM_ENDPOINTS_DECLARED.message} ({', '.join(llm_undeclared)})")
         if problems:
             raise ValueError("; ".join(problems))
         return self
@@ -484,6 +522,20 @@ class CampaignSpec(SpecModel):
     def source(self, name: str) -> Source | None:
         """The declared source of that name, or None."""
         return next((s for s in self.sources or [] if s.name == name), None)
+
+    def command_settings(self, worker: WorkerSpec) -> dict[str, str]:
+        """Environment the worker runtime adds for `worker`'s command: the built-in LLM worker's
+        settings (its block, the sources' rate limits, maxConcurrency for the per-worker share)."""
+        if worker.llm is None:
+            return {}
+        config = {
+            "llm": worker.llm.to_dict(),
+            "maxConcurrency": self.max_concurrency,
+            "rateLimits": {
+                s.name: s.rate_limit.to_dict() for s in self.sources or [] if s.rate_limit is not None
+            },
+        }
+        return {CONFIG_ENV: json.dumps(config, separators=(",", ":"))}
 
     def expected_shards(self, items_total: int) -> int:
         """Number of work shards for `items_total` items (the finalize shard not included)."""
