@@ -23,9 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from jsonschema import exceptions as schema_errors
-from jsonschema import validators
-
 from shardops import __version__
 from shardops.api.enums import ErrorClass
 from shardops.api.llm import API_KEY_ENV, CONFIG_ENV, LlmSpec, ModelPrice, source_api_key_env
@@ -112,6 +109,10 @@ def result_of(completion: Completion, response_format: Mapping[str, Any] | None)
             f"{completion.finish_reason}): {snippet!r}",
         ) from None
     if schema is not None:
+        # Imported here: it costs a tenth of a second at every start, and most campaigns have no schema.
+        from jsonschema import exceptions as schema_errors
+        from jsonschema import validators
+
         validator_class = validators.validator_for(schema)
         mismatch = schema_errors.best_match(validator_class(schema).iter_errors(parsed))
         if mismatch is not None:

@@ -1,0 +1,237 @@
+"""The built-in LLM worker end to end: campaigns of `shardops llm` under the operator (worker Jobs on
+the process-kubelet, API keys from Secrets) against the OpenAI-compatible loopback test upstream
+(e2e/llmserver.py). What is asserted comes from the upstream's request log and the objects on the
+API server, not from the worker's own account."""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import os
+import re
+from collections import defaultdict
+from typing import Any
+
+import pytest
+
+from e2e.harness import Cluster
+from e2e.llmserver import Behaviour, LoggedRequest, llm_server
+from e2e.schedulerkit import (
+    JSON,
+    campaign_body,
+    create_campaign,
+    get_campaign,
+    kube_for,
+    operator_running,
+    reasons,
+    shards_of,
+    wait_phase,
+)
+from e2e.workerkit import result_configmaps
+from shardops.api.llm import ModelPrice
+from shardops.k8s.api import Kube
+
+pytestmark = pytest.mark.usefixtures("crds_installed")
+
+SOURCE = "test-llm"
+SECRET = "llm-key"
+API_KEY = "sk-test-e2e"
+PRICE = {"model": "test-model", "inputPerMillion": 2.5, "cachedInputPerMillion": 1.25, "outputPerMillion": 10}
+# Items of the Retry-After run; the issue's figure is 500 (SHARDOPS_E2E_LLM_ITEMS=500), the default
+# keeps this file near a minute on a shared 2-core machine.
+ITEMS = int(os.environ.get("SHARDOPS_E2E_LLM_ITEMS", "120"))
+RETRY_AFTER = 2.0
+USER_AGENT_POD = re.compile(r"\((?P<pod>[^)]+)\)$")
+
+
+def secret(kube: Kube, namespace: str, name: str, value: str) -> None:
+    kube.request(
+        "POST",
+        f"/api/v1/namespaces/{namespace}/secrets",
+        body={
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": name},
+            "data": {"api-key": base64.b64encode(value.encode()).decode()},
+        },
+    )
+
+
+def llm_campaign(name: str, items: list[JSON], base_url: str, llm: JSON | None = None, **spec: Any) -> JSON:
+    block: JSON = {
+        "baseUrl": base_url,
+        "apiKeySecret": {"name": SECRET},
+        "model": "test-model",
+        "messages": [
+            {"role": "system", "content": "You answer in one line."},
+            {"role": "user", "content": "{{ item.q }}"},
+        ],
+        "timeoutSeconds": 10,
+        **(llm or {}),
+    }
+    worker = {
+        "image": "shardops:e2e",
+        "command": ["shardops", "llm"],
+        "env": [{"name": "SHARDOPS_POLL_SECONDS", "value": "0.5"}],
+        "llm": block,
+    }
+    defaults: JSON = {
+        "shardSize": 1,
+        "sources": [{"name": SOURCE, "breakerThreshold": 20}],
+        "defaultSource": SOURCE,
+        "backoff": {"baseSeconds": 0.5, "capSeconds": 1},
+    }
+    return campaign_body(name, items, worker=worker, **{**defaults, **spec})
+
+
+def price_of(entry: LoggedRequest) -> float:
+    return ModelPrice.model_validate(PRICE).cost(
+        entry.prompt_tokens, entry.cached_tokens, entry.completion_tokens
+    )
+
+
+def pod_of(entry: LoggedRequest) -> str:
+    match = USER_AGENT_POD.search(entry.user_agent)
+    assert match, entry.user_agent
+    return match["pod"]
+
+
+def last_error(shard: JSON) -> JSON:
+    return (shard.get("status") or {}).get("lastError") or {}
+
+
+def by_item(shards: list[JSON]) -> dict[str, JSON]:
+    return {shard["spec"]["items"][0]["q"]: shard for shard in shards}
+
+
+def test_429s_are_waited_out_all_done_and_spent_is_tokens_times_price(
+    local_cluster: Cluster, namespace: str
+) -> None:
+    kube = kube_for(local_cluster)
+    secret(kube, namespace, SECRET, API_KEY)
+    behaviour = Behaviour(
+        api_key=API_KEY, rate_limited_share=0.1, retry_after=f"{RETRY_AFTER:g}", cached_tokens=2
+    )
+    items = [{"q": f"question {n}: what is {n} squared?"} for n in range(ITEMS)]
+    with llm_server(behaviour) as server, operator_running(local_cluster, namespace):
+        body = llm_campaign(
+            "retry-after",
+            items,
+            server.base_url,
+            llm={"prices": [PRICE]},
+            maxConcurrency=6,
+            maxAttempts=8,
+            budget={"limit": 1000},
+        )
+        create_campaign(kube, namespace, body)
+        done = wait_phase(kube, namespace, "retry-after", {"Succeeded", "Completed"}, timeout=600)
+        log = server.requests()
+
+    status = done["status"]
+    assert status["phase"] == "Succeeded", status
+    assert status["counts"]["done"] == ITEMS
+
+    limited = [e for e in log if e.status == 429]
+    answered = [e for e in log if e.status == 200]
+    assert limited, "the upstream answered no 429: the test proves nothing"
+    assert {e.status for e in log} == {200, 429}
+    # Every item answered once, except where a 429 made the shard retry (then it is asked again).
+    assert sorted({e.content for e in answered}) == sorted(i["q"] for i in items)
+
+    # No request before the Retry-After elapsed: not for the item that got the 429 (its shard's
+    # notBefore), and not from the pod that got it (its pace, kept across shards).
+    early = []
+    for rejected in limited:
+        until = rejected.monotonic + RETRY_AFTER
+        for later in log:
+            if rejected.monotonic < later.monotonic < until and (
+                later.content == rejected.content or pod_of(later) == pod_of(rejected)
+            ):
+                early.append((rejected, later))
+    assert not early, f"{len(early)} request(s) inside a Retry-After, first: {early[0]}"
+
+    # Spent is the tokens of every answered request times the price, exactly (to float rounding).
+    expected = sum(price_of(e) for e in answered)
+    assert math.isclose(status["spent"], expected, rel_tol=1e-9), (status["spent"], expected)
+    retried = defaultdict(int)
+    for e in limited:
+        retried[e.content] += 1
+    print(
+        f"\n{ITEMS} items, {len(log)} requests: {len(limited)} answered 429 (Retry-After {RETRY_AFTER:g}s, "
+        f"{len(retried)} items retried), spent {status['spent']:.6f} = sum of tokens x price "
+        f"{expected:.6f}; {len({pod_of(e) for e in log})} worker pods"
+    )
+
+
+def test_refused_keys_bad_requests_and_json_schema_mode(local_cluster: Cluster, namespace: str) -> None:
+    kube = kube_for(local_cluster)
+    secret(kube, namespace, SECRET, API_KEY)
+    secret(kube, namespace, "revoked-key", "sk-revoked")
+    schema_format = {
+        "type": "json_schema",
+        "json_schema": {
+            "name": "answer",
+            "schema": {
+                "type": "object",
+                "properties": {"answer": {"type": "string"}, "words": {"type": "integer"}},
+                "required": ["answer", "words"],
+            },
+        },
+    }
+    with llm_server(Behaviour(api_key=API_KEY)) as server, operator_running(local_cluster, namespace):
+        revoked = llm_campaign(
+            "revoked", [{"q": "hello"}], server.base_url, llm={"apiKeySecret": {"name": "revoked-key"}}
+        )
+        bad = llm_campaign(
+            "bad-requests", [{"q": "FAULT:400"}, {"q": "FAULT:context"}, {"q": "fine"}], server.base_url
+        )
+        structured = llm_campaign(
+            "structured",
+            [{"q": "two words"}, {"q": "FAULT:schema"}],
+            server.base_url,
+            llm={"responseFormat": schema_format},
+        )
+        for body in (revoked, bad, structured):
+            create_campaign(kube, namespace, body)
+        for name in ("revoked", "bad-requests", "structured"):
+            wait_phase(kube, namespace, name, {"Succeeded", "Completed"}, timeout=240)
+        refused = [e for e in server.requests() if e.status == 401]
+
+    shards = shards_of(kube, namespace)
+    of = defaultdict(list)
+    for shard in shards:
+        of[shard["spec"]["campaign"]].append(shard)
+
+    # 401: Failed at once (one attempt), class unauthorized, the message names the Secret.
+    (key_shard,) = of["revoked"]
+    assert reasons(key_shard)[-2:] == ["Claimed", "Failed"] and reasons(key_shard).count("Claimed") == 1
+    error = last_error(key_shard)
+    assert error["class"] == "unauthorized" and error["source"] == SOURCE
+    assert "Secret revoked-key key api-key" in error["message"], error
+    assert len(refused) == 1
+
+    # 400: invalid input with the provider's message; the good item of the campaign is Done.
+    bad_shards = by_item(of["bad-requests"])
+    for q, phrase in (
+        ("FAULT:400", "Invalid value for 'temperature': too hot"),
+        ("FAULT:context", "maximum context length is 8 tokens"),
+    ):
+        error = last_error(bad_shards[q])
+        assert bad_shards[q]["status"]["phase"] == "Failed"
+        assert error["class"] == "invalid-input" and phrase in error["message"], error
+    assert bad_shards["fine"]["status"]["phase"] == "Done"
+
+    # JSON schema mode: the result holds the parsed JSON; a reply off the schema is bad-output.
+    structured_shards = by_item(of["structured"])
+    assert structured_shards["two words"]["status"]["phase"] == "Done"
+    ref = structured_shards["two words"]["status"]["result"]["ref"]
+    stored = next(c for c in result_configmaps(kube, namespace) if c["metadata"]["name"] == ref)
+    result = json.loads(stored["data"]["result.json"])["items"][0]["result"]
+    assert result["json"] == {"answer": "answer: sdrow owt", "words": 2}
+    off_schema = structured_shards["FAULT:schema"]
+    assert off_schema["status"]["phase"] == "Failed"
+    error = last_error(off_schema)
+    assert error["class"] == "bad-output"
+    assert "does not match responseFormat's JSON schema" in error["message"], error
+    assert get_campaign(kube, namespace, "structured")["status"]["phase"] == "Completed"
