@@ -236,6 +236,21 @@ class LlmServer:
         return status, headers, raw_body if raw_body is not None else json.dumps(body).encode()
 
 
+# A response_format whose schema the server's JSON answers ({"answer", "words"}) satisfy and the
+# `FAULT:schema` answer does not.
+ANSWER_SCHEMA_FORMAT: dict[str, Any] = {
+    "type": "json_schema",
+    "json_schema": {
+        "name": "answer",
+        "schema": {
+            "type": "object",
+            "properties": {"answer": {"type": "string"}, "words": {"type": "integer"}},
+            "required": ["answer", "words"],
+        },
+    },
+}
+
+
 def _error(message: str, code: str) -> dict[str, Any]:
     return {"error": {"message": message, "type": "invalid_request_error", "code": code}}
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from e2e.harness import Cluster
-from e2e.llmserver import Behaviour, LoggedRequest, llm_server
+from e2e.llmserver import ANSWER_SCHEMA_FORMAT, Behaviour, LoggedRequest, llm_server
 from e2e.schedulerkit import (
     JSON,
     campaign_body,
@@ -168,17 +168,6 @@ def test_refused_keys_bad_requests_and_json_schema_mode(local_cluster: Cluster, 
     kube = kube_for(local_cluster)
     secret(kube, namespace, SECRET, API_KEY)
     secret(kube, namespace, "revoked-key", "sk-revoked")
-    schema_format = {
-        "type": "json_schema",
-        "json_schema": {
-            "name": "answer",
-            "schema": {
-                "type": "object",
-                "properties": {"answer": {"type": "string"}, "words": {"type": "integer"}},
-                "required": ["answer", "words"],
-            },
-        },
-    }
     with llm_server(Behaviour(api_key=API_KEY)) as server, operator_running(local_cluster, namespace):
         revoked = llm_campaign(
             "revoked", [{"q": "hello"}], server.base_url, llm={"apiKeySecret": {"name": "revoked-key"}}
@@ -190,7 +179,7 @@ def test_refused_keys_bad_requests_and_json_schema_mode(local_cluster: Cluster, 
             "structured",
             [{"q": "two words"}, {"q": "FAULT:schema"}],
             server.base_url,
-            llm={"responseFormat": schema_format},
+            llm={"responseFormat": ANSWER_SCHEMA_FORMAT},
         )
         for body in (revoked, bad, structured):
             create_campaign(kube, namespace, body)
@@ -235,3 +224,94 @@ def test_refused_keys_bad_requests_and_json_schema_mode(local_cluster: Cluster, 
     assert error["class"] == "bad-output"
     assert "does not match responseFormat's JSON schema" in error["message"], error
     assert get_campaign(kube, namespace, "structured")["status"]["phase"] == "Completed"
+
+
+def test_a_source_that_stays_rate_limited_opens_its_breaker_and_its_shards_use_the_fallback(
+    local_cluster: Cluster, namespace: str
+) -> None:
+    kube = kube_for(local_cluster)
+    secret(kube, namespace, SECRET, API_KEY)
+    limited = Behaviour(api_key=API_KEY, rate_limited_share=1.0, retry_after="1")
+    with (
+        llm_server(limited) as flooded,
+        llm_server(Behaviour(api_key=API_KEY)) as steady,
+        operator_running(local_cluster, namespace),
+    ):
+        body = llm_campaign(
+            "fallback",
+            [{"q": f"question {n}"} for n in range(6)],
+            steady.base_url,
+            llm={"sources": [{"name": "flooded", "baseUrl": flooded.base_url, "model": "test-small"}]},
+            sources=[
+                {"name": "flooded", "fallback": SOURCE, "breakerThreshold": 2, "cooldownSeconds": 600},
+                {"name": SOURCE},
+            ],
+            defaultSource="flooded",
+            maxConcurrency=2,
+            maxAttempts=6,
+        )
+        create_campaign(kube, namespace, body)
+        done = wait_phase(kube, namespace, "fallback", {"Succeeded", "Completed"}, timeout=240)
+        flooded_log, steady_log = flooded.requests(), steady.requests()
+
+    breakers = {b["source"]: b for b in done["status"].get("breakers") or []}
+    assert breakers["flooded"]["state"] == "Open", breakers
+    assert done["status"]["phase"] == "Succeeded"
+    shards = shards_of(kube, namespace)
+    assert all(s["status"]["phase"] == "Done" and s["status"]["source"] == SOURCE for s in shards)
+    assert {e.status for e in flooded_log} == {429} and {e.model for e in flooded_log} == {"test-small"}
+    assert sorted(e.content for e in steady_log if e.status == 200) == sorted(
+        f"question {n}" for n in range(6)
+    )
+    print(
+        f"\nbreaker opened after {len(flooded_log)} request(s) answered 429 by the flooded source; "
+        f"{len(steady_log)} answered by the fallback"
+    )
+
+
+RPM = 120
+RATE_WORKERS = 6
+# At 120 requests a minute this is about 100 s of traffic: more than one full 60 s window.
+RATE_ITEMS = int(os.environ.get("SHARDOPS_E2E_LLM_RATE_ITEMS", "200"))
+
+
+def most_in_a_window(times: list[float], window: float) -> int:
+    """The most requests in any `window` seconds (each window starting at a request: the maximum is
+    always reached at one)."""
+    times = sorted(times)
+    best, end = 0, 0
+    for start, at in enumerate(times):
+        while end < len(times) and times[end] < at + window:
+            end += 1
+        best = max(best, end - start)
+    return best
+
+
+def test_a_rate_limit_holds_across_all_the_campaigns_workers(local_cluster: Cluster, namespace: str) -> None:
+    kube = kube_for(local_cluster)
+    secret(kube, namespace, SECRET, API_KEY)
+    with llm_server(Behaviour(api_key=API_KEY)) as server, operator_running(local_cluster, namespace):
+        body = llm_campaign(
+            "paced",
+            [{"q": f"question {n}"} for n in range(RATE_ITEMS)],
+            server.base_url,
+            shardSize=10,
+            maxConcurrency=RATE_WORKERS,
+            sources=[{"name": SOURCE, "rateLimit": {"requestsPerMinute": RPM}}],
+        )
+        create_campaign(kube, namespace, body)
+        done = wait_phase(kube, namespace, "paced", {"Succeeded", "Completed"}, timeout=600)
+        log = server.requests()
+
+    assert done["status"]["phase"] == "Succeeded"
+    times = [e.monotonic for e in log]
+    span = max(times) - min(times)
+    assert span > 60, f"only {span:.0f} s of traffic: no full minute to measure"
+    peak = most_in_a_window(times, 60.0)
+    pods = {pod_of(e) for e in log}
+    print(
+        f"\nrateLimit {RPM}/min, maxConcurrency {RATE_WORKERS}: {len(log)} requests over {span:.0f} s "
+        f"from {len(pods)} pods; most in any 60 s window {peak} (limit + 10 % = {RPM * 1.1:.0f}); "
+        f"average {len(log) / span * 60:.0f}/min"
+    )
+    assert peak <= RPM * 1.1, peak

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e.llmserver import Behaviour, LlmServer, llm_server, prompt_tokens
+from e2e.llmserver import ANSWER_SCHEMA_FORMAT, Behaviour, LlmServer, llm_server, prompt_tokens
 from pydantic import ValidationError
 
 from shardops.api import rules
@@ -435,22 +435,9 @@ def test_a_template_field_the_item_lacks_fails_before_any_call(server: LlmServer
     assert server.requests() == []
 
 
-SCHEMA_FORMAT = {
-    "type": "json_schema",
-    "json_schema": {
-        "name": "answer",
-        "schema": {
-            "type": "object",
-            "properties": {"answer": {"type": "string"}, "words": {"type": "integer"}},
-            "required": ["answer", "words"],
-        },
-    },
-}
-
-
 def test_json_schema_mode_returns_parsed_json(server: LlmServer, tmp_path: Path) -> None:
     code, results, _ = run_items(
-        tmp_path, [{"q": "a b"}], llm_block(server.base_url, responseFormat=SCHEMA_FORMAT)
+        tmp_path, [{"q": "a b"}], llm_block(server.base_url, responseFormat=ANSWER_SCHEMA_FORMAT)
     )
     assert code == 0
     assert results[0]["result"]["json"] == {"answer": "answer: b a :Q", "words": 3}
@@ -469,7 +456,7 @@ def test_a_response_that_fails_the_schema_is_a_clear_item_error(
     _, results, error = run_items(
         tmp_path,
         [{"q": "fine"}, {"q": f"FAULT:{fault}"}],
-        llm_block(server.base_url, responseFormat=SCHEMA_FORMAT),
+        llm_block(server.base_url, responseFormat=ANSWER_SCHEMA_FORMAT),
     )
     assert [r["key"] for r in results] == ["k0"]
     assert error is not None and error["class"] == "bad-output"

@@ -28,19 +28,11 @@ from shardops.api.enums import ErrorClass
 from shardops.api.llm import API_KEY_ENV, CONFIG_ENV, LlmSpec, ModelPrice, source_api_key_env
 from shardops.llm.pacing import Pacer, Share, state_path
 from shardops.llm.render import RenderError, RequestTemplate
-from shardops.llm.upstream import Completion, Upstream, UpstreamError, parse_duration
+from shardops.llm.upstream import CallFailure, Completion, Upstream, parse_duration
 from shardops.logic.errors import EXIT_TEMPFAIL
 
 EXIT_FAILED = 1
 _SNIPPET = 200
-
-
-class ItemFailure(Exception):
-    def __init__(self, error_class: ErrorClass, message: str, retry_after: float | None = None) -> None:
-        super().__init__(message)
-        self.error_class = error_class
-        self.message = message
-        self.retry_after = retry_after
 
 
 @dataclass(frozen=True)
@@ -55,7 +47,7 @@ class Settings:
     def from_env(cls, env: Mapping[str, str]) -> Settings:
         raw = env.get(CONFIG_ENV)
         if not raw:
-            raise ItemFailure(
+            raise CallFailure(
                 ErrorClass.INVALID_INPUT,
                 f"${CONFIG_ENV} is not set: shardops llm runs under shardops worker, for a Campaign whose "
                 "spec.worker.llm describes the requests",
@@ -103,7 +95,7 @@ def result_of(completion: Completion, response_format: Mapping[str, Any] | None)
     try:
         parsed = json.loads(completion.content or "")
     except json.JSONDecodeError as error:
-        raise ItemFailure(
+        raise CallFailure(
             ErrorClass.BAD_OUTPUT,
             f"responseFormat asks for JSON but the content is not JSON ({error.msg}; finish_reason "
             f"{completion.finish_reason}): {snippet!r}",
@@ -116,7 +108,7 @@ def result_of(completion: Completion, response_format: Mapping[str, Any] | None)
         validator_class = validators.validator_for(schema)
         mismatch = schema_errors.best_match(validator_class(schema).iter_errors(parsed))
         if mismatch is not None:
-            raise ItemFailure(
+            raise CallFailure(
                 ErrorClass.BAD_OUTPUT,
                 f"the content does not match responseFormat's JSON schema at {mismatch.json_path}: "
                 f"{mismatch.message}",
@@ -151,7 +143,7 @@ class Call:
         api_key = self.env.get(key_env, "").strip() or None
         label = f"source {self.source}" if self.source else "the endpoint"
         if secret is not None and api_key is None:
-            raise ItemFailure(
+            raise CallFailure(
                 ErrorClass.UNAUTHORIZED,
                 f"no API key for {label}: {secret.describe()} is missing or empty in the campaign's "
                 f"namespace (the worker pod reads it into ${key_env}); create it with kubectl create "
@@ -170,7 +162,7 @@ class Call:
         try:
             self.template = RequestTemplate(llm, self.model)
         except RenderError as error:
-            raise ItemFailure(ErrorClass.INVALID_INPUT, str(error)) from None
+            raise CallFailure(ErrorClass.INVALID_INPUT, str(error)) from None
         share = self.settings.share(self.source)
         campaign = self.env.get("SHARDOPS_CAMPAIGN", "")
         path = state_path(pod, campaign, self.source or "") if share.limited or pod else None
@@ -181,20 +173,20 @@ class Call:
         try:
             body = self.template.render(line.get("item"), int(line.get("index", 0)), str(line.get("key")))
         except RenderError as error:
-            raise ItemFailure(ErrorClass.INVALID_INPUT, f"{where}: {error}") from None
+            raise CallFailure(ErrorClass.INVALID_INPUT, f"{where}: {error}") from None
         started = self.pacer.wait()
         try:
             completion = self.upstream.complete(body, dt.datetime.now(dt.UTC))
-        except UpstreamError as error:
+        except CallFailure as error:
             if error.retry_after is not None:
                 self.pacer.hold_until(self.pacer.clock() + error.retry_after)
-            raise ItemFailure(error.error_class, f"{where}: {error.message}", error.retry_after) from None
+            raise CallFailure(error.error_class, f"{where}: {error.message}", error.retry_after) from None
         self.pacer.spent(started, completion.total_tokens)
         self._tighten(completion.headers)
         try:
             result = result_of(completion, self.settings.llm.response_format)
-        except ItemFailure as failure:
-            raise ItemFailure(failure.error_class, f"{where}: {failure.message}") from None
+        except CallFailure as failure:
+            raise CallFailure(failure.error_class, f"{where}: {failure.message}") from None
         return {"key": line["key"], "result": result, "cost": item_cost(self.price, completion)}
 
     def _tighten(self, headers: Mapping[str, str]) -> None:
@@ -209,7 +201,7 @@ class Call:
             self.pacer.tighten(0, parse_duration(lower.get("x-ratelimit-reset-tokens")), workers)
 
 
-def write_error(path: str | None, failure: ItemFailure, source: str | None) -> None:
+def write_error(path: str | None, failure: CallFailure, source: str | None) -> None:
     if not path:
         return
     error: dict[str, Any] = {"class": str(failure.error_class), "message": failure.message}
@@ -229,7 +221,7 @@ def run(env: Mapping[str, str] | None = None, stderr: TextIO = sys.stderr) -> in
             for line in read_items(Path(env["SHARDOPS_ITEMS_FILE"])):
                 results.write(json.dumps(call.answer(line), separators=(",", ":")) + "\n")
                 results.flush()
-    except ItemFailure as failure:
+    except CallFailure as failure:
         write_error(env.get("SHARDOPS_ERROR_FILE"), failure, source)
         print(f"shardops llm: {failure.error_class}: {failure.message}", file=stderr)
         return EXIT_TEMPFAIL if failure.error_class.retryable else EXIT_FAILED

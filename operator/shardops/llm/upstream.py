@@ -30,8 +30,9 @@ _SNIPPET = 300
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
 
 
-class UpstreamError(Exception):
-    """A call that did not produce a completion: its class, message and the wait the upstream asked for."""
+class CallFailure(Exception):
+    """An item that got no usable answer: its class, message and the wait the upstream asked for
+    (a call that failed here, or a reply or template the command refused)."""
 
     def __init__(self, error_class: ErrorClass, message: str, retry_after: float | None = None) -> None:
         super().__init__(message)
@@ -170,7 +171,7 @@ def parse_completion(body: bytes, headers: Mapping[str, str]) -> Completion:
     choices = value.get("choices") if isinstance(value, dict) else None
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         snippet = body[:_SNIPPET].decode("utf-8", errors="replace")
-        raise UpstreamError(ErrorClass.UNAVAILABLE, f"malformed response, not a chat completion: {snippet!r}")
+        raise CallFailure(ErrorClass.UNAVAILABLE, f"malformed response, not a chat completion: {snippet!r}")
     assert isinstance(value, dict)
     choice = choices[0]
     message = choice.get("message")
@@ -178,7 +179,7 @@ def parse_completion(body: bytes, headers: Mapping[str, str]) -> Completion:
         message = {}
     usage = value.get("usage")
     if not isinstance(usage, dict):
-        raise UpstreamError(
+        raise CallFailure(
             ErrorClass.UNAVAILABLE,
             "response has no usage (prompt_tokens, completion_tokens): its cost cannot be counted",
         )
@@ -221,11 +222,11 @@ class Upstream:
                 "POST", self.url, body=json.dumps(body).encode(), headers=headers, preload_content=True
             )
         except (urllib3.exceptions.TimeoutError, TimeoutError):
-            raise UpstreamError(
+            raise CallFailure(
                 ErrorClass.TIMEOUT, f"no answer from {where} within timeoutSeconds {self.timeout:g}"
             ) from None
         except (urllib3.exceptions.HTTPError, OSError) as error:
-            raise UpstreamError(ErrorClass.UNAVAILABLE, f"cannot reach {where}: {error}") from None
+            raise CallFailure(ErrorClass.UNAVAILABLE, f"cannot reach {where}: {error}") from None
         reply_headers = dict(response.headers.items())
         if response.status != 200:
             raise self._error(response.status, response.reason, response.data, reply_headers, now)
@@ -233,7 +234,7 @@ class Upstream:
 
     def _error(
         self, status: int, reason: str | None, body: bytes, headers: Mapping[str, str], now: dt.datetime
-    ) -> UpstreamError:
+    ) -> CallFailure:
         message, code = provider_error(body)
         error_class = classify_status(status, code)
         text = f"{status} {reason or ''}".strip() + f" from {self.source_label}: {message.rstrip('.')}"
@@ -246,4 +247,4 @@ class Upstream:
         if error_class is ErrorClass.NOT_FOUND:
             text += "; check the model name and baseUrl"
         wait = rate_limit_wait(headers, now) if error_class is ErrorClass.RATE_LIMITED else None
-        return UpstreamError(error_class, text, wait)
+        return CallFailure(error_class, text, wait)
