@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import json
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,10 +15,13 @@ import pytest
 from e2e.llmserver import ANSWER_SCHEMA_FORMAT, Behaviour, LlmServer, llm_server, prompt_tokens
 from pydantic import ValidationError
 
+from fakekube import FakeKube
 from shardops.api import rules
 from shardops.api.campaign import Campaign
 from shardops.api.enums import ErrorClass
 from shardops.api.llm import CONFIG_ENV, LlmSpec, ModelPrice
+from shardops.api.shard import Shard
+from shardops.k8s.api import SHARDS
 from shardops.llm import main as llm_main
 from shardops.llm.pacing import Pacer, Share, state_path
 from shardops.llm.render import RenderError, RequestTemplate
@@ -25,6 +29,9 @@ from shardops.llm.upstream import classify_status, parse_duration, provider_erro
 from shardops.logic.backoff import retry_not_before
 from shardops.logic.errors import EXIT_TEMPFAIL, MAX_RETRY_AFTER_SECONDS, classify_failure
 from shardops.scheduler.builders import worker_job_body
+from shardops.worker.runtime import Worker
+from shardops.worker.settings import WorkerSettings
+from workerkit import NAMESPACE, add_campaign, campaign_body
 
 NOW = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 SECRET = {"name": "provider-key", "key": "token"}
@@ -467,3 +474,53 @@ def test_without_its_settings_the_command_says_how_it_is_run(tmp_path: Path) -> 
     code = llm_main.run({"SHARDOPS_ERROR_FILE": str(tmp_path / "e.json")})
     assert code == llm_main.EXIT_FAILED
     assert "runs under shardops worker" in json.loads((tmp_path / "e.json").read_text())["message"]
+
+
+# --- under the worker runtime (in-memory API server) ------------------------------------------------
+
+
+LLM_COMMAND = [sys.executable, "-c", "import sys; from shardops.main import main; sys.exit(main(['llm']))"]
+
+
+def test_under_the_runtime_a_429_sets_not_before_to_the_retry_after_and_results_are_stored(
+    server: LlmServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SHARDOPS_LLM_API_KEY", "right")
+    server.behaviour.retry_after = "30"
+    price = {"model": "test-model", "inputPerMillion": 1, "outputPerMillion": 1}
+    block = llm_block(server.base_url, apiKeySecret=SECRET, prices=[price])
+    body = campaign_body(
+        items=[{"q": "fine"}, {"q": "FAULT:429"}],
+        worker={"image": "x", "command": LLM_COMMAND, "llm": block},
+        shardSize=2,
+    )
+    kube = FakeKube()
+    (shard,) = add_campaign(kube, body)
+    worker = Worker(
+        kube=kube,  # type: ignore[arg-type]
+        settings=WorkerSettings(
+            namespace=NAMESPACE,
+            pod_name="w",
+            tick_seconds=0.01,
+            poll_seconds=0.01,
+            idle_seconds=0,
+            work_dir=tmp_path,
+            max_shards=1,
+        ),
+        namespace=NAMESPACE,
+        campaign_name="camp",
+    )
+    assert worker.run() == 0
+    found = kube.obj(SHARDS, NAMESPACE, shard.name)
+    assert found is not None
+    status = Shard.parse(found).current_status
+    assert status.phase == "Pending" and status.last_error is not None
+    assert status.last_error.error_class == "rate-limited" and "item 1: 429" in status.last_error.message
+    assert status.not_before is not None
+    # The backoff alone (base 2 s) would be 1-2 s; the upstream asked for 30 (plus up to 20 % jitter).
+    delay = (status.not_before - status.history[-1].at).total_seconds()
+    assert 30.0 <= delay <= 36.0, delay
+    # The item answered before the 429 is stored, with its cost in the shard's.
+    assert status.progress is not None and status.progress.done == 1
+    answered = next(e for e in server.requests() if e.status == 200)
+    assert status.cost == (answered.prompt_tokens + answered.completion_tokens) / 1e6
