@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from e2e.harness import Cluster
+from e2e.harness import Cluster, wait_for
 from e2e.llmserver import ANSWER_SCHEMA_FORMAT, Behaviour, LoggedRequest, llm_server
 from e2e.schedulerkit import (
     JSON,
@@ -315,3 +315,52 @@ def test_a_rate_limit_holds_across_all_the_campaigns_workers(local_cluster: Clus
         f"average {len(log) / span * 60:.0f}/min"
     )
     assert peak <= RPM * 1.1, peak
+
+
+def test_a_template_field_no_item_has_holds_the_campaign_at_the_error_threshold(
+    local_cluster: Cluster, namespace: str
+) -> None:
+    kube = kube_for(local_cluster)
+    secret(kube, namespace, SECRET, API_KEY)
+    items = [{"id": n, "text": f"text {n}"} for n in range(30)]
+    with llm_server(Behaviour(api_key=API_KEY)) as server, operator_running(local_cluster, namespace):
+        body = llm_campaign(
+            "broken-template",
+            items,
+            server.base_url,
+            llm={"messages": [{"role": "user", "content": "Answer: {{ item.question }}"}], "prices": [PRICE]},
+            maxConcurrency=3,
+            budget={"limit": 10},
+        )
+        create_campaign(kube, namespace, body)
+
+        def held() -> JSON | None:
+            status = get_campaign(kube, namespace, "broken-template").get("status") or {}
+            found = next((c for c in status.get("conditions") or [] if c["type"] == "ErrorThreshold"), None)
+            return found if found is not None and found["status"] == "True" else None
+
+        threshold = wait_for("the error threshold to hold the campaign", held, timeout=180)
+        # Running shards finish; then nothing moves.
+        wait_for(
+            "running shards to finish",
+            lambda: not [s for s in shards_of(kube, namespace) if s["status"].get("phase") == "Running"],
+            timeout=60,
+        )
+        campaign = wait_phase(kube, namespace, "broken-template", {"Suspended"}, timeout=60)
+        phases = [s["status"].get("phase") for s in shards_of(kube, namespace)]
+        requests = server.requests()
+
+    # errorThreshold.consecutive, plus the shards in flight and those claimed before the workers read
+    # the condition (the operator writes it on its next pass): bounded, and reported.
+    failed = phases.count("Failed")
+    assert 5 <= failed <= 5 + 2 * 3, phases
+    assert "Paused" in phases and "Done" not in phases
+    for phrase in (
+        "failures in a row (errorThreshold.consecutive 5)",
+        "invalid-input",
+        "'question'",
+        "kubectl campaign resume",
+    ):
+        assert phrase in threshold["message"], threshold["message"]
+    assert requests == [] and campaign["status"]["spent"] == 0  # nothing was sent, nothing spent
+    print(f"\nheld after {failed} failed shard(s) of {len(items)}: {threshold['message'][:160]}")

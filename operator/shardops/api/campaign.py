@@ -327,6 +327,36 @@ class Budget(SpecModel):
         return self
 
 
+class ErrorThreshold(SpecModel):
+    """When the campaign stops claiming because its attempts keep failing for good (a broken
+    template, a revoked key), instead of spending shard after shard on the same mistake."""
+
+    consecutive: int = Field(
+        default=5,
+        ge=0,
+        le=10000,
+        description=(
+            "Non-retryable failures in a row (no shard Done between them) that hold the campaign; "
+            "0 turns this rule off. Default 5."
+        ),
+    )
+    ratio: float = Field(
+        default=0.5,
+        gt=0,
+        le=1,
+        description=(
+            "Share of the last window attempts that failed non-retryably above which the campaign is "
+            "held; 1 turns this rule off. Default 0.5."
+        ),
+    )
+    window: int = Field(
+        default=20,
+        ge=1,
+        le=1000,
+        description="Latest attempts the ratio is taken over (it waits for that many). Default 20.",
+    )
+
+
 MAX_RETRY_SHARDS = 1000
 
 
@@ -472,6 +502,15 @@ class CampaignSpec(SpecModel):
         default_factory=RetryRequest,
         json_schema_extra=schema_default(RetryRequest),
         description="Bump retry.generation to retry Blocked and Failed shards once.",
+    )
+    error_threshold: ErrorThreshold = Field(
+        default_factory=ErrorThreshold,
+        json_schema_extra=schema_default(ErrorThreshold),
+        description=(
+            "When too many attempts fail non-retryably, stop claiming (condition ErrorThreshold, phase "
+            "Suspended) until a person runs kubectl campaign resume. Default 5 in a row, or more than "
+            "half of the last 20."
+        ),
     )
     idle_seconds: int = Field(
         default=30,

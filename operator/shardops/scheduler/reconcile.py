@@ -56,7 +56,7 @@ from shardops.logic.views import ItemProgress
 from shardops.scheduler import builders
 from shardops.scheduler.metrics import BREAKER_VALUES, Metrics
 from shardops.scheduler.settings import REPORTING_CONTROLLER, OperatorSettings
-from shardops.state import breakers, history, observe, shardview
+from shardops.state import breakers, errors, history, observe, shardview
 
 log = logging.getLogger(__name__)
 
@@ -495,6 +495,8 @@ class Reconciler:
 
     def _act(self, seen: _Observed, plan: DispatchPlan, now: dt.datetime) -> None:
         hold = "campaign suspended (spec.suspend)" if seen.campaign.spec.suspend else "budget exhausted"
+        if not seen.campaign.spec.suspend and errors.held(seen.campaign):
+            hold = "error threshold reached (condition ErrorThreshold)"
         for name in plan.pause:
             self._transition_named(seen, name, TransitionRequest(Action.PAUSE, f"paused: {hold}"), now)
         for name in plan.resume:
@@ -643,6 +645,7 @@ class Reconciler:
             conditions.breaker_open(sorted(open_sources)),
             conditions.scheduled(self.settings.identity, self.renewing()),
             conditions.workers_failing(limits.get(LimitReason.WORKERS_FAILING)),
+            errors.error_threshold_condition(campaign, seen.shards.values()),
         ]
         merged = builders.merge_conditions(previous.conditions, desired, now, campaign.generation)
         new = builders.campaign_status(
@@ -685,6 +688,7 @@ class Reconciler:
             str(ConditionType.COMPLETE),
             str(ConditionType.DEGRADED),
             str(ConditionType.WORKERS_FAILING),
+            str(ConditionType.ERROR_THRESHOLD),
         }
         old = {c.type: c for c in before}
         for condition in after:
