@@ -5,6 +5,7 @@ until a person resumes it."""
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 import pytest
 
@@ -76,31 +77,24 @@ def test_each_rule_can_be_turned_off() -> None:
 # --- on live objects ------------------------------------------------------------------------------------
 
 
+def ended(index: int, seconds: float, phase: str, reason: str, **status: Any) -> dict:
+    """A shard claimed a second before `seconds` whose attempt then ended `phase` by `reason`."""
+    extra = {"errorClass": status["lastError"]["class"]} if "lastError" in status else {}
+    history = [
+        entry("Pending", T0, "Materialized"),
+        entry("Running", at(seconds - 1), "Claimed"),
+        entry(phase, at(seconds), reason, **extra),
+    ]
+    return shard("camp", index, phase, history=history, **status)
+
+
 def failed(index: int, seconds: float, cls: str = "invalid-input", message: str = "bad") -> dict:
-    return shard(
-        "camp",
-        index,
-        "Failed",
-        history=[
-            entry("Pending", T0, "Materialized"),
-            entry("Running", at(seconds - 1), "Claimed"),
-            entry("Failed", at(seconds), "Failed", errorClass=cls),
-        ],
-        lastError={"class": cls, "message": message, "at": at(seconds).isoformat()},
-    )
+    error = {"class": cls, "message": message, "at": at(seconds).isoformat()}
+    return ended(index, seconds, "Failed", "Failed", lastError=error)
 
 
 def done(index: int, seconds: float) -> dict:
-    return shard(
-        "camp",
-        index,
-        "Done",
-        history=[
-            entry("Pending", T0, "Materialized"),
-            entry("Running", at(seconds - 1), "Claimed"),
-            entry("Done", at(seconds), "Completed"),
-        ],
-    )
+    return ended(index, seconds, "Done", "Completed")
 
 
 def test_endings_are_done_and_final_failures_after_the_resume() -> None:
