@@ -1,6 +1,7 @@
 # syntax=docker/dockerfile:1
 # The shardops image: the operator (`shardops operator`) and the worker runtime (`shardops worker`)
-# in one, plus the example agent the samples use (`shardops-example-agent`).
+# in one, with the built-in LLM worker command (`shardops llm`) and the example agent the samples
+# use (`shardops-example-agent`).
 #
 #   docker build -t REGISTRY/shardops:0.1.0 .          # from the repository root
 #   docker push REGISTRY/shardops:0.1.0

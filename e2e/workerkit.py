@@ -165,7 +165,7 @@ def campaign_body(
 def shard_key(body: Mapping[str, Any], items: Sequence[Mapping[str, Any]]) -> str:
     """The idempotency key the operator gives a shard holding `items` of this Campaign body."""
     campaign = Campaign.parse(body)
-    return idempotency_key(campaign.name, list(items), campaign.spec.worker.full_command())
+    return idempotency_key(campaign.name, list(items), campaign.spec.worker.identity())
 
 
 def materialize(kube: Kube, namespace: str, body: Mapping[str, Any], threads: int = 4) -> list[Shard]:

@@ -38,9 +38,9 @@ def test_suspend_and_cancel_patch_the_spec_and_annotation() -> None:
 
 
 def test_resume_withdraws_a_cancel_only_when_there_is_one() -> None:
-    assert actions.resume_patch(_campaign(suspend=True)) == {"spec": {"suspend": False}}
+    assert actions.resume_patch(_campaign(suspend=True), NOW) == {"spec": {"suspend": False}}
     cancelled = _campaign(suspend=True, annotations={CANCELLED: "2026-03-01T11:00:00Z"})
-    assert actions.resume_patch(cancelled) == {
+    assert actions.resume_patch(cancelled, NOW) == {
         "spec": {"suspend": False},
         "metadata": {"annotations": {CANCELLED: None}},
     }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import io
+import json
 from collections.abc import Iterator
 from contextlib import redirect_stdout
 from pathlib import Path
@@ -267,7 +268,10 @@ def test_every_rule_is_in_the_crds_with_its_message() -> None:
     ]
     for rule in all_rules():
         assert rule.schema() in generated, f"{rule.message!r} is not enforced by the API server"
-    assert len(generated) == len(all_rules())
+    # A model used in two places (spec.worker and spec.finalize are both a WorkerSpec) carries its
+    # rules in both; no rule may appear that rules.py does not define.
+    distinct = {json.dumps(entry, sort_keys=True) for entry in generated}
+    assert len(distinct) == len(all_rules())
 
 
 def test_cel_rules_only_read_defaulted_fields_without_has() -> None:

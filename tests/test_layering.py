@@ -252,7 +252,7 @@ def test_checker_allows(source: str) -> None:
 
 
 # --- package layering -----------------------------------------------------------------------------
-# Imports point down only: api < logic < k8s < store < state < {scheduler, worker, cli}; the three entry
+# Imports point down only: api < logic < k8s < store < state < {scheduler, worker, cli, llm}; the entry
 # packages never import each other. `shardops/__init__.py` (group and version) sits below everything;
 # `shardops/main.py`, the `shardops` command, above everything: it only dispatches to the entry points.
 PACKAGE_DIR = LOGIC_DIR.parent
@@ -265,6 +265,7 @@ PACKAGE_RANKS = {
     "scheduler": 5,
     "worker": 5,
     "cli": 5,
+    "llm": 5,
 }
 ROOT_MODULES = {"shardops": -1, "shardops.main": 6}
 
@@ -367,3 +368,40 @@ def test_layering_checker_catches(source: str, module: str) -> None:
 )
 def test_layering_checker_allows(source: str, module: str) -> None:
     assert layering_violations(source, module) == []
+
+
+# `shardops llm` runs under the worker runtime as the user's command would, without API server
+# credentials (the runtime drops KUBECONFIG): it needs only the models and the pure rules.
+LLM_ALLOWED_LAYERS = frozenset({"shardops", "api", "logic", "llm"})
+
+
+def llm_import_violations(source: str, module_name: str) -> list[str]:
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            found.append((node.lineno, _absolute(node, module_name)))
+    problems = []
+    for line, name in found:
+        parts = name.split(".")
+        layer = parts[1] if len(parts) > 1 else parts[0]
+        if parts[0] == "shardops" and layer not in LLM_ALLOWED_LAYERS:
+            problems.append(f"line {line}: imports {name}")
+    return problems
+
+
+def test_the_llm_checker_catches_api_server_access() -> None:
+    assert llm_import_violations("from shardops.k8s import api", "shardops.llm.main") == [
+        "line 1: imports shardops.k8s"
+    ]
+    assert llm_import_violations("from ..state import observe", "shardops.llm.main") != []
+    assert llm_import_violations("from shardops import __version__", "shardops.llm.main") == []
+
+
+@pytest.mark.parametrize(
+    "path", sorted((PACKAGE_DIR / "llm").rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE_DIR))
+)
+def test_the_llm_command_imports_only_api_and_logic(path: Path) -> None:
+    problems = llm_import_violations(path.read_text(encoding="utf-8"), _module_name(path))
+    assert not problems, "\n".join(problems)

@@ -159,6 +159,7 @@ def test_every_condition_type_has_a_builder_that_uses_it() -> None:
         conditions.complete(CampaignPhase.RUNNING, "0/1").type,
         conditions.scheduled("me", True).type,
         conditions.workers_failing(None).type,
+        conditions.error_threshold(None).type,
     }
     assert built == set(ConditionType)
 

@@ -81,3 +81,35 @@ def test_a_folded_shard_counts_once_as_done_with_its_cost() -> None:
     every = ledger.fold(FoldedShards(), done)
     all_facts = observe.campaign_facts(camp, [], 4, every)
     assert aggregate([], NOW, all_facts).phase is CampaignPhase.SUCCEEDED
+
+
+def test_folded_completions_still_break_a_run_of_failures_for_the_error_threshold() -> None:
+    from schedulerkit import entry
+    from shardops.state import errors
+
+    def failed(index: int, minute: int) -> Shard:
+        at = NOW + dt.timedelta(minutes=minute)
+        ending = entry("Failed", at, "Failed", errorClass="invalid-input")
+        return Shard.parse(shard("c", index, "Failed", history=[ending]))
+
+    done = [
+        Shard.parse(
+            shard(
+                "c",
+                10 + i,
+                "Done",
+                result=RESULT,
+                history=[entry("Done", NOW + dt.timedelta(minutes=5 + i), "Completed")],
+            )
+        )
+        for i in range(3)
+    ]
+    folded = ledger.fold(FoldedShards(), done, keep_completions=2)
+    assert folded.recent_completions == [NOW + dt.timedelta(minutes=6), NOW + dt.timedelta(minutes=7)]
+    failures = [failed(i, i) for i in range(4)] + [failed(4 + i, 8 + i) for i in range(4)]
+    body = campaign(items=[{"id": i} for i in range(20)], shardSize=1)
+    tripped = errors.error_threshold_condition(Campaign.parse(body), failures)
+    assert tripped.status == "True", "eight non-retryable failures in a row, nothing between them"
+    body["status"] = {"folded": folded.to_dict()}
+    kept = errors.error_threshold_condition(Campaign.parse(body), failures)
+    assert kept.status == "False", "the folded completions at minutes 6 and 7 break the run"

@@ -1,4 +1,4 @@
-"""`shardops`: run the operator, run a worker, generate the CRDs.
+"""`shardops`: run the operator, run a worker, the built-in LLM worker command, generate the CRDs.
 
 The one module above every entry point (scheduler, worker, api.crdgen): it only dispatches.
 """
@@ -28,7 +28,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     worker.add_argument("--campaign", required=True, help="name of the Campaign whose shards to work on")
     worker.set_defaults(run=_run_worker)
+
+    llm = commands.add_parser(
+        "llm",
+        help="the built-in worker command for spec.worker.llm: one chat completion per item "
+        "(run by shardops worker, not by hand)",
+    )
+    llm.set_defaults(run=_run_llm)
     return parser
+
+
+def _run_llm(_: argparse.Namespace) -> int:
+    from shardops.llm.main import run
+
+    return run()
 
 
 def _run_worker(args: argparse.Namespace) -> int:

@@ -23,10 +23,12 @@ from shardops.api import rules
 from shardops.api.common import (
     DNS_SUBDOMAIN_MAX,
     DNS_SUBDOMAIN_PATTERN,
+    SOURCE_NAME_MAX,
     Condition,
     Item,
     Quantity,
     ResourceModel,
+    SourceName,
     SpecModel,
     StatusModel,
     cel_rules,
@@ -37,15 +39,13 @@ from shardops.api.common import (
     truncating,
 )
 from shardops.api.enums import BreakerState, CampaignPhase, StallPolicy, StoreType
+from shardops.api.llm import CONFIG_ENV, LlmSpec
 from shardops.api.names import CAMPAIGN_KIND
 
 # Inline items are stored in the Campaign object (etcd caps objects at ~1.5 MiB) and the
 # API server's CEL cost estimate needs a bound; bigger campaigns use itemsFrom.
 MAX_INLINE_ITEMS = 10000
 MAX_SOURCES = 32
-SOURCE_NAME_MAX = 63
-# Source names end up in metric labels and events, so they follow label-value syntax.
-SOURCE_NAME_PATTERN = r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 # Bounds the lists of shard names in the status; the counts carry the full numbers.
 MAX_LISTED_SHARDS = 50
 BREAKER_REASON_MAX = 1024
@@ -59,8 +59,8 @@ DEFAULT_S3_PREFIX = "shardops"
 # for the whole cluster and keeps every object in the API server's memory. Beyond this many work
 # shards a campaign needs an S3 store.
 CONFIGMAP_STORE_MAX_SHARDS = 1000
-
-SourceName = Annotated[str, Field(min_length=1, max_length=SOURCE_NAME_MAX, pattern=SOURCE_NAME_PATTERN)]
+# The largest spec.errorThreshold.window: the status keeps that many folded completions.
+MAX_ERROR_WINDOW = 1000
 
 
 class ItemsFrom(SpecModel):
@@ -170,6 +170,13 @@ class WorkerSpec(SpecModel):
             "Default: the one the shardops chart installs."
         ),
     )
+    llm: LlmSpec | None = Field(
+        default=None,
+        description=(
+            "Settings of the built-in LLM worker: set command to [shardops, llm] and describe the request "
+            "here (endpoint, model, templated messages, prices). Default: none, the command is your own."
+        ),
+    )
 
     def full_command(self) -> list[str]:
         """command followed by args, as the worker runtime executes it."""
@@ -178,6 +185,13 @@ class WorkerSpec(SpecModel):
     def env_dict(self) -> dict[str, str]:
         """env as a mapping; a later entry wins over an earlier one of the same name, as in a pod."""
         return {var.name: var.value for var in self.env}
+
+    def identity(self) -> list[str]:
+        """What the idempotency key takes of the worker: the command, and the LLM requests it makes
+        (a changed template or model is different work; a changed price is not)."""
+        if self.llm is None:
+            return self.full_command()
+        return [*self.full_command(), "llm:" + json.dumps(self.llm.identity(), sort_keys=True)]
 
 
 class Backoff(SpecModel):
@@ -226,6 +240,19 @@ class Stall(SpecModel):
     )
 
 
+class RateLimit(SpecModel):
+    """How much of a source all of the campaign's workers together may use per minute."""
+
+    requests_per_minute: float | None = Field(
+        default=None, gt=0, description="Requests per minute across all workers. Default: no limit."
+    )
+    tokens_per_minute: float | None = Field(
+        default=None,
+        gt=0,
+        description="Tokens (prompt + completion) per minute across all workers. Default: no limit.",
+    )
+
+
 class Source(SpecModel):
     """An upstream the work depends on (an LLM API, a model, a site), with its own circuit breaker."""
 
@@ -256,6 +283,13 @@ class Source(SpecModel):
         le=86400,
         description=(
             "Seconds an open breaker waits before letting one trial shard through (half-open). Default 300."
+        ),
+    )
+    rate_limit: RateLimit | None = Field(
+        default=None,
+        description=(
+            "Requests and tokens per minute for this source across all the campaign's workers; the "
+            "built-in LLM worker paces itself to its share, limit / maxConcurrency. Default: no limit."
         ),
     )
 
@@ -395,6 +429,36 @@ def resolve_result_store(spec: ResultStoreSpec | None, installation: ResultStore
     )
 
 
+class ErrorThreshold(SpecModel):
+    """When the campaign stops claiming because its attempts keep failing for good (a broken
+    template, a revoked key), instead of spending shard after shard on the same mistake."""
+
+    consecutive: int = Field(
+        default=5,
+        ge=0,
+        le=10000,
+        description=(
+            "Non-retryable failures in a row (no shard Done between them) that hold the campaign; "
+            "0 turns this rule off. Default 5."
+        ),
+    )
+    ratio: float = Field(
+        default=0.5,
+        gt=0,
+        le=1,
+        description=(
+            "Share of the last window attempts that failed non-retryably above which the campaign is "
+            "held; 1 turns this rule off. Default 0.5."
+        ),
+    )
+    window: int = Field(
+        default=20,
+        ge=1,
+        le=MAX_ERROR_WINDOW,
+        description="Latest attempts the ratio is taken over (it waits for that many). Default 20.",
+    )
+
+
 MAX_RETRY_SHARDS = 1000
 
 
@@ -431,6 +495,7 @@ class CampaignSpec(SpecModel):
             rules.SOURCE_NAMES_UNIQUE,
             rules.FALLBACK_DECLARED,
             rules.DEFAULT_SOURCE_DECLARED,
+            rules.LLM_ENDPOINTS_DECLARED,
         )
     )
 
@@ -540,6 +605,15 @@ class CampaignSpec(SpecModel):
         json_schema_extra=schema_default(RetryRequest),
         description="Bump retry.generation to retry Blocked and Failed shards once.",
     )
+    error_threshold: ErrorThreshold = Field(
+        default_factory=ErrorThreshold,
+        json_schema_extra=schema_default(ErrorThreshold),
+        description=(
+            "When too many attempts fail non-retryably, stop claiming (condition ErrorThreshold, phase "
+            "Suspended) until a person runs kubectl campaign resume. Default 5 in a row, or more than "
+            "half of the last 20."
+        ),
+    )
     idle_seconds: int = Field(
         default=30,
         ge=0,
@@ -569,6 +643,11 @@ class CampaignSpec(SpecModel):
             problems.append(f"{rules.FALLBACK_DECLARED.message} ({detail})")
         if self.default_source is not None and self.default_source not in names:
             problems.append(f"{rules.DEFAULT_SOURCE_DECLARED.message} ({self.default_source})")
+        llm_undeclared = [
+            e.name for e in (self.worker.llm.sources if self.worker.llm else []) if e.name not in names
+        ]
+        if llm_undeclared:
+            problems.append(f"{rules.LLM_ENDPOINTS_DECLARED.message} ({', '.join(llm_undeclared)})")
         if problems:
             raise ValueError("; ".join(problems))
         return self
@@ -588,6 +667,20 @@ class CampaignSpec(SpecModel):
     def source(self, name: str) -> Source | None:
         """The declared source of that name, or None."""
         return next((s for s in self.sources or [] if s.name == name), None)
+
+    def command_settings(self, worker: WorkerSpec) -> dict[str, str]:
+        """Environment the worker runtime adds for `worker`'s command: the built-in LLM worker's
+        settings (its block, the sources' rate limits, maxConcurrency for the per-worker share)."""
+        if worker.llm is None:
+            return {}
+        config = {
+            "llm": worker.llm.to_dict(),
+            "maxConcurrency": self.max_concurrency,
+            "rateLimits": {
+                s.name: s.rate_limit.to_dict() for s in self.sources or [] if s.rate_limit is not None
+            },
+        }
+        return {CONFIG_ENV: json.dumps(config, separators=(",", ":"))}
 
     def expected_shards(self, items_total: int) -> int:
         """Number of work shards for `items_total` items (the finalize shard not included)."""
@@ -624,6 +717,14 @@ class FoldedShards(StatusModel):
         ),
     )
     sequence: int = Field(default=0, ge=0, description="Folds so far; names the next ledger segment.")
+    recent_completions: list[AwareDatetime] = Field(
+        default_factory=list,
+        max_length=MAX_ERROR_WINDOW,
+        description=(
+            "When the latest folded shards completed (as many as spec.errorThreshold.window): the "
+            "error threshold still counts their successes after their Shards are gone."
+        ),
+    )
 
     def ranges(self) -> list[tuple[int, int]]:
         return [(r.start, r.end) for r in self.done_ranges]

@@ -58,6 +58,10 @@ Quantity = Annotated[
 # DNS-1123 subdomain: what Kubernetes accepts as an object name (ConfigMaps, Shards, ...).
 DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 DNS_SUBDOMAIN_MAX = 253
+SOURCE_NAME_MAX = 63
+# Source names end up in metric labels and events, so they follow label-value syntax.
+SOURCE_NAME_PATTERN = r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+SourceName = Annotated[str, Field(min_length=1, max_length=SOURCE_NAME_MAX, pattern=SOURCE_NAME_PATTERN)]
 
 # Condition shapes copied from metav1.Condition so `kubectl wait --for=condition=...` and
 # generic tooling understand ours.

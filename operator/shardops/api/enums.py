@@ -109,6 +109,7 @@ class ConditionType(StrEnum):
     COMPLETE = "Complete"
     SCHEDULED = "Scheduled"
     WORKERS_FAILING = "WorkersFailing"
+    ERROR_THRESHOLD = "ErrorThreshold"
 
 
 class ConditionReason(StrEnum):
@@ -157,3 +158,6 @@ class ConditionReason(StrEnum):
     # WorkersFailing
     WORKERS_HEALTHY = "WorkersHealthy"
     WORKER_JOBS_FAILING = "WorkerJobsFailing"
+    # ErrorThreshold
+    WITHIN_ERROR_THRESHOLD = "WithinErrorThreshold"
+    TOO_MANY_ERRORS = "TooManyErrors"

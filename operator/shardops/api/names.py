@@ -42,6 +42,10 @@ SHARDOPS_FIELD_MANAGERS: Final = frozenset({OPERATOR_FIELD_MANAGER, WORKER_FIELD
 # and the shard's place in that pass's batch), so the backlog bound can be audited exactly.
 PLANNED_FROM_ANNOTATION: Final = f"{API_GROUP}/planned-from"
 
+# On a Campaign: when a person last resumed it (kubectl campaign resume). A campaign held by its
+# error threshold claims again once this is later than the hold, and counts only the attempts after it.
+RESUMED_ANNOTATION: Final = f"{API_GROUP}/resumed"
+
 # The Shard field the CRD makes selectable (`fieldSelector=status.phase!=Done`).
 SHARD_PHASE_FIELD: Final = ".status.phase"
 

@@ -122,3 +122,36 @@ ITEM_RANGE_ORDERED: Final = CelRule(
     message="spec.itemRange.start must not exceed spec.itemRange.end (end is exclusive); swap them",
     field_path=".start",
 )
+
+LLM_ENDPOINTS_UNIQUE: Final = CelRule(
+    rule="!has(self.sources) || self.sources.all(a, self.sources.exists_one(b, b.name == a.name))",
+    message="spec.worker.llm.sources[].name must be unique; merge the entries of the same source",
+    field_path=".sources",
+)
+
+LLM_ENDPOINTS_DECLARED: Final = CelRule(
+    rule=(
+        "!has(self.worker.llm) || !has(self.worker.llm.sources) || self.worker.llm.sources.all(e, "
+        "has(self.sources) && self.sources.exists(s, s.name == e.name))"
+    ),
+    message=(
+        "spec.worker.llm.sources[].name must name a source declared in spec.sources; "
+        "declare that source or remove its llm entry"
+    ),
+    field_path=".worker.llm.sources",
+)
+
+LLM_PRICES_COVER_MODELS: Final = CelRule(
+    rule=(
+        "!has(self.prices) || size(self.prices) == 0 || "
+        "(self.prices.exists(p, p.model == self.model && !has(p.source)) && "
+        "(!has(self.sources) || self.sources.all(e, !has(e.model) || "
+        "self.prices.exists(p, p.model == e.model && (!has(p.source) || p.source == e.name)))))"
+    ),
+    message=(
+        "spec.worker.llm.prices must price every model the worker calls: llm.model in an entry without "
+        "source, each llm.sources[].model in an entry for that source or without source; add the price, "
+        "or remove the table to count cost in tokens"
+    ),
+    field_path=".prices",
+)

@@ -18,11 +18,13 @@ from pydantic import (
 )
 
 from shardops.api import rules
-from shardops.api.campaign import MAX_INLINE_ITEMS, SOURCE_NAME_MAX, SourceName
+from shardops.api.campaign import MAX_INLINE_ITEMS
 from shardops.api.common import (
     DNS_SUBDOMAIN_MAX,
+    SOURCE_NAME_MAX,
     Item,
     ResourceModel,
+    SourceName,
     SpecModel,
     StatusModel,
     cel_rules,

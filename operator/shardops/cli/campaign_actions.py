@@ -17,12 +17,14 @@ from typing import Any
 
 from shardops.api.campaign import MAX_RETRY_SHARDS, Campaign
 from shardops.api.enums import ShardPhase
+from shardops.api.names import RESUMED_ANNOTATION
 from shardops.api.shard import Shard
 from shardops.cli.campaign_client import EXIT_BAD_STATE, EXIT_NOT_FOUND, EXIT_OK, CliError, bad_state
 from shardops.cli.command import Context, load, parse_campaign
 from shardops.cli.text import names_text
 from shardops.k8s.api import Conflict
 from shardops.logic.timefmt import rfc3339
+from shardops.state import errors
 
 JSON = dict[str, Any]
 
@@ -55,11 +57,17 @@ def suspend_patch() -> JSON:
     return {"spec": {"suspend": True}}
 
 
-def resume_patch(campaign: Campaign) -> JSON:
-    """spec.suspend=false; a cancellation is withdrawn with it."""
+def resume_patch(campaign: Campaign, now: dt.datetime) -> JSON:
+    """spec.suspend=false; a cancellation is withdrawn with it, and a hold of the error threshold
+    lifted (the resume's time in the shardops.dev/resumed annotation)."""
     patch: JSON = {"spec": {"suspend": False}}
+    annotations: JSON = {}
     if CANCELLED_ANNOTATION in (campaign.metadata.annotations or {}):
-        patch["metadata"] = {"annotations": {CANCELLED_ANNOTATION: None}}
+        annotations[CANCELLED_ANNOTATION] = None
+    if errors.held(campaign):
+        annotations[RESUMED_ANNOTATION] = rfc3339(now)
+    if annotations:
+        patch["metadata"] = {"annotations": annotations}
     return patch
 
 
@@ -240,13 +248,16 @@ def run_resume(ctx: Context) -> int:
     body = ctx.client.get_campaign(ctx.namespace, ctx.args.name)
     campaign = parse_campaign(body)
     cancelled = cancelled_at(campaign)
-    if not campaign.spec.suspend and cancelled is None:
+    held = errors.held(campaign)
+    if not campaign.spec.suspend and cancelled is None and not held:
         return _finish(
             ctx, _unchanged("resume", campaign, "not suspended (spec.suspend is false); nothing changed")
         )
-    patch = resume_patch(campaign)
+    patch = resume_patch(campaign, ctx.clock())
     patched = ctx.client.patch_campaign(campaign.namespace, campaign.name, patch)
     withdrawn = f"; the cancellation of {cancelled} is withdrawn" if cancelled else ""
+    if held:
+        withdrawn += "; the error threshold's hold is lifted (only attempts from now on count)"
     return _finish(
         ctx,
         _record(

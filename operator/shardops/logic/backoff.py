@@ -7,6 +7,8 @@ from datetime import datetime, timedelta
 
 # 2.0**1000 is finite, and base·2**1000 saturates to inf rather than raising, so min(..., cap) stays cap.
 _MAX_EXPONENT = 1000
+# A Retry-After of r seconds sends the shard back after r to r·(1 + this).
+RETRY_AFTER_JITTER = 0.2
 
 
 def backoff_ceiling(attempt: int, base: float, cap: float) -> float:
@@ -29,9 +31,18 @@ def backoff_delay(attempt: int, base: float, cap: float, rand: float) -> float:
     return backoff_ceiling(attempt, base, cap) * (0.5 + rand * 0.5)
 
 
-def retry_not_before(now: datetime, attempt: int, base: float, cap: float, rand: float) -> datetime:
-    """The earliest time the shard may be claimed again (the Shard's notBefore)."""
-    return now + timedelta(seconds=backoff_delay(attempt, base, cap, rand))
+def retry_not_before(
+    now: datetime, attempt: int, base: float, cap: float, rand: float, retry_after: float | None = None
+) -> datetime:
+    """The earliest time the shard may be claimed again (the Shard's notBefore).
+
+    `retry_after`: seconds the upstream asked for (Retry-After): never sooner than that, and up to
+    RETRY_AFTER_JITTER later, so the shards one 429 wave sent back do not all return at one instant.
+    """
+    delay = backoff_delay(attempt, base, cap, rand)
+    if retry_after is not None:
+        delay = max(delay, retry_after * (1.0 + rand * RETRY_AFTER_JITTER))
+    return now + timedelta(seconds=delay)
 
 
 def _check(attempt: int, base: float, cap: float) -> None:

@@ -217,3 +217,17 @@ def workers_failing(message: str | None) -> DesiredCondition:
     return DesiredCondition(
         ConditionType.WORKERS_FAILING, ConditionStatus.TRUE, ConditionReason.WORKER_JOBS_FAILING, message
     )
+
+
+def error_threshold(trip_message: str | None) -> DesiredCondition:
+    """True (claims held) with the threshold, the class and an example shard; see logic.error_threshold."""
+    if trip_message is None:
+        return DesiredCondition(
+            ConditionType.ERROR_THRESHOLD,
+            ConditionStatus.FALSE,
+            ConditionReason.WITHIN_ERROR_THRESHOLD,
+            "non-retryable failures within spec.errorThreshold",
+        )
+    return DesiredCondition(
+        ConditionType.ERROR_THRESHOLD, ConditionStatus.TRUE, ConditionReason.TOO_MANY_ERRORS, trip_message
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import signal
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -18,6 +19,9 @@ _EXIT_COMMAND_NOT_FOUND = frozenset({126, 127})
 _SIGNAL_EXIT_BASE = 128
 # Messages end up in Shard status and Events; a megabyte of stderr must not.
 MAX_MESSAGE_CHARS = 1024
+# The error file's `retryAfterSeconds` (a provider's Retry-After) is honoured up to this long; a
+# longer wait is still a retry after an hour, never a shard parked for a day by one header.
+MAX_RETRY_AFTER_SECONDS = 3600.0
 
 _ALIASES: dict[str, ErrorClass] = {
     **{c.value: c for c in ErrorClass},
@@ -58,6 +62,8 @@ class ClassifiedError:
     error_class: ErrorClass
     source: str | None
     message: str
+    # The upstream said when to come back (Retry-After): the shard's notBefore is at least this far off.
+    retry_after_seconds: float | None = None
 
 
 def parse_error_class(name: object) -> ErrorClass | None:
@@ -73,8 +79,9 @@ def classify_failure(
 ) -> ClassifiedError | None:
     """None when the attempt did not fail (exit 0 means done, whatever else was written).
 
-    A structured error file `{class, source, message}` wins over the exit code; without a
-    recognisable class the exit code decides, keeping the file's source and message.
+    A structured error file `{class, source, message, retryAfterSeconds}` wins over the exit code;
+    without a recognisable class the exit code decides, keeping the file's source and message.
+    `retryAfterSeconds` counts only for a retryable class.
     """
     if exit_code == 0:
         return None
@@ -82,11 +89,19 @@ def classify_failure(
     source = _text(details.get("source")) or default_source
     named = parse_error_class(details.get("class"))
     message = _text(details.get("message")) or describe_exit(exit_code)
-    if named is not None:
-        return ClassifiedError(named, source, _bounded(message))
-    if details.get("class") is not None:
+    if named is None and details.get("class") is not None:
         message = f"unrecognised error class {details.get('class')!r}: {message}"
-    return ClassifiedError(class_from_exit_code(exit_code), source, _bounded(message))
+    error_class = named if named is not None else class_from_exit_code(exit_code)
+    retry_after = retry_after_seconds(details.get("retryAfterSeconds")) if error_class.retryable else None
+    return ClassifiedError(error_class, source, _bounded(message), retry_after)
+
+
+def retry_after_seconds(value: object) -> float | None:
+    """The error file's retryAfterSeconds as a wait in [0, MAX_RETRY_AFTER_SECONDS]; None when absent
+    or not a finite number >= 0 (then the backoff alone decides)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        return None
+    return min(float(value), MAX_RETRY_AFTER_SECONDS)
 
 
 def class_from_exit_code(exit_code: int) -> ErrorClass:

@@ -85,7 +85,7 @@ def shard_body(campaign: Campaign, index: int, items: Sequence[Item]) -> JSON:
         "shardClass": str(ShardClass.WORK),
         "items": chunk,
         "itemRange": {"start": start, "end": end},
-        "idempotencyKey": idempotency_key(campaign.name, chunk, spec.worker.full_command()),
+        "idempotencyKey": idempotency_key(campaign.name, chunk, spec.worker.identity()),
     }
     source = shard_source(chunk, spec.default_source)
     if source is not None:
@@ -103,7 +103,7 @@ def finalize_shard_body(campaign: Campaign, work_shards: int, items_total: int) 
         "campaign": campaign.name,
         "index": work_shards,
         "shardClass": str(ShardClass.FINALIZE),
-        "idempotencyKey": idempotency_key(campaign.name, shape, finalize.full_command()),
+        "idempotencyKey": idempotency_key(campaign.name, shape, finalize.identity()),
     }
     return _shard(campaign, shardview.finalize_name(campaign.name), ShardClass.FINALIZE, body_spec)
 
@@ -138,6 +138,16 @@ def worker_job_body(
         {"name": "TMPDIR", "value": WORKER_TMP},
         *store_credentials_env(campaign),
         *({"name": var.name, "value": var.value} for var in worker.env),
+        # The built-in LLM worker's API keys, from the Secrets its block names (never from the spec).
+        # Optional: a missing Secret then fails the shard as unauthorized, naming it, instead of
+        # leaving the pod unstartable.
+        *(
+            {
+                "name": name,
+                "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key, "optional": True}},
+            }
+            for name, ref in (worker.llm.api_key_env() if worker.llm else [])
+        ),
     ]
     container: JSON = {
         "name": "worker",

@@ -58,7 +58,7 @@ from shardops.logic.views import ItemProgress
 from shardops.scheduler import builders, failpoints
 from shardops.scheduler.metrics import BREAKER_VALUES, Metrics
 from shardops.scheduler.settings import REPORTING_CONTROLLER, OperatorSettings
-from shardops.state import breakers, history, ledger, observe, shardview
+from shardops.state import breakers, errors, history, ledger, observe, shardview
 from shardops.store.records import StoreUnavailable
 from shardops.store.s3 import S3Store
 
@@ -546,6 +546,8 @@ class Reconciler:
 
     def _act(self, seen: _Observed, plan: DispatchPlan, now: dt.datetime) -> None:
         hold = "campaign suspended (spec.suspend)" if seen.campaign.spec.suspend else "budget exhausted"
+        if not seen.campaign.spec.suspend and errors.held(seen.campaign):
+            hold = "error threshold reached (condition ErrorThreshold)"
         for name in plan.pause:
             self._transition_named(seen, name, TransitionRequest(Action.PAUSE, f"paused: {hold}"), now)
         for name in plan.resume:
@@ -698,6 +700,7 @@ class Reconciler:
             conditions.breaker_open(sorted(open_sources)),
             conditions.scheduled(self.settings.identity, self.renewing()),
             conditions.workers_failing(limits.get(LimitReason.WORKERS_FAILING)),
+            errors.error_threshold_condition(campaign, seen.shards.values()),
         ]
         merged = builders.merge_conditions(previous.conditions, desired, now, campaign.generation)
         new = builders.campaign_status(
@@ -746,7 +749,7 @@ class Reconciler:
         store = self._ledger_store(seen.campaign)
         if not candidates or store is None:
             return [], previous
-        folded = ledger.fold(previous, candidates)
+        folded = ledger.fold(previous, candidates, seen.campaign.spec.error_threshold.window)
         try:
             store.write_ledger(
                 seen.campaign.name,
@@ -796,6 +799,7 @@ class Reconciler:
             str(ConditionType.COMPLETE),
             str(ConditionType.DEGRADED),
             str(ConditionType.WORKERS_FAILING),
+            str(ConditionType.ERROR_THRESHOLD),
         }
         old = {c.type: c for c in before}
         for condition in after:

@@ -16,6 +16,7 @@ from shardops.api.campaign import FoldedShards, IndexRange
 from shardops.api.enums import ShardClass, ShardPhase
 from shardops.api.shard import Shard
 from shardops.logic import ranges
+from shardops.logic.transitions import EventReason
 
 JSON = dict[str, Any]
 
@@ -71,11 +72,18 @@ def record(shard: Shard) -> JSON:
     }
 
 
-def fold(folded: FoldedShards, shards: Sequence[Shard]) -> FoldedShards:
-    """`folded` with `shards` (from `foldable`) counted in."""
+def fold(folded: FoldedShards, shards: Sequence[Shard], keep_completions: int = 0) -> FoldedShards:
+    """`folded` with `shards` (from `foldable`) counted in; the latest `keep_completions`
+    completion times are kept for the error threshold."""
     if not shards:
         return folded
     spans = ranges.add(folded.ranges(), (s.spec.index for s in shards))
+    completions = sorted(
+        [
+            *folded.recent_completions,
+            *(e.at for s in shards for e in s.current_status.history if e.reason == EventReason.COMPLETED),
+        ]
+    )
     return FoldedShards(
         shards=folded.shards + len(shards),
         items=folded.items + sum(s.spec.item_count for s in shards),
@@ -83,6 +91,7 @@ def fold(folded: FoldedShards, shards: Sequence[Shard]) -> FoldedShards:
         attempts=folded.attempts + sum(max(s.current_status.attempt, 1) for s in shards),
         done_ranges=[IndexRange(start=a, end=b) for a, b in spans],
         sequence=folded.sequence + 1,
+        recent_completions=completions[-keep_completions:] if keep_completions > 0 else [],
     )
 
 

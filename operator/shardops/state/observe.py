@@ -28,7 +28,7 @@ from shardops.logic.leases import LeaseVerdict, classify_lease, lease_action
 from shardops.logic.planner import DispatchInputs, DispatchLimits
 from shardops.logic.transitions import Action
 from shardops.logic.views import ItemProgress, ShardView
-from shardops.state import history, shardview, workers
+from shardops.state import errors, history, shardview, workers
 from shardops.state.breakers import (
     UNDECLARED_SOURCE_POLICY,
     breaker_policies,
@@ -68,7 +68,7 @@ def campaign_facts(
     has_finalize = spec.finalize is not None
     return CampaignFacts(
         campaign=campaign.name,
-        suspended=spec.suspend,
+        suspended=spec.suspend or errors.held(campaign),
         items=item_progress(campaign, shards, items_total),
         budget_limit=spec.budget.limit if spec.budget is not None else None,
         budget_warn_ratio=_warn_ratio(spec),
@@ -147,7 +147,7 @@ def dispatch_inputs(
         shards=views,
         breakers=planner_breakers(spec, states),
         budget=campaign_budget(campaign, views),
-        suspended=spec.suspend,
+        suspended=spec.suspend or errors.held(campaign),
         workers=workers.worker_counts(jobs, pods, now, pending_grace),
         now=now,
     )

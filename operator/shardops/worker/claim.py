@@ -39,7 +39,7 @@ from shardops.logic.leases import LeaseVerdict, lease_action
 from shardops.logic.planner import claim_order_key, plan_dispatch
 from shardops.logic.timefmt import rfc3339
 from shardops.logic.transitions import Action
-from shardops.state import observe, shardview
+from shardops.state import errors, observe, shardview
 from shardops.store.records import ItemRecord
 
 log = logging.getLogger(__name__)
@@ -90,6 +90,8 @@ def stop_reason(campaign: Campaign, unfinished: Sequence[Shard]) -> str | None:
         return "campaign is being deleted"
     if campaign.spec.suspend:
         return "campaign is suspended"
+    if errors.held(campaign):
+        return "campaign is held by its error threshold (condition ErrorThreshold)"
     budget = observe.campaign_budget(campaign, (shardview.shard_view(s) for s in unfinished))
     if budget.gate is BudgetGate.EXHAUSTED:
         return f"campaign is out of budget ({budget.describe()})"

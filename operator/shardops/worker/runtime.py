@@ -489,6 +489,7 @@ class ShardRun:
             "SHARDOPS_CAMPAIGN": self.campaign.name,
             "SHARDOPS_ATTEMPT": str(self.attempt),
             "SHARDOPS_IDEMPOTENCY_KEY": self.key,
+            **self.campaign.spec.command_settings(worker_spec),
         }
         command = Command(
             worker_spec.full_command(),
@@ -547,7 +548,9 @@ class ShardRun:
             return self.complete(None, reused=False)
         classified = classify_failure(code or 0, read_error_file(files.error), self.claimed.source)
         assert classified is not None  # code != 0
-        return self.fail(classified.error_class, classified.message, classified.source)
+        return self.fail(
+            classified.error_class, classified.message, classified.source, classified.retry_after_seconds
+        )
 
     def _beat(self, command: Command, interval: float) -> float:
         """Heartbeat; returns when the next one is due. Fenced propagates after killing the command."""
@@ -640,7 +643,9 @@ class ShardRun:
         except StoreUnavailable as error:
             log.warning("%s: could not commit result %s for reuse: %s", self.name, stored.name, error)
 
-    def fail(self, error_class: ErrorClass, message: str, source: str | None) -> Outcome:
+    def fail(
+        self, error_class: ErrorClass, message: str, source: str | None, retry_after: float | None = None
+    ) -> Outcome:
         self.renew()
         self.flush_if_possible()
         decision = next_phase_after_failure(error_class, self.attempt, self.campaign.spec.max_attempts)
@@ -652,7 +657,12 @@ class ShardRun:
         if decision.backoff:
             backoff = self.campaign.spec.backoff
             updates["not_before"] = retry_not_before(
-                now, self.attempt, backoff.base_seconds, backoff.cap_seconds, self.worker.rng.random()
+                now,
+                self.attempt,
+                backoff.base_seconds,
+                backoff.cap_seconds,
+                self.worker.rng.random(),
+                retry_after,
             )
         self.transition(
             TransitionRequest(decision.action, f"{error_class}: {message} ({decision.reason})", updates)

@@ -1,0 +1,1 @@
+"""`shardops llm`: the built-in worker command for OpenAI-compatible chat completions."""

@@ -1,0 +1,228 @@
+"""`shardops llm`: the worker command that turns each item into one chat completion.
+
+It runs under `shardops worker` like any user command (the JSONL protocol: $SHARDOPS_ITEMS_FILE in,
+one line per item appended to $SHARDOPS_RESULTS_FILE, $SHARDOPS_ERROR_FILE on failure) and reads its
+settings from $SHARDOPS_LLM_CONFIG, which the runtime fills from the Campaign's spec.worker.llm.
+Calls are sequential: a shard is one request at a time, so maxConcurrency is the concurrency.
+
+A result is {content, finishReason, model, usage} (and json, the parsed content, when
+responseFormat asks for JSON); its cost is the usage times the price table (or the token count
+without one). The first item that cannot be answered ends the attempt: the items before it keep
+their results, and the error file says the class (see upstream.py), the source, the item and, for
+a 429, how long to wait (retryAfterSeconds, which becomes the shard's notBefore).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from shardops import __version__
+from shardops.api.enums import ErrorClass
+from shardops.api.llm import API_KEY_ENV, CONFIG_ENV, LlmSpec, ModelPrice, source_api_key_env
+from shardops.llm.pacing import Pacer, Share, state_path
+from shardops.llm.render import RenderError, RequestTemplate
+from shardops.llm.upstream import CallFailure, Completion, Upstream, parse_duration
+from shardops.logic.errors import EXIT_TEMPFAIL
+
+EXIT_FAILED = 1
+_SNIPPET = 200
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What $SHARDOPS_LLM_CONFIG carries: the llm block, each source's rate limit, maxConcurrency."""
+
+    llm: LlmSpec
+    max_concurrency: int
+    rate_limits: Mapping[str, Mapping[str, float]]
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Settings:
+        raw = env.get(CONFIG_ENV)
+        if not raw:
+            raise CallFailure(
+                ErrorClass.INVALID_INPUT,
+                f"${CONFIG_ENV} is not set: shardops llm runs under shardops worker, for a Campaign whose "
+                "spec.worker.llm describes the requests",
+            )
+        value = json.loads(raw)
+        return cls(
+            LlmSpec.model_validate(value["llm"]), int(value["maxConcurrency"]), value.get("rateLimits", {})
+        )
+
+    def share(self, source: str | None) -> Share:
+        limit = self.rate_limits.get(source or "", {})
+        return Share.of(limit.get("requestsPerMinute"), limit.get("tokensPerMinute"), self.max_concurrency)
+
+
+def item_cost(price: ModelPrice | None, completion: Completion) -> float:
+    """tokens x price; without a price table, the tokens themselves."""
+    if price is None:
+        return float(completion.total_tokens)
+    return price.cost(completion.prompt_tokens, completion.cached_tokens, completion.completion_tokens)
+
+
+def json_schema_of(response_format: Mapping[str, Any] | None) -> tuple[bool, Mapping[str, Any] | None]:
+    """(content must be JSON, the schema it must match) for a response_format."""
+    if not response_format:
+        return False, None
+    kind = response_format.get("type")
+    if kind == "json_schema":
+        spec = response_format.get("json_schema")
+        schema = spec.get("schema") if isinstance(spec, Mapping) else None
+        return True, schema if isinstance(schema, Mapping) else None
+    return kind == "json_object", None
+
+
+def result_of(completion: Completion, response_format: Mapping[str, Any] | None) -> dict[str, Any]:
+    result: dict[str, Any] = {
+        "content": completion.content,
+        "finishReason": completion.finish_reason,
+        "model": completion.model,
+        "usage": completion.usage,
+    }
+    wants_json, schema = json_schema_of(response_format)
+    if not wants_json:
+        return result
+    snippet = (completion.content or "")[:_SNIPPET]
+    try:
+        parsed = json.loads(completion.content or "")
+    except json.JSONDecodeError as error:
+        raise CallFailure(
+            ErrorClass.BAD_OUTPUT,
+            f"responseFormat asks for JSON but the content is not JSON ({error.msg}; finish_reason "
+            f"{completion.finish_reason}): {snippet!r}",
+        ) from None
+    if schema is not None:
+        # Imported here: it costs a tenth of a second at every start, and most campaigns have no schema.
+        from jsonschema import exceptions as schema_errors
+        from jsonschema import validators
+
+        validator_class = validators.validator_for(schema)
+        mismatch = schema_errors.best_match(validator_class(schema).iter_errors(parsed))
+        if mismatch is not None:
+            raise CallFailure(
+                ErrorClass.BAD_OUTPUT,
+                f"the content does not match responseFormat's JSON schema at {mismatch.json_path}: "
+                f"{mismatch.message}",
+            )
+    result["json"] = parsed
+    return result
+
+
+def read_items(path: Path) -> Iterator[dict[str, Any]]:
+    with path.open(encoding="utf-8") as handle:
+        for line in handle:
+            if line.strip():
+                yield json.loads(line)
+
+
+@dataclass
+class Call:
+    """The shard's one source: its endpoint, price, template and pace."""
+
+    settings: Settings
+    source: str | None
+    env: Mapping[str, str]
+
+    def __post_init__(self) -> None:
+        llm = self.settings.llm
+        endpoint = llm.endpoint(self.source)
+        assert endpoint.model is not None and endpoint.base_url is not None
+        self.model = endpoint.model
+        own = next((e for e in llm.sources if e.name == self.source and e.api_key_secret), None)
+        key_env = source_api_key_env(own.name) if own is not None else API_KEY_ENV
+        secret = endpoint.api_key_secret
+        api_key = self.env.get(key_env, "").strip() or None
+        label = f"source {self.source}" if self.source else "the endpoint"
+        if secret is not None and api_key is None:
+            raise CallFailure(
+                ErrorClass.UNAUTHORIZED,
+                f"no API key for {label}: {secret.describe()} is missing or empty in the campaign's "
+                f"namespace (the worker pod reads it into ${key_env}); create it with kubectl create "
+                f"secret generic {secret.name} --from-literal={secret.key}=...",
+            )
+        pod = self.env.get("POD_NAME", "")
+        self.upstream = Upstream(
+            base_url=endpoint.base_url,
+            api_key=api_key,
+            source_label=label,
+            key_origin=secret.describe() if secret else None,
+            timeout=llm.timeout_seconds,
+            user_agent=f"shardops-llm/{__version__} ({pod or 'local'})",
+        )
+        self.price = llm.price(self.source, self.model)
+        try:
+            self.template = RequestTemplate(llm, self.model)
+        except RenderError as error:
+            raise CallFailure(ErrorClass.INVALID_INPUT, str(error)) from None
+        share = self.settings.share(self.source)
+        campaign = self.env.get("SHARDOPS_CAMPAIGN", "")
+        path = state_path(pod, campaign, self.source or "") if share.limited or pod else None
+        self.pacer = Pacer(share, path)
+
+    def answer(self, line: Mapping[str, Any]) -> dict[str, Any]:
+        where = f"item {line.get('index')}"
+        try:
+            body = self.template.render(line.get("item"), int(line.get("index", 0)), str(line.get("key")))
+        except RenderError as error:
+            raise CallFailure(ErrorClass.INVALID_INPUT, f"{where}: {error}") from None
+        started = self.pacer.wait()
+        try:
+            completion = self.upstream.complete(body, dt.datetime.now(dt.UTC))
+        except CallFailure as error:
+            if error.retry_after is not None:
+                self.pacer.hold_until(self.pacer.clock() + error.retry_after)
+            raise CallFailure(error.error_class, f"{where}: {error.message}", error.retry_after) from None
+        self.pacer.spent(started, completion.total_tokens)
+        self._tighten(completion.headers)
+        try:
+            result = result_of(completion, self.settings.llm.response_format)
+        except CallFailure as failure:
+            raise CallFailure(failure.error_class, f"{where}: {failure.message}") from None
+        return {"key": line["key"], "result": result, "cost": item_cost(self.price, completion)}
+
+    def _tighten(self, headers: Mapping[str, str]) -> None:
+        lower = {k.lower(): v for k, v in headers.items()}
+        workers = self.settings.max_concurrency
+        self.pacer.tighten(
+            parse_duration(lower.get("x-ratelimit-remaining-requests")),
+            parse_duration(lower.get("x-ratelimit-reset-requests")),
+            workers,
+        )
+        if (parse_duration(lower.get("x-ratelimit-remaining-tokens")) or 1) < 1:
+            self.pacer.tighten(0, parse_duration(lower.get("x-ratelimit-reset-tokens")), workers)
+
+
+def write_error(path: str | None, failure: CallFailure, source: str | None) -> None:
+    if not path:
+        return
+    error: dict[str, Any] = {"class": str(failure.error_class), "message": failure.message}
+    if source:
+        error["source"] = source
+    if failure.retry_after is not None:
+        error["retryAfterSeconds"] = failure.retry_after
+    Path(path).write_text(json.dumps(error), encoding="utf-8")
+
+
+def run(env: Mapping[str, str] | None = None, stderr: TextIO = sys.stderr) -> int:
+    env = os.environ if env is None else env
+    source = env.get("SHARDOPS_SOURCE") or None
+    try:
+        call = Call(Settings.from_env(env), source, env)
+        with open(env["SHARDOPS_RESULTS_FILE"], "a", encoding="utf-8") as results:
+            for line in read_items(Path(env["SHARDOPS_ITEMS_FILE"])):
+                results.write(json.dumps(call.answer(line), separators=(",", ":")) + "\n")
+                results.flush()
+    except CallFailure as failure:
+        write_error(env.get("SHARDOPS_ERROR_FILE"), failure, source)
+        print(f"shardops llm: {failure.error_class}: {failure.message}", file=stderr)
+        return EXIT_TEMPFAIL if failure.error_class.retryable else EXIT_FAILED
+    return 0

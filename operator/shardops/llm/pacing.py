@@ -1,0 +1,109 @@
+"""Pacing to a source's rate limit: each worker keeps to its share, limit / maxConcurrency.
+
+No coordination is needed: at most maxConcurrency workers run a campaign's shards at once, so if
+each keeps below limit / maxConcurrency per minute the campaign keeps below the limit. A worker
+that is alone gets no more than its share (the price of needing no shared counter; raise
+maxConcurrency's share by raising the limit you declare, not by coordination).
+
+A worker spaces its requests at least 60 · maxConcurrency / requestsPerMinute seconds apart, and
+after a call that used T tokens waits T · 60 · maxConcurrency / tokensPerMinute (the bucket is
+charged after the fact: a completion's size is known only then). In any 60 s window one worker
+makes at most share + 1 requests, so the campaign at most limit + maxConcurrency.
+
+`shardops llm` runs once per shard attempt, so the pace outlives the process in a small file
+under the worker pod's temporary directory, keyed by pod, campaign and source: a worker's next
+shard continues the spacing (and a Retry-After) instead of starting with a burst.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SECONDS_PER_MINUTE = 60.0
+
+
+@dataclass(frozen=True)
+class Share:
+    """One worker's part of a source's limit, as the spacing it implies."""
+
+    seconds_per_request: float = 0.0
+    seconds_per_token: float = 0.0
+
+    @classmethod
+    def of(cls, requests_per_minute: float | None, tokens_per_minute: float | None, workers: int) -> Share:
+        workers = max(workers, 1)
+        per_request = SECONDS_PER_MINUTE * workers / requests_per_minute if requests_per_minute else 0.0
+        per_token = SECONDS_PER_MINUTE * workers / tokens_per_minute if tokens_per_minute else 0.0
+        return cls(per_request, per_token)
+
+    @property
+    def limited(self) -> bool:
+        return self.seconds_per_request > 0 or self.seconds_per_token > 0
+
+
+def state_path(pod: str, campaign: str, source: str) -> Path:
+    digest = hashlib.sha256(f"{pod}\0{campaign}\0{source}".encode()).hexdigest()[:24]
+    return Path(tempfile.gettempdir()) / f"shardops-llm-pace-{digest}.json"
+
+
+@dataclass
+class Pacer:
+    """Waits before each request until the worker's share allows it; `next_at` is on the monotonic
+    clock, which all processes of one machine share."""
+
+    share: Share
+    path: Path | None
+    clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
+    next_at: float = field(default=0.0)
+
+    def __post_init__(self) -> None:
+        if self.path is not None:
+            with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
+                self.next_at = float(json.loads(self.path.read_text(encoding="utf-8"))["nextAt"])
+
+    def wait(self) -> float:
+        """Sleeps until the next request may go; returns the time it goes."""
+        now = self.clock()
+        if self.next_at > now:
+            self.sleep(self.next_at - now)
+            now = max(self.clock(), self.next_at)
+        return now
+
+    def spent(self, started: float, tokens: int) -> None:
+        """A request went at `started` and used `tokens`: the next one waits for the share."""
+        gap = max(self.share.seconds_per_request, tokens * self.share.seconds_per_token)
+        self.hold_until(started + gap)
+
+    def hold_until(self, moment: float) -> None:
+        """No request before `moment` (a Retry-After, a used-up provider budget)."""
+        if moment > self.next_at:
+            self.next_at = moment
+            self._save()
+
+    def tighten(self, remaining: float | None, reset_seconds: float | None, workers: int) -> None:
+        """A provider said `remaining` requests (or tokens' worth) are left until its window resets:
+        this worker's part of them spreads over the reset, never faster than its share."""
+        if remaining is None or reset_seconds is None:
+            return
+        now = self.clock()
+        if remaining < 1:
+            self.hold_until(now + reset_seconds)
+            return
+        self.hold_until(now + reset_seconds * max(workers, 1) / remaining)
+
+    def _save(self) -> None:
+        if self.path is None:
+            return
+        temporary = self.path.with_suffix(f".{os.getpid()}.tmp")
+        with contextlib.suppress(OSError):
+            temporary.write_text(json.dumps({"nextAt": self.next_at}), encoding="utf-8")
+            temporary.replace(self.path)
