@@ -168,16 +168,7 @@ class Target:
         return found
 
     def etcd_bytes(self) -> int | None:
-        """etcd's database size as the API server reports it (apiserver_storage_size_bytes)."""
-        result = self.cluster.kubectl("get", "--raw", "/metrics", check=False)
-        if result.returncode != 0:
-            return None
-        sizes = [
-            float(line.rsplit(" ", 1)[1])
-            for line in result.stdout.splitlines()
-            if line.startswith("apiserver_storage_size_bytes")
-        ]
-        return int(sum(sizes)) if sizes else None
+        return self.cluster.etcd_bytes()
 
     def count(self, resource: Resource, namespace: str) -> int:
         """Objects of `resource` in `namespace`: one list of one item and the server's remaining count."""

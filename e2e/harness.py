@@ -64,6 +64,18 @@ class Cluster:
             raise AssertionError(f"kubectl {' '.join(args)} failed ({result.returncode}):\n{result.stderr}")
         return result
 
+    def etcd_bytes(self) -> int | None:
+        """etcd's database size as the API server reports it (apiserver_storage_size_bytes)."""
+        result = self.kubectl("get", "--raw", "/metrics", check=False)
+        if result.returncode != 0:
+            return None
+        sizes = [
+            float(line.rsplit(" ", 1)[1])
+            for line in result.stdout.splitlines()
+            if line.startswith("apiserver_storage_size_bytes")
+        ]
+        return int(sum(sizes)) if sizes else None
+
     def pod_log(self, namespace: str, pod: str, container: str) -> str:
         assert self.local, "pod logs from files need the local process-kubelet"
         path = pod_log_path(self.local.kubelet_state, namespace, pod, container)

@@ -63,16 +63,64 @@ CONFIGMAP_STORE_MAX_SHARDS = 1000
 MAX_ERROR_WINDOW = 1000
 
 
-class ItemsFrom(SpecModel):
-    """Where to read the campaign's items when they are too many to list inline."""
+# The largest object `itemsFrom.object` may name, compressed or not: the operator reads it as a
+# stream (memory bounded by the window), but a campaign's input this large is a mistake to refuse
+# before it costs hours of counting.
+MAX_ITEMS_OBJECT_BYTES = 64 * 1024**3
 
-    config_map_name: str = Field(
+
+class ItemsObject(SpecModel):
+    """An object of JSONL items in the campaign's S3 result store (or another bucket of it)."""
+
+    key: str = Field(
+        min_length=1,
+        max_length=1024,
+        description=(
+            "Object key, for example inputs/survey.jsonl.gz: one JSON object (item) per line, blank lines "
+            "skipped; gzip-compressed when it ends in .gz (or its bytes start with the gzip magic)."
+        ),
+    )
+    bucket: str | None = Field(
+        default=None,
+        min_length=3,
+        max_length=63,
+        pattern=BUCKET_PATTERN,
+        description="Bucket of the object. Default: the campaign's result store bucket.",
+    )
+
+
+def parse_item_line(line: str, number: int, where: str) -> Item | None:
+    """One JSONL line as an item (None for a blank line); ValueError naming `where` and the line."""
+    if not line.strip():
+        return None
+    try:
+        value = json.loads(line)
+    except json.JSONDecodeError as error:
+        raise ValueError(
+            f"{where} line {number}: not valid JSON ({error.msg}); write one JSON object per line"
+        ) from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{where} line {number}: an item must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+class ItemsFrom(SpecModel):
+    """Where to read the campaign's items when they are too many to list inline: a ConfigMap key
+    (at most 1 MiB in all) or an object in the S3 result store (any size, read as a stream)."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cel_rules(rules.ITEMS_FROM_ONE_SOURCE, rules.ITEMS_FROM_CONFIGMAP_KEY)
+    )
+
+    config_map_name: str | None = Field(
+        default=None,
         min_length=1,
         max_length=DNS_SUBDOMAIN_MAX,
         pattern=DNS_SUBDOMAIN_PATTERN,
         description="Name of a ConfigMap in the campaign's namespace.",
     )
-    key: str = Field(
+    key: str | None = Field(
+        default=None,
         min_length=1,
         max_length=DNS_SUBDOMAIN_MAX,
         pattern=CONFIGMAP_KEY_PATTERN,
@@ -81,6 +129,28 @@ class ItemsFrom(SpecModel):
             "blank lines skipped."
         ),
     )
+    object: ItemsObject | None = Field(
+        default=None,
+        description=(
+            "An object in the result store (S3) holding the items as JSONL, optionally gzip-compressed; "
+            "kubectl campaign apply --items FILE uploads a local file and sets this."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ItemsFrom:
+        if (self.object is not None) == (self.config_map_name is not None or self.key is not None):
+            raise ValueError(rules.ITEMS_FROM_ONE_SOURCE.message)
+        if (self.config_map_name is None) != (self.key is None):
+            raise ValueError(rules.ITEMS_FROM_CONFIGMAP_KEY.message)
+        return self
+
+    def describe(self) -> str:
+        if self.object is not None:
+            return f"object {self.object.key}" + (
+                f" in bucket {self.object.bucket}" if self.object.bucket else ""
+            )
+        return f"ConfigMap {self.config_map_name} key {self.key}"
 
     def parse_items(self, text: str) -> list[Item]:
         """The items in the ConfigMap value `text` (JSONL).
@@ -88,20 +158,12 @@ class ItemsFrom(SpecModel):
         Raises ValueError naming the ConfigMap, key and line, so the operator can put the reason
         on the campaign's Invalid condition as is.
         """
+        where = f"ConfigMap {self.config_map_name} key {self.key}"
         items: list[Item] = []
         for number, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            where = f"ConfigMap {self.config_map_name} key {self.key} line {number}"
-            try:
-                value = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise ValueError(
-                    f"{where}: not valid JSON ({error.msg}); write one JSON object per line"
-                ) from None
-            if not isinstance(value, dict):
-                raise ValueError(f"{where}: an item must be a JSON object, got {type(value).__name__}")
-            items.append(value)
+            item = parse_item_line(line, number, where)
+            if item is not None:
+                items.append(item)
         return items
 
 

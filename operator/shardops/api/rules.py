@@ -46,6 +46,19 @@ ITEMS_XOR_ITEMS_FROM: Final = CelRule(
     ),
 )
 
+ITEMS_FROM_ONE_SOURCE: Final = CelRule(
+    rule="has(self.object) != (has(self.configMapName) || has(self.key))",
+    message=(
+        "spec.itemsFrom names two sources: keep either spec.itemsFrom.object (a JSONL object in "
+        "the result store) or spec.itemsFrom.configMapName with spec.itemsFrom.key"
+    ),
+)
+
+ITEMS_FROM_CONFIGMAP_KEY: Final = CelRule(
+    rule="has(self.configMapName) == has(self.key)",
+    message="spec.itemsFrom.configMapName and spec.itemsFrom.key go together: set both",
+)
+
 HEARTBEAT_UNDER_HALF_LEASE: Final = CelRule(
     rule="!has(self.heartbeatSeconds) || self.heartbeatSeconds * 2 < self.leaseSeconds",
     message=(

@@ -16,7 +16,9 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TextIO
 
+from shardops.api.campaign import DEFAULT_S3_PREFIX
 from shardops.cli.campaign_actions import run_cancel, run_resume, run_retry, run_suspend
+from shardops.cli.campaign_apply import run_apply
 from shardops.cli.campaign_client import (
     EXIT_BAD_STATE,
     EXIT_NO_ACCESS,
@@ -202,6 +204,27 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="URL",
         help="reach the S3 store at this URL instead of the one the campaign records (e.g. a port-forward)",
     )
+
+    apply = command(
+        "apply",
+        "create or update a Campaign from a manifest; --items uploads a local JSONL file as its input",
+        run_apply,
+    )
+    apply.add_argument("-f", "--filename", required=True, metavar="FILE", help="the Campaign manifest (YAML)")
+    apply.add_argument(
+        "--items",
+        metavar="JSONL",
+        help="a local JSONL file (.gz: gzip) of items: checked, uploaded to S3, set as spec.itemsFrom.object",
+    )
+    apply.add_argument(
+        "--bucket", help="bucket to upload to (default: the manifest's spec.resultStore.s3.bucket)"
+    )
+    apply.add_argument(
+        "--s3-endpoint",
+        metavar="URL",
+        help="S3 API URL (default: the manifest's spec.resultStore.s3.endpoint)",
+    )
+    apply.add_argument("--prefix", help=f"key prefix (default: the manifest's, else {DEFAULT_S3_PREFIX})")
 
     report = command(
         "report", "closing report and checklist (exit 1 when a checklist line fails)", run_report

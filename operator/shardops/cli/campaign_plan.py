@@ -179,6 +179,15 @@ def items_total_for_plan(ctx: Context, campaign: Campaign) -> int:
     source = campaign.spec.items_from
     if source is None:  # pragma: no cover - the model requires one of the two
         raise bad_state("the campaign has neither items nor itemsFrom")
+    if source.object is not None:
+        # Counting an object means reading all of it: the operator did, and recorded the count.
+        counted = campaign.current_status.items_total
+        if counted is None:
+            raise bad_state(
+                f"the operator has not counted the items of {source.describe()} yet: see the campaign's "
+                "Ready condition (kubectl campaign status)"
+            )
+        return counted
     try:
         return ctx.client.count_items(campaign.namespace, source)
     except ItemsUnavailable as problem:

@@ -27,6 +27,7 @@ from shardops.k8s.campaigns import ItemsUnavailable
 from shardops.logic.idempotency import item_subkey
 from shardops.state import ledger
 from shardops.store import ResultStore, location_of, open_store
+from shardops.store.items import StreamedItems
 from shardops.store.records import StoreCorrupt, StoreUnavailable
 from shardops.store.s3 import S3Store, client_for
 
@@ -164,10 +165,17 @@ def failed_lines(
         yield {"index": index, "key": item_subkey(item), "item": item, "shard": None, "phase": "Uncut"}
 
 
-def _items(ctx: Context, campaign: Campaign) -> list[Item]:
+def _items(ctx: Context, campaign: Campaign) -> Sequence[Item]:
     if campaign.spec.items is not None:
         return list(campaign.spec.items)
     assert campaign.spec.items_from is not None  # the model requires one of the two
+    source = campaign.spec.items_from.object
+    if source is not None:
+        # Read as a stream, sliced in item order as the lines are written.
+        store = cli_store(ctx, campaign)
+        if not isinstance(store, S3Store):
+            raise bad_state("spec.itemsFrom.object needs the campaign's S3 result store")
+        return StreamedItems(lambda: store.open_lines(source.key, source.bucket), source.key)
     try:
         return ctx.client.read_items(campaign.namespace, campaign.spec.items_from)
     except ItemsUnavailable as problem:

@@ -47,6 +47,8 @@ def patch_status(kube: Kube, namespace: str, name: str, status: JSON, resource_v
 
 def read_items(kube: Kube, namespace: str, source: ItemsFrom) -> tuple[list[Item], str]:
     """The items in the ConfigMap key (JSONL) and the ConfigMap's resourceVersion (to cache by)."""
+    if source.config_map_name is None or source.key is None:
+        raise ValueError("spec.itemsFrom names an object, not a ConfigMap")
     where = f"ConfigMap {source.config_map_name} in namespace {namespace}"
     try:
         config_map = kube.get(CONFIGMAPS, namespace, source.config_map_name)

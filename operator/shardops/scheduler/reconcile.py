@@ -28,7 +28,14 @@ from typing import Any
 from pydantic import ValidationError
 
 from shardops import store
-from shardops.api.campaign import Campaign, CampaignStatus, FoldedShards, resolve_result_store
+from shardops.api.campaign import (
+    Campaign,
+    CampaignStatus,
+    FoldedShards,
+    ItemsObject,
+    ResultStoreStatus,
+    resolve_result_store,
+)
 from shardops.api.common import Condition, Item
 from shardops.api.enums import (
     BreakerState,
@@ -59,6 +66,7 @@ from shardops.scheduler import builders, failpoints
 from shardops.scheduler.metrics import BREAKER_VALUES, Metrics
 from shardops.scheduler.settings import REPORTING_CONTROLLER, OperatorSettings
 from shardops.state import breakers, errors, history, ledger, observe, shardview
+from shardops.store.items import StreamedItems
 from shardops.store.records import StoreUnavailable
 from shardops.store.s3 import S3Store
 
@@ -92,7 +100,7 @@ class _Memory:
     delays stall detection and makes history folding fall back to the status watermark."""
 
     items_key: tuple[str, int, str] | None = None
-    items: list[Item] = field(default_factory=list)
+    items: Sequence[Item] = field(default_factory=list)
     folded: dict[str, dt.datetime] = field(default_factory=dict)
     progress: dict[str, _Progress] = field(default_factory=dict)
     shard_seen: dict[str, tuple[str, float]] = field(default_factory=dict)
@@ -106,7 +114,8 @@ class _Memory:
 class _Observed:
     body: JSON
     campaign: Campaign
-    items: list[Item]
+    # Inline items, a ConfigMap's, or an object's read as a stream (store.items.StreamedItems).
+    items: Sequence[Item]
     shards: dict[str, Shard]
     jobs: list[JSON]
     pods: list[JSON]
@@ -308,23 +317,48 @@ class Reconciler:
 
     # --- items -------------------------------------------------------------------------------------------
 
-    def _items(self, campaign: Campaign, memory: _Memory) -> list[Item]:
+    def _items(self, campaign: Campaign, memory: _Memory) -> Sequence[Item]:
         if campaign.spec.items is not None:
             return campaign.spec.items
         source = campaign.spec.items_from
         if source is None:  # pragma: no cover - the model requires one of the two
             raise campaigns.ItemsUnavailable(ConditionReason.NO_ITEMS, "set spec.items or spec.itemsFrom")
-        # The ConfigMap is read once per spec generation: items are the campaign's input and are not
+        # The input is read once per spec generation: items are the campaign's input and are not
         # expected to change under a running campaign; a fixed spec (new generation) reads them again.
-        cache_key = (
-            campaign.metadata.uid or "",
-            campaign.generation,
-            source.config_map_name + "/" + source.key,
-        )
+        cache_key = (campaign.metadata.uid or "", campaign.generation, source.describe())
         if memory.items_key == cache_key:
             return memory.items
-        items, _ = campaigns.read_items(self.kube, campaign.namespace, source)
+        items: Sequence[Item]
+        if source.object is not None:
+            items = self._streamed_items(campaign, source.object)
+        else:
+            items, _ = campaigns.read_items(self.kube, campaign.namespace, source)
         memory.items_key, memory.items = cache_key, items
+        return items
+
+    def _streamed_items(self, campaign: Campaign, source: ItemsObject) -> StreamedItems:
+        """The items of an object in the campaign's S3 store, counted (every line checked) now and
+        later read slice by slice as shards are cut: memory follows the window, not the file."""
+        location = campaign.current_status.result_store or resolve_result_store(
+            campaign.spec.result_store, self.settings.result_store_location()
+        )
+        s3 = self._s3(campaign.namespace, location) if location.type is StoreType.S3 else None
+        if s3 is None:
+            raise campaigns.ItemsUnavailable(
+                ConditionReason.ITEMS_NOT_FOUND,
+                "spec.itemsFrom.object needs an S3 result store: set spec.resultStore.type: S3 (or the "
+                "chart's resultStore.type: S3), or list the items in a ConfigMap (itemsFrom.configMapName)",
+            )
+        where = f"s3://{source.bucket or location.bucket}/{source.key}"
+        items = StreamedItems(lambda: s3.open_lines(source.key, source.bucket), where)
+        try:
+            items.total()
+        except ValueError as error:
+            raise campaigns.ItemsUnavailable(
+                ConditionReason.ITEMS_INVALID, f"{error}; fix that line in {where}"
+            ) from None
+        except StoreUnavailable as error:
+            raise campaigns.ItemsUnavailable(ConditionReason.RESULT_STORE_UNAVAILABLE, str(error)) from None
         return items
 
     # --- recorded requests ---------------------------------------------------------------------------
@@ -764,15 +798,19 @@ class Reconciler:
 
     def _ledger_store(self, campaign: Campaign) -> S3Store | None:
         location = campaign.current_status.result_store
-        installation = self.settings.result_store_location()
         if location is None or location.type is not StoreType.S3:
             return None
-        if location.credentials_secret != installation.credentials_secret:
+        return self._s3(campaign.namespace, location)
+
+    def _s3(self, namespace: str, location: ResultStoreStatus) -> S3Store | None:
+        """The S3 store at `location` with the operator's own credentials; None for a store whose
+        credentials only the campaign's workers hold (its own credentialsSecret)."""
+        if location.credentials_secret != self.settings.result_store_location().credentials_secret:
             return None
-        key = (campaign.namespace, location.model_dump_json())
+        key = (namespace, location.model_dump_json())
         with self._lock:
             if key not in self._stores:
-                self._stores[key] = S3Store(location, campaign.namespace)
+                self._stores[key] = S3Store(location, namespace)
             return self._stores[key]
 
     def _delete_folded(self, seen: _Observed, shards: Sequence[Shard]) -> None:

@@ -23,6 +23,8 @@ no bucket, credentials refused) raise `StoreUnavailable` naming what to fix.
 
 from __future__ import annotations
 
+import gzip
+import io
 import json
 import logging
 import secrets
@@ -30,8 +32,9 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from shardops.api.campaign import ResultStoreStatus
-from shardops.api.enums import StoreType
+from shardops.api.campaign import MAX_ITEMS_OBJECT_BYTES, ResultStoreStatus
+from shardops.api.enums import ConditionReason, StoreType
+from shardops.k8s.campaigns import ItemsUnavailable
 from shardops.logic.idempotency import canonical_json
 from shardops.store.records import (
     ItemRecord,
@@ -160,7 +163,7 @@ class S3Store:
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:
-            return getattr(self.client, method)(Bucket=self.bucket, **arguments)
+            return getattr(self.client, method)(**{"Bucket": self.bucket, **arguments})
         except ClientError as error:
             code = _code(error)
             if code in expected:
@@ -223,6 +226,44 @@ class S3Store:
             token = page.get("NextContinuationToken")
             if not page.get("IsTruncated") or not token:
                 return
+
+    def open_lines(self, key: str, bucket: str | None = None) -> Iterator[str]:
+        """The lines of an object, streamed (gzip-decompressed when its key ends in .gz or it says
+        Content-Encoding gzip). ItemsUnavailable names the field and the fix when it is missing or
+        too large, ValueError when it is not text or not gzip."""
+        from botocore.exceptions import ClientError
+
+        where = f"s3://{bucket or self.bucket}/{key}"
+        try:
+            extra: dict[str, Any] = {"Bucket": bucket} if bucket else {}
+            answer = self._call(f"GET {key}", "get_object", Key=key, **extra)
+        except ClientError as error:
+            if _code(error) in _MISSING_CODES:
+                raise ItemsUnavailable(
+                    ConditionReason.ITEMS_NOT_FOUND,
+                    f"spec.itemsFrom.object names {where}, which does not exist: upload it (kubectl "
+                    "campaign apply --items FILE does) or fix spec.itemsFrom.object.key",
+                ) from None
+            raise
+        size = int(answer.get("ContentLength") or 0)
+        if size > MAX_ITEMS_OBJECT_BYTES:
+            answer["Body"].close()
+            raise ItemsUnavailable(
+                ConditionReason.ITEMS_INVALID,
+                f"{where} is {size} bytes, over the {MAX_ITEMS_OBJECT_BYTES} bytes an itemsFrom object may "
+                "have: split the input into several campaigns",
+            )
+        stream: Any = answer["Body"]
+        if key.endswith(".gz") or answer.get("ContentEncoding") == "gzip":
+            stream = gzip.GzipFile(fileobj=stream)
+        text = io.TextIOWrapper(stream, encoding="utf-8")
+        try:
+            yield from text
+        except (OSError, EOFError, UnicodeDecodeError) as error:
+            # gzip.BadGzipFile is an OSError; a body cut short is EOFError.
+            raise ValueError(f"{where} is not JSONL text (or not valid gzip): {error}") from None
+        finally:
+            text.close()
 
     def probe(self) -> None:
         """StoreUnavailable unless the bucket answers with these credentials."""
@@ -307,6 +348,27 @@ class S3Store:
             }
         ).encode("utf-8")
         self._put_once(self.pointer_name(key), pointer, {}, "application/json")
+
+    # --- inputs ------------------------------------------------------------------------------------
+
+    def input_prefix(self, campaign: str) -> str:
+        return f"{self._root()}inputs/{campaign}/"
+
+    def upload_once(self, key: str, body: Any, content_type: str) -> bool:
+        """Upload a file object under `key` unless an object is there (keys are content-addressed,
+        so one there holds the same bytes); False when skipped. Large files go in parts."""
+        from botocore.exceptions import ClientError
+
+        try:
+            self._call(f"HEAD {key}", "head_object", Key=key)
+            return False
+        except ClientError as error:
+            if _code(error) not in _MISSING_CODES:
+                raise
+        self._call(
+            f"PUT {key}", "upload_fileobj", Fileobj=body, Key=key, ExtraArgs={"ContentType": content_type}
+        )
+        return True
 
     # --- the ledger of folded shards ----------------------------------------------------------------
 

@@ -239,9 +239,16 @@ class Worker:
         """The shard's items: inline, or its slice of the campaign's itemsFrom ConfigMap."""
         if shard.spec.items is not None:
             return list(shard.spec.items)
-        if shard.spec.item_range is None or campaign.spec.items_from is None:
-            return []
         source = campaign.spec.items_from
+        # Shards carry their items since they are cut; only Shards of old versions point at a
+        # ConfigMap slice (never at an object: those Shards always carry theirs).
+        if (
+            shard.spec.item_range is None
+            or source is None
+            or source.config_map_name is None
+            or not source.key
+        ):
+            return []
         cache_key = (campaign.metadata.uid or "", source.config_map_name, source.key)
         if cache_key not in self._items_cache:
             configmap = self.kube.get(CONFIGMAPS, self.namespace, source.config_map_name)

@@ -1,0 +1,69 @@
+"""Items read as a stream from a JSONL object (optionally gzip): counted, and every line checked,
+in one pass; then handed out slice by slice through a cursor, so the memory a campaign's input
+costs is the slice asked for (the window's shards), not the file."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import overload
+
+from shardops.api.campaign import parse_item_line
+from shardops.api.common import Item
+
+
+class StreamedItems(Sequence[Item]):
+    """The items of one object. `open_lines` opens the object afresh (one GET) and yields its lines.
+
+    Slices are expected in increasing order (shards are cut in index order): each continues the
+    open stream; a slice before the cursor reopens the object and skips to it (after a restart,
+    once).
+    """
+
+    def __init__(self, open_lines: Callable[[], Iterator[str]], where: str) -> None:
+        self._open = open_lines
+        self.where = where
+        self._total: int | None = None
+        self._stream: Iterator[Item] | None = None
+        self._position = 0  # index of the next item the open stream yields
+
+    def _items(self) -> Iterator[Item]:
+        for number, line in enumerate(self._open(), start=1):
+            item = parse_item_line(line, number, self.where)
+            if item is not None:
+                yield item
+
+    def total(self) -> int:
+        """Read the whole object once: the number of items; ValueError at the first bad line."""
+        if self._total is None:
+            self._total = sum(1 for _ in self._items())
+        return self._total
+
+    def __len__(self) -> int:
+        return self.total()
+
+    @overload
+    def __getitem__(self, index: int) -> Item: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Item]: ...
+
+    def __getitem__(self, index: int | slice) -> Item | list[Item]:
+        if isinstance(index, int):
+            found = self[index : index + 1]
+            if not found:
+                raise IndexError(index)
+            return found[0]
+        start, stop, step = index.indices(len(self))
+        if step != 1:
+            raise ValueError("streamed items are sliced in order, step 1")
+        if self._stream is None or start < self._position:
+            self._stream, self._position = self._items(), 0
+        taken: list[Item] = []
+        while self._position < stop:
+            item = next(self._stream, None)
+            if item is None:
+                break
+            if self._position >= start:
+                taken.append(item)
+            self._position += 1
+        return taken
