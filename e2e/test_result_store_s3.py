@@ -363,3 +363,23 @@ def test_operator_killed_between_recording_a_fold_and_deleting_its_shards_loses_
         assert all(_completions(s) == 1 for s in done.values()), "no shard ran twice"
         computed = Counter(e["key"] for e in _ledger(agent_ledger) if e["event"] == "done")
         assert len(computed) == 30 and set(computed.values()) == {1}, "no item computed twice"
+
+
+def test_a_finished_campaign_is_deleted_after_its_ttl_and_its_results_stay(
+    local_cluster: Cluster,
+    namespace: str,
+    object_store: lifecycle.ObjectStore,
+    s3_operator_env: dict[str, str],
+    prefix: str,
+) -> None:
+    kube = kube_for(local_cluster)
+    body = campaign_body("ttl", [{"n": i} for i in range(4)], shardSize=2, ttlSecondsAfterFinished=3)
+    with operator_running(local_cluster, namespace, env=s3_operator_env):
+        create_campaign(kube, namespace, body)
+        wait_phase(kube, namespace, "ttl", {"Succeeded"}, timeout=120)
+        wait_for(
+            "the campaign to be deleted after its TTL", lambda: _gone(kube, namespace, "ttl"), timeout=60
+        )
+        wait_for("its shards to go with it", lambda: shards_of(kube, namespace) == [], timeout=60)
+    pointers = _objects(object_store.client(), object_store.bucket, f"{prefix}/{namespace}/results/")
+    assert len(pointers) == 2, "results outlive the campaign"

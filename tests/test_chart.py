@@ -584,7 +584,7 @@ def test_operator_rules_are_exactly_what_the_operator_uses(helm_bin: Path) -> No
     """Each grant maps to a call in operator/shardops/scheduler/ (kopf included) or its k8s/ functions."""
     operator = grants(rules_of(render(helm_bin), "-operator"))
     assert operator == {
-        *{("shardops.dev", "campaigns", v) for v in ("get", "list", "watch", "patch")},
+        *{("shardops.dev", "campaigns", v) for v in ("get", "list", "watch", "patch", "delete")},
         ("shardops.dev", "campaigns/status", "patch"),
         *{("shardops.dev", "shards", v) for v in ("get", "list", "watch", "create", "delete")},
         ("shardops.dev", "shards/status", "patch"),

@@ -686,6 +686,16 @@ class CampaignSpec(SpecModel):
         default=None,
         description="Where results are kept. Default: the installation's result store.",
     )
+    ttl_seconds_after_finished: int | None = Field(
+        default=None,
+        ge=0,
+        le=365 * 24 * 3600,
+        description=(
+            "Seconds after the campaign finished (Succeeded or Completed) when the operator deletes "
+            "it, with its Shards and worker Jobs; stored results stay (they follow their own "
+            "retention). Default: kept until deleted."
+        ),
+    )
 
     @model_validator(mode="after")
     def _cross_field_rules(self) -> CampaignSpec:

@@ -17,6 +17,7 @@ Event). A Conflict on one shard means it moved meanwhile: it is left for the nex
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
 import threading
@@ -50,7 +51,7 @@ from shardops.api.enums import (
 from shardops.api.names import PLANNED_FROM_ANNOTATION
 from shardops.api.shard import Shard, ShardError
 from shardops.k8s import campaigns, events, jobs, leases
-from shardops.k8s.api import SHARDS, AlreadyExists, ApiError, Conflict, Kube, NotFound
+from shardops.k8s.api import CAMPAIGNS, SHARDS, AlreadyExists, ApiError, Conflict, Kube, NotFound
 from shardops.k8s.shards import Actor, TransitionRequest, apply_transition, list_shards
 from shardops.logic import conditions
 from shardops.logic import retry as retry_logic
@@ -283,7 +284,30 @@ class Reconciler:
         self._start_workers(seen, plan)
         self._write_status(seen, plan, fold, stuck, retried, now)
         self.metrics.dispatch.labels(campaign=key, reason=str(plan.reason)).inc()
+        self._expire(campaign, now)
         return True
+
+    def _expire(self, campaign: Campaign, now: dt.datetime) -> None:
+        """spec.ttlSecondsAfterFinished passed since the campaign finished: delete it (its Shards and
+        worker Jobs follow by owner reference; stored results are not touched)."""
+        ttl = campaign.spec.ttl_seconds_after_finished
+        status = campaign.current_status
+        complete = status.condition(str(ConditionType.COMPLETE))
+        if ttl is None or complete is None or complete.status != "True":
+            return
+        if status.phase not in (CampaignPhase.SUCCEEDED, CampaignPhase.COMPLETED):
+            return
+        if now < complete.last_transition_time + dt.timedelta(seconds=ttl):
+            return
+        log.info(
+            "campaign %s/%s finished at %s: deleting it (spec.ttlSecondsAfterFinished %ds)",
+            campaign.namespace,
+            campaign.name,
+            complete.last_transition_time.isoformat(),
+            ttl,
+        )
+        with contextlib.suppress(NotFound):  # deleted meanwhile
+            self.kube.delete(CAMPAIGNS, campaign.namespace, campaign.name)
 
     # --- the result store ----------------------------------------------------------------------------
 

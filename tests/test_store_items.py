@@ -1,0 +1,39 @@
+"""Items streamed from a JSONL object: counted and checked once, sliced in order through a cursor
+(reopening only to go back), with the line-numbered errors of the ConfigMap path."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from shardops.store.items import StreamedItems
+
+
+class Source:
+    def __init__(self, lines: list[str]) -> None:
+        self.lines, self.opened = lines, 0
+
+    def __call__(self) -> Iterator[str]:
+        self.opened += 1
+        yield from self.lines
+
+
+def test_counts_once_and_slices_in_order_without_reopening() -> None:
+    source = Source([f'{{"n": {i}}}\n' if i % 3 else "\n" for i in range(30)])
+    items = StreamedItems(source, "s3://b/k")
+    assert len(items) == 20 and source.opened == 1
+    assert items[0:5] == [{"n": i} for i in (1, 2, 4, 5, 7)]
+    assert items[5:8] == [{"n": i} for i in (8, 10, 11)]
+    assert source.opened == 2, "consecutive slices continue one stream"
+    assert items[1:2] == [{"n": 2}] and source.opened == 3, "going back reopens"
+    assert items[18:40] == [{"n": 28}, {"n": 29}] and items[19] == {"n": 29}
+
+
+def test_a_bad_line_is_named_with_its_number() -> None:
+    items = StreamedItems(Source(['{"n": 1}\n', "[1]\n"]), "s3://b/k")
+    with pytest.raises(ValueError, match=r"s3://b/k line 2: an item must be a JSON object, got list"):
+        len(items)
+    broken = StreamedItems(Source(['{"n": 1}\n', "\n", "{oops\n"]), "s3://b/k")
+    with pytest.raises(ValueError, match="line 3: not valid JSON"):
+        broken.total()
