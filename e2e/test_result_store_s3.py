@@ -383,3 +383,30 @@ def test_a_finished_campaign_is_deleted_after_its_ttl_and_its_results_stay(
         wait_for("its shards to go with it", lambda: shards_of(kube, namespace) == [], timeout=60)
     pointers = _objects(object_store.client(), object_store.bucket, f"{prefix}/{namespace}/results/")
     assert len(pointers) == 2, "results outlive the campaign"
+
+
+def test_purge_deletes_the_campaign_then_every_result_it_stored(
+    local_cluster: Cluster,
+    namespace: str,
+    object_store: lifecycle.ObjectStore,
+    s3_operator_env: dict[str, str],
+    prefix: str,
+) -> None:
+    from e2e.test_cli_campaign import kc
+
+    kube = kube_for(local_cluster)
+    s3 = object_store.client()
+    root = f"{prefix}/{namespace}/"
+    with operator_running(local_cluster, namespace, env=s3_operator_env):
+        create_campaign(kube, namespace, campaign_body("gone", [{"n": i} for i in range(6)], shardSize=2))
+        wait_phase(kube, namespace, "gone", {"Succeeded"}, timeout=120)
+        assert len(_objects(s3, object_store.bucket, f"{root}results/")) == 3
+        dry = kc(local_cluster, "purge", "gone", "-n", namespace)
+        assert dry.returncode == 0 and "nothing was deleted" in dry.stdout
+        assert not _gone(kube, namespace, "gone")
+        done = kc(local_cluster, "purge", "gone", "-n", namespace, "--yes")
+        assert done.returncode == 0, done.stderr
+        assert "3 shard key(s)" in done.stdout, done.stdout
+        assert _gone(kube, namespace, "gone")
+    left = [o for o in _objects(s3, object_store.bucket, root) if "/attempts/" in o or "/results/" in o]
+    assert left == [], left

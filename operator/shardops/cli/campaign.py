@@ -31,6 +31,7 @@ from shardops.cli.campaign_client import (
 from shardops.cli.campaign_events import run_events
 from shardops.cli.campaign_list import run_list
 from shardops.cli.campaign_plan import run_plan
+from shardops.cli.campaign_purge import run_purge
 from shardops.cli.campaign_report import run_report
 from shardops.cli.campaign_results import DEFAULT_CUSTOM_ID, FORMATS, run_results
 from shardops.cli.campaign_status import WATCH_INTERVAL_SECONDS, run_status
@@ -225,6 +226,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="S3 API URL (default: the manifest's spec.resultStore.s3.endpoint)",
     )
     apply.add_argument("--prefix", help=f"key prefix (default: the manifest's, else {DEFAULT_S3_PREFIX})")
+
+    purge = command(
+        "purge",
+        "delete a campaign and every result it stored (results otherwise outlive it); --yes to do it",
+        run_purge,
+    )
+    purge.add_argument("name", help="campaign name")
+    purge.add_argument("--yes", action="store_true", help="really delete (without it: say what would go)")
+    purge.add_argument("--s3-endpoint", metavar="URL", help="reach the S3 store at this URL instead")
 
     report = command(
         "report", "closing report and checklist (exit 1 when a checklist line fails)", run_report

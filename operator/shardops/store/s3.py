@@ -349,6 +349,23 @@ class S3Store:
         ).encode("utf-8")
         self._put_once(self.pointer_name(key), pointer, {}, "application/json")
 
+    # --- purge -------------------------------------------------------------------------------------
+
+    def delete_prefix(self, prefix: str) -> int:
+        """Delete every object under `prefix` (1,000 per request); how many were deleted."""
+        names = list(self._list(prefix))
+        for start in range(0, len(names), 1000):
+            batch = [{"Key": name} for name in names[start : start + 1000]]
+            self._call(f"DELETE {prefix}*", "delete_objects", Delete={"Objects": batch, "Quiet": True})
+        return len(names)
+
+    def delete_key(self, key: str) -> int:
+        """Delete everything stored under one idempotency key: its attempts, pointer and item chunks."""
+        label = store_label(key)
+        deleted = self.delete_prefix(f"{self._root()}attempts/{label}/")
+        deleted += self.delete_prefix(self.items_prefix(key))
+        return deleted + self.delete_prefix(self.pointer_name(key))
+
     # --- inputs ------------------------------------------------------------------------------------
 
     def input_prefix(self, campaign: str) -> str:
