@@ -391,3 +391,34 @@ def test_add_campaign_materializes_pending_shards_and_records_them_cut() -> None
     assert {s.phase for s in shards} == {"Pending"} and {s.current_status.attempt for s in shards} == {1}
     recorded = Campaign.parse(kube.obj(CAMPAIGNS, NAMESPACE, "camp") or {})
     assert recorded.current_status.cut_shards == 3
+
+
+def test_with_the_s3_store_a_shard_costs_four_worker_writes_and_no_configmap(tmp_path: Path) -> None:
+    from fakes3 import FakeS3
+    from shardops.api.campaign import ResultStoreStatus
+    from shardops.api.enums import StoreType
+    from shardops.store.s3 import S3Store
+
+    kube = FakeKube()
+    body = _agent_campaign([{"id": 1}], env={"SHARDOPS_AGENT_LATENCY": "0"})
+    location = ResultStoreStatus(type=StoreType.S3, endpoint="http://127.0.0.1:1", bucket="results")
+    body["status"] = {"resultStore": location.to_dict()}
+    (shard,) = add_campaign(kube, body)
+    worker = _worker(kube, tmp_path)
+    s3 = FakeS3()
+    worker._stores[location.model_dump_json()] = S3Store(location, NAMESPACE, client=s3)
+    before = len(kube.write_log())
+    assert worker.run() == 0
+    done = _shard(kube, shard.name)
+    assert done.phase == "Done" and done.current_status.result is not None
+    assert (
+        done.current_status.result.ref.endswith("/t1.json") and "/attempts/" in done.current_status.result.ref
+    )
+    # Lease create, claim, Done, release: no renewal on the way to Done (the lease is fresh), and no
+    # ConfigMap write.
+    verbs = [(e[0], e[1]) for e in kube.write_log()[before:] if 200 <= e[3] < 300]
+    assert verbs == [("create", "leases"), ("patch", "shards"), ("patch", "shards"), ("patch", "leases")], (
+        verbs
+    )
+    kinds = sorted(k.split("/")[2] for k in s3.objects)
+    assert kinds == ["attempts", "results"], s3.objects.keys()

@@ -37,7 +37,7 @@ import urllib3
 
 from shardops.api.campaign import Campaign, ResultStoreStatus
 from shardops.api.common import Item
-from shardops.api.enums import ErrorClass, ShardClass
+from shardops.api.enums import ErrorClass, ShardClass, StoreType
 from shardops.api.shard import Progress, Shard, ShardError, ShardResult
 from shardops.k8s import leases
 from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS, ApiError, Forbidden, Kube, NotFound
@@ -594,11 +594,27 @@ class ShardRun:
             self.worker.wait(self.settings.poll_seconds)
             self.renew()
 
-    def complete(self, existing: StoredResult | None, reused: bool) -> Outcome:
+    def renew_before_completing(self) -> None:
+        """Renew the Lease on the way to Done where it matters.
+
+        ConfigMap store: always, first — a result created there is the key's result at once, so the
+        claim must be proven ours before. S3 store: only when less than half the lease is left — a
+        stale holder's object never becomes a result (the commit follows the fenced Done write, and
+        that write re-checks owner and token on the shard), so a renewal only keeps the lease from
+        running out meanwhile. Two fewer writes per shard."""
+        if self.store.type is StoreType.S3:
+            left = self.lease.until - self.clock.now()
+            if left > dt.timedelta(seconds=self.campaign.spec.lease_seconds / 2):
+                return
         self.renew()
+
+    def complete(self, existing: StoredResult | None, reused: bool) -> Outcome:
+        self.renew_before_completing()
         if existing is None:
             try:
-                self.with_store("storing item results", self.flush)
+                if self.store.type is not StoreType.S3:
+                    # S3: the result holds every item; a failure to store it flushes them (fail()).
+                    self.with_store("storing item results", self.flush)
                 known = self.known()
                 entries = [(i, key, known[key].result) for i, key in enumerate(self.keys)]
                 text = encode_result(self.key, entries, {key: known[key].cost for key in self.keys})
@@ -613,7 +629,7 @@ class ShardRun:
             except StoreUnavailable as unavailable:
                 return self.fail(ErrorClass.UNAVAILABLE, f"result store: {unavailable}", self.claimed.source)
             # Re-check holder and token right before the Done write (and extend the lease for it).
-            self.renew()
+            self.renew_before_completing()
         verb = "reused the stored result" if reused else "stored the result"
         message = f"{verb} {existing.name} ({existing.bytes} bytes, {existing.fingerprint})"
         updates = {
