@@ -242,20 +242,7 @@ def campaign_shards(kube: Kube, namespace: str, name: str, store: lifecycle.Obje
     s3 = S3Store(status.result_store, namespace, client=store.client())
     records = ledger.first_records(s3.read_ledger(name, campaign.metadata.uid or ""), status.folded)
     folded_names = {r["shard"] for r in records.values()}
-    rebuilt = [
-        {
-            "metadata": {"name": r["shard"], "namespace": namespace, "uid": r.get("uid")},
-            "spec": {"campaign": name, "index": r["index"], "idempotencyKey": r["idempotencyKey"]},
-            "status": {
-                "phase": "Done",
-                "attempt": r["attempt"],
-                "cost": r["cost"],
-                "result": r["result"],
-                "history": r["history"],
-            },
-        }
-        for r in records.values()
-    ]
+    rebuilt = [ledger.shard_body(r, namespace, name) for r in records.values()]
     return [*(s for s in live if s["metadata"]["name"] not in folded_names), *rebuilt]
 
 

@@ -30,7 +30,7 @@ from e2e.schedulerkit import (
 from shardops.api.campaign import Campaign
 from shardops.api.enums import ShardPhase
 from shardops.api.shard import Shard
-from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS, NotFound
+from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS, SHARDS, NotFound
 from shardops.state import ledger
 from shardops.store.configmap import ITEMS_PREFIX, RESULT_PREFIX
 from shardops.store.records import sha256_of
@@ -88,6 +88,14 @@ def _done_shards(
             assert shard.spec.index not in done
             done[shard.spec.index] = ledger.record(shard)
     return done
+
+
+def _live(kube: Any, namespace: str, shard: str) -> bool:
+    try:
+        kube.get(SHARDS, namespace, shard)
+    except NotFound:
+        return False
+    return True
 
 
 def _completions(record: dict[str, Any]) -> int:
@@ -153,6 +161,15 @@ def test_results_live_in_s3_verify_and_are_reused_on_reapply(
         assert len(pointers) == 8, "each key's result is committed for reuse"
         computed = [e for e in _ledger(ledger) if e["event"] == "done"]
         assert len(computed) == len(items)
+
+        # A folded shard's timeline comes from the ledger once its Shard is gone.
+        from e2e.test_cli_campaign import kc
+
+        folded = [s["shard"] for s in done.values() if not _live(kube, namespace, s["shard"])]
+        if folded:
+            timeline = kc(local_cluster, "events", folded[0], "-n", namespace)
+            assert timeline.returncode == 0, timeline.stderr
+            assert "Claimed" in timeline.stdout and "Completed" in timeline.stdout, timeline.stdout
 
         # Re-applied under the same name: every result comes from the store, no command runs.
         kube.delete(CAMPAIGNS, namespace, "s3res")

@@ -169,6 +169,9 @@ def build_parser() -> argparse.ArgumentParser:
         "events", "a shard's timeline: history and Events (claimed, heartbeat, completed/failed)", run_events
     )
     events.add_argument("shard", help="shard name, for example mycampaign-00003")
+    events.add_argument(
+        "--s3-endpoint", metavar="URL", help="reach the S3 store at this URL (a shard folded into the ledger)"
+    )
 
     results = command(
         "results",

@@ -23,11 +23,16 @@ from shardops.cli.campaign_client import (
     EXIT_OK,
     CliError,
     bad_state,
+    no_access,
 )
+from shardops.cli.campaign_results import cli_store
 from shardops.cli.command import Context, parse_campaign
 from shardops.cli.text import NONE, iso, relative, table
 from shardops.k8s.leases import parse_time
 from shardops.logic.transitions import EventReason
+from shardops.state import ledger
+from shardops.store.records import StoreUnavailable
+from shardops.store.s3 import S3Store
 
 JSON = dict[str, Any]
 
@@ -288,9 +293,37 @@ def _note(note: str | None, error_class: str | None, source: str | None) -> str 
 # --- command ------------------------------------------------------------------------------------------
 
 
+def folded_shard(ctx: Context, namespace: str, name: str) -> JSON | None:
+    """A shard folded into its campaign's ledger (its Shard object deleted), rebuilt from its record;
+    None when its campaign has folded no shard of that name."""
+    campaign_name = name.rsplit("-", 1)[0]
+    try:
+        campaign = parse_campaign(ctx.client.get_campaign(namespace, campaign_name))
+    except CliError:
+        return None
+    folded = campaign.current_status.folded
+    if not folded.shards:
+        return None
+    store = cli_store(ctx, campaign)
+    if not isinstance(store, S3Store):
+        return None
+    try:
+        records = ledger.first_records(store.read_ledger(campaign.name, campaign.metadata.uid or ""), folded)
+    except StoreUnavailable as error:
+        raise no_access(f"shard {name} is folded into the ledger, which cannot be read: {error}") from None
+    record = next((r for r in records.values() if r.get("shard") == name), None)
+    return ledger.shard_body(record, namespace, campaign.name) if record is not None else None
+
+
 def run_events(ctx: Context) -> int:
     namespace = ctx.namespace
-    body = ctx.client.get_shard(namespace, ctx.args.shard)
+    try:
+        body = ctx.client.get_shard(namespace, ctx.args.shard)
+    except CliError as error:
+        rebuilt = folded_shard(ctx, namespace, ctx.args.shard) if error.exit_code == EXIT_NOT_FOUND else None
+        if rebuilt is None:
+            raise
+        body = rebuilt
     try:
         shard = Shard.parse(body)
     except ValidationError as error:

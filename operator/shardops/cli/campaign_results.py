@@ -190,8 +190,9 @@ def cli_store(ctx: Context, campaign: Campaign) -> ResultStore:
     location = location_of(campaign)
     if location.type is not StoreType.S3:
         return open_store(ctx.client.kube, campaign.namespace, location)
-    if ctx.args.s3_endpoint:
-        location = location.model_copy(update={"endpoint": ctx.args.s3_endpoint})
+    endpoint = getattr(ctx.args, "s3_endpoint", None)  # the commands that read the store take --s3-endpoint
+    if endpoint:
+        location = location.model_copy(update={"endpoint": endpoint})
     credentials = None
     if not os.environ.get("AWS_ACCESS_KEY_ID") and location.credentials_secret:
         credentials = ctx.client.secret_data(campaign.namespace, location.credentials_secret)

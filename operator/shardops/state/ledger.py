@@ -14,6 +14,7 @@ from typing import Any
 
 from shardops.api.campaign import FoldedShards, IndexRange
 from shardops.api.enums import ShardClass, ShardPhase
+from shardops.api.names import API_GROUP_VERSION, SHARD_KIND
 from shardops.api.shard import Shard
 from shardops.logic import ranges
 from shardops.logic.transitions import EventReason
@@ -93,6 +94,34 @@ def fold(folded: FoldedShards, shards: Sequence[Shard], keep_completions: int = 
         sequence=folded.sequence + 1,
         recent_completions=completions[-keep_completions:] if keep_completions > 0 else [],
     )
+
+
+def shard_body(record: JSON, namespace: str, campaign: str) -> JSON:
+    """A folded shard rebuilt from its ledger record as a Shard body (Done, its result, attempt,
+    cost and whole history), for the readers that take Shards: events, benchmarks."""
+    spec: JSON = {
+        "campaign": campaign,
+        "index": record["index"],
+        "shardClass": str(ShardClass.WORK),
+        "idempotencyKey": record["idempotencyKey"],
+    }
+    if record.get("itemRange"):
+        spec["itemRange"] = record["itemRange"]
+    if record.get("source"):
+        spec["source"] = record["source"]
+    return {
+        "apiVersion": API_GROUP_VERSION,
+        "kind": SHARD_KIND,
+        "metadata": {"name": record["shard"], "namespace": namespace, "uid": record.get("uid")},
+        "spec": spec,
+        "status": {
+            "phase": str(ShardPhase.DONE),
+            "attempt": record.get("attempt") or 0,
+            "cost": record.get("cost") or 0,
+            "result": record.get("result"),
+            "history": record.get("history") or [],
+        },
+    }
 
 
 def first_records(lines: Iterable[JSON], folded: FoldedShards) -> dict[int, JSON]:
