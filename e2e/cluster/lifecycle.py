@@ -305,6 +305,7 @@ class LocalCluster:
         etcd_client, etcd_peer = free_port(), free_port()
         self.apiserver_port = free_port()
         controller_manager_port = free_port()
+        kubelet_port = free_port()
 
         self._spawn(
             "etcd",
@@ -349,6 +350,12 @@ class LocalCluster:
                 "--audit-log-maxsize=0",
                 "--audit-log-mode=blocking",
                 "--allow-privileged=true",
+                # `kubectl logs`: the process-kubelet's API at the Node's InternalIP (its Hostname
+                # resolves nowhere), TLS verified both ways with the cluster CA.
+                "--kubelet-preferred-address-types=InternalIP",
+                f"--kubelet-certificate-authority={pki.ca_cert}",
+                f"--kubelet-client-certificate={pki.apiserver_kubelet_client_cert}",
+                f"--kubelet-client-key={pki.apiserver_kubelet_client_key}",
                 "--profiling=false",
                 "--v=1",
             ],
@@ -395,6 +402,10 @@ class LocalCluster:
                 f"--node-name={NODE_NAME}",
                 f"--state-dir={self.kubelet_state}",
                 f"--python={sys.executable}",
+                f"--serving-port={kubelet_port}",
+                f"--tls-cert={pki.kubelet_cert}",
+                f"--tls-key={pki.kubelet_key}",
+                f"--client-ca={pki.ca_cert}",
             ],
             # The kubelet must get the chance to stop its pod processes.
             death_signal=signal.SIGTERM,

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ from e2e.cluster.kubelet.pod import SHUTDOWN_GRACE_CAP_SECONDS, PodWorker
 from e2e.cluster.kubelet.pod_status import TERMINAL_PHASES, backoff_seconds, is_deleting
 from e2e.cluster.kubelet.processes import kill_recorded_processes
 from e2e.cluster.kubelet.scheduling import node_selector_matches, wants_binding
+from e2e.cluster.kubelet.server import KubeletServer, LogSegment
 
 log = logging.getLogger(__name__)
 
@@ -56,9 +58,28 @@ REMOVABLE_TAINT_KEYS = frozenset(
 )
 
 
+@dataclass(frozen=True)
+class ServingConfig:
+    """The kubelet API's TLS listener: loopback port, serving certificate, CA of accepted clients."""
+
+    port: int
+    cert: Path
+    key: Path
+    client_ca: Path
+
+
 class Kubelet:
-    def __init__(self, kubeconfig: Path, node_name: str, state_dir: Path, python: str) -> None:
+    def __init__(
+        self,
+        kubeconfig: Path,
+        node_name: str,
+        state_dir: Path,
+        python: str,
+        serving: ServingConfig | None = None,
+    ) -> None:
         self.node_name = node_name
+        self.serving = serving
+        self.server: KubeletServer | None = None
         self.state_dir = state_dir.resolve()
         # Not resolved: a venv's bin/python is a symlink, and it is the venv's bin we want on PATH.
         self.python_bin_dir = os.path.dirname(os.path.abspath(python))
@@ -90,6 +111,12 @@ class Kubelet:
 
     def run(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        if self.serving is not None:
+            serving = self.serving
+            self.server = KubeletServer(
+                serving.port, serving.cert, serving.key, serving.client_ca, self.log_segment, self.stop
+            )
+            self.server.start()
         while not self.stop.is_set():
             try:
                 self._register_node()
@@ -115,7 +142,7 @@ class Kubelet:
             "kind": "Node",
             "metadata": {"name": self.node_name, "labels": self.labels},
             "spec": {},
-            "status": node_status(self.node_name, self.kubelet_version, self.ready_since, rfc3339()),
+            "status": self._node_status(),
         }
         try:
             node = call_json(self.core.create_node, body)
@@ -134,6 +161,21 @@ class Kubelet:
         self.node_uid = (node.get("metadata") or {}).get("uid")
         self._heartbeat()
 
+    def _node_status(self) -> dict[str, Any]:
+        port = self.server.port if self.server is not None else None
+        return node_status(self.node_name, self.kubelet_version, self.ready_since, rfc3339(), port)
+
+    def log_segment(self, namespace: str, pod: str, container: str, previous: bool) -> LogSegment | None:
+        """What `kubectl logs` of a container of a pod on this node shows (the kubelet API's lookup)."""
+        with self.lock:
+            # Bounded by the pods on this node (110 at most).
+            workers = [w for w in self.workers.values() if (w.namespace, w.name) == (namespace, pod)]
+        for worker in workers:
+            segment = worker.log_segment(container, previous)
+            if segment is not None:
+                return segment
+        return None
+
     def _heartbeat_loop(self) -> None:
         while not self.stop.wait(HEARTBEAT_SECONDS):
             try:
@@ -143,7 +185,7 @@ class Kubelet:
 
     def _heartbeat(self) -> None:
         self._renew_lease()
-        status = node_status(self.node_name, self.kubelet_version, self.ready_since, rfc3339())
+        status = self._node_status()
         try:
             node = call_json(
                 self.core.patch_node_status, self.node_name, {"status": status}, _content_type=STRATEGIC_MERGE
@@ -444,4 +486,6 @@ class Kubelet:
             if worker.alive:
                 worker._kill_everything()
         self.aux.shutdown(wait=False, cancel_futures=True)
+        if self.server is not None:
+            self.server.close()
         log.info("stopped")

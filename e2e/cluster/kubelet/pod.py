@@ -64,6 +64,7 @@ from e2e.cluster.kubelet.processes import (
     record_process,
     signal_group,
 )
+from e2e.cluster.kubelet.server import LogSegment
 
 if TYPE_CHECKING:
     from e2e.cluster.kubelet.node import Kubelet
@@ -112,6 +113,8 @@ class PodWorker:
         self.specs: list[dict[str, Any]] = list(spec.get("containers") or [])
         self.init_runs, self.runs = initial_runs(self.init_specs, self.specs)
         self.procs: dict[str, _Process] = {}
+        # Where each container's last two runs start in its log file (for `kubectl logs [--previous]`).
+        self.log_starts: dict[str, list[int]] = {}
         self.not_before: dict[str, float] = {}
         self.backoff_steps: dict[str, int] = {}
         self.probes: dict[str, ProbeTracker] = {}
@@ -174,6 +177,16 @@ class PodWorker:
     def pod(self) -> dict[str, Any]:
         with self._lock:
             return self._pod
+
+    def log_segment(self, container: str, previous: bool) -> LogSegment | None:
+        """The part of `container`'s log file its last run (or the one before) wrote; None if none ran."""
+        starts = self.log_starts.get(container)
+        if not starts or (previous and len(starts) < 2):
+            return None
+        path = pod_log_path(self.kubelet.state_dir, self.namespace, self.name, container)
+        if previous:
+            return LogSegment(path, starts[-2], starts[-1], lambda: False)
+        return LogSegment(path, starts[-1], None, lambda: container in self.procs)
 
     def _container_log(self, run: ContainerRun) -> Path:
         return pod_log_path(self.kubelet.state_dir, self.namespace, self.name, run.name)
@@ -392,6 +405,7 @@ class PodWorker:
             delay = float(probe.get("initialDelaySeconds") or 0)
             self.probes[run.name] = ProbeTracker(probe=probe, next_at=time.monotonic() + delay)
         self.procs[run.name] = _Process(popen, log_path, offset, time.monotonic(), env, cwd)
+        self.log_starts[run.name] = [*self.log_starts.get(run.name, [])[-1:], offset]
         record_process(self.pod_dir, run.name, popen.pid)
         log.info("pod %s/%s: started %s (pid %d): %s", self.namespace, self.name, run.name, popen.pid, argv)
 
