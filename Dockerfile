@@ -35,9 +35,12 @@ RUN python3 -m venv /opt/shardops \
 
 # --- runtime: Debian's interpreter, the venv, nothing else (no compiler, no pip)
 FROM ${DEBIAN_IMAGE}
+# The user has a name too: Python's getpass.getuser() (kopf's peering identity) looks it up.
 RUN apt-get update \
  && apt-get install --yes --no-install-recommends python3 ca-certificates \
- && rm -rf /var/lib/apt/lists/*
+ && rm -rf /var/lib/apt/lists/* \
+ && echo 'shardops:x:65532:65532:shardops:/tmp:/usr/sbin/nologin' >>/etc/passwd \
+ && echo 'shardops:x:65532:' >>/etc/group
 LABEL org.opencontainers.image.title="shardops" \
       org.opencontainers.image.description="shardops operator and worker runtime: campaigns of long, flaky work as leased, heartbeated, idempotent shards" \
       org.opencontainers.image.licenses="Apache-2.0"

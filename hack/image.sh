@@ -44,12 +44,16 @@ build_packages=python3-venv
 # What python3-venv brings only to build the venv; purged before the commit, as pip is.
 build_only="python3-venv python3.11-venv python3-pip-whl python3-setuptools-whl"
 image_user=65532:65532
+# The user has a name too: Python's getpass.getuser() (kopf's peering identity) looks it up.
+passwd_entry="shardops:x:65532:65532:shardops:/tmp:/usr/sbin/nologin"
+group_entry="shardops:x:65532:"
 image_workdir=/tmp
 venv=/opt/shardops
 
 inputs_hash=$(
   {
     cat hack/image.sh pyproject.toml constraints.txt README.md
+    echo "$passwd_entry $group_entry"
     echo "$image_name $suite $mirror $security_mirror $runtime_packages $build_packages"
     find operator examples -type f ! -path '*/__pycache__/*' ! -name '*.pyc' ! -path '*.egg-info/*' -print0 \
       | sort -z | xargs -0 sha256sum
@@ -98,6 +102,7 @@ nice mmdebstrap --quiet --variant=essential --include="$runtime_packages,$build_
   --setup-hook="sync-in '$debs' /var/cache/apt/archives" \
   --customize-hook="sync-out /var/cache/apt/archives '$debs'" \
   --customize-hook='rm -f "$1"/var/cache/apt/archives/*.deb' \
+  --customize-hook="echo '$passwd_entry' >>\"\$1/etc/passwd\" && echo '$group_entry' >>\"\$1/etc/group\"" \
   --customize-hook="copy-in '$wheels' /" \
   --customize-hook="chroot \"\$1\" $in_rootfs python3 -m venv $venv" \
   --customize-hook="chroot \"\$1\" $in_rootfs $venv/bin/pip install --quiet --no-index --find-links /wheels --constraint /wheels/constraints.txt shardops" \
@@ -135,5 +140,10 @@ digest=$(skopeo inspect --format '{{.Digest}}' "oci-archive:$archive.tmp")
 mv -f "$archive.tmp" "$archive"
 echo "$digest" >"$digest_file"
 echo "$inputs_hash" >"$stamp"
+# The process-kubelet unpacks each image digest once (e2e/cluster/images.py); the root filesystems
+# of earlier builds of this archive are no longer named by it.
+for unpacked in "$cache_root"/images/rootfs/sha256-*; do
+  [ -e "$unpacked" ] && [ "$(basename "$unpacked")" != "${digest/:/-}" ] && rm -rf "$unpacked"
+done
 log "built $archive ($(du -h "$archive" | cut -f1), $image_name) "
 echo "$digest"

@@ -89,6 +89,16 @@ def test_same_user_workdir_entrypoint_command() -> None:
     assert json.loads(flags["--cmd"]) == exec_form("CMD") == ["operator"]
 
 
+def test_same_named_user() -> None:
+    """kopf names its peering identity after getpass.getuser(): UID 65532 must have a passwd entry."""
+    (runtime_run,) = [rest for word, rest in final_stage() if word == "RUN"]
+    passwd, group = script_variable("passwd_entry"), script_variable("group_entry")
+    assert f"echo '{passwd}' >>/etc/passwd" in runtime_run
+    assert f"echo '{group}' >>/etc/group" in runtime_run
+    uid, gid = script_variable("image_user").split(":")
+    assert passwd.split(":")[2:4] == [uid, gid] and group.split(":")[2] == gid
+
+
 def test_same_environment_and_labels() -> None:
     venv = script_variable("venv")
     flags = buildah_config_flags()

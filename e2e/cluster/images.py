@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import shutil
 import tarfile
 import tempfile
@@ -23,6 +24,15 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 SHARDOPS_ARCHIVE = REPO_ROOT / "dist" / "shardops-image.oci.tar"
 REF_NAME_ANNOTATION = "org.opencontainers.image.ref.name"
 DEFAULT_REGISTRY = "docker.io"
+
+
+def rootfs_cache() -> Path:
+    """Where root filesystems are unpacked, one directory per manifest digest (shared by clusters)."""
+    base = (
+        os.environ.get("SHARDOPS_CACHE")
+        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "shardops"
+    )
+    return Path(base) / "images" / "rootfs"
 
 
 def normalize_reference(reference: str) -> str:

@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from e2e.cluster import images
 from e2e.cluster import pki as pki_mod
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -406,6 +407,9 @@ class LocalCluster:
                 f"--tls-cert={pki.kubelet_cert}",
                 f"--tls-key={pki.kubelet_key}",
                 f"--client-ca={pki.ca_cert}",
+                # Pods naming the image `make image` built run from it in runc (read when a pod starts).
+                f"--image-archive={images.SHARDOPS_ARCHIVE}",
+                f"--rootfs-cache={images.rootfs_cache()}",
             ],
             # The kubelet must get the chance to stop its pod processes.
             death_signal=signal.SIGTERM,

@@ -81,6 +81,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--tls-cert", type=Path, help="the kubelet API's serving certificate")
     parser.add_argument("--tls-key", type=Path, help="its key")
     parser.add_argument("--client-ca", type=Path, help="CA whose client certificates the kubelet API accepts")
+    parser.add_argument(
+        "--image-archive",
+        type=Path,
+        action="append",
+        default=[],
+        help="an OCI archive of images built locally (repeatable): pods naming one run in runc",
+    )
+    parser.add_argument(
+        "--rootfs-cache", type=Path, help="where image root filesystems are unpacked, per digest"
+    )
     parser.add_argument("--log-level", default=os.environ.get("SHARDOPS_KUBELET_LOG_LEVEL", "INFO"))
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -93,7 +103,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not (args.tls_cert and args.tls_key and args.client_ca):
             parser.error("--serving-port needs --tls-cert, --tls-key and --client-ca")
         serving = ServingConfig(args.serving_port, args.tls_cert, args.tls_key, args.client_ca)
-    kubelet = Kubelet(args.kubeconfig, args.node_name, args.state_dir, args.python, serving)
+    kubelet = Kubelet(
+        args.kubeconfig,
+        args.node_name,
+        args.state_dir,
+        args.python,
+        serving,
+        image_archives=args.image_archive,
+        rootfs_cache=args.rootfs_cache,
+    )
 
     def request_stop(signum: int, _frame: object) -> None:
         log.info("received %s", signal.Signals(signum).name)

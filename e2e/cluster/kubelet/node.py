@@ -10,7 +10,7 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +36,7 @@ from e2e.cluster.kubelet.identity import cluster_info
 from e2e.cluster.kubelet.pod import SHUTDOWN_GRACE_CAP_SECONDS, PodWorker
 from e2e.cluster.kubelet.pod_status import TERMINAL_PHASES, backoff_seconds, is_deleting
 from e2e.cluster.kubelet.processes import kill_recorded_processes
+from e2e.cluster.kubelet.runc import RuncRuntime
 from e2e.cluster.kubelet.scheduling import node_selector_matches, wants_binding
 from e2e.cluster.kubelet.server import KubeletServer, LogSegment
 
@@ -76,11 +77,16 @@ class Kubelet:
         state_dir: Path,
         python: str,
         serving: ServingConfig | None = None,
+        image_archives: Sequence[Path] = (),
+        rootfs_cache: Path | None = None,
     ) -> None:
         self.node_name = node_name
         self.serving = serving
         self.server: KubeletServer | None = None
         self.state_dir = state_dir.resolve()
+        self.runtime = RuncRuntime.detect(
+            self.state_dir, list(image_archives), rootfs_cache or self.state_dir / "rootfs"
+        )
         # Not resolved: a venv's bin/python is a symlink, and it is the venv's bin we want on PATH.
         self.python_bin_dir = os.path.dirname(os.path.abspath(python))
         configuration = client.Configuration()
@@ -111,6 +117,12 @@ class Kubelet:
 
     def run(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.runtime.remove_leftovers()
+        log.info(
+            "images built locally: %s; runc: %s",
+            ", ".join(str(a) for a in self.runtime.archives) or "none",
+            self.runtime.unavailable() or self.runtime.runc,
+        )
         if self.serving is not None:
             serving = self.serving
             self.server = KubeletServer(
@@ -164,6 +176,38 @@ class Kubelet:
     def _node_status(self) -> dict[str, Any]:
         port = self.server.port if self.server is not None else None
         return node_status(self.node_name, self.kubelet_version, self.ready_since, rfc3339(), port)
+
+    def record_event(self, pod: Mapping[str, Any], reason: str, message: str, type_: str = "Normal") -> None:
+        """A pod event from this kubelet (in the background; a lost note is only logged)."""
+        meta = pod.get("metadata") or {}
+        now = rfc3339()
+        body = {
+            "metadata": {"generateName": f"{meta.get('name')}.", "namespace": meta.get("namespace")},
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": meta.get("name"),
+                "namespace": meta.get("namespace"),
+                "uid": meta.get("uid"),
+            },
+            "reason": reason,
+            "message": message,
+            "type": type_,
+            "source": {"component": "kubelet", "host": self.node_name},
+            "reportingComponent": "kubelet",
+            "reportingInstance": self.node_name,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+
+        def create() -> None:
+            try:
+                call_json(self.core.create_namespaced_event, meta.get("namespace"), body)
+            except Exception as exc:
+                log.warning("event %s for pod %s failed: %s", reason, meta.get("name"), describe_error(exc))
+
+        self.aux.submit(create)
 
     def log_segment(self, namespace: str, pod: str, container: str, previous: bool) -> LogSegment | None:
         """What `kubectl logs` of a container of a pod on this node shows (the kubelet API's lookup)."""
