@@ -29,11 +29,18 @@ What it does:
 
 Differences from a real kubelet, by necessity or on purpose:
 
-* Images are recorded in the status but never pulled or used. A container runs `command + args`
+* Images are never pulled. A container whose image is in one of the --image-archive OCI archives
+  (what `make image` built) runs from it in runc (runc.py): the image's rootfs unpacked once per
+  digest under --rootfs-cache, read-only unless the securityContext allows writes (then an
+  overlay), its entrypoint/cmd/env/user/workdir, the pod's securityContext, emptyDir volumes and
+  the service-account token at /var/run/secrets/kubernetes.io/serviceaccount, the host's network;
+  containerID runc://<id>, imageID the manifest digest. runc's start errors (a missing entrypoint)
+  fail the container with reason StartError. Any other image is only recorded, and the pod gets
+  one RunAsProcess event saying so: the container runs `command + args`
   on this machine, with the host's filesystem and tools; the directory of --python comes first on
   PATH, so `python` and the venv's console scripts resolve to the test venv. A container without
   `command` cannot fall back to its image's entrypoint: the pod fails with reason
-  ImageEntrypointUnsupported.
+  ImageEntrypointUnsupported. The rest of this list is about these process containers.
 * No isolation. Every pod shares the host network (podIP = hostIP = 127.0.0.1, hostPort is ignored,
   two pods listening on the same port conflict), the filesystem, the users and the resources;
   requests and limits are not enforced.
