@@ -189,6 +189,21 @@ def test_a_missing_entrypoint_fails_the_pod_with_the_reason(local_cluster: Clust
     assert "no-such-command" in terminated["message"]
 
 
+def test_a_write_to_the_read_only_root_fails_the_pod_with_the_reason(
+    local_cluster: Cluster, namespace: str
+) -> None:
+    cluster = local_cluster
+    script = "open('/var/tmp/state', 'w')"
+    cluster.kubectl(
+        "create", "-n", namespace, "-f", "-", stdin=dump_json(_pod("ro-write", ["python3", "-c", script]))
+    )
+    status = wait_for("the pod to fail", lambda: _finished(cluster, namespace, "ro-write"), timeout=120)
+    assert status["phase"] == "Failed"
+    terminated = status["containerStatuses"][0]["state"]["terminated"]
+    assert (terminated["exitCode"], terminated["reason"]) == (1, "Error")
+    assert "OSError: [Errno 30] Read-only file system: '/var/tmp/state'" in terminated["message"]
+
+
 def test_an_image_not_built_here_runs_as_a_process_with_a_note(
     local_cluster: Cluster, namespace: str
 ) -> None:
