@@ -140,10 +140,8 @@ digest=$(skopeo inspect --format '{{.Digest}}' "oci-archive:$archive.tmp")
 mv -f "$archive.tmp" "$archive"
 echo "$digest" >"$digest_file"
 echo "$inputs_hash" >"$stamp"
-# The process-kubelet unpacks each image digest once (e2e/cluster/images.py); the root filesystems
-# of earlier builds of this archive are no longer named by it.
-for unpacked in "$cache_root"/images/rootfs/sha256-*; do
-  [ -e "$unpacked" ] && [ "$(basename "$unpacked")" != "${digest/:/-}" ] && rm -rf "$unpacked"
-done
+# The process-kubelet unpacks each image digest once (e2e/cluster/images.py) and marks it when a
+# pod uses it; root filesystems no cluster used for two days go (other worktrees share the cache).
+find "$cache_root/images/rootfs" -mindepth 1 -maxdepth 1 -name 'sha256-*' -mtime +1 -exec rm -rf {} + 2>/dev/null || true
 log "built $archive ($(du -h "$archive" | cut -f1), $image_name) "
 echo "$digest"

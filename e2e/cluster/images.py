@@ -136,6 +136,8 @@ def unpacked_rootfs(image: LocalImage, cache_dir: Path) -> Path:
     """
     target = cache_dir / image.digest.replace(":", "-") / "rootfs"
     if target.is_dir():
+        # In use: `make image` prunes only the root filesystems no pod used for two days.
+        os.utime(target.parent)
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".unpack-", dir=target.parent))

@@ -532,4 +532,6 @@ class Kubelet:
         self.aux.shutdown(wait=False, cancel_futures=True)
         if self.server is not None:
             self.server.close()
+        # Overlay roots of containers that were killed rather than reaped.
+        self.runtime.remove_leftovers()
         log.info("stopped")

@@ -258,6 +258,7 @@ class RuncRuntime:
         self, runc: str | None, state_dir: Path, archives: Sequence[Path], rootfs_cache: Path
     ) -> None:
         self.runc = runc
+        self.state_dir = state_dir
         self.root = state_dir / "runc"
         self.archives = list(archives)
         self.rootfs_cache = rootfs_cache
@@ -304,12 +305,16 @@ class RuncRuntime:
 
     def remove_leftovers(self) -> None:
         """Containers an earlier kubelet on this state directory left running: not ours to adopt."""
-        if self.unavailable() is not None or not self.root.is_dir():
+        if self.unavailable() is not None:
             return
-        listed = self._runc("list", "--quiet")
-        for container_id in listed.stdout.split():
-            self.delete(container_id)
-            log.info("removed leftover runc container %s", container_id)
+        if self.root.is_dir():
+            listed = self._runc("list", "--quiet")
+            for container_id in listed.stdout.split():
+                self.delete(container_id)
+                log.info("removed leftover runc container %s", container_id)
+        for mount_point in mounts_under(self.state_dir):
+            unmount(mount_point)
+            log.info("unmounted leftover %s", mount_point)
 
 
 def mount_overlay(lower: Path, run_dir: Path) -> Path:
@@ -325,6 +330,17 @@ def mount_overlay(lower: Path, run_dir: Path) -> Path:
         ["mount", "-t", "overlay", "overlay", "-o", options, str(merged)], check=True, capture_output=True
     )
     return merged
+
+
+def mounts_under(directory: Path) -> list[Path]:
+    """Mount points below `directory` (overlay roots of containers), deepest first."""
+    found = []
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/mountinfo").read_text().splitlines():
+            point = Path(line.split()[4].replace("\\040", " "))
+            if directory in point.parents:
+                found.append(point)
+    return sorted(found, key=lambda p: len(p.parts), reverse=True)
 
 
 def unmount(path: Path) -> None:
