@@ -646,7 +646,9 @@ def running_cluster(directory: Path | None = None) -> Iterator[LocalCluster]:
     """A started cluster for the duration of the block; stopped (and checked for leftovers) after."""
     temporary = directory is None
     path = Path(tempfile.mkdtemp(prefix="shardops-cluster-")) if directory is None else directory
-    cluster = LocalCluster(directory=path, binaries=bin_dir())
+    binaries = bin_dir()
+    images.build_shardops_image()
+    cluster = LocalCluster(directory=path, binaries=binaries)
     try:
         cluster.start()
         yield cluster
@@ -704,6 +706,7 @@ def _up(directory: Path) -> int:
     shutil.rmtree(directory, ignore_errors=True)
     directory.mkdir(parents=True)
     bin_dir()  # build before detaching, so build output and errors reach the terminal
+    images.build_shardops_image()
     with (directory / "supervisor.log").open("ab") as log:
         supervisor = subprocess.Popen(
             [sys.executable, "-m", "e2e.cluster.lifecycle", "run", f"--dir={directory}"],
