@@ -15,7 +15,8 @@ UID 0 or a non-numeric user), supplemental groups (fsGroup, supplementalGroups),
 (a directory per pod, mode 0777) and the service-account identity (token, ca.crt, namespace at
 /var/run/secrets/kubernetes.io/serviceaccount, or wherever the pod mounts its kube-api-access
 volume; the kubeconfig at KUBE_MOUNT). Other volume types are refused with the reason. Seccomp
-profiles are not applied.
+profiles and resource limits are not applied. Readiness probes: httpGet and tcpSocket reach the
+container on the host's network; an exec probe runs on the host, not inside the container.
 """
 
 from __future__ import annotations
