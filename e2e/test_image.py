@@ -48,6 +48,7 @@ def test_the_layer_holds_the_venv_on_debians_python_without_pip() -> None:
     assert "opt/shardops/bin/shardops-example-agent" in names
     assert "usr/bin/python3.11" in names, "Python comes from Debian's python3 package"
     assert "var/lib/dpkg/status" in names
+    assert "usr/bin/apt-get" in names, "images built on top can apt-get install, as on debian:bookworm-slim"
     assert not [n for n in names if n.startswith("opt/shardops/bin/pip")], "pip is removed from the venv"
     assert not [n for n in names if n.startswith("usr/lib/python3/dist-packages/pip")]
     compiled = [n for n in names if n.startswith("opt/shardops/lib/python3.11/site-packages/shardops/")]

@@ -58,6 +58,8 @@ PROBE = textwrap.dedent(
     found["token"] = bool((sa / "token").read_text())
     found["host_repository_visible"] = pathlib.Path(os.environ["REPO"]).exists()
     found["hostname"] = os.uname().nodename
+    import getpass
+    found["user"] = getpass.getuser()
     from kubernetes import client, config
     config.load_kube_config()
     found["api_version"] = client.VersionApi().get_code().git_version
@@ -136,6 +138,7 @@ def test_pod_runs_in_runc_with_a_read_only_root_as_its_user(local_cluster: Clust
     assert found["api_version"].startswith("v1."), "the service-account kubeconfig reaches the API server"
     assert found["host_repository_visible"] is False, "the container sees the image, not the host"
     assert found["hostname"] == "probe"
+    assert found["user"] == "shardops", "UID 65532 has a name (kopf's getpass.getuser())"
     (container,) = status["containerStatuses"]
     assert container["containerID"].startswith("runc://")
     (image,) = read_archive(SHARDOPS_ARCHIVE)

@@ -6,7 +6,8 @@
 #
 # 1. wheels of shardops and of every dependency, at the versions of constraints.txt, by pip from
 #    PyPI (into ~/.cache/shardops/image/wheels; pip's own cache makes a rebuild fast);
-# 2. a Debian rootfs by mmdebstrap from Debian's packages (Python from Debian: package python3),
+# 2. a Debian rootfs by mmdebstrap from Debian's packages (variant minbase, as debian:bookworm-slim;
+#    Python from Debian: package python3),
 #    with a virtualenv /opt/shardops holding shardops, installed from those wheels only
 #    (no network inside the rootfs), pip removed afterwards, bytecode compiled at install time;
 # 3. buildah commits it (STORAGE_DRIVER=vfs, BUILDAH_ISOLATION=chroot, storage under the cache) as
@@ -37,6 +38,9 @@ version=$(sed -n 's/^version = "\(.*\)"$/\1/p' pyproject.toml | head -1)
 # `helm install` of the chart runs this image wherever the archive is loaded.
 image_name="ghcr.io/shardops/shardops:$version"
 suite=bookworm
+# minbase: Essential and Priority:required packages and apt, the package set debian:<suite>-slim
+# (the Dockerfile's base) is made of, so images built on top can apt-get install.
+variant=minbase
 mirror=http://deb.debian.org/debian
 security_mirror=http://deb.debian.org/debian-security
 runtime_packages=python3,ca-certificates
@@ -54,7 +58,7 @@ inputs_hash=$(
   {
     cat hack/image.sh pyproject.toml constraints.txt README.md
     echo "$passwd_entry $group_entry"
-    echo "$image_name $suite $mirror $security_mirror $runtime_packages $build_packages"
+    echo "$image_name $suite $variant $mirror $security_mirror $runtime_packages $build_packages"
     find operator examples -type f ! -path '*/__pycache__/*' ! -name '*.pyc' ! -path '*.egg-info/*' -print0 \
       | sort -z | xargs -0 sha256sum
   } | sha256sum | cut -c1-32
@@ -93,7 +97,7 @@ in_rootfs="env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8"
 debs="$cache/debs"
 mkdir -p "$debs"
 log "Debian $suite rootfs (mmdebstrap: $runtime_packages)"
-nice mmdebstrap --quiet --variant=essential --include="$runtime_packages,$build_packages" \
+nice mmdebstrap --quiet --variant="$variant" --include="$runtime_packages,$build_packages" \
   --aptopt='APT::Install-Recommends "false"' \
   --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
   --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
