@@ -28,6 +28,9 @@ $(BENCH_STAMP): $(STAMP)
 tools: ## build (once, cached under ~/.cache/shardops) kube-apiserver, kube-controller-manager, etcd; install kubectl + helm
 	bash e2e/cluster/build.sh
 
+image: ## the shardops image as an OCI archive, without Docker (dist/shardops-image.oci.tar; cached on its inputs)
+	bash hack/image.sh
+
 lint: $(STAMP) ## ruff
 	$(BIN)/ruff check operator tests e2e examples benchmarks
 	$(BIN)/ruff format --check operator tests e2e examples benchmarks
@@ -42,7 +45,7 @@ manifests: $(STAMP) ## regenerate crds/ and the chart's copy from the API models
 unit: $(BENCH_STAMP) ## tests without a cluster (the benchmarks' own unit tests need the bench extra)
 	$(BIN)/pytest -q tests
 
-e2e: $(BENCH_STAMP) tools ## tests against the local control plane (or KUBECONFIG when set)
+e2e: $(BENCH_STAMP) tools image ## tests against the local control plane (or KUBECONFIG when set)
 	$(BIN)/pytest -q e2e
 
 bench: $(BENCH_STAMP) tools ## benchmarks on the local control plane (or KUBECONFIG): benchmarks/RESULTS.md; BENCH_QUICK=1 for the quick set
@@ -50,7 +53,7 @@ bench: $(BENCH_STAMP) tools ## benchmarks on the local control plane (or KUBECON
 
 test: lint typecheck unit e2e ## everything CI runs
 
-demo: $(STAMP) tools ## local control plane (unless KUBECONFIG is set) + operator via Helm + a sample campaign to completion
+demo: $(STAMP) tools image ## local control plane (unless KUBECONFIG is set) + operator via Helm + a sample campaign to completion
 	$(BIN)/python -m e2e.demo
 
 cluster-up: $(STAMP) tools ## start the local control plane in the background; prints how to use it
@@ -66,4 +69,4 @@ fmt: $(STAMP) ## format and autofix
 clean: ## remove the venv and local state (not the ~/.cache build)
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .shardops
 
-.PHONY: help venv tools lint typecheck manifests unit e2e bench test demo cluster-up cluster-down fmt clean
+.PHONY: help venv tools image lint typecheck manifests unit e2e bench test demo cluster-up cluster-down fmt clean

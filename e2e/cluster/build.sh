@@ -27,6 +27,8 @@ stamp="$bin/.built-$inputs_hash"
 weed_hash=$( { echo "$seaweedfs_pins"; cat "$here/seaweedfs/go.mod" "$here/seaweedfs/go.sum"; } | sha256sum | cut -c1-16)
 weed_stamp="$weed_bin/.built-$weed_hash"
 log() { echo "[build] $*" >&2; }
+# The process-kubelet runs pods whose image was built locally (`make image`) in runc.
+bash "$here/../../hack/debian-packages.sh" runc
 
 if [ ! -e "$stamp" ]; then
   start=$(date +%s)

@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from e2e.cluster import images
 from e2e.cluster import pki as pki_mod
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -305,6 +306,7 @@ class LocalCluster:
         etcd_client, etcd_peer = free_port(), free_port()
         self.apiserver_port = free_port()
         controller_manager_port = free_port()
+        kubelet_port = free_port()
 
         self._spawn(
             "etcd",
@@ -349,6 +351,12 @@ class LocalCluster:
                 "--audit-log-maxsize=0",
                 "--audit-log-mode=blocking",
                 "--allow-privileged=true",
+                # `kubectl logs`: the process-kubelet's API at the Node's InternalIP (its Hostname
+                # resolves nowhere), TLS verified both ways with the cluster CA.
+                "--kubelet-preferred-address-types=InternalIP",
+                f"--kubelet-certificate-authority={pki.ca_cert}",
+                f"--kubelet-client-certificate={pki.apiserver_kubelet_client_cert}",
+                f"--kubelet-client-key={pki.apiserver_kubelet_client_key}",
                 "--profiling=false",
                 "--v=1",
             ],
@@ -395,6 +403,13 @@ class LocalCluster:
                 f"--node-name={NODE_NAME}",
                 f"--state-dir={self.kubelet_state}",
                 f"--python={sys.executable}",
+                f"--serving-port={kubelet_port}",
+                f"--tls-cert={pki.kubelet_cert}",
+                f"--tls-key={pki.kubelet_key}",
+                f"--client-ca={pki.ca_cert}",
+                # Pods naming the image `make image` built run from it in runc (read when a pod starts).
+                f"--image-archive={images.SHARDOPS_ARCHIVE}",
+                f"--rootfs-cache={images.rootfs_cache()}",
             ],
             # The kubelet must get the chance to stop its pod processes.
             death_signal=signal.SIGTERM,
@@ -631,7 +646,9 @@ def running_cluster(directory: Path | None = None) -> Iterator[LocalCluster]:
     """A started cluster for the duration of the block; stopped (and checked for leftovers) after."""
     temporary = directory is None
     path = Path(tempfile.mkdtemp(prefix="shardops-cluster-")) if directory is None else directory
-    cluster = LocalCluster(directory=path, binaries=bin_dir())
+    binaries = bin_dir()
+    images.build_shardops_image()
+    cluster = LocalCluster(directory=path, binaries=binaries)
     try:
         cluster.start()
         yield cluster
@@ -698,6 +715,7 @@ def _up(directory: Path) -> int:
     shutil.rmtree(directory, ignore_errors=True)
     directory.mkdir(parents=True)
     bin_dir()  # build before detaching, so build output and errors reach the terminal
+    images.build_shardops_image()
     with (directory / "supervisor.log").open("ab") as log:
         supervisor = subprocess.Popen(
             [sys.executable, "-m", "e2e.cluster.lifecycle", "run", f"--dir={directory}"],

@@ -29,6 +29,12 @@ class Pki:
     controller_manager_key: Path
     sa_private_key: Path
     sa_public_key: Path
+    # The process-kubelet's API (container logs): its serving certificate, and the client
+    # certificate kube-apiserver presents to it.
+    kubelet_cert: Path
+    kubelet_key: Path
+    apiserver_kubelet_client_cert: Path
+    apiserver_kubelet_client_key: Path
 
 
 def _write_key(path: Path, key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> None:
@@ -92,8 +98,12 @@ def generate(directory: Path) -> Pki:
         controller_manager_key=directory / "controller-manager.key",
         sa_private_key=directory / "sa.key",
         sa_public_key=directory / "sa.pub",
+        kubelet_cert=directory / "kubelet.crt",
+        kubelet_key=directory / "kubelet.key",
+        apiserver_kubelet_client_cert=directory / "apiserver-kubelet-client.crt",
+        apiserver_kubelet_client_key=directory / "apiserver-kubelet-client.key",
     )
-    if pki.sa_public_key.exists():
+    if pki.sa_public_key.exists() and pki.apiserver_kubelet_client_key.exists():
         return pki
 
     now = dt.datetime.now(dt.UTC)
@@ -149,9 +159,29 @@ def generate(directory: Path) -> Pki:
         ),
     )
 
+    kubelet_key = ec.generate_private_key(ec.SECP256R1())
+    _write_key(pki.kubelet_key, kubelet_key)
+    _write_cert(
+        pki.kubelet_cert,
+        _issue(
+            ca_key,
+            ca_name,
+            _subject("system:node:local-node", "system:nodes"),
+            kubelet_key,
+            usage=ExtendedKeyUsageOID.SERVER_AUTH,
+            # The Node's addresses: kube-apiserver dials its InternalIP.
+            sans=[x509.DNSName("local-node"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))],
+        ),
+    )
+
     for cert_path, key_path, subject in (
         (pki.admin_cert, pki.admin_key, _subject("shardops-admin", "system:masters")),
         (pki.controller_manager_cert, pki.controller_manager_key, _subject("system:kube-controller-manager")),
+        (
+            pki.apiserver_kubelet_client_cert,
+            pki.apiserver_kubelet_client_key,
+            _subject("kube-apiserver-kubelet-client", "system:masters"),
+        ),
     ):
         key = ec.generate_private_key(ec.SECP256R1())
         _write_key(key_path, key)

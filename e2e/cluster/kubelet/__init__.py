@@ -13,6 +13,7 @@ differs from a real kubelet is described in __main__.py. The modules, lowest fir
                          ConfigMap/Secret data for environments
     processes.py         log paths, pid files, private files, process groups on this machine
     probes.py            readiness probes and their thresholds
+    server.py            the kubelet API's containerLogs endpoint (`kubectl logs [-f]`), TLS on loopback
     identity.py          how pods reach the API server; the pod-bound service-account token and its files
     pod.py               PodWorker: one pod's processes from first sight until terminal or gone
     node.py              Kubelet: node registration, lease, heartbeats, taints, the pod watch, binding,

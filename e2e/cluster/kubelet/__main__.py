@@ -11,7 +11,8 @@ It runs until SIGTERM/SIGINT, then stops every pod process (SIGTERM, grace perio
 
 What it does:
 
-* registers the Node (Ready, cpu 2 / memory 24Gi / 110 pods, InternalIP 127.0.0.1) and keeps it
+* registers the Node (Ready, cpu 2 / memory 24Gi / 110 pods, InternalIP 127.0.0.1, the kubelet API
+  port as daemonEndpoints.kubeletEndpoint) and keeps it
   alive: a node Lease in kube-node-lease renewed every 10 s, NodeReady heartbeats, and removal of
   the not-ready/unreachable taints nobody else would remove;
 * binds every unscheduled pod meant for the default scheduler to that node (pods/binding);
@@ -28,11 +29,18 @@ What it does:
 
 Differences from a real kubelet, by necessity or on purpose:
 
-* Images are recorded in the status but never pulled or used. A container runs `command + args`
+* Images are never pulled. A container whose image is in one of the --image-archive OCI archives
+  (what `make image` built) runs from it in runc (runc.py): the image's rootfs unpacked once per
+  digest under --rootfs-cache, read-only unless the securityContext allows writes (then an
+  overlay), its entrypoint/cmd/env/user/workdir, the pod's securityContext, emptyDir volumes and
+  the service-account token at /var/run/secrets/kubernetes.io/serviceaccount, the host's network;
+  containerID runc://<id>, imageID the manifest digest. runc's start errors (a missing entrypoint)
+  fail the container with reason StartError. Any other image is only recorded, and the pod gets
+  one RunAsProcess event saying so: the container runs `command + args`
   on this machine, with the host's filesystem and tools; the directory of --python comes first on
   PATH, so `python` and the venv's console scripts resolve to the test venv. A container without
   `command` cannot fall back to its image's entrypoint: the pod fails with reason
-  ImageEntrypointUnsupported.
+  ImageEntrypointUnsupported. The rest of this list is about these process containers.
 * No isolation. Every pod shares the host network (podIP = hostIP = 127.0.0.1, hostPort is ignored,
   two pods listening on the same port conflict), the filesystem, the users and the resources;
   requests and limits are not enforced.
@@ -43,9 +51,11 @@ Differences from a real kubelet, by necessity or on purpose:
   the container's env/envFrom, HOSTNAME=<pod name> and PYTHONUNBUFFERED=1 (so logs are live).
 * Scheduling looks only at schedulerName, schedulingGates, nodeSelector and spec.unschedulable;
   affinity, taints/tolerations and resource fit are ignored (there is only one node anyway).
-* No liveness or startup probes, lifecycle hooks, ephemeral containers or kubelet API (so no
-  `kubectl logs/exec/port-forward`). Logs are files: DIR/logs/<namespace>/<pod>/<container>.log
-  (stdout and stderr, appended across restarts and across pods that reuse a name); see
+* No liveness or startup probes, lifecycle hooks or ephemeral containers. Of the kubelet API only
+  containerLogs is served (server.py: `kubectl logs [-f] [--previous] [--tail]`, not exec or
+  port-forward), over TLS on loopback (--serving-port, with the certificates lifecycle.py makes).
+  Logs are files: DIR/logs/<namespace>/<pod>/<container>.log (stdout and stderr, appended across
+  restarts and across pods that reuse a name; the API serves each run's part); see
   processes.pod_log_path().
 * A restarted kubelet does not adopt processes: it kills the ones it recorded for pods it finds
   running (pid files) and marks those pods Failed with reason KubeletRestarted.
@@ -61,7 +71,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from e2e.cluster.kubelet.node import Kubelet
+from e2e.cluster.kubelet.node import Kubelet, ServingConfig
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +84,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--python", default=sys.executable, help="interpreter whose directory goes first on the pods' PATH"
     )
+    parser.add_argument("--serving-port", type=int, help="loopback port of the kubelet API (container logs)")
+    parser.add_argument("--tls-cert", type=Path, help="the kubelet API's serving certificate")
+    parser.add_argument("--tls-key", type=Path, help="its key")
+    parser.add_argument("--client-ca", type=Path, help="CA whose client certificates the kubelet API accepts")
+    parser.add_argument(
+        "--image-archive",
+        type=Path,
+        action="append",
+        default=[],
+        help="an OCI archive of images built locally (repeatable): pods naming one run in runc",
+    )
+    parser.add_argument(
+        "--rootfs-cache", type=Path, help="where image root filesystems are unpacked, per digest"
+    )
     parser.add_argument("--log-level", default=os.environ.get("SHARDOPS_KUBELET_LOG_LEVEL", "INFO"))
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -81,7 +105,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s [%(threadName)s] %(message)s",
     )
-    kubelet = Kubelet(args.kubeconfig, args.node_name, args.state_dir, args.python)
+    serving = None
+    if args.serving_port:
+        if not (args.tls_cert and args.tls_key and args.client_ca):
+            parser.error("--serving-port needs --tls-cert, --tls-key and --client-ca")
+        serving = ServingConfig(args.serving_port, args.tls_cert, args.tls_key, args.client_ca)
+    kubelet = Kubelet(
+        args.kubeconfig,
+        args.node_name,
+        args.state_dir,
+        args.python,
+        serving,
+        image_archives=args.image_archive,
+        rootfs_cache=args.rootfs_cache,
+    )
 
     def request_stop(signum: int, _frame: object) -> None:
         log.info("received %s", signal.Signals(signum).name)

@@ -30,7 +30,9 @@ def node_labels(node_name: str) -> dict[str, str]:
     }
 
 
-def node_status(node_name: str, kubelet_version: str, ready_since: str, now: str) -> dict[str, Any]:
+def node_status(
+    node_name: str, kubelet_version: str, ready_since: str, now: str, kubelet_port: int | None = None
+) -> dict[str, Any]:
     def condition(type_: str, status: str, reason: str, message: str) -> dict[str, Any]:
         return {
             "type": type_,
@@ -58,7 +60,10 @@ def node_status(node_name: str, kubelet_version: str, ready_since: str, now: str
             ),
             condition("Ready", "True", "KubeletReady", "process-kubelet is posting ready status"),
         ],
+        # kube-apiserver reaches the kubelet API (container logs) at the InternalIP: it is started
+        # with --kubelet-preferred-address-types=InternalIP, as the Hostname resolves nowhere.
         "addresses": [{"type": "InternalIP", "address": HOST_IP}, {"type": "Hostname", "address": node_name}],
+        **({"daemonEndpoints": {"kubeletEndpoint": {"Port": kubelet_port}}} if kubelet_port else {}),
         "nodeInfo": {
             "machineID": uuid.uuid5(uuid.NAMESPACE_DNS, socket.gethostname()).hex,
             "systemUUID": str(uuid.uuid5(uuid.NAMESPACE_DNS, node_name)),

@@ -1,9 +1,10 @@
 """A pod's service-account identity: how pods reach the API server, and the pod-bound token they use.
 
 The token comes from the TokenRequest API, bound to the pod, and is written as a kubeconfig
-($KUBECONFIG) and as the usual token / ca.crt / namespace files ($SHARDOPS_SA_DIR) under
-DIR/pods/<uid>/, refreshed at 80% of its lifetime, so RBAC applies to pods exactly as in a real
-cluster. ClusterInfo and the kubeconfig document are pure; PodCredentials does the API calls and files.
+($KUBECONFIG, DIR/pods/<uid>/kube/config) and as the usual token / ca.crt / namespace files
+($SHARDOPS_SA_DIR, DIR/pods/<uid>/serviceaccount/), refreshed at 80% of its lifetime, so RBAC
+applies to pods exactly as in a real cluster. ClusterInfo and the kubeconfig document are pure;
+PodCredentials does the API calls and files.
 """
 
 from __future__ import annotations
@@ -92,7 +93,11 @@ class PodCredentials:
         pod_name: str,
         pod_uid: str,
         service_account: str,
+        file_mode: int = 0o600,
     ) -> None:
+        # 0o600 for process pods (they run as the kubelet's user); runc containers run as their
+        # own user and read them as a kubelet's projected token, mode 0644.
+        self.file_mode = file_mode
         self.core = core
         self.cluster = cluster
         self.pod_dir = pod_dir
@@ -123,9 +128,18 @@ class PodCredentials:
             return {}
         self.issue()
         return {
-            "KUBECONFIG": str(self.pod_dir / "kubeconfig"),
-            "SHARDOPS_SA_DIR": str(self.pod_dir / "serviceaccount"),
+            "KUBECONFIG": str(self.kube_dir / "config"),
+            "SHARDOPS_SA_DIR": str(self.service_account_dir),
         }
+
+    @property
+    def service_account_dir(self) -> Path:
+        return self.pod_dir / "serviceaccount"
+
+    @property
+    def kube_dir(self) -> Path:
+        """Holds the kubeconfig alone: a directory, so a container can mount it and see refreshes."""
+        return self.pod_dir / "kube"
 
     def issue(self) -> None:
         request = client.AuthenticationV1TokenRequest(
@@ -155,12 +169,13 @@ class PodCredentials:
         kubeconfig = service_account_kubeconfig(
             info, token, self.namespace, f"system:serviceaccount:{self.namespace}:{self.service_account}"
         )
-        sa_dir = self.pod_dir / "serviceaccount"
-        write_private(sa_dir / "token", token)
-        write_private(sa_dir / "namespace", self.namespace)
+        sa_dir = self.service_account_dir
+        mode = self.file_mode
+        write_private(sa_dir / "token", token, mode)
+        write_private(sa_dir / "namespace", self.namespace, mode)
         if info.ca_pem:
-            write_private(sa_dir / "ca.crt", info.ca_pem)
-        write_private(self.pod_dir / "kubeconfig", yaml.safe_dump(kubeconfig, sort_keys=False))
+            write_private(sa_dir / "ca.crt", info.ca_pem, mode)
+        write_private(self.kube_dir / "config", yaml.safe_dump(kubeconfig, sort_keys=False), mode)
         self.refresh_at = time.monotonic() + max(lifetime, 60.0) * TOKEN_REFRESH_FRACTION
 
     def refresh_if_due(self) -> None:

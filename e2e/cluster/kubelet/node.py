@@ -10,8 +10,9 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,9 @@ from e2e.cluster.kubelet.identity import cluster_info
 from e2e.cluster.kubelet.pod import SHUTDOWN_GRACE_CAP_SECONDS, PodWorker
 from e2e.cluster.kubelet.pod_status import TERMINAL_PHASES, backoff_seconds, is_deleting
 from e2e.cluster.kubelet.processes import kill_recorded_processes
+from e2e.cluster.kubelet.runc import RuncRuntime
 from e2e.cluster.kubelet.scheduling import node_selector_matches, wants_binding
+from e2e.cluster.kubelet.server import KubeletServer, LogSegment
 
 log = logging.getLogger(__name__)
 
@@ -56,10 +59,34 @@ REMOVABLE_TAINT_KEYS = frozenset(
 )
 
 
+@dataclass(frozen=True)
+class ServingConfig:
+    """The kubelet API's TLS listener: loopback port, serving certificate, CA of accepted clients."""
+
+    port: int
+    cert: Path
+    key: Path
+    client_ca: Path
+
+
 class Kubelet:
-    def __init__(self, kubeconfig: Path, node_name: str, state_dir: Path, python: str) -> None:
+    def __init__(
+        self,
+        kubeconfig: Path,
+        node_name: str,
+        state_dir: Path,
+        python: str,
+        serving: ServingConfig | None = None,
+        image_archives: Sequence[Path] = (),
+        rootfs_cache: Path | None = None,
+    ) -> None:
         self.node_name = node_name
+        self.serving = serving
+        self.server: KubeletServer | None = None
         self.state_dir = state_dir.resolve()
+        self.runtime = RuncRuntime.detect(
+            self.state_dir, list(image_archives), rootfs_cache or self.state_dir / "rootfs"
+        )
         # Not resolved: a venv's bin/python is a symlink, and it is the venv's bin we want on PATH.
         self.python_bin_dir = os.path.dirname(os.path.abspath(python))
         configuration = client.Configuration()
@@ -90,6 +117,18 @@ class Kubelet:
 
     def run(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.runtime.remove_leftovers()
+        log.info(
+            "images built locally: %s; runc: %s",
+            ", ".join(str(a) for a in self.runtime.archives) or "none",
+            self.runtime.unavailable() or self.runtime.runc,
+        )
+        if self.serving is not None:
+            serving = self.serving
+            self.server = KubeletServer(
+                serving.port, serving.cert, serving.key, serving.client_ca, self.log_segment, self.stop
+            )
+            self.server.start()
         while not self.stop.is_set():
             try:
                 self._register_node()
@@ -115,7 +154,7 @@ class Kubelet:
             "kind": "Node",
             "metadata": {"name": self.node_name, "labels": self.labels},
             "spec": {},
-            "status": node_status(self.node_name, self.kubelet_version, self.ready_since, rfc3339()),
+            "status": self._node_status(),
         }
         try:
             node = call_json(self.core.create_node, body)
@@ -134,6 +173,53 @@ class Kubelet:
         self.node_uid = (node.get("metadata") or {}).get("uid")
         self._heartbeat()
 
+    def _node_status(self) -> dict[str, Any]:
+        port = self.server.port if self.server is not None else None
+        return node_status(self.node_name, self.kubelet_version, self.ready_since, rfc3339(), port)
+
+    def record_event(self, pod: Mapping[str, Any], reason: str, message: str, type_: str = "Normal") -> None:
+        """A pod event from this kubelet (in the background; a lost note is only logged)."""
+        meta = pod.get("metadata") or {}
+        now = rfc3339()
+        body = {
+            "metadata": {"generateName": f"{meta.get('name')}.", "namespace": meta.get("namespace")},
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": meta.get("name"),
+                "namespace": meta.get("namespace"),
+                "uid": meta.get("uid"),
+            },
+            "reason": reason,
+            "message": message,
+            "type": type_,
+            "source": {"component": "kubelet", "host": self.node_name},
+            "reportingComponent": "kubelet",
+            "reportingInstance": self.node_name,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+
+        def create() -> None:
+            try:
+                call_json(self.core.create_namespaced_event, meta.get("namespace"), body)
+            except Exception as exc:
+                log.warning("event %s for pod %s failed: %s", reason, meta.get("name"), describe_error(exc))
+
+        self.aux.submit(create)
+
+    def log_segment(self, namespace: str, pod: str, container: str, previous: bool) -> LogSegment | None:
+        """What `kubectl logs` of a container of a pod on this node shows (the kubelet API's lookup)."""
+        with self.lock:
+            # Bounded by the pods on this node (110 at most).
+            workers = [w for w in self.workers.values() if (w.namespace, w.name) == (namespace, pod)]
+        for worker in workers:
+            segment = worker.log_segment(container, previous)
+            if segment is not None:
+                return segment
+        return None
+
     def _heartbeat_loop(self) -> None:
         while not self.stop.wait(HEARTBEAT_SECONDS):
             try:
@@ -143,7 +229,7 @@ class Kubelet:
 
     def _heartbeat(self) -> None:
         self._renew_lease()
-        status = node_status(self.node_name, self.kubelet_version, self.ready_since, rfc3339())
+        status = self._node_status()
         try:
             node = call_json(
                 self.core.patch_node_status, self.node_name, {"status": status}, _content_type=STRATEGIC_MERGE
@@ -444,4 +530,8 @@ class Kubelet:
             if worker.alive:
                 worker._kill_everything()
         self.aux.shutdown(wait=False, cancel_futures=True)
+        if self.server is not None:
+            self.server.close()
+        # Overlay roots of containers that were killed rather than reaped.
+        self.runtime.remove_leftovers()
         log.info("stopped")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import shutil
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from kubernetes.client.exceptions import ApiException
 
+from e2e.cluster.images import LocalImage
 from e2e.cluster.kubelet.api import (
     STRATEGIC_MERGE,
     call_json,
@@ -64,6 +66,19 @@ from e2e.cluster.kubelet.processes import (
     record_process,
     signal_group,
 )
+from e2e.cluster.kubelet.runc import (
+    KUBE_MOUNT,
+    SA_MOUNT,
+    ContainerConfigError,
+    PodPaths,
+    bundle_config,
+    container_argv,
+    image_env,
+    mount_overlay,
+    read_only_root,
+    unmount,
+)
+from e2e.cluster.kubelet.server import LogSegment
 
 if TYPE_CHECKING:
     from e2e.cluster.kubelet.node import Kubelet
@@ -73,12 +88,22 @@ log = logging.getLogger(__name__)
 # The serviceaccount controller creates "default" moments after a namespace appears; a pod racing
 # it should wait, a pod naming a service account that never comes should fail visibly.
 SERVICE_ACCOUNT_WAIT_SECONDS = 60.0
+# How runc reports that it could not start the container process (then the run never started).
+RUNC_START_FAILURE = "runc run failed"
+# The control plane marks its processes with this variable (lifecycle.MARKER_ENV), to find leftovers.
+CLUSTER_MARKER_ENV = "SHARDOPS_LOCAL_CLUSTER"
 # A force-deleted pod (grace 0) still gets a moment to handle SIGTERM, as with a real kubelet.
 MIN_FORCED_GRACE_SECONDS = 2
 # lifecycle.py gives the kubelet 20 s to stop before SIGKILL; every pod stops in parallel.
 SHUTDOWN_GRACE_CAP_SECONDS = 10
 CONFIG_ERROR_RETRY_SECONDS = 2.0
 POLL_SECONDS = 0.25
+
+
+@dataclass(frozen=True)
+class _Bundle:
+    run_dir: Path
+    container_id: str
 
 
 @dataclass
@@ -89,6 +114,9 @@ class _Process:
     started: float
     env: dict[str, str]
     cwd: str
+    # Set when the container runs in runc: its runc id, and the run directory (bundle, overlay).
+    container_id: str | None = None
+    run_dir: Path | None = None
 
 
 class PodWorker:
@@ -112,6 +140,8 @@ class PodWorker:
         self.specs: list[dict[str, Any]] = list(spec.get("containers") or [])
         self.init_runs, self.runs = initial_runs(self.init_specs, self.specs)
         self.procs: dict[str, _Process] = {}
+        # Where each container's last two runs start in its log file (for `kubectl logs [--previous]`).
+        self.log_starts: dict[str, list[int]] = {}
         self.not_before: dict[str, float] = {}
         self.backoff_steps: dict[str, int] = {}
         self.probes: dict[str, ProbeTracker] = {}
@@ -125,6 +155,8 @@ class PodWorker:
         self.conditions: list[dict[str, Any]] = list((pod.get("status") or {}).get("conditions") or [])
         self.pod_dir = kubelet.state_dir / "pods" / self.uid
         self.service_account = str(spec.get("serviceAccountName") or spec.get("serviceAccount") or "default")
+        # Container name -> its locally built image, for the containers that run in runc.
+        self.images: dict[str, LocalImage] = {}
         self.credentials = PodCredentials(
             kubelet.core,
             kubelet.cluster,
@@ -175,6 +207,16 @@ class PodWorker:
         with self._lock:
             return self._pod
 
+    def log_segment(self, container: str, previous: bool) -> LogSegment | None:
+        """The part of `container`'s log file its last run (or the one before) wrote; None if none ran."""
+        starts = self.log_starts.get(container)
+        if not starts or (previous and len(starts) < 2):
+            return None
+        path = pod_log_path(self.kubelet.state_dir, self.namespace, self.name, container)
+        if previous:
+            return LogSegment(path, starts[-2], starts[-1], lambda: False)
+        return LogSegment(path, starts[-1], None, lambda: container in self.procs)
+
     def _container_log(self, run: ContainerRun) -> Path:
         return pod_log_path(self.kubelet.state_dir, self.namespace, self.name, run.name)
 
@@ -213,7 +255,10 @@ class PodWorker:
         if is_deleting(pod) or self._gone:
             self.kubelet.final_delete(pod)
             return
-        missing = missing_entrypoints([*self.init_specs, *self.specs])
+        self._choose_runtimes()
+        missing = missing_entrypoints(
+            [s for s in [*self.init_specs, *self.specs] if s["name"] not in self.images]
+        )
         if missing:
             self._fail_entrypoint(missing)
             return
@@ -289,6 +334,30 @@ class PodWorker:
         if is_deleting(self.pod):
             self.kubelet.final_delete(self.pod)
 
+    def _choose_runtimes(self) -> None:
+        """runc for containers whose image was built locally; a process (and a note) for the others."""
+        runtime = self.kubelet.runtime
+        unavailable = runtime.unavailable()
+        notes = []
+        for spec in [*self.init_specs, *self.specs]:
+            reference = str(spec.get("image") or "")
+            try:
+                image = runtime.local_image(reference)
+            except (OSError, ValueError, KeyError) as exc:
+                image = None
+                log.warning("pod %s/%s: reading local images: %s", self.namespace, self.name, exc)
+            if image is not None and unavailable is None:
+                self.images[spec["name"]] = image
+                continue
+            why = f"image {reference!r} is not built locally" if image is None else unavailable
+            notes.append(f"{why}: container {spec['name']} runs as a process on the node")
+        if notes:
+            self.kubelet.record_event(self.pod, "RunAsProcess", "; ".join(notes))
+        if self.images:
+            # A container runs as its own user and reads the token files as a kubelet's projected
+            # service-account volume has them (mode 0644).
+            self.credentials.file_mode = 0o644
+
     # -- identity -----------------------------------------------------------------------------------
 
     def _prepare_identity(self) -> bool:
@@ -336,6 +405,16 @@ class PodWorker:
         def lookup(kind: str, name: str) -> Mapping[str, str] | None:
             return read_env_source(self.kubelet.core, self.namespace, kind, name)
 
+        image = self.images.get(spec["name"])
+        if image is not None:
+            injected = dict(self.injected)
+            if "KUBECONFIG" in injected:
+                injected.update(KUBECONFIG=f"{KUBE_MOUNT}/config", SHARDOPS_SA_DIR=SA_MOUNT)
+            # The cluster marker lets the control plane's leftover check find container processes too.
+            marker = {k: v for k, v in self.kubelet.inherited_env.items() if k == CLUSTER_MARKER_ENV}
+            declared = resolve_env(spec, self.pod, lookup, {**image_env(image), **injected})
+            env = {**image_env(image), **marker, **injected, **declared}
+            return container_argv(spec, image, env), env, ""
         declared = resolve_env(spec, self.pod, lookup, self.injected)
         argv = build_argv(spec, {**self.injected, **declared})
         env = process_env(self.kubelet.inherited_env, self.injected, declared, self.kubelet.python_bin_dir)
@@ -348,7 +427,8 @@ class PodWorker:
         self.pod_dir.mkdir(parents=True, exist_ok=True)
         try:
             argv, env, cwd = self._container_config(spec)
-        except EnvResolutionError as exc:
+            bundle = self._bundle(run, spec, argv, env) if run.name in self.images else None
+        except (EnvResolutionError, ContainerConfigError) as exc:
             run.state = WAITING
             run.waiting_reason = "CreateContainerConfigError"
             run.waiting_message = str(exc)
@@ -360,10 +440,19 @@ class PodWorker:
         with log_path.open("ab") as log_file:
             offset = log_file.tell()
             try:
+                if bundle is not None:
+                    runtime = self.kubelet.runtime
+                    runtime.delete(bundle.container_id)
+                    argv_run, cwd_run = (
+                        runtime.command(bundle.run_dir, bundle.container_id),
+                        str(bundle.run_dir),
+                    )
+                else:
+                    argv_run, cwd_run = argv, cwd
                 popen = subprocess.Popen(
-                    argv,
-                    cwd=cwd,
-                    env=env,
+                    argv_run,
+                    cwd=cwd_run,
+                    env=env if bundle is None else self.kubelet.inherited_env,
                     stdin=subprocess.DEVNULL,
                     stdout=log_file,
                     stderr=subprocess.STDOUT,
@@ -391,27 +480,103 @@ class PodWorker:
         if probe:
             delay = float(probe.get("initialDelaySeconds") or 0)
             self.probes[run.name] = ProbeTracker(probe=probe, next_at=time.monotonic() + delay)
-        self.procs[run.name] = _Process(popen, log_path, offset, time.monotonic(), env, cwd)
+        self.procs[run.name] = _Process(
+            popen,
+            log_path,
+            offset,
+            time.monotonic(),
+            env,
+            cwd,
+            bundle.container_id if bundle else None,
+            bundle.run_dir if bundle else None,
+        )
+        if bundle is not None:
+            run.container_id = f"runc://{bundle.container_id}"
+            run.image_id = self.images[run.name].digest
+        self.log_starts[run.name] = [*self.log_starts.get(run.name, [])[-1:], offset]
         record_process(self.pod_dir, run.name, popen.pid)
-        log.info("pod %s/%s: started %s (pid %d): %s", self.namespace, self.name, run.name, popen.pid, argv)
+        where = f"runc {bundle.container_id}" if bundle else "process"
+        log.info(
+            "pod %s/%s: started %s (%s, pid %d): %s",
+            self.namespace,
+            self.name,
+            run.name,
+            where,
+            popen.pid,
+            argv,
+        )
+
+    def _bundle(
+        self, run: ContainerRun, spec: Mapping[str, Any], argv: list[str], env: dict[str, str]
+    ) -> _Bundle:
+        """The runc bundle of this run: config.json, and the root (shared read-only, or an overlay)."""
+        image = self.images[run.name]
+        pod_spec = self.pod.get("spec") or {}
+        run_dir = self.pod_dir / "containers" / run.name
+        run_dir.mkdir(parents=True, exist_ok=True)
+        volumes_dir = self.pod_dir / "volumes"
+        for volume in pod_spec.get("volumes") or []:
+            if "emptyDir" in volume:
+                directory = volumes_dir / volume["name"]
+                directory.mkdir(parents=True, exist_ok=True)
+                # As a kubelet makes an emptyDir: writable by whatever user the container runs as.
+                directory.chmod(0o777)
+        identity = "KUBECONFIG" in self.injected
+        paths = PodPaths(
+            service_account_dir=self.credentials.service_account_dir if identity else None,
+            kube_dir=self.credentials.kube_dir if identity else None,
+            volumes_dir=volumes_dir,
+        )
+        rootfs = self.kubelet.runtime.rootfs(image)
+        config = bundle_config(
+            spec=spec,
+            pod_spec=pod_spec,
+            image=image,
+            rootfs=rootfs,
+            argv=argv,
+            env=env,
+            hostname=self.injected["HOSTNAME"],
+            paths=paths,
+        )
+        if not read_only_root(spec):
+            config["root"]["path"] = str(mount_overlay(rootfs, run_dir))
+        (run_dir / "config.json").write_text(json.dumps(config, indent=2))
+        return _Bundle(run_dir, f"{self.uid}-{run.name}")
+
+    def _signal(self, proc: _Process, sig: signal.Signals) -> None:
+        """Signal a container: its process group, or (runc) its init process through runc."""
+        if proc.container_id is not None:
+            self.kubelet.runtime.kill(proc.container_id, sig.name)
+        else:
+            signal_group(proc.popen.pid, sig)
 
     def _reap(self, run: ContainerRun, allow_restart: bool = True) -> None:
         proc = self.procs.pop(run.name)
         code = exit_code_from_returncode(proc.popen.returncode)
         # The container ends with its main process: strays left in its group go too.
         signal_group(proc.popen.pid, signal.SIGKILL)
+        if proc.container_id is not None and proc.run_dir is not None:
+            self.kubelet.runtime.delete(proc.container_id)
+            unmount(proc.run_dir / "root")
         finished = rfc3339()
         message = ""
+        reason = None
         if code != 0:
             with contextlib.suppress(OSError), proc.log_path.open("rb") as handle:
                 handle.seek(proc.log_offset)
                 message = tail_text(handle.read())
+            # runc's own error (exec of a missing entrypoint, a mount it cannot make): never started.
+            if proc.container_id is not None and RUNC_START_FAILURE in message:
+                reason = "StartError"
         self.probes.pop(run.name, None)
         forget_process(self.pod_dir, run.name)
         log.info(
             "pod %s/%s: %s (pid %d) exited with %d", self.namespace, self.name, run.name, proc.popen.pid, code
         )
-        term = terminated_state(code, run.started_at, finished, proc.popen.pid, message=message)
+        pid = None if proc.container_id else proc.popen.pid
+        term = terminated_state(code, run.started_at, finished, pid, message=message, reason=reason)
+        if run.container_id:
+            term["containerID"] = run.container_id
         self._after_exit(run, term, time.monotonic() - proc.started, allow_restart)
 
     def _after_exit(
@@ -504,7 +669,7 @@ class PodWorker:
         sidecars = {r.name for r in self.init_runs if r.sidecar}
         for name, running in self.procs.items():
             if name not in sidecars:
-                signal_group(running.popen.pid, signal.SIGTERM)
+                self._signal(running, signal.SIGTERM)
         sidecars_signalled = False
         killed = False
         while True:
@@ -514,7 +679,7 @@ class PodWorker:
                     self._reap(run, allow_restart=False)
             if not sidecars_signalled and all(name in sidecars for name in self.procs):
                 for name in sidecars & set(self.procs):
-                    signal_group(self.procs[name].popen.pid, signal.SIGTERM)
+                    self._signal(self.procs[name], signal.SIGTERM)
                 sidecars_signalled = True
             if not self.procs:
                 break
@@ -527,7 +692,7 @@ class PodWorker:
                 deadline = min(deadline, time.monotonic() + granted)
             if time.monotonic() >= deadline and not killed:
                 for proc in self.procs.values():
-                    signal_group(proc.popen.pid, signal.SIGKILL)
+                    self._signal(proc, signal.SIGKILL)
                 killed = True
             time.sleep(0.05)
         # Containers that were waiting (to start or to restart) will not run any more.
@@ -540,9 +705,13 @@ class PodWorker:
 
     def _kill_everything(self) -> None:
         for proc in list(self.procs.values()):
+            self._signal(proc, signal.SIGKILL)
             signal_group(proc.popen.pid, signal.SIGKILL)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.popen.wait(timeout=5)
+            if proc.container_id is not None and proc.run_dir is not None:
+                self.kubelet.runtime.delete(proc.container_id)
+                unmount(proc.run_dir / "root")
 
     # -- status -------------------------------------------------------------------------------------
 

@@ -97,6 +97,9 @@ class ContainerRun:
     last_terminated: dict[str, Any] | None = None
     restart_count: int = 0
     ready: bool = False
+    # Containers in runc: "runc://<id>" and the image's manifest digest (processes: None).
+    container_id: str | None = None
+    image_id: str | None = None
 
     @property
     def ever_started(self) -> bool:
@@ -140,14 +143,16 @@ def container_status(run: ContainerRun) -> dict[str, Any]:
         "name": run.name,
         "image": run.image,
         # Never pulled: there is no digest to report, only what the pod asked for.
-        "imageID": f"process://{run.image}",
+        "imageID": run.image_id or f"process://{run.image}",
         "ready": run.state == RUNNING and run.ready,
         "started": run.state == RUNNING,
         "restartCount": run.restart_count,
         "state": state,
         "lastState": {"terminated": dict(run.last_terminated)} if run.last_terminated else {},
     }
-    if run.pid is not None:
+    if run.container_id is not None:
+        status["containerID"] = run.container_id
+    elif run.pid is not None:
         status["containerID"] = f"process://{run.pid}"
     return status
 

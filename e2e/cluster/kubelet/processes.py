@@ -16,13 +16,14 @@ def pod_log_path(state_dir: Path | str, namespace: str, pod_name: str, container
     return Path(state_dir) / "logs" / namespace / pod_name / f"{container}.log"
 
 
-def write_private(path: Path, data: bytes | str) -> None:
+def write_private(path: Path, data: bytes | str, mode: int = 0o600) -> None:
     """Atomic replace, so a process re-reading a refreshed token never sees half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     with os.fdopen(fd, "wb") as handle:
         handle.write(data.encode() if isinstance(data, str) else data)
+    os.chmod(tmp, mode)
     os.replace(tmp, path)
 
 
