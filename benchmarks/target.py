@@ -207,7 +207,9 @@ def acquire(work_dir: Path) -> Iterator[Target]:
     external = external_kubeconfig()
     if external is not None:
         api = config.new_client_from_config(str(external))
-        cluster = Cluster(external, lifecycle.bin_dir(), api, None)
+        cluster = Cluster(
+            external, lifecycle.bin_dir(), api, None, lifecycle.ObjectStore.from_env(os.environ)
+        )
         install_crds(cluster)
         yield _target(cluster, work_dir, image)
         return
@@ -215,7 +217,8 @@ def acquire(work_dir: Path) -> Iterator[Target]:
     shutil.rmtree(directory, ignore_errors=True)
     with lifecycle.running_cluster(directory) as local:
         api = config.new_client_from_config(str(local.kubeconfig))
-        cluster = Cluster(local.kubeconfig, local.binaries, api, local)
+        # With its S3 store: campaigns of this size need it (the ConfigMap store stops at 1,000 shards).
+        cluster = Cluster(local.kubeconfig, local.binaries, api, local, local.object_store)
         install_crds(cluster)
         try:
             yield _target(cluster, work_dir, image)
