@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from shardops.api.campaign import Campaign
+from shardops.api.campaign import Campaign, FoldedShards
 from shardops.api.enums import ShardPhase
 from shardops.api.names import SHARDOPS_FIELD_MANAGERS
 from shardops.api.shard import Shard
@@ -161,7 +161,7 @@ def report_view(campaign: Campaign, shard_bodies: Sequence[JSON], now: dt.dateti
     checks = (
         check_fingerprints(shards, campaign.current_status.folded.shards),
         check_failure_records(shards),
-        check_attempts(shards, spec.max_attempts),
+        check_attempts(shards, spec.max_attempts, status.folded),
         check_spend(status.spent, shard_costs, campaign.status is not None),
         check_managers(shard_bodies),
     )
@@ -268,11 +268,15 @@ def check_failure_records(shards: Sequence[Shard]) -> Check:
     return Check("failure-records", title, True, f"{len(gave_up)} of {len(gave_up)} complete")
 
 
-def check_attempts(shards: Sequence[Shard], max_attempts: int) -> Check:
+def check_attempts(shards: Sequence[Shard], max_attempts: int, folded: FoldedShards | None = None) -> Check:
+    """Over the live shards; folded ones (Done, gone from the API) are summed in status.folded."""
     title = f"attempt distribution normal (not many shards at maxAttempts {max_attempts})"
     started = [s for s in shards if s.current_status.attempt > 0]
     spread = Counter(s.current_status.attempt for s in started)
-    shape = ", ".join(f"attempt {a}: {n}" for a, n in sorted(spread.items())) or "no attempts yet"
+    shape = ", ".join(f"attempt {a}: {n}" for a, n in sorted(spread.items())) or "no live shard attempted"
+    if folded is not None and folded.shards:
+        ledger = f"{folded.shards} Done shard(s) folded into the ledger, {folded.attempts} attempt(s) in all"
+        shape += f" (and {ledger})"
     at_max = tuple(s.name for s in started if s.current_status.attempt >= max_attempts)
     many = len(at_max) >= MAX_ATTEMPTS_MIN_COUNT and len(at_max) > MAX_ATTEMPTS_SHARE * len(started)
     detail = (
