@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,10 +23,11 @@ import yaml
 from shardops.api.campaign import DEFAULT_S3_PREFIX, ResultStoreStatus, parse_item_line
 from shardops.api.enums import StoreType
 from shardops.cli.campaign_client import EXIT_OK, EXIT_USAGE, CliError, bad_state, no_access
+from shardops.cli.campaign_results import user_s3_store
 from shardops.cli.command import Context
 from shardops.k8s.api import CAMPAIGNS, AlreadyExists
 from shardops.store.records import StoreUnavailable
-from shardops.store.s3 import S3Store, client_for
+from shardops.store.s3 import S3Store
 
 JSON = dict[str, Any]
 _CHUNK = 1 << 20
@@ -88,13 +88,6 @@ def _location(ctx: Context, spec: JSON) -> ResultStoreStatus:
     )
 
 
-def _store(ctx: Context, location: ResultStoreStatus, namespace: str) -> S3Store:
-    credentials = None
-    if not os.environ.get("AWS_ACCESS_KEY_ID") and location.credentials_secret:
-        credentials = ctx.client.secret_data(namespace, location.credentials_secret)
-    return S3Store(location, namespace, client=client_for(location, credentials))
-
-
 def upload(store: S3Store, path: Path, campaign: str) -> str:
     """Upload FILE content-addressed; its key. Skipped when an object of that key exists."""
     suffix = ".jsonl.gz" if path.name.endswith(".gz") else ".jsonl"
@@ -122,7 +115,7 @@ def run_apply(ctx: Context) -> int:
         count = check_items(path)
         location = _location(ctx, spec)
         try:
-            store = _store(ctx, location, namespace)
+            store = user_s3_store(ctx, location, namespace)
             key = upload(store, path, name)
         except StoreUnavailable as error:
             raise no_access(f"cannot upload {path}: {error}") from None

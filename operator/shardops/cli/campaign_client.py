@@ -307,11 +307,7 @@ class Client:
 
     def count_items(self, namespace: str, source: ItemsFrom) -> int:
         """Number of items in the itemsFrom ConfigMap; ItemsUnavailable as the operator would see it."""
-        items, _ = self.call(
-            f"read ConfigMap {source.config_map_name} (spec.itemsFrom)",
-            lambda: campaigns.read_items(self.kube, namespace, source),
-        )
-        return len(items)
+        return len(self.read_items(namespace, source))
 
     def shard_events(self, namespace: str, shard: str) -> tuple[list[JSON], str | None]:
         """Events regarding the shard, normalized to events.k8s.io/v1 field names; and a warning when

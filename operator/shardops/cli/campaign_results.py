@@ -17,7 +17,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from shardops.api.campaign import Campaign
+from shardops.api.campaign import Campaign, ResultStoreStatus
 from shardops.api.common import Item
 from shardops.api.enums import ShardClass, ShardPhase, StoreType
 from shardops.api.shard import Shard
@@ -193,10 +193,16 @@ def cli_store(ctx: Context, campaign: Campaign) -> ResultStore:
     endpoint = getattr(ctx.args, "s3_endpoint", None)  # the commands that read the store take --s3-endpoint
     if endpoint:
         location = location.model_copy(update={"endpoint": endpoint})
+    return user_s3_store(ctx, location, campaign.namespace)
+
+
+def user_s3_store(ctx: Context, location: ResultStoreStatus, namespace: str) -> S3Store:
+    """An S3 store with the user's credentials: AWS_* in the environment, else the keys of the
+    location's credentials Secret (read with the user's own RBAC)."""
     credentials = None
     if not os.environ.get("AWS_ACCESS_KEY_ID") and location.credentials_secret:
-        credentials = ctx.client.secret_data(campaign.namespace, location.credentials_secret)
-    return S3Store(location, campaign.namespace, client=client_for(location, credentials))
+        credentials = ctx.client.secret_data(namespace, location.credentials_secret)
+    return S3Store(location, namespace, client=client_for(location, credentials))
 
 
 class _Progress:

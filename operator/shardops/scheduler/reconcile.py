@@ -320,12 +320,13 @@ class Reconciler:
         if problem is not None:
             self._invalid(body, ConditionReason.RESULT_STORE_TOO_SMALL, problem, now)
             return None
-        # The operator holds the installation's credentials only: a campaign with its own Secret is
-        # checked by its workers (a store error fails their attempt with class unavailable).
-        if location.credentials_secret == installation.credentials_secret:
+        # The operator holds the installation's credentials only (`_s3` is None otherwise): a campaign
+        # with its own Secret is checked by its workers (a store error fails their attempt, unavailable).
+        s3 = self._s3(campaign.namespace, location) if location.type is StoreType.S3 else None
+        if s3 is not None:
             try:
-                store.probe(location)
-            except store.StoreUnavailable as unavailable:
+                s3.probe()
+            except StoreUnavailable as unavailable:
                 self._invalid(body, ConditionReason.RESULT_STORE_UNAVAILABLE, str(unavailable), now)
                 return None
         try:

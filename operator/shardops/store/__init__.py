@@ -15,7 +15,7 @@ from shardops.api.enums import StoreType
 from shardops.k8s.api import Kube
 from shardops.store.records import ItemRecord, ResultMeta, StoredResult, StoreUnavailable
 
-__all__ = ["ResultStore", "StoreUnavailable", "capacity_problem", "location_of", "open_store", "probe"]
+__all__ = ["ResultStore", "StoreUnavailable", "capacity_problem", "location_of", "open_store"]
 
 
 class ResultStore(Protocol):
@@ -89,11 +89,3 @@ def capacity_problem(location: ResultStoreStatus, work_shards: int) -> str | Non
             "chart's resultStore.s3.bucket"
         )
     return None
-
-
-def probe(location: ResultStoreStatus) -> None:
-    """StoreUnavailable unless the store answers with the caller's credentials (S3: HeadBucket)."""
-    if location.type is StoreType.S3:
-        from shardops.store.s3 import S3Store
-
-        S3Store(location, namespace="").probe()

@@ -144,8 +144,11 @@ class S3Store:
         prefix = self.location.prefix.strip("/")
         return f"{prefix}/{self.namespace}/" if prefix else f"{self.namespace}/"
 
+    def attempts_prefix(self, key: str) -> str:
+        return f"{self._root()}attempts/{store_label(key)}/"
+
     def attempt_name(self, key: str, token: int) -> str:
-        return f"{self._root()}attempts/{store_label(key)}/t{token}.json"
+        return f"{self.attempts_prefix(key)}t{token}.json"
 
     def pointer_name(self, key: str) -> str:
         return f"{self._root()}results/{store_label(key)}.json"
@@ -361,8 +364,7 @@ class S3Store:
 
     def delete_key(self, key: str) -> int:
         """Delete everything stored under one idempotency key: its attempts, pointer and item chunks."""
-        label = store_label(key)
-        deleted = self.delete_prefix(f"{self._root()}attempts/{label}/")
+        deleted = self.delete_prefix(self.attempts_prefix(key))
         deleted += self.delete_prefix(self.items_prefix(key))
         return deleted + self.delete_prefix(self.pointer_name(key))
 
