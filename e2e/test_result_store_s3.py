@@ -18,6 +18,7 @@ from e2e.harness import Cluster, wait_for
 from e2e.schedulerkit import (
     STORE_SECRET,
     campaign_body,
+    campaign_shards,
     condition,
     create_campaign,
     kube_for,
@@ -27,14 +28,12 @@ from e2e.schedulerkit import (
     shards_of,
     wait_phase,
 )
-from shardops.api.campaign import Campaign
 from shardops.api.enums import ShardPhase
 from shardops.api.shard import Shard
 from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS, SHARDS, NotFound
 from shardops.state import ledger
 from shardops.store.configmap import ITEMS_PREFIX, RESULT_PREFIX
 from shardops.store.records import sha256_of
-from shardops.store.s3 import S3Store
 
 pytestmark = pytest.mark.usefixtures("crds_installed")
 
@@ -75,19 +74,13 @@ def _done_shards(
 ) -> dict[int, dict[str, Any]]:
     """Every Done work shard by index, as a ledger record: the folded ones from the campaign's
     ledger in the bucket, the live ones from their Shard objects (each index from one place only)."""
-    campaign = Campaign.parse(kube.get(CAMPAIGNS, namespace, name))
-    status = campaign.current_status
-    if status.result_store is None:  # not yet recorded: nothing ran
-        return {}
-    store = S3Store(status.result_store, namespace, client=object_store.client())
-    done = ledger.first_records(store.read_ledger(name, campaign.metadata.uid or ""), status.folded)
-    assert len(done) == status.folded.shards, "every folded shard is in the ledger"
-    for body in shards_of(kube, namespace):
-        shard = Shard.parse(body)
-        if shard.phase is ShardPhase.DONE and not ledger.is_folded(shard, status.folded):
-            assert shard.spec.index not in done
-            done[shard.spec.index] = ledger.record(shard)
-    return done
+    if (kube.get(CAMPAIGNS, namespace, name).get("status") or {}).get("resultStore") is None:
+        return {}  # not yet recorded: nothing ran
+    shards = [Shard.parse(body) for body in campaign_shards(kube, namespace, name, object_store)]
+    done = [s for s in shards if s.phase is ShardPhase.DONE]
+    indices = [s.spec.index for s in done]
+    assert len(indices) == len(set(indices)), "each Done shard once: folded or live, never both"
+    return {s.spec.index: ledger.record(s) for s in done}
 
 
 def _live(kube: Any, namespace: str, shard: str) -> bool:
