@@ -56,11 +56,23 @@ def test_shard_source_is_the_first_named_else_the_default() -> None:
 
 def test_finalize_shard_has_no_items_and_a_key_of_the_campaign_shape() -> None:
     camp = parsed(finalize={"image": "img", "command": ["merge"]})
-    body = builders.finalize_shard_body(camp, work_shards=4, items_total=4)
+    body = builders.finalize_shard_body(camp, camp.spec.items or [])
     assert body["metadata"]["name"] == "camp-finalize"
     assert body["spec"]["shardClass"] == "finalize" and "items" not in body["spec"]
     assert body["spec"]["index"] == 4
     assert Shard.parse(body).spec.is_finalize
+
+
+def test_the_finalize_key_follows_the_items_and_the_work_command_it_reads_the_results_of() -> None:
+    def key(items: list[dict[str, int]], command: str = "agent") -> str:
+        worker, finalize = {"image": "img", "command": [command]}, {"image": "i", "command": ["m"]}
+        camp = parsed(items=items, worker=worker, finalize=finalize)
+        return str(builders.finalize_shard_body(camp, camp.spec.items or [])["spec"]["idempotencyKey"])
+
+    items = [{"n": i} for i in range(4)]
+    assert key(items) == key([dict(item) for item in items]), "an unchanged campaign finds its result"
+    assert key(items) != key([*items[:3], {"n": 99}]), "one changed item runs the closing step again"
+    assert key(items) != key(items, command="other"), "other work, other results"
 
 
 def test_worker_job_is_owned_labelled_retried_by_us_and_cleaned_up() -> None:

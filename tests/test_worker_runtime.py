@@ -422,3 +422,33 @@ def test_with_the_s3_store_a_shard_costs_four_worker_writes_and_no_configmap(tmp
     )
     kinds = sorted(k.split("/")[2] for k in s3.objects)
     assert kinds == ["attempts", "results"], s3.objects.keys()
+
+
+def test_the_finalize_shard_reads_every_finished_item_in_item_order(tmp_path: Path) -> None:
+    from shardops.k8s.shards import TransitionRequest, apply_transition
+    from shardops.logic.transitions import Action
+    from shardops.scheduler import builders
+    from workerkit import OPERATOR, T0
+
+    copy = tmp_path / "seen.jsonl"
+    script = f'import os, shutil; shutil.copy(os.environ["SHARDOPS_CAMPAIGN_RESULTS_FILE"], {str(copy)!r})'
+    items = [{"id": i} for i in range(5)]
+    body = _agent_campaign(
+        items,
+        env={"SHARDOPS_AGENT_LATENCY": "0"},
+        finalize={"image": "x", "command": [sys.executable, "-c", script]},
+    )
+    work = add_campaign(kube := FakeKube(), body)
+    work_dir = tmp_path / "work"
+    assert _worker(kube, work_dir).run() == 0
+    campaign = Campaign.parse(kube.obj(CAMPAIGNS, NAMESPACE, "camp") or {})
+    created = kube.put(SHARDS, NAMESPACE, builders.finalize_shard_body(campaign, campaign.spec.items or []))
+    apply_transition(kube, Shard.parse(created), TransitionRequest(Action.MATERIALIZE, "test"), OPERATOR, T0)  # type: ignore[arg-type]
+    assert _worker(kube, work_dir).run() == 0
+    assert _shard(kube, "camp-finalize").phase == "Done"
+    lines = [json.loads(line) for line in copy.read_text().splitlines()]
+    assert [line["index"] for line in lines] == list(range(5))
+    assert [line["item"] for line in lines] == items
+    assert [line["key"] for line in lines] == [item_subkey(i) for i in items]
+    assert {line["shard"] for line in lines} == {s.name for s in work}
+    assert all(line["result"] is not None and line["attempt"] == 1 for line in lines)

@@ -62,6 +62,7 @@ def add_campaign(kube: FakeKube, body: JSON) -> list[Shard]:
                     "campaign": name,
                     "index": index,
                     "items": part,
+                    "itemRange": {"start": start, "end": start + len(part)},
                     "idempotencyKey": idempotency_key(name, part, command),
                 },
             },

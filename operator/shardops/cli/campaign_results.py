@@ -10,116 +10,29 @@ so far) and on a finished one. Reads one object per Done shard; nothing is writt
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass
 from typing import Any, TextIO
 
 from shardops.api.campaign import Campaign, ResultStoreStatus
 from shardops.api.common import Item
-from shardops.api.enums import ShardClass, ShardPhase, StoreType
+from shardops.api.enums import ShardPhase, StoreType
 from shardops.api.shard import Shard
 from shardops.cli.campaign_client import EXIT_OK, bad_state, no_access
 from shardops.cli.command import Context, load
 from shardops.k8s.campaigns import ItemsUnavailable
 from shardops.logic.idempotency import item_subkey
-from shardops.state import ledger
+from shardops.state import results
+from shardops.state.results import Finished, json_line, work_shards
 from shardops.store import ResultStore, location_of, open_store
-from shardops.store.items import StreamedItems
-from shardops.store.records import StoreCorrupt, StoreUnavailable
+from shardops.store.items import campaign_items
+from shardops.store.records import StoreUnavailable
 from shardops.store.s3 import S3Store, client_for
 
 JSON = dict[str, Any]
 FORMATS = ("jsonl", "openai")
 DEFAULT_CUSTOM_ID = "custom_id"
-
-
-def json_line(value: JSON) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-
-
-def work_shards(shards: Sequence[Shard]) -> list[Shard]:
-    """The work shards in item order (finalize shards hold no items)."""
-    work = [s for s in shards if s.spec.shard_class is ShardClass.WORK]
-    return sorted(work, key=lambda s: s.spec.item_range.start if s.spec.item_range else s.spec.index)
-
-
-def _first_index(shard: Shard) -> int:
-    return shard.spec.item_range.start if shard.spec.item_range else 0
-
-
-@dataclass(frozen=True)
-class Finished:
-    """A Done work shard, live or folded into the ledger: where its result is and what it held."""
-
-    shard: str
-    first_item: int
-    key: str
-    ref: str
-    fingerprint: str
-    attempt: int
-    items: Sequence[Item]
-
-    @classmethod
-    def of_shard(cls, shard: Shard) -> Finished | None:
-        result = shard.current_status.result
-        if shard.phase is not ShardPhase.DONE or result is None:
-            return None
-        return cls(
-            shard.name,
-            _first_index(shard),
-            shard.spec.idempotency_key,
-            result.ref,
-            result.fingerprint,
-            shard.current_status.attempt,
-            list(shard.spec.items or []),
-        )
-
-    @classmethod
-    def of_record(cls, record: JSON, every_item: Sequence[Item]) -> Finished:
-        span = record.get("itemRange") or {}
-        start, end = int(span.get("start", 0)), int(span.get("end", 0))
-        result = record.get("result") or {}
-        return cls(
-            str(record["shard"]),
-            start,
-            str(record["idempotencyKey"]),
-            str(result.get("ref")),
-            str(result.get("fingerprint")),
-            int(record.get("attempt") or 0),
-            list(every_item[start:end]),
-        )
-
-
-def done_lines(store: ResultStore, finished: Sequence[Finished]) -> Iterator[tuple[Finished, JSON]]:
-    """(shard, line) for every item of every Done shard, in the order given, from its verified result."""
-    for done in finished:
-        try:
-            stored = store.read_ref(done.ref, done.key)
-        except StoreCorrupt as corrupt:
-            raise bad_state(f"shard {done.shard}: its stored result does not verify: {corrupt}") from None
-        if stored.fingerprint != done.fingerprint:
-            raise bad_state(
-                f"shard {done.shard}: the stored result is {stored.fingerprint}, its status says "
-                f"{done.fingerprint}"
-            )
-        document = json.loads(stored.text)
-        for entry in document.get("items") or []:
-            position = int(entry["index"])
-            yield (
-                done,
-                {
-                    "index": done.first_item + position,
-                    "key": entry.get("key"),
-                    "item": done.items[position] if position < len(done.items) else None,
-                    "result": entry.get("result"),
-                    "cost": entry.get("cost"),
-                    "shard": done.shard,
-                    "attempt": done.attempt,
-                },
-            )
 
 
 def openai_line(line: JSON, field: str) -> JSON:
@@ -152,7 +65,7 @@ def failed_lines(
         error = status.last_error.to_dict() if status.last_error is not None else None
         for position, item in enumerate(shard.spec.items or []):
             yield {
-                "index": _first_index(shard) + position,
+                "index": results.first_index(shard) + position,
                 "key": item_subkey(item),
                 "item": item,
                 "shard": shard.name,
@@ -166,18 +79,10 @@ def failed_lines(
 
 
 def _items(ctx: Context, campaign: Campaign) -> Sequence[Item]:
-    if campaign.spec.items is not None:
-        return list(campaign.spec.items)
-    assert campaign.spec.items_from is not None  # the model requires one of the two
-    source = campaign.spec.items_from.object
-    if source is not None:
-        # Read as a stream, sliced in item order as the lines are written.
-        store = cli_store(ctx, campaign)
-        if not isinstance(store, S3Store):
-            raise bad_state("spec.itemsFrom.object needs the campaign's S3 result store")
-        return StreamedItems(lambda: store.open_lines(source.key, source.bucket), source.key)
+    """The campaign's items as the user reaches them (an object through the user's S3 store)."""
+    store = cli_store(ctx, campaign) if campaign.spec.items_from and campaign.spec.items_from.object else None
     try:
-        return ctx.client.read_items(campaign.namespace, campaign.spec.items_from)
+        return campaign_items(ctx.client.kube, campaign, store if isinstance(store, S3Store) else None)
     except ItemsUnavailable as problem:
         what = f"the campaign's items are unavailable ({problem.reason})"
         raise bad_state(f"{what}: {problem.message}") from None
@@ -227,20 +132,28 @@ def finished_shards(
     ctx: Context, campaign: Campaign, store: ResultStore, work: Sequence[Shard]
 ) -> list[Finished]:
     """Every Done work shard in item order: the live ones, and those folded into the ledger."""
-    finished = [f for f in (Finished.of_shard(s) for s in work) if f is not None]
     folded = campaign.current_status.folded
-    if folded.shards:
-        if not isinstance(store, S3Store):
-            raise bad_state(f"campaign {campaign.name} has folded shards but no S3 result store")
-        records = ledger.first_records(store.read_ledger(campaign.name, campaign.metadata.uid or ""), folded)
-        if len(records) != folded.shards:
-            raise bad_state(
-                f"the ledger of campaign {campaign.name} holds {len(records)} of its {folded.shards} "
-                "folded shards"
-            )
-        every = _items(ctx, campaign)
-        finished += [Finished.of_record(record, every) for record in records.values()]
-    return sorted(finished, key=lambda f: f.first_item)
+    if folded.shards and not isinstance(store, S3Store):
+        raise bad_state(f"campaign {campaign.name} has folded shards but no S3 result store")
+
+    def ledger_lines() -> Iterator[JSON]:
+        assert isinstance(store, S3Store)
+        return store.read_ledger(campaign.name, campaign.metadata.uid or "")
+
+    try:
+        return results.finished_shards(campaign.name, work, folded, ledger_lines)
+    except results.ResultsMismatch as mismatch:
+        raise bad_state(str(mismatch)) from None
+
+
+def read_verified(store: ResultStore) -> results.ReadResult:
+    """A shard's verified stored result as `state.results` reads it: (fingerprint, text)."""
+
+    def read(ref: str, key: str) -> tuple[str, str]:
+        stored = store.read_ref(ref, key)
+        return stored.fingerprint, stored.text
+
+    return read
 
 
 def _cut_items(campaign: Campaign, work: Sequence[Shard]) -> int:
@@ -269,13 +182,17 @@ def run_results(ctx: Context) -> int:
             done = finished_shards(ctx, campaign, store, work)
             progress = _Progress(ctx.stderr, len(done), out is not ctx.stdout and ctx.stderr.isatty())
             previous: str | None = None
-            for finished, line in done_lines(store, done):
+            for finished, line in results.done_lines(
+                read_verified(store), done, lambda: _items(ctx, campaign)
+            ):
                 if finished.shard != previous:
                     progress.step()
                     previous = finished.shard
                 shown = openai_line(line, args.custom_id) if args.format == "openai" else line
                 out.write(json_line(shown) + "\n")
                 lines += 1
+        except results.ResultsMismatch as mismatch:
+            raise bad_state(str(mismatch)) from None
         except StoreUnavailable as unavailable:
             hint = "--s3-endpoint reaches the store another way"
             raise no_access(f"cannot read results: {unavailable} ({hint})") from None

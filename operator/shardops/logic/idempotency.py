@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 # Integral floats beyond 2**53 are not exact integers; they keep their float spelling.
 _EXACT_INT_LIMIT = 2**53
@@ -82,3 +82,13 @@ def key_label(key: str) -> str:
 def item_subkey(item: object) -> str:
     """Results inside a shard are keyed by item fingerprint, so a partial run resumes item by item."""
     return fingerprint(item)
+
+
+def items_digest(items: Iterable[object]) -> str:
+    """`sha256:<64 hex>` over the items in order, one canonical JSON line each: what a closing step
+    that reads every result depends on. Streams (one item in memory at a time)."""
+    digest = hashlib.sha256()
+    for item in items:
+        digest.update(canonical_json(item).encode("utf-8"))
+        digest.update(b"\n")
+    return _PREFIX + digest.hexdigest()

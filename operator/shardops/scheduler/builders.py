@@ -25,7 +25,7 @@ from shardops.k8s.jobs import WORKER_ROLE
 from shardops.logic.aggregate import Aggregate
 from shardops.logic.breaker import CLOSED_BREAKER, SourceBreaker, effective
 from shardops.logic.conditions import DesiredCondition
-from shardops.logic.idempotency import idempotency_key
+from shardops.logic.idempotency import idempotency_key, items_digest
 from shardops.state import breakers, shardview
 
 JSON = dict[str, Any]
@@ -93,12 +93,22 @@ def shard_body(campaign: Campaign, index: int, items: Sequence[Item]) -> JSON:
     return _shard(campaign, shardview.shard_name(campaign.name, index), ShardClass.WORK, body_spec)
 
 
-def finalize_shard_body(campaign: Campaign, work_shards: int, items_total: int) -> JSON:
-    """The closing shard. Its input is the campaign's shape: re-running the campaign finds its result."""
+def finalize_shard_body(campaign: Campaign, items: Sequence[Item]) -> JSON:
+    """The closing shard. Its input is the campaign's shape and its items (in order) with the work
+    command: what the results it reads follow from, so re-running an unchanged campaign finds its
+    result and a changed item runs the closing step again. One pass over the items, once per
+    campaign (a streamed input is read once more)."""
     finalize = campaign.spec.finalize
     if finalize is None:
         raise ValueError(f"campaign {campaign.name} has no spec.finalize")
-    shape = {"finalize": campaign.name, "items": items_total, "shards": work_shards}
+    work_shards = campaign.spec.expected_shards(len(items))
+    shape = {
+        "finalize": campaign.name,
+        "items": len(items),
+        "shards": work_shards,
+        "inputs": items_digest(items),
+        "worker": campaign.spec.worker.identity(),
+    }
     body_spec: JSON = {
         "campaign": campaign.name,
         "index": work_shards,

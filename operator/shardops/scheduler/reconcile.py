@@ -67,7 +67,7 @@ from shardops.scheduler import builders, failpoints
 from shardops.scheduler.metrics import BREAKER_VALUES, Metrics
 from shardops.scheduler.settings import REPORTING_CONTROLLER, OperatorSettings
 from shardops.state import breakers, errors, history, ledger, observe, shardview
-from shardops.store.items import StreamedItems
+from shardops.store.items import StreamedItems, object_items
 from shardops.store.records import StoreUnavailable
 from shardops.store.s3 import S3Store
 
@@ -368,19 +368,12 @@ class Reconciler:
             campaign.spec.result_store, self.settings.result_store_location()
         )
         s3 = self._s3(campaign.namespace, location) if location.type is StoreType.S3 else None
-        if s3 is None:
-            raise campaigns.ItemsUnavailable(
-                ConditionReason.ITEMS_NOT_FOUND,
-                "spec.itemsFrom.object needs an S3 result store: set spec.resultStore.type: S3 (or the "
-                "chart's resultStore.type: S3), or list the items in a ConfigMap (itemsFrom.configMapName)",
-            )
-        where = f"s3://{source.bucket or location.bucket}/{source.key}"
-        items = StreamedItems(lambda: s3.open_lines(source.key, source.bucket), where)
+        items = object_items(source, s3)
         try:
             items.total()
         except ValueError as error:
             raise campaigns.ItemsUnavailable(
-                ConditionReason.ITEMS_INVALID, f"{error}; fix that line in {where}"
+                ConditionReason.ITEMS_INVALID, f"{error}; fix that line in {items.where}"
             ) from None
         except StoreUnavailable as error:
             raise campaigns.ItemsUnavailable(ConditionReason.RESULT_STORE_UNAVAILABLE, str(error)) from None
@@ -657,7 +650,7 @@ class Reconciler:
         if spec.suspend or not allows(gate, ShardClass.FINALIZE):
             return
         # The campaign's shape, not the live shards: folded work shards are gone from the listing.
-        body = builders.finalize_shard_body(campaign, spec.expected_shards(len(seen.items)), len(seen.items))
+        body = builders.finalize_shard_body(campaign, seen.items)
         shard = self._create_shard(seen, body)
         if shard is not None:
             note = f"all {len(work)} work shard(s) finished: the closing step may start"

@@ -7,8 +7,17 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import overload
 
-from shardops.api.campaign import parse_item_line
+from shardops.api.campaign import Campaign, ItemsObject, parse_item_line
 from shardops.api.common import Item
+from shardops.api.enums import ConditionReason
+from shardops.k8s import campaigns
+from shardops.k8s.api import Kube
+from shardops.store.s3 import S3Store
+
+NEEDS_S3 = (
+    "spec.itemsFrom.object needs an S3 result store: set spec.resultStore.type: S3 (or the "
+    "chart's resultStore.type: S3), or list the items in a ConfigMap (itemsFrom.configMapName)"
+)
 
 
 class StreamedItems(Sequence[Item]):
@@ -67,3 +76,24 @@ class StreamedItems(Sequence[Item]):
                 taken.append(item)
             self._position += 1
         return taken
+
+
+def object_items(source: ItemsObject, s3: S3Store | None) -> StreamedItems:
+    """The items of `spec.itemsFrom.object`, streamed from the campaign's S3 store (not read yet)."""
+    if s3 is None:
+        raise campaigns.ItemsUnavailable(ConditionReason.ITEMS_NOT_FOUND, NEEDS_S3)
+    where = f"s3://{source.bucket or s3.location.bucket}/{source.key}"
+    return StreamedItems(lambda: s3.open_lines(source.key, source.bucket), where)
+
+
+def campaign_items(kube: Kube, campaign: Campaign, s3: S3Store | None) -> Sequence[Item]:
+    """Every item of the campaign: inline, a ConfigMap's (read now) or an object's (streamed).
+    Raises campaigns.ItemsUnavailable naming the problem and its fix."""
+    if campaign.spec.items is not None:
+        return campaign.spec.items
+    source = campaign.spec.items_from
+    if source is None:  # pragma: no cover - the model requires one of the two
+        raise campaigns.ItemsUnavailable(ConditionReason.NO_ITEMS, "set spec.items or spec.itemsFrom")
+    if source.object is not None:
+        return object_items(source.object, s3)
+    return campaigns.read_items(kube, campaign.namespace, source)[0]

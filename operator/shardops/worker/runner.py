@@ -28,6 +28,8 @@ from shardops.logic.idempotency import canonical_json
 
 ITEMS_FILE = "items.jsonl"
 RESULTS_FILE = "results.jsonl"
+# The finalize shard's extra input: every finished item of the campaign (SHARDOPS_CAMPAIGN_RESULTS_FILE).
+CAMPAIGN_RESULTS_FILE = "campaign-results.jsonl"
 ERROR_FILE = "error.json"
 _PR_SET_PDEATHSIG = 1
 _SNIPPET = 80
@@ -73,6 +75,10 @@ class AttemptFiles:
     items: Path
     results: Path
     error: Path
+
+    @property
+    def campaign_results(self) -> Path:
+        return self.directory / CAMPAIGN_RESULTS_FILE
 
     @classmethod
     def create(cls, items: Sequence[WorkItem], prefix: str, base: Path | None) -> AttemptFiles:

@@ -28,9 +28,10 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import urllib3
@@ -41,12 +42,15 @@ from shardops.api.enums import ErrorClass, ShardClass, StoreType
 from shardops.api.shard import Progress, Shard, ShardError, ShardResult
 from shardops.k8s import leases
 from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS, ApiError, Forbidden, Kube, NotFound
-from shardops.k8s.shards import Actor, TransitionRequest, apply_transition, list_unfinished
+from shardops.k8s.campaigns import ItemsUnavailable
+from shardops.k8s.shards import Actor, TransitionRequest, apply_transition, list_shards, list_unfinished
 from shardops.logic.backoff import retry_not_before
 from shardops.logic.errors import classify_failure, next_phase_after_failure
 from shardops.logic.idempotency import item_subkey
 from shardops.logic.transitions import Action
+from shardops.state import ledger, results
 from shardops.store import ResultStore, location_of, open_store
+from shardops.store.items import campaign_items
 from shardops.store.records import (
     ItemRecord,
     ResultMeta,
@@ -56,6 +60,7 @@ from shardops.store.records import (
     StoreUnavailable,
     encode_result,
 )
+from shardops.store.s3 import S3Store
 from shardops.worker import heartbeat
 from shardops.worker.claim import ClaimContext, Claimed, choose, claim, stop_reason, uncut_shards
 from shardops.worker.heartbeat import Fenced
@@ -479,6 +484,53 @@ class ShardRun:
     def finalize(self) -> bool:
         return self.shard.spec.shard_class is ShardClass.FINALIZE
 
+    def write_campaign_results(self, path: Path) -> tuple[ErrorClass, str] | None:
+        """The finalize shard's input: every finished item of the campaign, one JSON line each in
+        item order (what `kubectl campaign results` prints), written before its command starts.
+        Returns why it could not be written, or None. A whole-campaign read, once per campaign (the
+        finalize shard runs after every work shard); the claim is renewed at every heartbeat
+        interval meanwhile, since reading many stored results can outlast a lease."""
+        # The Shards are listed before the Campaign is read: a fold records its shards in the status
+        # before it deletes them, so a shard missing from the list is in the status read after it.
+        listed = list_shards(self.kube, self.namespace, self.campaign.name)
+        campaign = Campaign.parse(self.kube.get(CAMPAIGNS, self.namespace, self.campaign.name))
+        folded = campaign.current_status.folded
+        s3 = self.store if isinstance(self.store, S3Store) else None
+
+        def ledger_lines() -> Iterator[dict[str, Any]]:
+            if s3 is None:
+                raise results.ResultsMismatch(
+                    f"campaign {campaign.name} has folded shards but its result store is not S3"
+                )
+            return s3.read_ledger(campaign.name, campaign.metadata.uid or "")
+
+        def read(ref: str, key: str) -> tuple[str, str]:
+            stored = self.store.read_ref(ref, key)
+            return stored.fingerprint, stored.text
+
+        interval = campaign.spec.effective_heartbeat_seconds
+        next_renewal = self.clock.monotonic() + interval
+        lines = 0
+        try:
+            work = results.work_shards(ledger.unfolded(listed, folded))
+            finished = results.finished_shards(campaign.name, work, folded, ledger_lines)
+            every_item = lambda: campaign_items(self.kube, campaign, s3)  # noqa: E731 - only if needed
+            with path.open("w", encoding="utf-8") as out:
+                for _, line in results.done_lines(read, finished, every_item):
+                    out.write(results.json_line(line) + "\n")
+                    lines += 1
+                    if self.clock.monotonic() >= next_renewal:
+                        self.renew()
+                        next_renewal = self.clock.monotonic() + interval
+        except results.ResultsMismatch as mismatch:
+            return ErrorClass.UNKNOWN, f"the campaign's results for the finalize shard: {mismatch}"
+        except ItemsUnavailable as problem:
+            return ErrorClass.NOT_FOUND, f"the campaign's items for the finalize shard: {problem.message}"
+        except OSError as error:
+            return ErrorClass.UNKNOWN, f"cannot write the campaign's results file: {error}"
+        emit("campaign-results-written", shard=self.name, lines=lines, shards=len(finished))
+        return None
+
     def run_command(self, work: list[WorkItem]) -> Outcome:
         worker_spec = (self.finalize and self.campaign.spec.finalize) or self.campaign.spec.worker
         try:
@@ -487,7 +539,15 @@ class ShardRun:
             return self.fail(
                 ErrorClass.UNKNOWN, f"cannot write the attempt's files: {error}", self.claimed.source
             )
+        extra: dict[str, str] = {}
+        if self.finalize:
+            problem = self.write_campaign_results(files.campaign_results)
+            if problem is not None:
+                files.remove()
+                return self.fail(problem[0], problem[1], self.claimed.source)
+            extra["SHARDOPS_CAMPAIGN_RESULTS_FILE"] = str(files.campaign_results)
         protocol = {
+            **extra,
             "SHARDOPS_ITEMS_FILE": str(files.items),
             "SHARDOPS_RESULTS_FILE": str(files.results),
             "SHARDOPS_ERROR_FILE": str(files.error),

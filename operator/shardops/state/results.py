@@ -1,0 +1,159 @@
+"""Every finished item of a campaign, in item order: the one reader behind `kubectl campaign results`
+and the finalize shard's `SHARDOPS_CAMPAIGN_RESULTS_FILE`.
+
+A campaign's finished items are those of its Done work shards: the live ones (their status.result
+names the stored result and its fingerprint) and those folded into the ledger (a ledger record says
+the same). Each line is `index` (in the campaign), `key` (the item's sub-key), `item`, `result`,
+`cost`, `shard`, `attempt`. Pure: the store is reached only through the functions handed in
+(`read` for one verified stored result, the ledger's lines, the campaign's items).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from shardops.api.campaign import FoldedShards
+from shardops.api.common import Item
+from shardops.api.enums import ShardClass, ShardPhase
+from shardops.api.shard import Shard
+from shardops.state import ledger
+from shardops.store.records import StoreCorrupt
+
+JSON = dict[str, Any]
+# (ref, key) -> (fingerprint, text) of the verified stored result; raises StoreCorrupt.
+ReadResult = Callable[[str, str], tuple[str, str]]
+
+
+class ResultsMismatch(Exception):
+    """What the state says was finished is not what the store holds: a stored result whose
+    fingerprint is not the one its shard's status recorded, or folded shards missing from the
+    ledger. Nothing of the campaign's results can be trusted past this point."""
+
+
+def work_shards(shards: Iterable[Shard]) -> list[Shard]:
+    """The work shards in item order (finalize shards hold no items)."""
+    work = [s for s in shards if s.spec.shard_class is ShardClass.WORK]
+    return sorted(work, key=lambda s: s.spec.item_range.start if s.spec.item_range else s.spec.index)
+
+
+def first_index(shard: Shard) -> int:
+    """The campaign index of the shard's first item (a shard without an itemRange holds its own
+    items, numbered from 0)."""
+    return shard.spec.item_range.start if shard.spec.item_range else 0
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A Done work shard, live or folded into the ledger: where its result is and which items it
+    held — `items` for a live shard (its spec carries them), `end` for a folded one (its items are
+    read from the campaign's, in item order, only when its lines are written)."""
+
+    shard: str
+    first_item: int
+    end: int
+    key: str
+    ref: str
+    fingerprint: str
+    attempt: int
+    items: Sequence[Item] | None = None
+
+    @classmethod
+    def of_shard(cls, shard: Shard) -> Finished | None:
+        result = shard.current_status.result
+        if shard.phase is not ShardPhase.DONE or result is None:
+            return None
+        items = list(shard.spec.items or [])
+        start = first_index(shard)
+        return cls(
+            shard.name,
+            start,
+            start + len(items),
+            shard.spec.idempotency_key,
+            result.ref,
+            result.fingerprint,
+            shard.current_status.attempt,
+            items,
+        )
+
+    @classmethod
+    def of_record(cls, record: JSON) -> Finished:
+        span = record.get("itemRange") or {}
+        result = record.get("result") or {}
+        return cls(
+            str(record["shard"]),
+            int(span.get("start", 0)),
+            int(span.get("end", 0)),
+            str(record["idempotencyKey"]),
+            str(result.get("ref")),
+            str(result.get("fingerprint")),
+            int(record.get("attempt") or 0),
+        )
+
+
+def finished_shards(
+    campaign_name: str,
+    work: Sequence[Shard],
+    folded: FoldedShards,
+    ledger_lines: Callable[[], Iterable[JSON]],
+) -> list[Finished]:
+    """Every Done work shard in item order: the live ones and those folded into the ledger. Bounded
+    by the campaign's Done shards: this is a whole-campaign read (results, the finalize shard), never
+    on a per-shard path."""
+    finished = [f for f in (Finished.of_shard(s) for s in work) if f is not None]
+    if folded.shards:
+        records = ledger.first_records(ledger_lines(), folded)
+        if len(records) != folded.shards:
+            raise ResultsMismatch(
+                f"the ledger of campaign {campaign_name} holds {len(records)} of its {folded.shards} "
+                "folded shards"
+            )
+        finished += [Finished.of_record(record) for record in records.values()]
+    return sorted(finished, key=lambda f: f.first_item)
+
+
+def done_lines(
+    read: ReadResult, finished: Sequence[Finished], every_item: Callable[[], Sequence[Item]]
+) -> Iterator[tuple[Finished, JSON]]:
+    """(shard, line) for every item of every Done shard, in the order given (item order), from its
+    verified result. `every_item` is the campaign's items, asked for only when a folded shard's
+    items are needed and then sliced in increasing order (a streamed input is read once)."""
+    campaign_items: Sequence[Item] | None = None
+    for done in finished:
+        try:
+            fingerprint, text = read(done.ref, done.key)
+        except StoreCorrupt as corrupt:
+            raise ResultsMismatch(
+                f"shard {done.shard}: its stored result does not verify: {corrupt}"
+            ) from None
+        if fingerprint != done.fingerprint:
+            raise ResultsMismatch(
+                f"shard {done.shard}: the stored result is {fingerprint}, its status says {done.fingerprint}"
+            )
+        items = done.items
+        if items is None:
+            if campaign_items is None:
+                campaign_items = every_item()
+            items = campaign_items[done.first_item : done.end]
+        document = json.loads(text)
+        for entry in document.get("items") or []:
+            position = int(entry["index"])
+            yield (
+                done,
+                {
+                    "index": done.first_item + position,
+                    "key": entry.get("key"),
+                    "item": items[position] if position < len(items) else None,
+                    "result": entry.get("result"),
+                    "cost": entry.get("cost"),
+                    "shard": done.shard,
+                    "attempt": done.attempt,
+                },
+            )
+
+
+def json_line(value: JSON) -> str:
+    """One JSONL line (no newline): compact, UTF-8 kept."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
