@@ -9,11 +9,13 @@ S3 run only when SHARDOPS_S3_ENDPOINT (and the other SHARDOPS_S3_* variables) na
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Iterator
 
 import pytest
 from kubernetes import client, config
 
+from e2e import workerkit
 from e2e.cluster import lifecycle
 from e2e.harness import Cluster, create_namespace, external_kubeconfig, install_crds
 
@@ -65,3 +67,15 @@ def namespace(cluster: Cluster) -> Iterator[str]:
     name = create_namespace(cluster)
     yield name
     client.CoreV1Api(cluster.api).delete_namespace(name, propagation_policy="Background")
+
+
+@pytest.fixture
+def result_store(request: pytest.FixtureRequest, namespace: str) -> workerkit.StoreUnderTest:
+    """The result store of a workerkit test's campaigns: the ConfigMap store unless the test is
+    parametrized with `indirect=True` over workerkit.STORES; "s3" is the S3 server under a key
+    prefix of the test's own."""
+    kind = getattr(request, "param", "configmap")
+    if kind == "s3":
+        store: lifecycle.ObjectStore = request.getfixturevalue("object_store")
+        return workerkit.StoreUnderTest("s3", namespace, store, f"e2e-{uuid.uuid4().hex[:8]}")
+    return workerkit.StoreUnderTest("configmap", namespace)

@@ -6,6 +6,10 @@ running and finishes every item while A sleeps. The lease expires, worker B take
 (reclaim, attempt 2), runs it and completes it. Then A is thawed (SIGCONT) holding a complete result:
 its renewal is refused by the API server (409 on the Lease, in the audit log), it writes nothing,
 and the stored result is B's.
+
+Run with each result store. With S3 a stale holder could write its own attempt object (one per
+fencing token, never overwritten), but the key's committed result is written only after a fenced
+Done write succeeded: whatever A left, nothing it wrote becomes the result.
 """
 
 from __future__ import annotations
@@ -15,16 +19,23 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
+
 from e2e import workerkit as kit
 from e2e.cluster.lifecycle import WRITE_VERBS
 from e2e.harness import Cluster
-from shardops.store.configmap import OWNER_ANNOTATION
+from shardops.logic.idempotency import item_subkey
 
 ITEMS = 2
 
 
+@pytest.mark.parametrize("result_store", kit.STORES, indirect=True)
 def test_frozen_worker_past_its_lease_is_fenced_and_the_result_is_the_new_holders(
-    local_cluster: Cluster, namespace: str, crds_installed: None, tmp_path: Path
+    local_cluster: Cluster,
+    namespace: str,
+    crds_installed: None,
+    tmp_path: Path,
+    result_store: kit.StoreUnderTest,
 ) -> None:
     kube = kit.admin_kube(local_cluster)
     ledger = tmp_path / "ledger.jsonl"
@@ -39,17 +50,21 @@ def test_frozen_worker_past_its_lease_is_fenced_and_the_result_is_the_new_holder
     )
     with kit.worker_pool(local_cluster, namespace, tmp_path) as pool:
         kit.materialize(kube, namespace, body)
+        result_store.attach(kube, "fence")
         key = kit.shard_key(body, body["spec"]["items"])
-        a = pool.start("fence", "worker-a", SHARDOPS_IDLE_SECONDS="5")
+        store_env = result_store.worker_env()
+        a = pool.start("fence", "worker-a", SHARDOPS_IDLE_SECONDS="5", **store_env)
         kit.poll("worker A to claim the shard", lambda: a.events("command-started"))
         a.signal(signal.SIGSTOP)
         frozen_at = time.monotonic()
-        assert kit.stored_items(kube, namespace, key) == {}, "A flushed results before it was frozen"
+        subkeys = [item_subkey(item) for item in body["spec"]["items"]]
+        flushed, _ = result_store.reader(kube).read_items(key, subkeys)
+        assert not flushed, "A flushed results before it was frozen"
         claimed = kit.get_shard(kube, namespace, "fence-00000").current_status
         assert claimed.owner == a.holder and claimed.attempt == 1 and claimed.fencing_token == 1
 
         # B must outwait the lease A stopped renewing.
-        b = pool.start("fence", "worker-b", SHARDOPS_IDLE_SECONDS="30")
+        b = pool.start("fence", "worker-b", SHARDOPS_IDLE_SECONDS="30", **store_env)
         done = kit.poll(
             "worker B to take the shard over and complete it",
             lambda: (s := kit.get_shard(kube, namespace, "fence-00000")).phase == "Done" and s,
@@ -81,13 +96,15 @@ def test_frozen_worker_past_its_lease_is_fenced_and_the_result_is_the_new_holder
         ("Completed", 2, b.holder),
     ], story
 
-    # The stored result is B's: written by B, every item from attempt 2.
-    configmap = kit.stored_result(kube, namespace, key)
-    assert configmap is not None and status.result is not None
-    assert configmap["metadata"]["name"] == status.result.ref
-    assert configmap["metadata"]["annotations"][OWNER_ANNOTATION] == b.holder
-    document = json.loads(configmap["data"]["result.json"])
+    # The stored result is B's: written by B, every item from attempt 2; the key's committed result
+    # (what a re-applied campaign reuses) is the one the shard's status names.
+    committed = result_store.committed(kube, key)
+    assert committed is not None and status.result is not None
+    assert committed.name == status.result.ref and committed.fingerprint == status.result.fingerprint
+    assert result_store.owner(committed) == b.holder
+    document = json.loads(committed.text)
     assert [entry["result"]["attempt"] for entry in document["items"]] == [2] * ITEMS
+    assert result_store.committed_count(kube) == 1
 
     # The API server's record: after B's claim, every write A tried was refused.
     # Writes only: the audit log records reads too, and A may read after B's claim (that is allowed).

@@ -31,7 +31,8 @@ from kubernetes import client
 
 from e2e.cluster.kubelet.identity import cluster_info, service_account_kubeconfig
 from e2e.harness import REPO_ROOT, Cluster, wait_for
-from shardops.api.campaign import Campaign
+from shardops.api.campaign import Campaign, ResultStoreStatus
+from shardops.api.enums import StoreType
 from shardops.api.names import API_GROUP_VERSION, CAMPAIGN_KIND, CAMPAIGN_LABEL
 from shardops.api.shard import Shard
 from shardops.k8s import campaigns
@@ -40,7 +41,17 @@ from shardops.k8s.shards import Actor, TransitionRequest, apply_transition
 from shardops.logic.idempotency import idempotency_key
 from shardops.logic.transitions import Action
 from shardops.scheduler import builders
-from shardops.store.configmap import ITEMS_PREFIX, RESULT_PREFIX, items_name, result_name
+from shardops.store import ResultStore
+from shardops.store.configmap import (
+    ITEMS_PREFIX,
+    OWNER_ANNOTATION,
+    RESULT_PREFIX,
+    ConfigMapStore,
+    items_name,
+    result_name,
+)
+from shardops.store.records import StoredResult
+from shardops.store.s3 import S3Store
 
 WORKER_SA = "shardops-worker"
 AGENT = "shardops-example-agent"
@@ -191,6 +202,69 @@ def materialize(kube: Kube, namespace: str, body: Mapping[str, Any], threads: in
     # As the operator records it: workers list only unfinished shards and read this for the rest.
     campaigns.patch_status(kube, namespace, campaign.name, {"cutShards": count}, None)
     return shards
+
+
+# --- the result store a test's campaigns use ---------------------------------------------------------
+
+STORES = ("configmap", "s3")
+
+
+@dataclass(frozen=True)
+class StoreUnderTest:
+    """The result store of a test's campaigns, as the operator would record it in
+    status.resultStore: the ConfigMap store, or the S3 server under a prefix of the test's own (the
+    workers get its credentials from their environment: the client's default chain)."""
+
+    kind: str
+    namespace: str
+    object_store: Any = None  # e2e.cluster.lifecycle.ObjectStore for "s3"
+    prefix: str = ""
+
+    @property
+    def location(self) -> ResultStoreStatus:
+        if self.kind == "configmap":
+            return ResultStoreStatus(type=StoreType.CONFIG_MAP)
+        store = self.object_store
+        return ResultStoreStatus(
+            type=StoreType.S3,
+            endpoint=store.endpoint,
+            region=store.region,
+            bucket=store.bucket,
+            prefix=self.prefix,
+        )
+
+    def worker_env(self) -> dict[str, str]:
+        if self.kind == "configmap":
+            return {}
+        return {
+            "AWS_ACCESS_KEY_ID": self.object_store.access_key_id,
+            "AWS_SECRET_ACCESS_KEY": self.object_store.secret_access_key,
+        }
+
+    def attach(self, kube: Kube, campaign: str) -> None:
+        """Record the store in the campaign's status, as the operator does before its first shard."""
+        campaigns.patch_status(kube, self.namespace, campaign, {"resultStore": self.location.to_dict()}, None)
+
+    def reader(self, kube: Kube) -> ResultStore:
+        if self.kind == "configmap":
+            return ConfigMapStore(kube, self.namespace)
+        return S3Store(self.location, self.namespace, client=self.object_store.client())
+
+    def committed(self, kube: Kube, key: str) -> StoredResult | None:
+        """The key's result (verified), as a re-applied campaign would find it."""
+        return self.reader(kube).read_result(key)
+
+    def committed_count(self, kube: Kube) -> int:
+        """How many keys have a committed result in the test's namespace."""
+        if self.kind == "configmap":
+            return len(result_configmaps(kube, self.namespace))
+        store = self.reader(kube)
+        assert isinstance(store, S3Store)
+        return len(list(store.names(store.pointers_prefix())))
+
+    @staticmethod
+    def owner(stored: StoredResult) -> str | None:
+        return stored.annotations.get(OWNER_ANNOTATION) or stored.annotations.get("owner")
 
 
 def shards_of(kube: Kube, namespace: str, campaign: str) -> list[Shard]:

@@ -150,8 +150,11 @@ class S3Store:
     def attempt_name(self, key: str, token: int) -> str:
         return f"{self.attempts_prefix(key)}t{token}.json"
 
+    def pointers_prefix(self) -> str:
+        return f"{self._root()}results/"
+
     def pointer_name(self, key: str) -> str:
-        return f"{self._root()}results/{store_label(key)}.json"
+        return f"{self.pointers_prefix()}{store_label(key)}.json"
 
     def items_prefix(self, key: str) -> str:
         return f"{self._root()}items/{store_label(key)}/"
@@ -216,6 +219,10 @@ class S3Store:
                     continue
                 raise
         return False
+
+    def names(self, prefix: str) -> Iterator[str]:
+        """Every object name under `prefix`, 1,000 per request (callers say what bounds the prefix)."""
+        return self._list(prefix)
 
     def _list(self, prefix: str) -> Iterator[str]:
         token: str | None = None
