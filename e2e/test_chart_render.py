@@ -89,6 +89,13 @@ MATRIX: dict[str, dict[str, Any]] = {
     },
     "no-metrics-service": {"metrics": {"service": {"enabled": False}}},
     "names-overridden": {"fullnameOverride": "so", "nameOverride": "campaigns"},
+    "s3-with-retention": {
+        "resultStore": {
+            "type": "S3",
+            "s3": {"endpoint": "http://s3.storage:8333", "bucket": "results", "credentialsSecret": "s3"},
+            "retentionSeconds": 2592000,
+        }
+    },
 }
 
 
@@ -168,3 +175,23 @@ def _releases(cluster: Cluster, namespace: str) -> str:
 def _has_service_monitors(cluster: Cluster) -> bool:
     result = cluster.kubectl("get", "crd", "servicemonitors.monitoring.coreos.com", check=False)
     return result.returncode == 0
+
+
+def test_the_result_retention_reaches_the_operator_as_its_setting(cluster: Cluster, namespace: str) -> None:
+    from shardops.scheduler.settings import OperatorSettings
+
+    def operator_env(values: dict[str, Any]) -> dict[str, str]:
+        objects = chartkit.render(
+            namespace, values, show_only=["templates/deployment.yaml"], bin_dir=cluster.bin_dir
+        )
+        (container,) = objects[0]["spec"]["template"]["spec"]["containers"]
+        return {e["name"]: e["value"] for e in container["env"] if "value" in e}
+
+    assert "SHARDOPS_RESULT_RETENTION_SECONDS" not in operator_env({}), "unset: kept until purged"
+    env = operator_env(_fill(MATRIX["s3-with-retention"], namespace))
+    # 30 days as an integer, not helm's float rendering of a large number (2.592e+06).
+    assert env["SHARDOPS_RESULT_RETENTION_SECONDS"] == "2592000"
+    settings = OperatorSettings.model_validate(
+        {k.removeprefix("SHARDOPS_").lower(): v for k, v in env.items()}
+    )
+    assert settings.result_retention_seconds == 2592000

@@ -33,7 +33,7 @@ from shardops.api.shard import Shard
 from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS, SHARDS, NotFound
 from shardops.state import ledger
 from shardops.store.configmap import ITEMS_PREFIX, RESULT_PREFIX
-from shardops.store.records import sha256_of
+from shardops.store.records import sha256_of, store_label
 
 pytestmark = pytest.mark.usefixtures("crds_installed")
 
@@ -420,3 +420,52 @@ def test_purge_deletes_the_campaign_then_every_result_it_stored(
         assert _gone(kube, namespace, "gone")
     left = [o for o in _objects(s3, object_store.bucket, root) if "/attempts/" in o or "/results/" in o]
     assert left == [], left
+
+
+def test_results_past_their_retention_go_once_no_campaign_of_that_name_exists(
+    local_cluster: Cluster,
+    namespace: str,
+    object_store: lifecycle.ObjectStore,
+    s3_operator_env: dict[str, str],
+    prefix: str,
+) -> None:
+    """Two campaigns with a 1 s retention: the one deleted after its TTL loses every stored object
+    (results, item results, ledger) and its retention record at the next sweep; the one that still
+    exists keeps everything, however long past its retention."""
+    kube = kube_for(local_cluster)
+    s3 = object_store.client()
+    root = f"{prefix}/{namespace}/"
+    retention = {"resultStore": {"retentionSeconds": 1}}
+    gone = campaign_body(
+        "gone", [{"n": i} for i in range(6)], shardSize=2, ttlSecondsAfterFinished=1, **retention
+    )
+    kept = campaign_body("kept", [{"n": i} for i in range(4)], shardSize=2, **retention)
+    env = {**s3_operator_env, "SHARDOPS_RETENTION_SWEEP_SECONDS": "1"}
+    with operator_running(local_cluster, namespace, env=env):
+        create_campaign(kube, namespace, kept)
+        create_campaign(kube, namespace, gone)
+        wait_phase(kube, namespace, "kept", {"Succeeded"}, timeout=120)
+        kept_done = _done_shards(kube, namespace, "kept", object_store)
+        kept_labels = {store_label(record["idempotencyKey"]) for record in kept_done.values()}
+        wait_phase(kube, namespace, "gone", {"Succeeded"}, timeout=120)
+        gone_done = _done_shards(kube, namespace, "gone", object_store)
+        gone_labels = {store_label(record["idempotencyKey"]) for record in gone_done.values()}
+        assert len(gone_labels) == 3 and len(kept_labels) == 2
+        wait_for("the campaign with a TTL to be deleted", lambda: _gone(kube, namespace, "gone"), timeout=60)
+
+        def gone_objects() -> list[str]:
+            return [
+                n for n in _objects(s3, object_store.bucket, root) if any(label in n for label in gone_labels)
+            ]
+
+        assert gone_objects(), "results outlive the Campaign until their retention passed"
+        wait_for("the sweep to delete the deleted campaign's results", lambda: not gone_objects(), timeout=60)
+        records = _objects(s3, object_store.bucket, f"{prefix}/_retention/{namespace}/")
+        # The deleted campaign's record went with its results; the existing one's stays, and so do
+        # all its objects although its retention passed long ago.
+        assert [r.split("/")[-2] for r in records] == ["kept"], records
+        left = _objects(s3, object_store.bucket, root)
+        assert not [n for n in left if "/ledger/gone-" in n], left
+        for label in kept_labels:
+            assert f"{root}results/{label}.json" in left, (label, left)
+            assert any(n.startswith(f"{root}attempts/{label}/") for n in left), (label, left)

@@ -58,6 +58,12 @@ class FakeS3:
             answer["NextContinuationToken"] = str(start + self.page)
         return answer
 
+    def delete_objects(self, Bucket: str, Delete: dict[str, Any]) -> Any:
+        self._check(Bucket, "delete")
+        for entry in Delete["Objects"]:
+            self.objects.pop(entry["Key"], None)
+        return {}
+
     def head_bucket(self, Bucket: str) -> Any:
         self.calls.append("head")
         if Bucket != self.bucket:

@@ -59,6 +59,8 @@ DEFAULT_S3_PREFIX = "shardops"
 # for the whole cluster and keeps every object in the API server's memory. Beyond this many work
 # shards a campaign needs an S3 store.
 CONFIGMAP_STORE_MAX_SHARDS = 1000
+# Ten years: longer is "forever", which is what leaving the retention unset says.
+MAX_RETENTION_SECONDS = 10 * 365 * 24 * 3600
 # The largest spec.errorThreshold.window: the status keeps that many folded completions.
 MAX_ERROR_WINDOW = 1000
 
@@ -455,6 +457,25 @@ class ResultStoreSpec(SpecModel):
         ),
     )
     s3: S3Location | None = Field(default=None, description="Overrides of the installation's S3 settings.")
+    retention_seconds: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_RETENTION_SECONDS,
+        description=(
+            "How long the campaign's stored results are kept after it finished (S3 store): the "
+            "operator then deletes them, its ledger and uploaded inputs, once no Campaign of this "
+            "name exists in the namespace (a re-applied one reuses them; its own finish restarts "
+            "the clock). Default: the installation's (chart value resultStore.retentionSeconds); "
+            "unset there too: kept until `kubectl campaign purge`. ConfigMap results are kept "
+            "until purged."
+        ),
+    )
+
+
+def retention_of(spec: ResultStoreSpec | None, installation: int | None) -> int | None:
+    """The campaign's result retention: its own, else the installation's (None: until purged)."""
+    own = spec.retention_seconds if spec is not None else None
+    return own if own is not None else installation
 
 
 class ResultStoreStatus(StatusModel):

@@ -7,10 +7,12 @@ its pod restarts as a fresh standby (client-go's rule: never keep going after lo
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import logging
 import signal
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from types import FrameType
 
@@ -139,6 +141,13 @@ def run_operator(settings: OperatorSettings) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         reconciler = Reconciler(kube, settings, metrics, is_leader=is_leader, renewing=renewing)
+        sweeper = threading.Thread(
+            target=_sweep_retention,
+            args=(reconciler, settings, metrics, is_leader, stop),
+            name="retention-sweep",
+            daemon=True,
+        )
+        sweeper.start()
         configured = kopf_settings(settings)
         ticker = CampaignTicker(
             reconciler.kick,
@@ -155,6 +164,27 @@ def run_operator(settings: OperatorSettings) -> int:
         if outcome["code"] == 0:
             elector.release()
         server.stop()
+
+
+def _sweep_retention(
+    reconciler: Reconciler,
+    settings: OperatorSettings,
+    metrics: Metrics,
+    is_leader: Callable[[], bool],
+    stop: threading.Event,
+) -> None:
+    """Every retention_sweep_seconds, on the leader: delete results past their retention
+    (retention.py). Its own thread, so a long sweep never holds a reconcile worker."""
+    while not stop.wait(settings.retention_sweep_seconds):
+        if not is_leader():
+            continue
+        try:
+            deleted = reconciler.retention.sweep(dt.datetime.now(dt.UTC))
+        except Exception:
+            log.exception("retention sweep failed; the next one retries")
+            continue
+        if deleted:
+            metrics.retention_deleted.inc(deleted)
 
 
 async def _serve(

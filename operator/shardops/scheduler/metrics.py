@@ -123,6 +123,11 @@ class Metrics:
             ["outcome"],
             registry=r,
         )
+        self.retention_deleted = Counter(
+            "shardops_retention_deleted_objects",
+            "Stored objects (results, item results, ledgers, uploaded inputs) deleted past their retention.",
+            registry=r,
+        )
         self.loop_lag = Gauge(
             "shardops_event_loop_heartbeat_age_seconds",
             "Seconds since the kopf event loop last ticked (large: the loop is blocked).",

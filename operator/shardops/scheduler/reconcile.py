@@ -65,6 +65,7 @@ from shardops.logic.transitions import Action
 from shardops.logic.views import ItemProgress
 from shardops.scheduler import builders, failpoints
 from shardops.scheduler.metrics import BREAKER_VALUES, Metrics
+from shardops.scheduler.retention import Retention
 from shardops.scheduler.settings import REPORTING_CONTROLLER, OperatorSettings
 from shardops.state import breakers, errors, history, ledger, observe, shardview
 from shardops.store.items import StreamedItems, object_items
@@ -147,6 +148,9 @@ class Reconciler:
         self._memory: dict[tuple[str, str], _Memory] = {}
         # One S3 client per store location (creating one costs far more than a call).
         self._stores: dict[tuple[str, str], S3Store] = {}
+        self.retention = Retention(
+            kube, settings.result_store_location(), settings.result_retention_seconds, self._s3
+        )
 
     # --- entry points (called from kopf handlers, in kopf's thread pool) ------------------------------
 
@@ -284,8 +288,18 @@ class Reconciler:
         self._start_workers(seen, plan)
         self._write_status(seen, plan, fold, stuck, retried, now)
         self.metrics.dispatch.labels(campaign=key, reason=str(plan.reason)).inc()
+        self._retain(seen)
         self._expire(campaign, now)
         return True
+
+    def _retain(self, seen: _Observed) -> None:
+        """A finished campaign with a result retention: record what goes when (retention.py)."""
+        try:
+            self.retention.record(seen.campaign, seen.shards.values())
+        except StoreUnavailable as error:
+            log.warning(
+                "recording the retention of %s failed, next pass retries: %s", seen.campaign.name, error
+            )
 
     def _expire(self, campaign: Campaign, now: dt.datetime) -> None:
         """spec.ttlSecondsAfterFinished passed since the campaign finished: delete it (its Shards and

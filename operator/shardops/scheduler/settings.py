@@ -14,7 +14,7 @@ from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from shardops import API_GROUP
-from shardops.api.campaign import BUCKET_PATTERN, DEFAULT_S3_PREFIX, ResultStoreStatus
+from shardops.api.campaign import BUCKET_PATTERN, DEFAULT_S3_PREFIX, MAX_RETENTION_SECONDS, ResultStoreStatus
 from shardops.api.enums import StoreType
 from shardops.scheduler.builders import DEFAULT_WORKER_SERVICE_ACCOUNT
 from shardops.state import observe
@@ -130,6 +130,20 @@ class OperatorSettings(BaseSettings):
             "workers; unset: the client's default credential chain. The operator's own credentials come "
             "from its environment (the chart maps the same Secret of its namespace)."
         ),
+    )
+    result_retention_seconds: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_RETENTION_SECONDS,
+        description=(
+            "Keep a finished campaign's S3 results this long, then delete them once no Campaign of "
+            "its name exists (spec.resultStore.retentionSeconds overrides it); unset: until purged."
+        ),
+    )
+    retention_sweep_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        description="How often the leader looks for results past their retention (one LIST of the records).",
     )
     log_level: str = Field(default="INFO")
 

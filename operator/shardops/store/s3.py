@@ -369,6 +369,28 @@ class S3Store:
             self._call(f"DELETE {prefix}*", "delete_objects", Delete={"Objects": batch, "Quiet": True})
         return len(names)
 
+    # --- retention records (scheduler/retention.py) ------------------------------------------------
+
+    def retention_prefix(self) -> str:
+        """The retention records of every namespace under this store's prefix: `_retention/` can
+        not clash with a namespace's own folder (no namespace name has an underscore)."""
+        prefix = self.location.prefix.strip("/")
+        return f"{prefix}/_retention/" if prefix else "_retention/"
+
+    def retention_name(self, campaign: str, uid: str, finished: int) -> str:
+        return f"{self.retention_prefix()}{self.namespace}/{campaign}/{uid}-{finished}.json"
+
+    def put_record(self, name: str, document: Mapping[str, Any]) -> bool:
+        """Write a small JSON record once (If-None-Match); False when it was there already."""
+        return self._put_once(name, canonical_json(document).encode("utf-8"), {}, "application/json")
+
+    def get_record(self, name: str) -> dict[str, Any] | None:
+        found = self._get(name)
+        if found is None:
+            return None
+        value = json.loads(found[0])
+        return value if isinstance(value, dict) else None
+
     def delete_key(self, key: str) -> int:
         """Delete everything stored under one idempotency key: its attempts, pointer and item chunks."""
         deleted = self.delete_prefix(self.attempts_prefix(key))

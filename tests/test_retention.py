@@ -1,0 +1,144 @@
+"""Result retention (scheduler/retention.py): a record at each finish, and a sweep that deletes a
+campaign's stored results only once every record of its name expired and no Campaign of that name
+exists."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from fakekube import FakeKube
+from fakes3 import FakeS3
+from schedulerkit import campaign, shard
+from shardops.api.campaign import Campaign, ResultStoreStatus
+from shardops.api.enums import StoreType
+from shardops.api.shard import Shard
+from shardops.k8s.api import CAMPAIGNS
+from shardops.scheduler.retention import Retention, group_of
+from shardops.store.records import ItemRecord, ResultMeta
+from shardops.store.s3 import S3Store
+
+NS = "research"
+FINISHED = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+LOCATION = ResultStoreStatus(type=StoreType.S3, endpoint="http://127.0.0.1:1", bucket="results", prefix="p")
+
+
+def _campaign(uid: str = "uid-1", finished: dt.datetime | None = FINISHED, **spec: Any) -> Campaign:
+    body = campaign("survey", **spec)
+    body["metadata"].update(namespace=NS, uid=uid)
+    status: dict[str, Any] = {"resultStore": LOCATION.to_dict(), "phase": "Succeeded"}
+    if finished is not None:
+        status["conditions"] = [
+            {
+                "type": "Complete",
+                "status": "True",
+                "reason": "AllDone",
+                "message": "",
+                "lastTransitionTime": finished.isoformat(),
+            }
+        ]
+    body["status"] = status
+    return Campaign.parse(body)
+
+
+class Setup:
+    def __init__(self, default_seconds: int | None = 60) -> None:
+        self.kube = FakeKube()
+        self.s3 = FakeS3()
+        self.stores: dict[str, S3Store] = {}
+        self.retention = Retention(self.kube, LOCATION, default_seconds, self.store_for)  # type: ignore[arg-type]
+
+    def store_for(self, namespace: str, location: ResultStoreStatus) -> S3Store | None:
+        if location.credentials_secret is not None:
+            return None  # only the campaign's workers hold those credentials
+        return S3Store(location, namespace, client=self.s3)
+
+    def store(self) -> S3Store:
+        return S3Store(LOCATION, NS, client=self.s3)
+
+    def results_of(self, key: str, token: int = 1) -> None:
+        """What a worker leaves for one key: an attempt object, its committed pointer, item chunks."""
+        store = self.store()
+        text = '{"items": []}'
+        stored, _ = store.store_result(key, text, ResultMeta("survey", "s", "w", 1, token), 0)
+        store.commit(key, stored)
+        store.save_items(key, "survey", {"k": ItemRecord({"a": 1}, 0.0)}, shard="s", token=token)
+
+    def names(self) -> list[str]:
+        return sorted(self.s3.objects)
+
+
+def _shards(count: int) -> list[Shard]:
+    return [Shard.parse(shard("survey", i, "Done")) for i in range(count)]
+
+
+def test_a_finish_is_recorded_once_with_the_keys_of_the_live_shards() -> None:
+    setup = Setup()
+    shards = _shards(2)
+    name = setup.retention.record(_campaign(), shards)
+    assert name == "p/_retention/research/survey/uid-1-1767225600.json"
+    record = setup.store().get_record(name)
+    assert record is not None
+    assert record["keys"] == sorted(s.spec.idempotency_key for s in shards)
+    assert (record["retentionSeconds"], record["expiresAt"]) == (60, "2026-01-01T00:01:00+00:00")
+    puts = setup.s3.calls.count("put")
+    assert setup.retention.record(_campaign(), shards) == name and setup.s3.calls.count("put") == puts
+
+
+def test_nothing_is_recorded_while_running_without_a_retention_or_without_the_credentials() -> None:
+    assert Setup().retention.record(_campaign(finished=None), _shards(1)) is None
+    assert Setup(default_seconds=None).retention.record(_campaign(), _shards(1)) is None
+    own = _campaign()
+    own.current_status.result_store = LOCATION.model_copy(update={"credentials_secret": "team-s3"})
+    assert Setup().retention.record(own, _shards(1)) is None
+    # The campaign's own setting wins over the installation's, both ways.
+    setup = Setup(default_seconds=None)
+    name = setup.retention.record(_campaign(resultStore={"retentionSeconds": 5}), _shards(1))
+    assert name is not None and (setup.store().get_record(name) or {})["retentionSeconds"] == 5
+    assert Setup(default_seconds=60).retention.record(_campaign(finished=None), _shards(1)) is None
+
+
+def test_the_sweep_deletes_every_object_of_an_expired_campaign_that_is_gone() -> None:
+    setup = Setup()
+    shards = _shards(2)
+    for s in shards:
+        setup.results_of(s.spec.idempotency_key)
+    folded_key = "sha256:" + "f" * 64
+    setup.results_of(folded_key)
+    store = setup.store()
+    store.write_ledger("survey", "uid-1", 0, [{"index": 5, "idempotencyKey": folded_key}])
+    store.put_record(f"{store.input_prefix('survey')}abc.jsonl", {"n": 1})
+    other = "sha256:" + "e" * 64
+    setup.results_of(other)  # another campaign's: stays
+    setup.retention.record(_campaign(), shards)
+    before = len(setup.names())
+
+    assert setup.retention.sweep(FINISHED + dt.timedelta(seconds=59)) == 0, "not expired yet"
+    assert len(setup.names()) == before
+    deleted = setup.retention.sweep(FINISHED + dt.timedelta(seconds=60))
+    left = setup.names()
+    assert deleted == 3 * 3 + 1 + 1, left  # three keys (attempt, pointer, chunk), ledger, input
+    assert all(other.removeprefix("sha256:")[:20] in name for name in left), left
+    assert len(left) == 3
+
+
+def test_a_campaign_of_that_name_keeps_everything_and_a_newer_finish_waits_for_its_own() -> None:
+    setup = Setup()
+    shards = _shards(1)
+    setup.results_of(shards[0].spec.idempotency_key)
+    setup.retention.record(_campaign(), shards)
+    setup.kube.put(CAMPAIGNS, NS, {**campaign("survey"), "metadata": {"name": "survey", "uid": "uid-2"}})
+    later = FINISHED + dt.timedelta(days=1)
+    assert setup.retention.sweep(later) == 0, "a Campaign of that name exists (re-applied)"
+    setup.kube.delete(CAMPAIGNS, NS, "survey")
+    # The re-applied one finished an hour after the first: its record is not expired yet.
+    setup.retention.record(_campaign(uid="uid-2", finished=later - dt.timedelta(seconds=30)), shards)
+    assert setup.retention.sweep(later) == 0
+    assert setup.retention.sweep(later + dt.timedelta(seconds=30)) == 3
+    assert setup.names() == []
+
+
+def test_record_names_group_by_namespace_and_campaign() -> None:
+    assert group_of("p/_retention/ns/camp/uid-1.json", "p/_retention/") == ("ns", "camp")
+    assert group_of("p/_retention/ns/camp/deeper/uid-1.json", "p/_retention/") is None
+    assert group_of("q/_retention/ns/camp/uid-1.json", "p/_retention/") is None
