@@ -34,6 +34,7 @@ from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS, SHARDS, NotFound
 from shardops.state import ledger
 from shardops.store.configmap import ITEMS_PREFIX, RESULT_PREFIX
 from shardops.store.records import sha256_of, store_label
+from shardops_example_agent.agent import answer
 
 pytestmark = pytest.mark.usefixtures("crds_installed")
 
@@ -469,3 +470,42 @@ def test_results_past_their_retention_go_once_no_campaign_of_that_name_exists(
         for label in kept_labels:
             assert f"{root}results/{label}.json" in left, (label, left)
             assert any(n.startswith(f"{root}attempts/{label}/") for n in left), (label, left)
+
+
+def test_the_finalize_shard_reads_every_result_in_item_order_folded_shards_included(
+    local_cluster: Cluster,
+    namespace: str,
+    object_store: lifecycle.ObjectStore,
+    s3_operator_env: dict[str, str],
+    tmp_path: Path,
+) -> None:
+    """The closing step's $SHARDOPS_CAMPAIGN_RESULTS_FILE holds one line per item, in item order,
+    each the result the agent computed (its ledger), although most shards were folded into the
+    ledger and their Shard objects deleted by the time the finalize shard ran."""
+    kube = kube_for(local_cluster)
+    ledger_file, copy = tmp_path / "agent.jsonl", tmp_path / "campaign-results.jsonl"
+    items = [{"n": i} for i in range(16)]
+    script = f"import os, shutil; shutil.copy(os.environ['SHARDOPS_CAMPAIGN_RESULTS_FILE'], {str(copy)!r})"
+    body = campaign_body(
+        "closing",
+        items,
+        shardSize=2,
+        maxConcurrency=3,
+        worker_env={"SHARDOPS_AGENT_LATENCY": 0.05, "SHARDOPS_AGENT_LEDGER": ledger_file},
+        finalize={"image": "shardops:e2e", "command": ["python3", "-c", script]},
+    )
+    with operator_running(local_cluster, namespace, env=s3_operator_env):
+        create_campaign(kube, namespace, body)
+        final = wait_phase(kube, namespace, "closing", FINISHED, timeout=240)
+        assert final["status"]["phase"] == "Succeeded", final["status"]
+        folded = final["status"].get("folded") or {}
+    lines = [json.loads(line) for line in copy.read_text().splitlines()]
+    assert [line["index"] for line in lines] == list(range(16))
+    assert [line["item"] for line in lines] == items
+    computed = {e["key"]: e for e in _ledger(ledger_file) if e["event"] == "done"}
+    assert {line["key"] for line in lines} == set(computed)
+    for line in lines:
+        assert line["result"]["answer"] == answer(line["item"]) and line["shard"].startswith("closing-")
+    print(
+        f"\nfinalize read {len(lines)} results; {folded.get('shards', 0)} of 8 work shards folded at the end"
+    )
