@@ -46,7 +46,7 @@ unit: $(BENCH_STAMP) ## tests without a cluster (the benchmarks' own unit tests 
 	$(BIN)/pytest -q tests
 
 e2e: $(BENCH_STAMP) tools image ## tests against the local control plane (or KUBECONFIG when set)
-	$(BIN)/pytest -q e2e
+	$(BIN)/pytest -q --durations=30 e2e
 
 bench: $(BENCH_STAMP) tools ## benchmarks on the local control plane (or KUBECONFIG): benchmarks/RESULTS.md; BENCH_QUICK=1 for the quick set
 	$(BIN)/python -m benchmarks

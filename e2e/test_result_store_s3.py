@@ -459,12 +459,19 @@ def test_results_past_their_retention_go_once_no_campaign_of_that_name_exists(
                 n for n in _objects(s3, object_store.bucket, root) if any(label in n for label in gone_labels)
             ]
 
+        def records() -> list[str]:
+            return _objects(s3, object_store.bucket, f"{prefix}/_retention/{namespace}/")
+
         assert gone_objects(), "results outlive the Campaign until their retention passed"
-        wait_for("the sweep to delete the deleted campaign's results", lambda: not gone_objects(), timeout=60)
-        records = _objects(s3, object_store.bucket, f"{prefix}/_retention/{namespace}/")
+        # A sweep deletes a campaign's records last, after everything they name.
+        wait_for(
+            "the sweep to delete the deleted campaign's results and then its record",
+            lambda: not gone_objects() and not [r for r in records() if "/gone/" in r],
+            timeout=60,
+        )
         # The deleted campaign's record went with its results; the existing one's stays, and so do
         # all its objects although its retention passed long ago.
-        assert [r.split("/")[-2] for r in records] == ["kept"], records
+        assert [r.split("/")[-2] for r in records()] == ["kept"], records()
         left = _objects(s3, object_store.bucket, root)
         assert not [n for n in left if "/ledger/gone-" in n], left
         for label in kept_labels:
