@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
+from e2e.harness import wait_for
 from prometheus_client.parser import text_string_to_metric_families
 
 from fakekube import FakeKube
@@ -202,11 +203,15 @@ def test_the_endpoint_serves_the_figures_and_initialises_the_outcomes_at_zero() 
         assert before[won] == 0, "known series exist before their first event"
         metrics.observe_claim(ClaimOutcome.WON)
         assert _scrape(endpoint.port)[won] == 1
-        assert endpoint.scrapes == 2
+        # The server counts a scrape once its answer is flushed, which may be just after we read it.
+        wait_for("two scrapes counted", lambda: endpoint.scrapes == 2, timeout=10, interval=0.01)
         with pytest.raises(urllib.error.HTTPError) as missing:
             urllib.request.urlopen(f"http://127.0.0.1:{endpoint.port}/other", timeout=10)
         assert missing.value.code == 404
-        assert endpoint.scrapes == 2, "only /metrics counts as a scrape"
+        # Requests are served one at a time: once the next scrape is counted, the 404 is done too.
+        _scrape(endpoint.port)
+        wait_for("the third scrape counted", lambda: endpoint.scrapes >= 3, timeout=10, interval=0.01)
+        assert endpoint.scrapes == 3, "only /metrics counts as a scrape"
     finally:
         endpoint.stop()
 
