@@ -88,6 +88,7 @@ MATRIX: dict[str, dict[str, Any]] = {
         "metrics": {"port": 9090, "service": {"type": "NodePort", "port": 9090, "annotations": {"a": "b"}}}
     },
     "no-metrics-service": {"metrics": {"service": {"enabled": False}}},
+    "worker-metrics": {"workers": {"metrics": {"enabled": True, "port": 9100, "lingerSeconds": 45}}},
     "names-overridden": {"fullnameOverride": "so", "nameOverride": "campaigns"},
     "s3-with-retention": {
         "resultStore": {
@@ -154,6 +155,22 @@ def test_service_monitor_needs_the_prometheus_operator(cluster: Cluster, namespa
 
 
 @pytest.mark.usefixtures("crds_installed")
+def test_pod_monitor_needs_the_prometheus_operator(cluster: Cluster, namespace: str) -> None:
+    """The worker PodMonitor, like the ServiceMonitor, is refused with what to do on a cluster without it."""
+    if _has_crd(cluster, "podmonitors.monitoring.coreos.com"):
+        pytest.skip("this cluster has the PodMonitor CRD")
+    result = chartkit.helm(
+        "install", "shardops", str(chartkit.CHART), "--namespace", namespace, "--dry-run=server",
+        "--skip-crds", "--set", "workers.metrics.enabled=true",
+        "--set", "workers.metrics.podMonitor.enabled=true",
+        bin_dir=cluster.bin_dir, env=cluster.env(), check=False,
+    )  # fmt: skip
+    assert result.returncode != 0
+    wanted = "workers.metrics.podMonitor.enabled is true but this cluster has no monitoring.coreos.com/v1"
+    assert f"{wanted} PodMonitor" in result.stderr
+
+
+@pytest.mark.usefixtures("crds_installed")
 def test_bad_values_are_refused_before_anything_reaches_the_cluster(cluster: Cluster, namespace: str) -> None:
     result = chartkit.helm(
         "install", "shardops", str(chartkit.CHART), "--namespace", namespace, "--skip-crds",
@@ -173,7 +190,11 @@ def _releases(cluster: Cluster, namespace: str) -> str:
 
 
 def _has_service_monitors(cluster: Cluster) -> bool:
-    result = cluster.kubectl("get", "crd", "servicemonitors.monitoring.coreos.com", check=False)
+    return _has_crd(cluster, "servicemonitors.monitoring.coreos.com")
+
+
+def _has_crd(cluster: Cluster, name: str) -> bool:
+    result = cluster.kubectl("get", "crd", name, check=False)
     return result.returncode == 0
 
 

@@ -5,7 +5,8 @@ Worker A claims a shard and is frozen (SIGSTOP) before it stored anything. Its c
 running and finishes every item while A sleeps. The lease expires, worker B takes the shard over
 (reclaim, attempt 2), runs it and completes it. Then A is thawed (SIGCONT) holding a complete result:
 its renewal is refused by the API server (409 on the Lease, in the audit log), it writes nothing,
-and the stored result is B's.
+and the stored result is B's. A's own /metrics counts the fenced run (reason lease) and no shard
+it completed.
 
 Run with each result store. With S3 a stale holder could write its own attempt object (one per
 fencing token, never overwritten), but the key's committed result is written only after a fenced
@@ -53,7 +54,9 @@ def test_frozen_worker_past_its_lease_is_fenced_and_the_result_is_the_new_holder
         result_store.attach(kube, "fence")
         key = kit.shard_key(body, body["spec"]["items"])
         store_env = result_store.worker_env()
-        a = pool.start("fence", "worker-a", SHARDOPS_IDLE_SECONDS="5", **store_env)
+        a = pool.start(
+            "fence", "worker-a", SHARDOPS_IDLE_SECONDS="5", **store_env, **kit.metrics_env(linger=60)
+        )
         kit.poll("worker A to claim the shard", lambda: a.events("command-started"))
         a.signal(signal.SIGSTOP)
         frozen_at = time.monotonic()
@@ -77,12 +80,27 @@ def test_frozen_worker_past_its_lease_is_fenced_and_the_result_is_the_new_holder
 
         a.signal(signal.SIGCONT)
         fenced = kit.poll("worker A to notice it was fenced", lambda: a.events("fenced"), timeout=30)
+        kit.poll("worker A to linger for a last scrape", lambda: a.events("metrics-lingering"), 30)
+        a_metrics = kit.scrape(a)
         assert kit.wait_exit([a, b], timeout=60) == [0, 0]
 
     # A held a complete result and threw it away.
     assert fenced[0]["shard"] == "fence-00000" and fenced[0]["token"] == 1
     assert fenced[0]["discarded"] == ITEMS, fenced
     assert not a.events("completed") and not a.events("failed")
+    # ...and counted it: one fenced run (its Lease renewal before the Done write was refused), and a
+    # command that succeeded (every item done while A was frozen): work thrown away, as it must be.
+    campaign = f"{namespace}/fence"
+
+    def a_value(name: str, **labels: str) -> float:
+        return kit.sample(a_metrics, name, campaign=campaign, **labels)
+
+    assert a_value("shardops_worker_fenced_total", reason="lease") == 1
+    assert a_value("shardops_worker_shards_total", shard_class="work", outcome="fenced", error_class="") == 1
+    assert a_value("shardops_worker_shards_total", shard_class="work", outcome="done", error_class="") == 0
+    succeeded = {"shard_class": "work", "outcome": "succeeded"}
+    assert a_value("shardops_worker_command_duration_seconds_count", **succeeded) == 1
+    assert a_value("shardops_worker_claims_total", outcome="won") == 1
 
     # The shard's story: A claimed, its lease expired, B reclaimed and claimed (attempt 2), B completed.
     status = kit.get_shard(kube, namespace, "fence-00000").current_status

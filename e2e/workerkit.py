@@ -20,6 +20,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from typing import Any
 
 import yaml
 from kubernetes import client
+from prometheus_client.parser import text_string_to_metric_families
 
 from e2e.cluster.kubelet.identity import cluster_info, service_account_kubeconfig
 from e2e.harness import REPO_ROOT, Cluster, wait_for
@@ -366,6 +368,46 @@ class WorkerProcess:
         except subprocess.TimeoutExpired:
             self.signal(signal.SIGKILL)
             self.popen.wait(timeout=10)
+
+
+# --- the worker's /metrics ------------------------------------------------------------------------
+
+
+# A worker started with these serves /metrics on a free loopback port (logged as metrics-serving)
+# and, when its loop ends, waits up to `linger` seconds for one scrape of its final figures.
+def metrics_env(linger: float = 120) -> dict[str, str]:
+    return {
+        "SHARDOPS_METRICS_PORT": "0",
+        "SHARDOPS_METRICS_HOST": "127.0.0.1",
+        "SHARDOPS_METRICS_LINGER_SECONDS": f"{linger:g}",
+    }
+
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def metrics_port(worker: WorkerProcess) -> int:
+    serving = poll(f"{worker.name} to serve /metrics", lambda: worker.events("metrics-serving"), 30)
+    return int(serving[0]["port"])
+
+
+def scrape(worker: WorkerProcess) -> Samples:
+    """One scrape of the worker's /metrics over HTTP, as Prometheus makes it."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port(worker)}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def sample(samples: Samples, name: str, **labels: str) -> float:
+    """The value of one series (0 when absent), matched on the labels given (campaign among them)."""
+    wanted = set(labels.items())
+    found = [value for (n, have), value in samples.items() if n == name and wanted <= have]
+    assert len(found) <= 1, f"{name}{labels} matches {len(found)} series"
+    return found[0] if found else 0.0
 
 
 @dataclass

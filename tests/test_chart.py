@@ -331,6 +331,59 @@ def test_service_monitor_points_at_the_metrics_service(helm_bin: Path) -> None:
     assert monitor["metadata"]["labels"]["release"] == "prom"
 
 
+def test_worker_metrics_are_off_by_default(helm_bin: Path) -> None:
+    objects = render(helm_bin)
+    env = {e["name"] for e in deployment_pod(objects)["spec"]["containers"][0]["env"]}
+    assert not {n for n in env if n.startswith("SHARDOPS_WORKER_METRICS")}
+    assert "PodMonitor" not in kinds(objects)
+
+
+def test_worker_metrics_reach_the_operator_settings_and_the_pod_monitor_scrapes_worker_pods(
+    helm_bin: Path,
+) -> None:
+    from shardops.api.names import ROLE_LABEL
+    from shardops.k8s.jobs import WORKER_ROLE
+    from shardops.scheduler.builders import WORKER_METRICS_PORT_NAME, WorkerMetricsEndpoint
+    from shardops.scheduler.settings import OperatorSettings
+
+    objects = render(
+        helm_bin,
+        "workers.metrics.enabled=true",
+        "workers.metrics.port=9100",
+        "workers.metrics.lingerSeconds=45",
+        "workers.metrics.podMonitor.enabled=true",
+        "workers.metrics.podMonitor.labels.release=prom",
+        "watch.namespaces={team-a,team-b}",
+        extra=("--api-versions", "monitoring.coreos.com/v1/PodMonitor"),
+    )
+    env = {
+        e["name"]: e["value"] for e in deployment_pod(objects)["spec"]["containers"][0]["env"] if "value" in e
+    }
+    # What the chart sets is what the operator reads: its settings, parsed from the rendered env.
+    settings = OperatorSettings.model_validate(
+        {
+            n.removeprefix("SHARDOPS_").lower(): v
+            for n, v in env.items()
+            if n.startswith("SHARDOPS_WORKER_METRICS")
+        }
+        | {"identity": "t"}
+    )
+    assert settings.worker_metrics() == WorkerMetricsEndpoint(9100, 45)
+    monitor = only(objects, "PodMonitor")
+    # The pods it selects are the worker pods the operator builds, on the port it names.
+    assert monitor["spec"]["selector"] == {"matchLabels": {ROLE_LABEL: WORKER_ROLE}}
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["team-a", "team-b"]}
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    assert endpoint == {
+        "port": WORKER_METRICS_PORT_NAME,
+        "path": "/metrics",
+        "interval": "15s",
+        "scrapeTimeout": "10s",
+    }
+    assert monitor["metadata"]["labels"]["release"] == "prom"
+    assert monitor["metadata"]["namespace"] == "shardops-system"
+
+
 def test_image_digest_and_tag(helm_bin: Path) -> None:
     digest = "sha256:" + "ab" * 32
     pod = deployment_pod(render(helm_bin, f"image.digest={digest}", "image.tag=9.9.9"))
@@ -512,6 +565,16 @@ REFUSED_VALUES = [
     (
         "metrics.serviceMonitor.enabled=true",
         "metrics.serviceMonitor.enabled is true but this cluster has no monitoring.coreos.com/v1",
+    ),
+    ("workers.metrics.port=80", "at '/workers/metrics/port': minimum: got 80, want 1,024"),
+    ("workers.metrics.lingerSeconds=-1", "at '/workers/metrics/lingerSeconds': minimum: got -1, want 0"),
+    (
+        "workers.metrics.podMonitor.enabled=true",
+        "workers.metrics.podMonitor.enabled needs worker pods that serve metrics: set workers.metrics",
+    ),
+    (
+        "workers.metrics.enabled=true,workers.metrics.podMonitor.enabled=true",
+        "workers.metrics.podMonitor.enabled is true but this cluster has no monitoring.coreos.com/v1 PodM",
     ),
 ]
 

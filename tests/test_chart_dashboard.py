@@ -1,6 +1,6 @@
-"""The chart's Grafana dashboard (charts/shardops/dashboards/shardops.json) queries only what the
-operator exports: every metric an expression names is one of the operator registry's sample names,
-and every label it selects or groups by is one of that metric's labels."""
+"""The chart's Grafana dashboard (charts/shardops/dashboards/shardops.json) queries only what
+shardops exports: every metric an expression names is a sample name of the operator's registry or of
+the worker runtime's, and every label it selects or groups by is one of that metric's labels."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pytest
 from prometheus_client.metrics import MetricWrapperBase
 
 from shardops.scheduler.metrics import Metrics
+from shardops.worker.metrics import WorkerMetrics
 
 ROOT = Path(__file__).resolve().parent.parent
 DASHBOARD = json.loads((ROOT / "charts" / "shardops" / "dashboards" / "shardops.json").read_text())
@@ -28,9 +29,11 @@ SUFFIXES = {
 
 
 def exported() -> dict[str, set[str]]:
-    """Sample name -> its label names, for every shardops_ metric of the operator's registry."""
+    """Sample name -> its label names, for every shardops_ metric of the operator's and the workers'
+    registries (the two processes Prometheus scrapes)."""
     names: dict[str, set[str]] = {}
-    for collector in Metrics().registry._collector_to_names:
+    registries = (Metrics().registry, WorkerMetrics("namespace/campaign").registry)
+    for collector in (c for registry in registries for c in registry._collector_to_names):
         assert isinstance(collector, MetricWrapperBase)
         kind = collector._type
         labels = set(collector._labelnames)
@@ -68,6 +71,10 @@ def test_the_dashboard_has_the_panels_users_expect() -> None:
         "Failures by error class",
         "Circuit breakers",
         "Budget",
+        "Worker claims and lost races",
+        "Worker heartbeats",
+        "Command duration (p50, p99)",
+        "Fenced runs",
     ):
         assert wanted in titles
     ids = [panel["id"] for panel in DASHBOARD["panels"]]
@@ -103,3 +110,16 @@ def test_the_campaign_variable_and_datasource_are_used() -> None:
     for panel in DASHBOARD["panels"]:
         if panel["type"] != "row":
             assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+
+
+def test_every_worker_metric_is_on_the_dashboard() -> None:
+    """The worker's figures exist to be seen: each shardops_worker_ metric is on some panel."""
+    on_dashboard = {m for _, e in EXPRESSIONS for m in METRIC.findall(e)}
+    worker = {
+        c._name
+        for c in WorkerMetrics("namespace/campaign").registry._collector_to_names
+        if isinstance(c, MetricWrapperBase)
+    }
+    assert worker, "the worker registry has metrics"
+    missing = {name for name in worker if not any(m.startswith(name) for m in on_dashboard)}
+    assert not missing, f"worker metrics on no panel: {sorted(missing)}"

@@ -110,6 +110,12 @@ Checks across values that the JSON schema cannot express; each failure names the
 {{- end -}}
 {{- end -}}
 {{- end -}}
+{{- if and .Values.workers.metrics.podMonitor.enabled (not .Values.workers.metrics.enabled) -}}
+{{- fail "workers.metrics.podMonitor.enabled needs worker pods that serve metrics: set workers.metrics.enabled=true" -}}
+{{- end -}}
+{{- if and .Values.workers.metrics.podMonitor.enabled (not (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1/PodMonitor")) -}}
+{{- fail "workers.metrics.podMonitor.enabled is true but this cluster has no monitoring.coreos.com/v1 PodMonitor (install the Prometheus Operator CRDs first, or with helm template pass --api-versions monitoring.coreos.com/v1/PodMonitor); or set workers.metrics.podMonitor.enabled=false" -}}
+{{- end -}}
 {{- if and .Values.metrics.serviceMonitor.enabled (not (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1/ServiceMonitor")) -}}
 {{- fail "metrics.serviceMonitor.enabled is true but this cluster has no monitoring.coreos.com/v1 ServiceMonitor (install the Prometheus Operator CRDs first, or with helm template pass --api-versions monitoring.coreos.com/v1/ServiceMonitor); or set metrics.serviceMonitor.enabled=false" -}}
 {{- end -}}

@@ -132,13 +132,40 @@ def _shard(campaign: Campaign, name: str, shard_class: ShardClass, spec: JSON) -
     }
 
 
+@dataclass(frozen=True)
+class WorkerMetricsEndpoint:
+    """Worker pods serve their shardops_worker_* figures on this port (OperatorSettings.worker_metrics)."""
+
+    port: int
+    # None: the worker's own default (WorkerSettings.metrics_linger_seconds).
+    linger_seconds: float | None = None
+
+
+# The container port's name: the chart's PodMonitor scrapes worker pods by it.
+WORKER_METRICS_PORT_NAME = "metrics"
+
+
+def worker_metrics_env(metrics: WorkerMetricsEndpoint) -> list[JSON]:
+    """The worker settings (WorkerSettings.metrics_port, .metrics_linger_seconds) that turn /metrics on."""
+    env: list[JSON] = [{"name": "SHARDOPS_METRICS_PORT", "value": str(metrics.port)}]
+    if metrics.linger_seconds is not None:
+        env.append({"name": "SHARDOPS_METRICS_LINGER_SECONDS", "value": f"{metrics.linger_seconds:g}"})
+    return env
+
+
 def worker_job_body(
-    campaign: Campaign, worker: WorkerSpec, default_service_account: str = DEFAULT_WORKER_SERVICE_ACCOUNT
+    campaign: Campaign,
+    worker: WorkerSpec,
+    default_service_account: str = DEFAULT_WORKER_SERVICE_ACCOUNT,
+    metrics: WorkerMetricsEndpoint | None = None,
 ) -> JSON:
     """One worker: `shardops worker` claims shards one at a time until none is left, then exits.
 
     backoffLimit 0: a failed pod is not retried by the Job controller; retries are the scheduler's
     (backoff, attempts, breakers), and the operator starts a new Job when work remains.
+
+    `metrics`: the pod serves /metrics on a named container port (for a PodMonitor); after the
+    campaign's env, so the installation's port, the one the PodMonitor scrapes, wins.
     """
     labels = {CAMPAIGN_LABEL: campaign.name, ROLE_LABEL: WORKER_ROLE}
     env: list[JSON] = [
@@ -158,6 +185,7 @@ def worker_job_body(
             }
             for name, ref in (worker.llm.api_key_env() if worker.llm else [])
         ),
+        *(worker_metrics_env(metrics) if metrics is not None else []),
     ]
     container: JSON = {
         "name": "worker",
@@ -172,6 +200,10 @@ def worker_job_body(
         # The root filesystem is read-only: the items, results and error files of each attempt go here.
         "volumeMounts": [{"name": "tmp", "mountPath": WORKER_TMP}],
     }
+    if metrics is not None:
+        container["ports"] = [
+            {"name": WORKER_METRICS_PORT_NAME, "containerPort": metrics.port, "protocol": "TCP"}
+        ]
     resources = worker.resources.to_dict()
     if resources.get("requests") or resources.get("limits"):
         container["resources"] = {k: v for k, v in resources.items() if v}

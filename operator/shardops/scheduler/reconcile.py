@@ -704,7 +704,12 @@ class Reconciler:
                 job = jobs.create(
                     self.kube,
                     seen.campaign.namespace,
-                    builders.worker_job_body(seen.campaign, worker, self.settings.worker_service_account),
+                    builders.worker_job_body(
+                        seen.campaign,
+                        worker,
+                        self.settings.worker_service_account,
+                        self.settings.worker_metrics(),
+                    ),
                 )
             except ApiError as error:
                 log.error("creating a worker Job for %s failed: %s", seen.campaign.name, error)

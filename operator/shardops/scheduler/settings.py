@@ -16,7 +16,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from shardops import API_GROUP
 from shardops.api.campaign import BUCKET_PATTERN, DEFAULT_S3_PREFIX, MAX_RETENTION_SECONDS, ResultStoreStatus
 from shardops.api.enums import StoreType
-from shardops.scheduler.builders import DEFAULT_WORKER_SERVICE_ACCOUNT
+from shardops.scheduler.builders import DEFAULT_WORKER_SERVICE_ACCOUNT, WorkerMetricsEndpoint
 from shardops.state import observe
 
 REPORTING_CONTROLLER = f"{API_GROUP}/operator"
@@ -108,6 +108,24 @@ class OperatorSettings(BaseSettings):
         min_length=1,
         description="ServiceAccount of worker pods when spec.worker.serviceAccountName is unset.",
     )
+    worker_metrics_port: int | None = Field(
+        default=None,
+        ge=1,
+        le=65535,
+        description=(
+            "Worker pods serve their shardops_worker_* figures on /metrics at this port (a container "
+            "port named metrics, for a PodMonitor); unset: worker pods serve no metrics."
+        ),
+    )
+    worker_metrics_linger_seconds: float | None = Field(
+        default=None,
+        ge=0,
+        le=600,
+        description=(
+            "How long an exiting worker waits for one scrape of its final figures (the worker's "
+            "SHARDOPS_METRICS_LINGER_SECONDS); unset: the worker's default."
+        ),
+    )
     result_store: StoreType = Field(
         default=StoreType.CONFIG_MAP,
         description=(
@@ -158,6 +176,12 @@ class OperatorSettings(BaseSettings):
             prefix=self.s3_prefix,
             credentials_secret=self.s3_credentials_secret,
         )
+
+    def worker_metrics(self) -> WorkerMetricsEndpoint | None:
+        """Where worker pods serve /metrics, or None when they serve none."""
+        if self.worker_metrics_port is None:
+            return None
+        return WorkerMetricsEndpoint(self.worker_metrics_port, self.worker_metrics_linger_seconds)
 
     @field_validator("namespaces", mode="before")
     @classmethod

@@ -18,6 +18,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Callable
+from enum import StrEnum
 from typing import Any
 
 from shardops.api.enums import ShardPhase
@@ -33,8 +34,25 @@ JSON = dict[str, Any]
 _WRITE_ROUNDS = 3
 
 
+class FenceReason(StrEnum):
+    """What showed that the claim is not ours any more (a label of shardops_worker_fenced_total)."""
+
+    # The API server refused the Lease renewal: another holder, or a newer fencing token.
+    LEASE = "lease"
+    # The shard status names another owner or token (or kept changing under our writes).
+    SHARD = "shard"
+    # The shard was deleted (its campaign went, or someone deleted it).
+    DELETED = "deleted"
+    # The lease ran out while the API server could not be reached: we stop before anyone refuses us.
+    EXPIRED = "expired"
+
+
 class Fenced(Exception):
     """The claim is not ours any more: someone took the shard over. Write nothing."""
+
+    def __init__(self, message: str, reason: FenceReason) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 def still_ours(shard: Shard, holder: str, token: int) -> bool:
@@ -47,7 +65,7 @@ def renew(kube: Kube, claim: leases.Claim, now: dt.datetime) -> leases.Claim:
     try:
         return leases.renew(kube, claim, now)
     except leases.LeaseLost as lost:
-        raise Fenced(str(lost)) from lost
+        raise Fenced(str(lost), FenceReason.LEASE) from lost
 
 
 def write_as_holder(
@@ -66,16 +84,17 @@ def write_as_holder(
             try:
                 current = Shard.parse(kube.get(SHARDS, shard.namespace, shard.name))
             except NotFound as gone:
-                raise Fenced(f"shard {shard.name} was deleted") from gone
+                raise Fenced(f"shard {shard.name} was deleted", FenceReason.DELETED) from gone
             if not still_ours(current, holder, token):
                 status = current.current_status
                 raise Fenced(
                     f"shard {shard.name} is now {status.phase} owned by {status.owner!r} "
-                    f"(token {status.fencing_token}), not by us (token {token})"
+                    f"(token {status.fencing_token}), not by us (token {token})",
+                    FenceReason.SHARD,
                 ) from None
         except NotFound as gone:
-            raise Fenced(f"shard {shard.name} was deleted") from gone
-    raise Fenced(f"shard {shard.name} kept changing under us")
+            raise Fenced(f"shard {shard.name} was deleted", FenceReason.DELETED) from gone
+    raise Fenced(f"shard {shard.name} kept changing under us", FenceReason.SHARD)
 
 
 def heartbeat_patch(

@@ -14,7 +14,8 @@ from typing import Any
 from shardops import __version__
 from shardops.api.names import WORKER_FIELD_MANAGER
 from shardops.k8s.api import Kube
-from shardops.worker.runtime import Worker
+from shardops.worker.metrics import METRICS_PATH, MetricsEndpoint
+from shardops.worker.runtime import Worker, emit
 from shardops.worker.settings import WorkerSettings
 
 
@@ -74,4 +75,22 @@ def run_worker(settings: WorkerSettings, campaign: str) -> int:
         campaign_name=campaign,
         stop=stop,
     )
-    return worker.run()
+    if settings.metrics_port is None:
+        return worker.run()
+    endpoint = worker.metrics.serve(settings.metrics_host, settings.metrics_port)
+    emit("metrics-serving", port=endpoint.port, path=METRICS_PATH)
+    try:
+        code = worker.run()
+        linger(endpoint, settings.metrics_linger_seconds, stop)
+        return code
+    finally:
+        endpoint.stop()
+
+
+def linger(endpoint: MetricsEndpoint, seconds: float, stop: threading.Event) -> None:
+    """A worker pod may end between two scrapes: wait for one scrape of the final figures."""
+    if seconds <= 0 or stop.is_set():
+        return
+    emit("metrics-lingering", seconds=seconds, scrapes=endpoint.scrapes)
+    scraped = endpoint.linger(seconds, stop)
+    emit("metrics-final", scraped=scraped, scrapes=endpoint.scrapes)

@@ -219,6 +219,8 @@ class Command:
     popen: subprocess.Popen[bytes] | None = None
     signalled: bool = False
     started_at: float = field(default=0.0)
+    # When the exit was first seen (poll or kill), on the monotonic clock of started_at.
+    ended_at: float | None = None
 
     def start(self) -> None:
         if not self.argv:
@@ -261,7 +263,16 @@ class Command:
         code = self.popen.poll()
         if code is None:
             return None
+        if self.ended_at is None:
+            self.ended_at = time.monotonic()
         return 128 - code if code < 0 else code
+
+    def seconds(self) -> float | None:
+        """How long the command ran (so far, while it runs); None when it never started."""
+        if self.popen is None:
+            return None
+        end = self.ended_at if self.ended_at is not None else time.monotonic()
+        return end - self.started_at
 
     def signal_group(self, sig: int) -> None:
         if self.popen is None:

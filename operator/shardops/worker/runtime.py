@@ -63,7 +63,8 @@ from shardops.store.records import (
 from shardops.store.s3 import S3Store
 from shardops.worker import heartbeat
 from shardops.worker.claim import ClaimContext, Claimed, choose, claim, stop_reason, uncut_shards
-from shardops.worker.heartbeat import Fenced
+from shardops.worker.heartbeat import Fenced, FenceReason
+from shardops.worker.metrics import ClaimOutcome, CommandOutcome, HeartbeatOutcome, WorkerMetrics
 from shardops.worker.runner import (
     AttemptFiles,
     Command,
@@ -137,6 +138,12 @@ class Worker:
     # The campaign had items not yet cut into shards at the last look: the operator cuts more as soon
     # as the backlog has room, so a worker waits for them instead of going idle.
     _more_coming: bool = False
+    # This worker's Prometheus figures (main serves them when SHARDOPS_METRICS_PORT is set).
+    metrics: WorkerMetrics = field(init=False)
+
+    def __post_init__(self) -> None:
+        # Labelled as the operator labels its campaign metrics, so one dashboard variable fits both.
+        self.metrics = WorkerMetrics(f"{self.namespace}/{self.campaign_name}")
 
     @property
     def holder(self) -> str:
@@ -217,13 +224,17 @@ class Worker:
             stored_of=lambda shard, items: self.stored_of(self.store_for(campaign), shard, items),
         )
         candidates = choose(campaign, shards, self.clock.now(), self.settings.claim_candidates, self.rng)
+        if not candidates:
+            self.metrics.observe_claim(ClaimOutcome.NONE)
         for candidate in candidates:
             if self.stop.is_set():
                 return None
             claimed = claim(context, campaign, candidate)
             if claimed is None:
+                self.metrics.observe_claim(ClaimOutcome.LOST)
                 emit("claim-lost", shard=candidate.shard.name)
                 continue
+            self.metrics.observe_claim(ClaimOutcome.WON)
             emit(
                 "claimed",
                 shard=claimed.shard.name,
@@ -235,7 +246,12 @@ class Worker:
                 holder=self.holder,
                 at=time.time(),
             )
-            return ShardRun(self, campaign, claimed).execute()
+            run = ShardRun(self, campaign, claimed)
+            outcome = run.execute()
+            # Every claimed shard ends here, whichever way: the one place its outcome is counted.
+            error_class = run.error_class if outcome is Outcome.FAILED else None
+            self.metrics.observe_shard(run.shard.spec.shard_class, outcome, error_class)
+            return outcome
         return None
 
     # --- items and stored results ----------------------------------------------------------------
@@ -294,6 +310,10 @@ class ShardRun:
     stored: dict[str, ItemRecord] = field(init=False)
     fresh: dict[str, ItemRecord] = field(default_factory=dict)
     attempt_cost: float = 0.0
+    # How the command ended, once known (shardops_worker_command_duration_seconds); None: not yet.
+    command_outcome: CommandOutcome | None = None
+    # The class of the failure this run recorded (fail()), for shardops_worker_shards_total.
+    error_class: ErrorClass | None = None
 
     def __post_init__(self) -> None:
         self.shard = self.claimed.shard
@@ -434,6 +454,7 @@ class ShardRun:
                 log.exception("%s: attempt %d broke off", self.name, self.attempt)
                 return self._abandon(error)
         except Fenced as fenced:
+            self.worker.metrics.observe_fenced(fenced.reason)
             emit(
                 "fenced",
                 shard=self.name,
@@ -570,9 +591,15 @@ class ShardRun:
             return self.supervise(command, reader, files, len(work))
         except CommandFailure as failure:
             command.kill()
+            self.command_outcome = self.command_outcome or CommandOutcome.FAILED
             return self.fail(failure.error_class, failure.message, self.claimed.source)
         finally:
             command.kill()
+            seconds = command.seconds()
+            # A command that never started has no run time (its shard counts as failed, by class).
+            if seconds is not None:
+                outcome = self.command_outcome or CommandOutcome.ERROR
+                self.worker.metrics.observe_command(self.shard.spec.shard_class, outcome, seconds)
             if not self.settings.keep_work_dir:
                 files.remove()
 
@@ -602,7 +629,18 @@ class ShardRun:
         # crashed or was stopped simply did not finish that item.
         self.absorb(reader.finish(tolerate_partial=command.signalled or code != 0))
         missing = len(self.remaining())
-        emit("command-exited", shard=self.name, code=code, results=count - missing, missing=missing)
+        if code == 0 and not missing:
+            self.command_outcome = CommandOutcome.SUCCEEDED
+        else:
+            self.command_outcome = CommandOutcome.STOPPED if shutdown else CommandOutcome.FAILED
+        emit(
+            "command-exited",
+            shard=self.name,
+            code=code,
+            results=count - missing,
+            missing=missing,
+            seconds=command.seconds(),
+        )
         if shutdown and (code != 0 or missing):
             return self.release()
         if code == 0:
@@ -621,21 +659,29 @@ class ShardRun:
 
     def _beat(self, command: Command, interval: float) -> float:
         """Heartbeat; returns when the next one is due. Fenced propagates after killing the command."""
+        metrics = self.worker.metrics
         try:
             self.heartbeat()
         except Fenced:
+            metrics.observe_heartbeat(HeartbeatOutcome.FENCED)
+            self.command_outcome = CommandOutcome.FENCED
             command.kill()
             raise
         except ResultTooLarge as too_large:
             raise CommandFailure(ErrorClass.RESULT_TOO_LARGE, str(too_large)) from None
         except TRANSIENT_ERRORS as error:
+            metrics.observe_heartbeat(HeartbeatOutcome.FAILED)
             if self.clock.now() >= self.lease.until:
                 # We could not renew before the lease ran out: someone may hold it now. Stop, write
                 # nothing; if nobody took over, the next claim resumes from our last flush.
+                self.command_outcome = CommandOutcome.FENCED
                 command.kill()
-                raise Fenced(f"lease ran out while the API server was unreachable ({error})") from error
+                raise Fenced(
+                    f"lease ran out while the API server was unreachable ({error})", FenceReason.EXPIRED
+                ) from error
             log.warning("%s: heartbeat failed, retrying: %s", self.name, error)
             return self.clock.monotonic() + _HEARTBEAT_RETRY_SECONDS
+        metrics.observe_heartbeat(HeartbeatOutcome.OK)
         return self.clock.monotonic() + interval
 
     # --- endings ----------------------------------------------------------------------------------
@@ -729,6 +775,7 @@ class ShardRun:
     def fail(
         self, error_class: ErrorClass, message: str, source: str | None, retry_after: float | None = None
     ) -> Outcome:
+        self.error_class = error_class
         self.renew()
         self.flush_if_possible()
         decision = next_phase_after_failure(error_class, self.attempt, self.campaign.spec.max_attempts)

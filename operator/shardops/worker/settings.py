@@ -70,6 +70,27 @@ class WorkerSettings(BaseSettings):
     work_dir: Path | None = Field(default=None, description="Where per-attempt temp dirs go; default TMPDIR.")
     keep_work_dir: bool = Field(default=False, description="Keep per-attempt dirs for debugging.")
     max_shards: int = Field(default=0, ge=0, description="Exit after this many shards; 0 means no limit.")
+    metrics_port: int | None = Field(
+        default=None,
+        ge=0,
+        le=65535,
+        description=(
+            "Serve the worker's Prometheus figures (shardops_worker_*) on /metrics at this port; 0 "
+            "picks a free one (logged as event metrics-serving). Unset: no endpoint. The operator "
+            "sets it on worker pods when SHARDOPS_WORKER_METRICS_PORT is set."
+        ),
+    )
+    metrics_host: str = Field(default="0.0.0.0", description="Address /metrics listens on.")
+    metrics_linger_seconds: float = Field(
+        default=30.0,
+        ge=0,
+        le=600,
+        description=(
+            "With a metrics port: after the last shard, keep serving /metrics until one scrape has "
+            "read the final figures, at most this long (SIGTERM ends it at once); 0: exit at once. "
+            "Keep it above the scrape interval."
+        ),
+    )
     log_level: str = Field(default="INFO")
 
     @cached_property
