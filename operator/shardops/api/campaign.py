@@ -31,6 +31,7 @@ from shardops.api.common import (
     SourceName,
     SpecModel,
     StatusModel,
+    TokenCounts,
     cel_rules,
     find_condition,
     keeping_first,
@@ -780,6 +781,9 @@ class FoldedShards(StatusModel):
     shards: int = Field(default=0, ge=0, description="Number of folded shards (all Done).")
     items: int = Field(default=0, ge=0, description="Items in the folded shards.")
     cost: float = Field(default=0, ge=0, description="Cost of the folded shards, in the budget's unit.")
+    tokens: TokenCounts = Field(
+        default_factory=TokenCounts, description="Tokens the folded shards used, summed."
+    )
     attempts: int = Field(default=0, ge=0, description="Attempts the folded shards took, summed.")
     done_ranges: list[IndexRange] = Field(
         default_factory=list,
@@ -872,6 +876,12 @@ class CampaignStatus(StatusModel):
         ),
     )
     spent: float = Field(default=0, ge=0, description="Cost reported so far, in the budget's unit.")
+    tokens: TokenCounts = Field(
+        default_factory=TokenCounts,
+        description=(
+            "Tokens the shards reported using so far (folded shards included), by kind; never goes down."
+        ),
+    )
     budget_ratio: float | None = Field(
         default=None, ge=0, description="spent / budget.limit; absent without a budget."
     )

@@ -27,6 +27,7 @@ from shardops.api.common import (
     SourceName,
     SpecModel,
     StatusModel,
+    TokenCounts,
     cel_rules,
     keeping_last,
     truncating,
@@ -209,6 +210,12 @@ class ShardStatus(StatusModel):
     last_heartbeat: AwareDatetime | None = Field(default=None, description="When the owner last heartbeated.")
     progress: Progress | None = Field(default=None, description="Progress from the last heartbeat.")
     cost: float = Field(default=0, ge=0, description="Cost reported for this shard, in the budget's unit.")
+    tokens: TokenCounts | None = Field(
+        default=None,
+        description=(
+            "Tokens the shard's items used, over all its attempts (absent when the command reports none)."
+        ),
+    )
     not_before: AwareDatetime | None = Field(
         default=None, description="Earliest time the shard may be claimed again (backoff)."
     )

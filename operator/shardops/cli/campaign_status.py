@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardops.api.campaign import Campaign
-from shardops.api.common import Condition
+from shardops.api.common import Condition, TokenCounts
 from shardops.api.enums import BreakerState, ShardPhase
 from shardops.api.shard import Shard
 from shardops.cli.campaign_actions import cancelled_at
@@ -33,7 +33,7 @@ from shardops.cli.text import as_yaml, duration, iso, percent, relative, table
 from shardops.logic.breaker import effective
 from shardops.logic.budget import BudgetGate, BudgetStatus
 from shardops.logic.transitions import EventReason
-from shardops.state import breakers, observe
+from shardops.state import breakers, ledger, observe
 
 JSON = dict[str, Any]
 
@@ -179,6 +179,7 @@ class StatusView:
     oldest_pending: str | None
     breakers: tuple[BreakerRow, ...]
     budget: BudgetStatus
+    tokens: TokenCounts
     conditions: tuple[Condition, ...]
     estimate: Estimate
     now: dt.datetime
@@ -212,6 +213,7 @@ class StatusView:
             "oldestPending": {"shard": self.oldest_pending, "seconds": self.oldest_pending_seconds},
             "breakers": [b.as_dict() for b in self.breakers],
             "budget": budget_dict(self.budget),
+            "tokens": self.tokens.to_dict(),
             "conditions": [c.to_dict() for c in self.conditions],
             "estimate": self.estimate.as_dict(),
             "now": iso(self.now),
@@ -266,6 +268,7 @@ def status_view(campaign: Campaign, shards: Sequence[Shard], now: dt.datetime) -
         oldest_pending=oldest.name if oldest else None,
         breakers=breaker_rows(campaign, shards, now),
         budget=agg.budget,
+        tokens=ledger.campaign_tokens(status.tokens, status.folded, shards),
         conditions=tuple(status.conditions),
         estimate=estimate(shards, max(remaining, 0), now, hold),
         now=now,
@@ -368,6 +371,8 @@ def render_status(view: StatusView) -> str:
         ),
         f"Budget     {budget_line(view.budget)}",
     ]
+    if view.tokens.used:
+        lines.append(f"Tokens     {view.tokens.describe()}")
     lines.append("")
     if view.running:
         lines.append(f"Running ({len(view.running)}):")

@@ -7,9 +7,11 @@ Calls are sequential: a shard is one request at a time, so maxConcurrency is the
 
 A result is {content, finishReason, model, usage} (and json, the parsed content, when
 responseFormat asks for JSON); its cost is the usage times the price table (or the token count
-without one). The first item that cannot be answered ends the attempt: the items before it keep
-their results, and the error file says the class (see upstream.py), the source, the item and, for
-a 429, how long to wait (retryAfterSeconds, which becomes the shard's notBefore).
+without one), and its tokens (input, cachedInput, output) go on the results line too, so the
+runtime sums them into the shard's status. The first item that cannot be answered ends the
+attempt: the items before it keep their results, and the error file says the class (see
+upstream.py), the source, the item and, for a 429, how long to wait (retryAfterSeconds, which
+becomes the shard's notBefore).
 """
 
 from __future__ import annotations
@@ -187,7 +189,16 @@ class Call:
             result = result_of(completion, self.settings.llm.response_format)
         except CallFailure as failure:
             raise CallFailure(failure.error_class, f"{where}: {failure.message}") from None
-        return {"key": line["key"], "result": result, "cost": item_cost(self.price, completion)}
+        return {
+            "key": line["key"],
+            "result": result,
+            "cost": item_cost(self.price, completion),
+            "tokens": {
+                "input": completion.prompt_tokens,
+                "cachedInput": min(completion.cached_tokens, completion.prompt_tokens),
+                "output": completion.completion_tokens,
+            },
+        }
 
     def _tighten(self, headers: Mapping[str, str]) -> None:
         lower = {k.lower(): v for k, v in headers.items()}

@@ -779,7 +779,9 @@ class Reconciler:
                 budget_limit=spec.budget.limit if spec.budget is not None else None,
             ),
             previous,
-        ).model_copy(update={"folded": folded})
+        ).model_copy(
+            update={"folded": folded, "tokens": ledger.campaign_tokens(previous.tokens, folded, live)}
+        )
         self._metrics(seen, agg.counts, agg.oldest_pending_age, agg.budget.spent, new)
         if campaign.status is not None and not builders.status_differs(campaign.status, new):
             self._delete_folded(seen, seen.leftovers)
@@ -896,6 +898,7 @@ class Reconciler:
         budget = seen.campaign.spec.budget
         if budget is not None:
             self.metrics.budget_ratio.labels(campaign=key).set(spent / budget.limit)
+        self.metrics.set_tokens(key, status.tokens)
 
     def _invalid(self, body: JSON, reason: ConditionReason, message: str, now: dt.datetime) -> None:
         """Ready=False with the reason, an Event naming the fix (once per problem); nothing is created."""

@@ -36,7 +36,7 @@ from typing import Any, Protocol, TypeVar
 import urllib3
 
 from shardops.api.campaign import Campaign, ResultStoreStatus
-from shardops.api.common import Item
+from shardops.api.common import NO_TOKENS, Item, TokenCounts
 from shardops.api.enums import ErrorClass, ShardClass, StoreType
 from shardops.api.shard import Progress, Shard, ShardError, ShardResult
 from shardops.k8s import leases
@@ -289,6 +289,7 @@ class ShardRun:
     stored: dict[str, ItemRecord] = field(init=False)
     fresh: dict[str, ItemRecord] = field(default_factory=dict)
     attempt_cost: float = 0.0
+    attempt_tokens: TokenCounts = NO_TOKENS
 
     def __post_init__(self) -> None:
         self.shard = self.claimed.shard
@@ -297,6 +298,7 @@ class ShardRun:
         self.items = list(self.claimed.items)
         self.keys = [item_subkey(item) for item in self.items]
         self.base_cost = self.shard.current_status.cost
+        self.base_tokens = self.shard.current_status.tokens
         self.attempt = max(self.shard.current_status.attempt, 1)
         self.key = self.shard.spec.idempotency_key
         self.kube = self.worker.kube
@@ -325,6 +327,12 @@ class ShardRun:
         # Cumulative over the shard's attempts, so the operator can add shard costs up as they are.
         return self.base_cost + self.attempt_cost
 
+    def tokens(self) -> TokenCounts | None:
+        """Cumulative over the attempts like cost; None while no attempt reported any."""
+        if self.base_tokens is None and not self.attempt_tokens.used:
+            return None
+        return (self.base_tokens or NO_TOKENS) + self.attempt_tokens
+
     def remaining(self) -> list[WorkItem]:
         known = self.known()
         seen: set[str] = set()
@@ -341,6 +349,7 @@ class ShardRun:
             if line.key not in self.known():
                 self.fresh[line.key] = ItemRecord(line.result, line.cost)
             self.attempt_cost += line.cost
+            self.attempt_tokens += line.tokens
         cap = self.campaign.spec.budget.max_per_shard if self.campaign.spec.budget else None
         if cap is not None and self.cost() > cap:
             raise CommandFailure(
@@ -381,7 +390,7 @@ class ShardRun:
         self.renew()
         self.flush()
         patch = heartbeat.heartbeat_patch(
-            self.attempt, self.progress(), self.cost(), self.clock.now(), self.lease.until
+            self.attempt, self.progress(), self.cost(), self.clock.now(), self.lease.until, self.tokens()
         )
         self.shard = heartbeat.write_as_holder(
             self.kube,
@@ -409,6 +418,7 @@ class ShardRun:
             "fencing_token": None,
             "progress": self.progress(),
             "cost": self.cost(),
+            "tokens": self.tokens(),
         }
 
     def release_lease(self) -> None:
