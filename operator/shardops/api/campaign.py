@@ -852,6 +852,16 @@ class BreakerStatus(StatusModel):
     )
 
 
+class SourceCooldown(StatusModel):
+    """A source that answered rate-limited with a wait (Retry-After): no worker calls it before `until`."""
+
+    source: str = Field(max_length=SOURCE_NAME_MAX, description="Name of the source.")
+    until: AwareDatetime = Field(description="When the source may be called again (RFC 3339).")
+    shard: str | None = Field(
+        default=None, max_length=DNS_SUBDOMAIN_MAX, description="The shard whose call was told to wait."
+    )
+
+
 ShardNames = Annotated[list[str], BeforeValidator(keeping_first(MAX_LISTED_SHARDS))]
 
 
@@ -890,6 +900,15 @@ class CampaignStatus(StatusModel):
         max_length=MAX_SOURCES,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["source"]},
         description="Circuit breaker of each source that has one.",
+    )
+    source_cooldowns: list[SourceCooldown] = Field(
+        default_factory=list,
+        max_length=MAX_SOURCES,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["source"]},
+        description=(
+            "Sources told to wait by a rate-limited answer (Retry-After) and not yet past it: workers "
+            "claim none of their shards and running ones pause their calls to them until then."
+        ),
     )
     oldest_pending_seconds: float | None = Field(
         default=None,

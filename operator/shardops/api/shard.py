@@ -161,6 +161,13 @@ class ShardError(StatusModel):
         default=None, max_length=DNS_SUBDOMAIN_MAX, description="Name of the Event that recorded the failure."
     )
     at: AwareDatetime | None = Field(default=None, description="When the failure happened (RFC 3339).")
+    retry_at: AwareDatetime | None = Field(
+        default=None,
+        description=(
+            "For a rate-limited failure whose upstream said how long to wait (Retry-After): when the "
+            "source may be called again. Every worker of the campaign holds off that source until then."
+        ),
+    )
 
 
 class HistoryEntry(StatusModel):

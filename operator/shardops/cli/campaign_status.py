@@ -33,7 +33,7 @@ from shardops.cli.text import as_yaml, duration, iso, percent, relative, table
 from shardops.logic.breaker import effective
 from shardops.logic.budget import BudgetGate, BudgetStatus
 from shardops.logic.transitions import EventReason
-from shardops.state import breakers, ledger, observe
+from shardops.state import breakers, errors, ledger, observe
 
 JSON = dict[str, Any]
 
@@ -169,6 +169,7 @@ class StatusView:
     generation: int
     observed_generation: int | None
     suspended: bool
+    held: str | None
     cancelled: str | None
     counts: Mapping[ShardPhase, int]
     not_cut: int
@@ -197,6 +198,7 @@ class StatusView:
             "generation": self.generation,
             "observedGeneration": self.observed_generation,
             "suspended": self.suspended,
+            "heldByErrorThreshold": self.held,
             "cancelled": self.cancelled,
             "counts": {
                 **counts_dict(self.counts),
@@ -243,8 +245,11 @@ def status_view(campaign: Campaign, shards: Sequence[Shard], now: dt.datetime) -
     pending = [v for v in live.views if v.phase is ShardPhase.PENDING]
     oldest = min(pending, key=lambda v: (v.since, v.name)) if pending else None
     hold = None
+    held = None if spec.suspend else errors.hold_text(campaign)
     if spec.suspend:
         hold = "suspended"
+    elif held is not None:
+        hold = "held by the error threshold"
     elif agg.budget.gate is BudgetGate.EXHAUSTED:
         hold = "the budget is exhausted"
     remaining = agg.total_shards - agg.counts[ShardPhase.DONE] - agg.failed_count - agg.blocked_count
@@ -256,6 +261,7 @@ def status_view(campaign: Campaign, shards: Sequence[Shard], now: dt.datetime) -
         generation=campaign.generation,
         observed_generation=status.observed_generation,
         suspended=spec.suspend,
+        held=held,
         cancelled=cancelled_at(campaign),
         counts=live.counts,
         not_cut=live.not_cut,
@@ -353,6 +359,8 @@ def render_status(view: StatusView) -> str:
         notes.append(f"cancelled at {view.cancelled}")
     elif view.suspended:
         notes.append("spec.suspend is true")
+    elif view.held:
+        notes.append(view.held)
     if notes:
         head += f" ({'; '.join(notes)})"
     items = f", {view.items_total} items" if view.items_total is not None else ""

@@ -66,7 +66,7 @@ from shardops.logic.views import ItemProgress
 from shardops.scheduler import builders, failpoints
 from shardops.scheduler.metrics import BREAKER_VALUES, Metrics
 from shardops.scheduler.settings import REPORTING_CONTROLLER, OperatorSettings
-from shardops.state import breakers, errors, history, ledger, observe, shardview
+from shardops.state import breakers, cooldowns, errors, history, ledger, observe, shardview
 from shardops.store.items import StreamedItems
 from shardops.store.records import StoreUnavailable
 from shardops.store.s3 import S3Store
@@ -780,7 +780,12 @@ class Reconciler:
             ),
             previous,
         ).model_copy(
-            update={"folded": folded, "tokens": ledger.campaign_tokens(previous.tokens, folded, live)}
+            update={
+                "folded": folded,
+                "tokens": ledger.campaign_tokens(previous.tokens, folded, live),
+                # For workers mid-shard, which read the Campaign at heartbeat but list no shards.
+                "source_cooldowns": cooldowns.status_list(cooldowns.source_cooldowns(campaign, live, now)),
+            }
         )
         self._metrics(seen, agg.counts, agg.oldest_pending_age, agg.budget.spent, new)
         if campaign.status is not None and not builders.status_differs(campaign.status, new):

@@ -30,6 +30,9 @@ from shardops.logic.idempotency import canonical_json
 ITEMS_FILE = "items.jsonl"
 RESULTS_FILE = "results.jsonl"
 ERROR_FILE = "error.json"
+# The cooldown of the shard's source, for the built-in LLM worker (its variable: COOLDOWN_FILE_ENV):
+# JSON {source, until: epoch seconds, shard} or {}, rewritten at each heartbeat (state/cooldowns.py).
+COOLDOWN_FILE = "cooldown.json"
 _PR_SET_PDEATHSIG = 1
 _SNIPPET = 80
 # A longer error file is not a structured error any more; its message is cut later anyway.

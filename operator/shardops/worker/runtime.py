@@ -23,21 +23,24 @@ flush are computed again by the next attempt.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 import os
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import urllib3
 
-from shardops.api.campaign import Campaign, ResultStoreStatus
+from shardops.api.campaign import Campaign, ResultStoreStatus, SourceCooldown
 from shardops.api.common import NO_TOKENS, Item, TokenCounts
 from shardops.api.enums import ErrorClass, ShardClass, StoreType
+from shardops.api.llm import COOLDOWN_FILE_ENV
 from shardops.api.shard import Progress, Shard, ShardError, ShardResult
 from shardops.k8s import leases
 from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS, ApiError, Forbidden, Kube, NotFound
@@ -46,6 +49,7 @@ from shardops.logic.backoff import retry_not_before
 from shardops.logic.errors import classify_failure, next_phase_after_failure
 from shardops.logic.idempotency import item_subkey
 from shardops.logic.transitions import Action
+from shardops.state import cooldowns
 from shardops.store import ResultStore, location_of, open_store
 from shardops.store.records import (
     ItemRecord,
@@ -60,6 +64,7 @@ from shardops.worker import heartbeat
 from shardops.worker.claim import ClaimContext, Claimed, choose, claim, stop_reason, uncut_shards
 from shardops.worker.heartbeat import Fenced
 from shardops.worker.runner import (
+    COOLDOWN_FILE,
     AttemptFiles,
     Command,
     CommandFailure,
@@ -230,7 +235,9 @@ class Worker:
                 holder=self.holder,
                 at=time.time(),
             )
-            return ShardRun(self, campaign, claimed).execute()
+            # The cooldowns as of the listing just made: no other read (state.cooldowns).
+            cooling = cooldowns.source_cooldowns(campaign, shards, self.clock.now())
+            return ShardRun(self, campaign, claimed, cooling).execute()
         return None
 
     # --- items and stored results ----------------------------------------------------------------
@@ -284,6 +291,8 @@ class ShardRun:
     worker: Worker
     campaign: Campaign
     claimed: Claimed
+    # Per-source cooldowns known at the claim; a heartbeat of an LLM shard refreshes its source's.
+    cooldowns: Mapping[str, SourceCooldown] = field(default_factory=dict)
     shard: Shard = field(init=False)
     lease: leases.Claim = field(init=False)
     stored: dict[str, ItemRecord] = field(init=False)
@@ -305,6 +314,7 @@ class ShardRun:
         self.settings = self.worker.settings
         self.clock = self.worker.clock
         self.store = self.worker.store_for(self.campaign)
+        self.cooldown_file: Path | None = None
 
     # --- bookkeeping ------------------------------------------------------------------------------
 
@@ -399,6 +409,36 @@ class ShardRun:
             self.lease.fencing_token,
             lambda shard: heartbeat.patch_heartbeat(self.kube, shard, patch),
         )
+        self.refresh_cooldown()
+
+    def refresh_cooldown(self) -> None:
+        """Mid-shard, another worker's 429 reaches this one through the Campaign's
+        status.sourceCooldowns (the operator records it): one GET per heartbeat, only for a shard whose
+        command reads the cooldown file. Trouble reading it is not the heartbeat's: the next one retries."""
+        if self.cooldown_file is None:
+            return
+        try:
+            campaign = Campaign.parse(self.kube.get(CAMPAIGNS, self.namespace, self.campaign.name))
+        except (ApiError, urllib3.exceptions.HTTPError, OSError) as error:
+            # NotFound is an ApiError: a deleted campaign ends the shard by other ways.
+            log.warning("%s: could not read the campaign's source cooldowns: %s", self.name, error)
+            return
+        self.cooldowns = {**self.cooldowns, **cooldowns.recorded(campaign, self.clock.now())}
+        self.write_cooldown()
+
+    def write_cooldown(self) -> None:
+        """The cooldown of the shard's source as {source, until (epoch seconds), shard}, or {} for none."""
+        if self.cooldown_file is None:
+            return
+        found = self.cooldowns.get(self.claimed.source or "")
+        body = (
+            {"source": found.source, "until": found.until.timestamp(), "shard": found.shard}
+            if found is not None
+            else {}
+        )
+        temporary = self.cooldown_file.with_suffix(".tmp")
+        temporary.write_text(json.dumps(body), encoding="utf-8")
+        temporary.replace(self.cooldown_file)
 
     def transition(self, request: TransitionRequest) -> None:
         now = self.clock.now()
@@ -508,6 +548,11 @@ class ShardRun:
             "SHARDOPS_IDEMPOTENCY_KEY": self.key,
             **self.campaign.spec.command_settings(worker_spec),
         }
+        if worker_spec.llm is not None and self.claimed.source is not None:
+            # The built-in LLM worker reads its source's cooldown from this file before each request.
+            self.cooldown_file = files.directory / COOLDOWN_FILE
+            self.write_cooldown()
+            protocol[COOLDOWN_FILE_ENV] = str(self.cooldown_file)
         command = Command(
             worker_spec.full_command(),
             command_env(os.environ, protocol, worker_spec.env_dict()),
@@ -685,7 +730,18 @@ class ShardRun:
         now = self.clock.now()
         updates: dict[str, Any] = {
             **self._leaving(),
-            "last_error": ShardError(error_class=error_class, source=source, message=message, at=now),
+            "last_error": ShardError(
+                error_class=error_class,
+                source=source,
+                message=message,
+                at=now,
+                # From now, not from when the answer came: never sooner than the upstream asked.
+                retry_at=(
+                    now + dt.timedelta(seconds=retry_after)
+                    if retry_after is not None and error_class is ErrorClass.RATE_LIMITED and source
+                    else None
+                ),
+            ),
         }
         if decision.backoff:
             backoff = self.campaign.spec.backoff
