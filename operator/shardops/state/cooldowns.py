@@ -27,7 +27,7 @@ Pure: no I/O. Cost: the shards given are the live window, each read once.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from shardops.api.campaign import Campaign, SourceCooldown
 from shardops.api.enums import ErrorClass
@@ -62,8 +62,15 @@ def source_cooldowns(
     campaign: Campaign, shards: Iterable[Shard], now: dt.datetime
 ) -> dict[str, SourceCooldown]:
     """What the status records and what the shards show, the later `until` of each source."""
-    merged = recorded(campaign, now)
-    for source, cooldown in from_shards(shards, now).items():
+    return later(recorded(campaign, now), from_shards(shards, now))
+
+
+def later(
+    known: Mapping[str, SourceCooldown], news: Mapping[str, SourceCooldown]
+) -> dict[str, SourceCooldown]:
+    """Both sets of cooldowns, the later `until` of each source."""
+    merged = dict(known)
+    for source, cooldown in news.items():
         if source not in merged or cooldown.until > merged[source].until:
             merged[source] = cooldown
     return merged

@@ -423,8 +423,11 @@ class ShardRun:
             # NotFound is an ApiError: a deleted campaign ends the shard by other ways.
             log.warning("%s: could not read the campaign's source cooldowns: %s", self.name, error)
             return
-        self.cooldowns = {**self.cooldowns, **cooldowns.recorded(campaign, self.clock.now())}
-        self.write_cooldown()
+        self.cooldowns = cooldowns.later(self.cooldowns, cooldowns.recorded(campaign, self.clock.now()))
+        try:
+            self.write_cooldown()
+        except OSError as error:
+            log.warning("%s: could not write the cooldown file: %s", self.name, error)
 
     def write_cooldown(self) -> None:
         """The cooldown of the shard's source as {source, until (epoch seconds), shard}, or {} for none."""
