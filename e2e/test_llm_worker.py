@@ -31,6 +31,7 @@ from e2e.schedulerkit import (
 from e2e.workerkit import result_configmaps
 from shardops.api.llm import ModelPrice
 from shardops.k8s.api import Kube
+from shardops.logic.timefmt import parse_rfc3339
 
 pytestmark = pytest.mark.usefixtures("crds_installed")
 
@@ -42,6 +43,9 @@ PRICE = {"model": "test-model", "inputPerMillion": 2.5, "cachedInputPerMillion":
 # keeps this file near a minute on a shared 2-core machine.
 ITEMS = int(os.environ.get("SHARDOPS_E2E_LLM_ITEMS", "120"))
 RETRY_AFTER = 2.0
+# How long after a 429 was recorded a worker that listed the shards just before may still write its
+# claim of a shard of the same source: a Lease create, a read and a status patch.
+CLAIM_SLACK = 2.0
 USER_AGENT_POD = re.compile(r"\((?P<pod>[^)]+)\)$")
 
 
@@ -151,16 +155,51 @@ def test_429s_are_waited_out_all_done_and_spent_is_tokens_times_price(
                 early.append((rejected, later))
     assert not early, f"{len(early)} request(s) inside a Retry-After, first: {early[0]}"
 
+    # Source level: after a 429 the campaign's other workers leave the source alone too. A worker
+    # learns of another's 429 when it lists the shards before its next claim (the failing shard's
+    # lastError.retryAt); so a request of another pod inside a Retry-After can only come from a shard
+    # whose claim began before the 429 was recorded. Its claim write then lands at most the list-to-
+    # claim time (a Lease create, a read and a status patch) after the record: CLAIM_SLACK bounds it.
+    shards = {s["spec"]["items"][0]["q"]: s for s in shards_of(kube, namespace)}
+    assert len(shards) == ITEMS
+
+    def entries(q: str, reason: str) -> list[float]:
+        history = shards[q]["status"]["history"]
+        return [parse_rfc3339(h["at"]).timestamp() for h in history if h["reason"] == reason]
+
+    cross, lags = 0, []
+    for rejected in limited:
+        recorded = min(t for t in entries(rejected.content, "AttemptFailed") if t >= rejected.wall - 0.01)
+        for later in log:
+            if not (rejected.wall < later.wall < rejected.wall + RETRY_AFTER):
+                continue
+            if later.content == rejected.content or pod_of(later) == pod_of(rejected):
+                continue
+            cross += 1
+            claimed = max(t for t in entries(later.content, "Claimed") if t <= later.wall + 0.01)
+            lags.append(claimed - recorded)
+    late = [lag for lag in lags if lag > CLAIM_SLACK]
+    assert not late, f"claims of a cooling source {late} s after the 429 was recorded"
+
     # Spent is the tokens of every answered request times the price, exactly (to float rounding).
     expected = sum(price_of(e) for e in answered)
     assert math.isclose(status["spent"], expected, rel_tol=1e-9), (status["spent"], expected)
+    # Tokens: the campaign's status.tokens are the usage of every answered request, exactly.
+    tokens = {
+        "input": sum(e.prompt_tokens for e in answered),
+        "cachedInput": sum(e.cached_tokens for e in answered),
+        "output": sum(e.completion_tokens for e in answered),
+    }
+    assert status["tokens"] == tokens, (status["tokens"], tokens)
     retried = defaultdict(int)
     for e in limited:
         retried[e.content] += 1
     print(
         f"\n{ITEMS} items, {len(log)} requests: {len(limited)} answered 429 (Retry-After {RETRY_AFTER:g}s, "
         f"{len(retried)} items retried), spent {status['spent']:.6f} = sum of tokens x price "
-        f"{expected:.6f}; {len({pod_of(e) for e in log})} worker pods"
+        f"{expected:.6f}; tokens {tokens}; {len({pod_of(e) for e in log})} worker pods; "
+        f"{cross} request(s) of other pods inside a Retry-After, all from claims begun before the 429 "
+        f"was recorded (claim - record: max {max(lags, default=0):.2f} s, bound {CLAIM_SLACK:g} s)"
     )
 
 

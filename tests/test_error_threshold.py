@@ -29,7 +29,9 @@ from shardops.api.enums import ErrorClass
 from shardops.api.names import RESUMED_ANNOTATION
 from shardops.api.shard import Shard
 from shardops.cli import campaign_actions
-from shardops.k8s.api import CAMPAIGNS
+from shardops.cli.campaign_plan import plan_view, render_plan
+from shardops.cli.campaign_status import render_status, status_view
+from shardops.k8s.api import CAMPAIGNS, SHARDS
 from shardops.logic.error_threshold import AttemptEnd, error_threshold_trip
 from shardops.state import errors, observe
 
@@ -141,6 +143,20 @@ def test_the_operator_holds_the_campaign_names_the_field_and_a_resume_lifts_it(k
     held_campaign = Campaign.parse(body)
     assert observe.claim_inputs(held_campaign, [], clock()).suspended
     assert status_of(kube)["phase"] == "Suspended"
+    # `kubectl campaign plan` and `status` say what holds it: the rule, the class, an example shard.
+    live = [Shard.parse(s) for s in kube.list(SHARDS, NAMESPACE)]
+    plan_text = render_plan(plan_view(held_campaign, live, [], [], {}, clock(), 8))
+    status_text = render_status(status_view(held_campaign, live, clock()))
+    for text in (plan_text, status_text):
+        for phrase in (
+            "held by its error threshold",
+            "5 non-retryable failures in a row (errorThreshold.consecutive 5)",
+            "invalid-input",
+            "shard camp-00004",
+        ):
+            assert phrase in text, text
+    assert "spec.suspend is true" not in plan_text + status_text
+    assert "Limited by: Suspended: held by its error threshold" in plan_text
 
     # A person resumes: the hold lifts, and the old failures do not hold it again.
     patch = campaign_actions.resume_patch(held_campaign, clock.advance(1)())

@@ -375,6 +375,11 @@ def test_each_item_gets_content_usage_and_its_cost(server: LlmServer, tmp_path: 
     )
     expected = ModelPrice.model_validate(price).cost(usage["prompt_tokens"], 2, usage["completion_tokens"])
     assert results[0]["cost"] == expected
+    assert results[0]["tokens"] == {
+        "input": usage["prompt_tokens"],
+        "cachedInput": 2,
+        "output": usage["completion_tokens"],
+    }
     assert [r.status for r in server.requests()] == [200, 200]
 
 

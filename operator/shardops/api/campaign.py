@@ -31,6 +31,7 @@ from shardops.api.common import (
     SourceName,
     SpecModel,
     StatusModel,
+    TokenCounts,
     cel_rules,
     find_condition,
     keeping_first,
@@ -801,6 +802,9 @@ class FoldedShards(StatusModel):
     shards: int = Field(default=0, ge=0, description="Number of folded shards (all Done).")
     items: int = Field(default=0, ge=0, description="Items in the folded shards.")
     cost: float = Field(default=0, ge=0, description="Cost of the folded shards, in the budget's unit.")
+    tokens: TokenCounts = Field(
+        default_factory=TokenCounts, description="Tokens the folded shards used, summed."
+    )
     attempts: int = Field(default=0, ge=0, description="Attempts the folded shards took, summed.")
     done_ranges: list[IndexRange] = Field(
         default_factory=list,
@@ -869,6 +873,16 @@ class BreakerStatus(StatusModel):
     )
 
 
+class SourceCooldown(StatusModel):
+    """A source that answered rate-limited with a wait (Retry-After): no worker calls it before `until`."""
+
+    source: str = Field(max_length=SOURCE_NAME_MAX, description="Name of the source.")
+    until: AwareDatetime = Field(description="When the source may be called again (RFC 3339).")
+    shard: str | None = Field(
+        default=None, max_length=DNS_SUBDOMAIN_MAX, description="The shard whose call was told to wait."
+    )
+
+
 ShardNames = Annotated[list[str], BeforeValidator(keeping_first(MAX_LISTED_SHARDS))]
 
 
@@ -893,6 +907,12 @@ class CampaignStatus(StatusModel):
         ),
     )
     spent: float = Field(default=0, ge=0, description="Cost reported so far, in the budget's unit.")
+    tokens: TokenCounts = Field(
+        default_factory=TokenCounts,
+        description=(
+            "Tokens the shards reported using so far (folded shards included), by kind; never goes down."
+        ),
+    )
     budget_ratio: float | None = Field(
         default=None, ge=0, description="spent / budget.limit; absent without a budget."
     )
@@ -901,6 +921,15 @@ class CampaignStatus(StatusModel):
         max_length=MAX_SOURCES,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["source"]},
         description="Circuit breaker of each source that has one.",
+    )
+    source_cooldowns: list[SourceCooldown] = Field(
+        default_factory=list,
+        max_length=MAX_SOURCES,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["source"]},
+        description=(
+            "Sources told to wait by a rate-limited answer (Retry-After) and not yet past it: workers "
+            "claim none of their shards and running ones pause their calls to them until then."
+        ),
     )
     oldest_pending_seconds: float | None = Field(
         default=None,

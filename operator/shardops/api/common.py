@@ -165,6 +165,53 @@ class StatusModel(ApiModel):
         return self.model_dump(mode="json", by_alias=True, exclude_none=False)
 
 
+class TokenCounts(StatusModel):
+    """Tokens a model call used, as the provider's usage reported them: prompt tokens (input), the
+    part of them served from the provider's cache (cachedInput, counted in input too) and completion
+    tokens (output). Reported per item by a command (the built-in LLM worker does), summed per shard
+    over its attempts and per campaign."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    input: int = Field(
+        default=0, ge=0, description="Prompt tokens (usage.prompt_tokens), cached ones included."
+    )
+    cached_input: int = Field(
+        default=0,
+        ge=0,
+        description=(
+            "Prompt tokens served from the provider's cache (usage.prompt_tokens_details.cached_tokens)."
+        ),
+    )
+    output: int = Field(default=0, ge=0, description="Completion tokens (usage.completion_tokens).")
+
+    def __add__(self, other: TokenCounts) -> TokenCounts:
+        return TokenCounts(
+            input=self.input + other.input,
+            cached_input=self.cached_input + other.cached_input,
+            output=self.output + other.output,
+        )
+
+    def at_least(self, other: TokenCounts) -> TokenCounts:
+        """Kind by kind the larger of the two: a campaign's counts never go down (a deleted Shard
+        cannot un-use tokens)."""
+        return TokenCounts(
+            input=max(self.input, other.input),
+            cached_input=max(self.cached_input, other.cached_input),
+            output=max(self.output, other.output),
+        )
+
+    @property
+    def used(self) -> bool:
+        return bool(self.input or self.cached_input or self.output)
+
+    def describe(self) -> str:
+        return f"{self.input} input ({self.cached_input} cached), {self.output} output"
+
+
+NO_TOKENS = TokenCounts()
+
+
 class ObjectMeta(ApiModel):
     """The parts of Kubernetes object metadata that shardops reads; everything else is kept as is."""
 

@@ -141,6 +141,7 @@ class ConditionReason(StrEnum):
     SHARDS_GAVE_UP = "ShardsGaveUp"
     # Suspended
     SPEC_SUSPEND = "SpecSuspend"
+    HELD_BY_ERROR_THRESHOLD = "HeldByErrorThreshold"
     ACTIVE = "Active"
     # Stalled
     PROGRESSING = "Progressing"

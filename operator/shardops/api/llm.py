@@ -31,6 +31,10 @@ API_KEY_ENV = "SHARDOPS_LLM_API_KEY"
 SOURCE_API_KEY_ENV_PREFIX = "SHARDOPS_LLM_API_KEY_"
 # The environment variable the worker runtime hands the command its settings in (JSON).
 CONFIG_ENV = "SHARDOPS_LLM_CONFIG"
+# The environment variable naming the file where the worker runtime keeps the cooldown of the
+# shard's source (after a 429 with Retry-After anywhere in the campaign); the command reads it
+# before each request.
+COOLDOWN_FILE_ENV = "SHARDOPS_COOLDOWN_FILE"
 TOKENS_PER_PRICE_UNIT = 1_000_000
 
 Template = Annotated[str, Field(max_length=TEMPLATE_MAX)]

@@ -27,6 +27,7 @@ from shardops.api.common import (
     SourceName,
     SpecModel,
     StatusModel,
+    TokenCounts,
     cel_rules,
     keeping_last,
     truncating,
@@ -160,6 +161,13 @@ class ShardError(StatusModel):
         default=None, max_length=DNS_SUBDOMAIN_MAX, description="Name of the Event that recorded the failure."
     )
     at: AwareDatetime | None = Field(default=None, description="When the failure happened (RFC 3339).")
+    retry_at: AwareDatetime | None = Field(
+        default=None,
+        description=(
+            "For a rate-limited failure whose upstream said how long to wait (Retry-After): when the "
+            "source may be called again. Every worker of the campaign holds off that source until then."
+        ),
+    )
 
 
 class HistoryEntry(StatusModel):
@@ -209,6 +217,12 @@ class ShardStatus(StatusModel):
     last_heartbeat: AwareDatetime | None = Field(default=None, description="When the owner last heartbeated.")
     progress: Progress | None = Field(default=None, description="Progress from the last heartbeat.")
     cost: float = Field(default=0, ge=0, description="Cost reported for this shard, in the budget's unit.")
+    tokens: TokenCounts | None = Field(
+        default=None,
+        description=(
+            "Tokens the shard's items used, over all its attempts (absent when the command reports none)."
+        ),
+    )
     not_before: AwareDatetime | None = Field(
         default=None, description="Earliest time the shard may be claimed again (backoff)."
     )

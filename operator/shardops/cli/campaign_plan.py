@@ -47,6 +47,8 @@ class PlanView:
     items_total: int
     uncut_shards: int
     suspended: bool
+    # Why the campaign is held when spec.suspend is not set (the error threshold), else None.
+    hold: str | None = None
 
     def as_dict(self) -> JSON:
         return {
@@ -81,6 +83,7 @@ class PlanView:
                 "itemsTotal": self.items_total,
                 "shardsNotYetCut": self.uncut_shards,
                 "suspended": self.suspended,
+                "hold": self.hold,
             },
         }
 
@@ -112,6 +115,7 @@ def plan_view(
         items_total=items_total,
         uncut_shards=inputs.items.uncut_shards,
         suspended=inputs.suspended,
+        hold=inputs.hold,
     )
 
 
@@ -156,7 +160,7 @@ def render_plan(view: PlanView) -> str:
         f"  workers: {view.workers.alive_jobs} Job(s) alive, {view.workers.running_pods} pod(s) running, "
         f"{view.workers.stuck_pending_pods} stuck Pending",
         f"  items {view.items_total}, {view.uncut_shards} shard(s) not cut yet"
-        + ("; spec.suspend is true" if view.suspended else ""),
+        + (f"; {view.hold}" if view.hold else "; spec.suspend is true" if view.suspended else ""),
         f"  budget: {budget_line(view.budget)}",
     ]
     if plan.limits:

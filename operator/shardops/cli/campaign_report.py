@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardops.api.campaign import Campaign, FoldedShards
+from shardops.api.common import TokenCounts
 from shardops.api.enums import ShardPhase
 from shardops.api.names import SHARDOPS_FIELD_MANAGERS
 from shardops.api.shard import Shard
@@ -33,6 +34,7 @@ from shardops.cli.campaign_summary import (
 from shardops.cli.command import Context, load
 from shardops.cli.text import iso, percent, table
 from shardops.logic.budget import BudgetGate, BudgetStatus
+from shardops.state import ledger
 
 JSON = dict[str, Any]
 
@@ -100,6 +102,7 @@ class ReportView:
     budget: BudgetStatus
     shard_costs: float
     status_spent: float
+    tokens: TokenCounts
     gave_up: tuple[GaveUp, ...]
     left: tuple[str, ...]
     checks: tuple[Check, ...]
@@ -130,6 +133,7 @@ class ReportView:
                 **budget_dict(self.budget),
                 "statusSpent": self.status_spent,
                 "shardCosts": self.shard_costs,
+                "tokens": self.tokens.to_dict(),
             },
             "left": {"summary": list(self.left), "gaveUp": [g.as_dict() for g in self.gave_up]},
             "checklist": [c.as_dict() for c in self.checks],
@@ -180,6 +184,7 @@ def report_view(campaign: Campaign, shard_bodies: Sequence[JSON], now: dt.dateti
         budget=agg.budget,
         shard_costs=shard_costs,
         status_spent=status.spent,
+        tokens=ledger.campaign_tokens(status.tokens, status.folded, shards),
         gave_up=gave_up,
         left=what_is_left(campaign, counts, not_cut, agg.budget),
         checks=checks,
@@ -342,6 +347,7 @@ def render_report(view: ReportView) -> str:
         f"  {phase_counts(view.counts, view.not_cut)}",
         "What it spent",
         f"  {spent}",
+        *([f"  tokens: {view.tokens.describe()}"] if view.tokens.used else []),
         "What is left",
         *(f"  - {line}" for line in view.left),
     ]

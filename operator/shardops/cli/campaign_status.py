@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardops.api.campaign import Campaign
-from shardops.api.common import Condition
+from shardops.api.common import Condition, TokenCounts
 from shardops.api.enums import BreakerState, ShardPhase
 from shardops.api.shard import Shard
 from shardops.cli.campaign_actions import cancelled_at
@@ -33,7 +33,7 @@ from shardops.cli.text import as_yaml, duration, iso, percent, relative, table
 from shardops.logic.breaker import effective
 from shardops.logic.budget import BudgetGate, BudgetStatus
 from shardops.logic.transitions import EventReason
-from shardops.state import breakers, observe
+from shardops.state import breakers, errors, ledger, observe
 
 JSON = dict[str, Any]
 
@@ -169,6 +169,7 @@ class StatusView:
     generation: int
     observed_generation: int | None
     suspended: bool
+    held: str | None
     cancelled: str | None
     counts: Mapping[ShardPhase, int]
     not_cut: int
@@ -179,6 +180,7 @@ class StatusView:
     oldest_pending: str | None
     breakers: tuple[BreakerRow, ...]
     budget: BudgetStatus
+    tokens: TokenCounts
     conditions: tuple[Condition, ...]
     estimate: Estimate
     now: dt.datetime
@@ -196,6 +198,7 @@ class StatusView:
             "generation": self.generation,
             "observedGeneration": self.observed_generation,
             "suspended": self.suspended,
+            "heldByErrorThreshold": self.held,
             "cancelled": self.cancelled,
             "counts": {
                 **counts_dict(self.counts),
@@ -212,6 +215,7 @@ class StatusView:
             "oldestPending": {"shard": self.oldest_pending, "seconds": self.oldest_pending_seconds},
             "breakers": [b.as_dict() for b in self.breakers],
             "budget": budget_dict(self.budget),
+            "tokens": self.tokens.to_dict(),
             "conditions": [c.to_dict() for c in self.conditions],
             "estimate": self.estimate.as_dict(),
             "now": iso(self.now),
@@ -241,8 +245,11 @@ def status_view(campaign: Campaign, shards: Sequence[Shard], now: dt.datetime) -
     pending = [v for v in live.views if v.phase is ShardPhase.PENDING]
     oldest = min(pending, key=lambda v: (v.since, v.name)) if pending else None
     hold = None
+    held = None if spec.suspend else errors.hold_text(campaign)
     if spec.suspend:
         hold = "suspended"
+    elif held is not None:
+        hold = "held by the error threshold"
     elif agg.budget.gate is BudgetGate.EXHAUSTED:
         hold = "the budget is exhausted"
     remaining = agg.total_shards - agg.counts[ShardPhase.DONE] - agg.failed_count - agg.blocked_count
@@ -254,6 +261,7 @@ def status_view(campaign: Campaign, shards: Sequence[Shard], now: dt.datetime) -
         generation=campaign.generation,
         observed_generation=status.observed_generation,
         suspended=spec.suspend,
+        held=held,
         cancelled=cancelled_at(campaign),
         counts=live.counts,
         not_cut=live.not_cut,
@@ -266,6 +274,7 @@ def status_view(campaign: Campaign, shards: Sequence[Shard], now: dt.datetime) -
         oldest_pending=oldest.name if oldest else None,
         breakers=breaker_rows(campaign, shards, now),
         budget=agg.budget,
+        tokens=ledger.campaign_tokens(status.tokens, status.folded, shards),
         conditions=tuple(status.conditions),
         estimate=estimate(shards, max(remaining, 0), now, hold),
         now=now,
@@ -350,6 +359,8 @@ def render_status(view: StatusView) -> str:
         notes.append(f"cancelled at {view.cancelled}")
     elif view.suspended:
         notes.append("spec.suspend is true")
+    elif view.held:
+        notes.append(view.held)
     if notes:
         head += f" ({'; '.join(notes)})"
     items = f", {view.items_total} items" if view.items_total is not None else ""
@@ -368,6 +379,8 @@ def render_status(view: StatusView) -> str:
         ),
         f"Budget     {budget_line(view.budget)}",
     ]
+    if view.tokens.used:
+        lines.append(f"Tokens     {view.tokens.describe()}")
     lines.append("")
     if view.running:
         lines.append(f"Running ({len(view.running)}):")

@@ -7,9 +7,11 @@ Calls are sequential: a shard is one request at a time, so maxConcurrency is the
 
 A result is {content, finishReason, model, usage} (and json, the parsed content, when
 responseFormat asks for JSON); its cost is the usage times the price table (or the token count
-without one). The first item that cannot be answered ends the attempt: the items before it keep
-their results, and the error file says the class (see upstream.py), the source, the item and, for
-a 429, how long to wait (retryAfterSeconds, which becomes the shard's notBefore).
+without one), and its tokens (input, cachedInput, output) go on the results line too, so the
+runtime sums them into the shard's status. The first item that cannot be answered ends the
+attempt: the items before it keep their results, and the error file says the class (see
+upstream.py), the source, the item and, for a 429, how long to wait (retryAfterSeconds, which
+becomes the shard's notBefore).
 """
 
 from __future__ import annotations
@@ -17,16 +19,25 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import random
 import sys
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
 from shardops import __version__
 from shardops.api.enums import ErrorClass
-from shardops.api.llm import API_KEY_ENV, CONFIG_ENV, LlmSpec, ModelPrice, source_api_key_env
-from shardops.llm.pacing import Pacer, Share, state_path
+from shardops.api.llm import (
+    API_KEY_ENV,
+    CONFIG_ENV,
+    COOLDOWN_FILE_ENV,
+    LlmSpec,
+    ModelPrice,
+    source_api_key_env,
+)
+from shardops.llm.pacing import Pacer, Share, cooldown_until, jittered, state_path
 from shardops.llm.render import RenderError, RequestTemplate
 from shardops.llm.upstream import CallFailure, Completion, Upstream, parse_duration
 from shardops.logic.errors import EXIT_TEMPFAIL
@@ -131,6 +142,8 @@ class Call:
     settings: Settings
     source: str | None
     env: Mapping[str, str]
+    rng: random.Random = field(default_factory=random.Random)
+    wall_clock: Callable[[], float] = time.time
 
     def __post_init__(self) -> None:
         llm = self.settings.llm
@@ -167,6 +180,8 @@ class Call:
         campaign = self.env.get("SHARDOPS_CAMPAIGN", "")
         path = state_path(pod, campaign, self.source or "") if share.limited or pod else None
         self.pacer = Pacer(share, path)
+        cooldown = self.env.get(COOLDOWN_FILE_ENV)
+        self.cooldown_path = Path(cooldown) if cooldown else None
 
     def answer(self, line: Mapping[str, Any]) -> dict[str, Any]:
         where = f"item {line.get('index')}"
@@ -174,22 +189,45 @@ class Call:
             body = self.template.render(line.get("item"), int(line.get("index", 0)), str(line.get("key")))
         except RenderError as error:
             raise CallFailure(ErrorClass.INVALID_INPUT, f"{where}: {error}") from None
+        self._heed_cooldown()
         started = self.pacer.wait()
         try:
             completion = self.upstream.complete(body, dt.datetime.now(dt.UTC))
         except CallFailure as error:
             if error.retry_after is not None:
-                self.pacer.hold_until(self.pacer.clock() + error.retry_after)
+                self.pacer.hold_until(self.pacer.clock() + jittered(error.retry_after, self.rng.random()))
             raise CallFailure(error.error_class, f"{where}: {error.message}", error.retry_after) from None
         self.pacer.spent(started, completion.total_tokens)
-        self._tighten(completion.headers)
+        self._tighten(completion.headers, completion.total_tokens)
         try:
             result = result_of(completion, self.settings.llm.response_format)
         except CallFailure as failure:
             raise CallFailure(failure.error_class, f"{where}: {failure.message}") from None
-        return {"key": line["key"], "result": result, "cost": item_cost(self.price, completion)}
+        return {
+            "key": line["key"],
+            "result": result,
+            "cost": item_cost(self.price, completion),
+            "tokens": {
+                "input": completion.prompt_tokens,
+                "cachedInput": min(completion.cached_tokens, completion.prompt_tokens),
+                "output": completion.completion_tokens,
+            },
+        }
 
-    def _tighten(self, headers: Mapping[str, str]) -> None:
+    def _heed_cooldown(self) -> None:
+        """Another worker's 429 with Retry-After on this source (the runtime keeps it in the cooldown
+        file): no request before it is over, plus this worker's jitter."""
+        until = cooldown_until(self.cooldown_path)
+        if until is None:
+            return
+        wait = until - self.wall_clock()
+        if wait > 0:
+            self.pacer.hold_until(self.pacer.clock() + jittered(wait, self.rng.random()))
+
+    def _tighten(self, headers: Mapping[str, str], tokens: int) -> None:
+        """x-ratelimit-remaining-requests/-tokens with their resets: what is left of the provider's
+        window, shared by the campaign's workers, spreads over the time to the reset. Tokens count in
+        requests the size of this one: R tokens left are R / tokens requests' worth."""
         lower = {k.lower(): v for k, v in headers.items()}
         workers = self.settings.max_concurrency
         self.pacer.tighten(
@@ -197,8 +235,13 @@ class Call:
             parse_duration(lower.get("x-ratelimit-reset-requests")),
             workers,
         )
-        if (parse_duration(lower.get("x-ratelimit-remaining-tokens")) or 1) < 1:
-            self.pacer.tighten(0, parse_duration(lower.get("x-ratelimit-reset-tokens")), workers)
+        remaining_tokens = parse_duration(lower.get("x-ratelimit-remaining-tokens"))
+        if remaining_tokens is not None:
+            self.pacer.tighten(
+                remaining_tokens / max(tokens, 1),
+                parse_duration(lower.get("x-ratelimit-reset-tokens")),
+                workers,
+            )
 
 
 def write_error(path: str | None, failure: CallFailure, source: str | None) -> None:

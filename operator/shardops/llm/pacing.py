@@ -28,6 +28,29 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 SECONDS_PER_MINUTE = 60.0
+# After a wait the upstream asked for (Retry-After, here or at another worker of the campaign), each
+# worker adds a random part of up to a quarter of the wait (at most 2 s), so the workers that waited
+# together do not all call again in the same instant. Only ever added: never sooner than asked.
+JITTER_SHARE = 0.25
+JITTER_CAP_SECONDS = 2.0
+
+
+def jittered(wait: float, draw: float) -> float:
+    """`wait` plus its jitter; `draw` is uniform in [0, 1)."""
+    return wait + draw * min(JITTER_CAP_SECONDS, JITTER_SHARE * max(wait, 0.0))
+
+
+def cooldown_until(path: Path | None) -> float | None:
+    """The end (epoch seconds) of the source's cooldown the worker runtime wrote, or None. Read before
+    every request: a small local file, no API call."""
+    if path is None:
+        return None
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    until = value.get("until") if isinstance(value, dict) else None
+    return float(until) if isinstance(until, int | float) and not isinstance(until, bool) else None
 
 
 @dataclass(frozen=True)

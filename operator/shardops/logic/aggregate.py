@@ -35,6 +35,8 @@ class CampaignFacts:
     # their cost counted in what was spent.
     folded_done: int = 0
     folded_cost: float = 0.0
+    # What suspends the campaign when spec.suspend does not (the error threshold's hold), for texts.
+    hold: str | None = None
 
     @property
     def uncut_shards(self) -> int:
@@ -89,7 +91,7 @@ def aggregate(shards: Sequence[ShardView], now: datetime, facts: CampaignFacts) 
             conditions.complete(phase, progress),
             conditions.degraded(failed, len(failed), blocked, len(blocked), facts.campaign),
             *conditions.budget(budget),
-            conditions.suspended(facts.suspended),
+            conditions.suspended(facts.suspended, facts.hold),
         ),
     )
 

@@ -129,7 +129,15 @@ def degraded(
     )
 
 
-def suspended(is_suspended: bool) -> DesiredCondition:
+def suspended(is_suspended: bool, hold: str | None = None) -> DesiredCondition:
+    """`hold`: what suspends the campaign when spec.suspend does not (the error threshold)."""
+    if is_suspended and hold:
+        return DesiredCondition(
+            ConditionType.SUSPENDED,
+            ConditionStatus.TRUE,
+            ConditionReason.HELD_BY_ERROR_THRESHOLD,
+            f"{hold}: no claims, no new workers; running shards finish",
+        )
     if is_suspended:
         return DesiredCondition(
             ConditionType.SUSPENDED,

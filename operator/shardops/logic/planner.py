@@ -98,6 +98,11 @@ class DispatchInputs:
     suspended: bool
     workers: WorkerCounts
     now: datetime
+    # Sources told to wait by a rate-limited answer (Retry-After), and until when: their shards are
+    # not handed out before then, whichever worker would call them.
+    cooldowns: Mapping[str, datetime] = field(default_factory=dict)
+    # Why `suspended` holds when it is not spec.suspend (the error threshold), for the texts.
+    hold: str | None = None
 
 
 @dataclass(frozen=True)
@@ -342,6 +347,15 @@ def _route_or_skip(
         b = inputs.breakers
         text = describe_blocked(shard.source, b.states, b.fallbacks, inputs.now, b.cooldown)
         return _Skip(LimitReason.BREAKER, text)
+    cooling = inputs.cooldowns.get(found.source) if found is not None else None
+    if cooling is not None and cooling > inputs.now:
+        assert found is not None
+        wait = (cooling - inputs.now).total_seconds()
+        return _Skip(
+            LimitReason.NOTHING_READY,
+            f"source {found.source} cooling down until {rfc3339(cooling)} ({wait:.0f}s): it answered "
+            "rate-limited with a Retry-After",
+        )
     if len(selection.claimable) >= free:
         limit = inputs.limits.max_concurrency
         return _Skip(LimitReason.CAPACITY, f"ready; waits for a free slot (maxConcurrency {limit})")
@@ -397,7 +411,7 @@ def _hold_reason(inputs: DispatchInputs) -> LimitReason:
 
 def _hold_text(inputs: DispatchInputs) -> str:
     if inputs.suspended:
-        return "campaign suspended"
+        return inputs.hold or "campaign suspended"
     return f"budget exhausted ({inputs.budget.describe()})"
 
 
@@ -405,7 +419,7 @@ def _collect_limits(inputs: DispatchInputs, draft: _Draft, skipped: Mapping[str,
     """Every limit that held something back this cycle, in precedence order."""
     found: dict[LimitReason, Limit] = {}
     if inputs.suspended:
-        found[LimitReason.SUSPENDED] = Limit(LimitReason.SUSPENDED, "campaign suspended: nothing starts")
+        found[LimitReason.SUSPENDED] = Limit(LimitReason.SUSPENDED, f"{_hold_text(inputs)}: nothing starts")
     budget_limit = _budget_limit(inputs, draft, skipped)
     if budget_limit is not None:
         found[LimitReason.BUDGET] = budget_limit

@@ -16,6 +16,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from shardops.api.common import TokenCounts
 from shardops.api.enums import BreakerState, ShardPhase
 
 log = logging.getLogger(__name__)
@@ -78,6 +79,17 @@ class Metrics:
             ["campaign"],
             registry=r,
         )
+        self.tokens = Counter(
+            "shardops_tokens",
+            "Tokens the campaign's shards reported using (status.tokens), by kind: input (prompt tokens, "
+            "cached ones included), cached_input, output.",
+            ["campaign", "kind"],
+            registry=r,
+        )
+        # What `tokens` shows per (campaign, kind): it follows status.tokens, which never goes down, by
+        # adding the difference; a new process starts its series at the status's total, so Prometheus
+        # sees the count continue rather than reset.
+        self._tokens_shown: dict[tuple[str, str], int] = {}
         self.dispatch = Counter(
             "shardops_dispatch_decisions",
             "Dispatch plans by the reason that limited them (None: nothing did).",
@@ -149,12 +161,28 @@ class Metrics:
         for phase in ShardPhase:
             self.shards.labels(campaign=campaign, phase=str(phase)).set(counts.get(phase, 0))
 
+    def set_tokens(self, campaign: str, tokens: TokenCounts) -> None:
+        """Bring shardops_tokens_total up to the campaign's status.tokens."""
+        for kind, total in (
+            ("input", tokens.input),
+            ("cached_input", tokens.cached_input),
+            ("output", tokens.output),
+        ):
+            shown = self._tokens_shown.get((campaign, kind))
+            if shown is None and total == 0:
+                continue  # a campaign that reports no tokens gets no series
+            if shown is None or total > shown:
+                self.tokens.labels(campaign=campaign, kind=kind).inc(total - (shown or 0))
+                self._tokens_shown[(campaign, kind)] = total
+
     def forget_campaign(self, campaign: str) -> None:
-        """Drop the gauges of a deleted campaign so dashboards do not show it forever."""
-        for gauge in (self.shards, self.oldest_pending, self.breaker_state, self.budget_ratio):
-            for labels in _label_sets(gauge):
+        """Drop the gauges (and token counts) of a deleted campaign so dashboards do not show it forever."""
+        for metric in (self.shards, self.oldest_pending, self.breaker_state, self.budget_ratio, self.tokens):
+            for labels in _label_sets(metric):
                 if labels and labels[0] == campaign:
-                    gauge.remove(*labels)
+                    metric.remove(*labels)
+        for key in [k for k in self._tokens_shown if k[0] == campaign]:
+            del self._tokens_shown[key]
 
     # --- HTTP ---------------------------------------------------------------------------------------
 
@@ -165,7 +193,7 @@ class Metrics:
         return server
 
 
-def _label_sets(metric: Gauge) -> Iterable[tuple[str, ...]]:
+def _label_sets(metric: Gauge | Counter) -> Iterable[tuple[str, ...]]:
     # prometheus_client keeps no public list of children; its samples carry the label values.
     seen: set[tuple[str, ...]] = set()
     for family in metric.collect():

@@ -67,7 +67,7 @@ from shardops.scheduler import builders, failpoints
 from shardops.scheduler.metrics import BREAKER_VALUES, Metrics
 from shardops.scheduler.retention import Retention
 from shardops.scheduler.settings import REPORTING_CONTROLLER, OperatorSettings
-from shardops.state import breakers, errors, history, ledger, observe, shardview
+from shardops.state import breakers, cooldowns, errors, history, ledger, observe, shardview
 from shardops.store.items import StreamedItems, object_items
 from shardops.store.records import StoreUnavailable
 from shardops.store.s3 import S3Store
@@ -791,7 +791,14 @@ class Reconciler:
                 budget_limit=spec.budget.limit if spec.budget is not None else None,
             ),
             previous,
-        ).model_copy(update={"folded": folded})
+        ).model_copy(
+            update={
+                "folded": folded,
+                "tokens": ledger.campaign_tokens(previous.tokens, folded, live),
+                # For workers mid-shard, which read the Campaign at heartbeat but list no shards.
+                "source_cooldowns": cooldowns.status_list(cooldowns.source_cooldowns(campaign, live, now)),
+            }
+        )
         self._metrics(seen, agg.counts, agg.oldest_pending_age, agg.budget.spent, new)
         if campaign.status is not None and not builders.status_differs(campaign.status, new):
             self._delete_folded(seen, seen.leftovers)
@@ -908,6 +915,7 @@ class Reconciler:
         budget = seen.campaign.spec.budget
         if budget is not None:
             self.metrics.budget_ratio.labels(campaign=key).set(spent / budget.limit)
+        self.metrics.set_tokens(key, status.tokens)
 
     def _invalid(self, body: JSON, reason: ConditionReason, message: str, now: dt.datetime) -> None:
         """Ready=False with the reason, an Event naming the fix (once per problem); nothing is created."""

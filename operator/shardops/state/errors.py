@@ -49,6 +49,16 @@ def held(campaign: Campaign) -> bool:
     return resumed is None or resumed <= condition.last_transition_time
 
 
+def hold_text(campaign: Campaign) -> str | None:
+    """While held: what holds the campaign, in the condition's words (the rule that tripped, the
+    failure class and an example shard with its error), for plan and status texts."""
+    if not held(campaign):
+        return None
+    condition = campaign.current_status.condition(str(ConditionType.ERROR_THRESHOLD))
+    assert condition is not None
+    return f"held by its error threshold (condition ErrorThreshold): {condition.message}"
+
+
 def _trip(campaign: Campaign, shards: list[Shard]) -> Trip | None:
     # Only the operator decides a trip: it sees every live shard, Done ones included. A worker lists
     # only the unfinished shards, so it could not tell five failures in a row from five among many

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from shardops.api.campaign import FoldedShards, IndexRange
+from shardops.api.common import NO_TOKENS, TokenCounts
 from shardops.api.enums import ShardClass, ShardPhase
 from shardops.api.names import API_GROUP_VERSION, SHARD_KIND
 from shardops.api.shard import Shard
@@ -68,6 +69,7 @@ def record(shard: Shard) -> JSON:
         "result": status.result.to_dict() if status.result is not None else None,
         "attempt": status.attempt,
         "cost": status.cost,
+        "tokens": status.tokens.to_dict() if status.tokens is not None else None,
         "owner": (status.history[-1].owner if status.history else None),
         "history": [entry.to_dict() for entry in status.history],
     }
@@ -89,11 +91,28 @@ def fold(folded: FoldedShards, shards: Sequence[Shard], keep_completions: int = 
         shards=folded.shards + len(shards),
         items=folded.items + sum(s.spec.item_count for s in shards),
         cost=folded.cost + sum(s.current_status.cost for s in shards),
+        tokens=sum_tokens(shards, folded.tokens),
         attempts=folded.attempts + sum(max(s.current_status.attempt, 1) for s in shards),
         done_ranges=[IndexRange(start=a, end=b) for a, b in spans],
         sequence=folded.sequence + 1,
         recent_completions=completions[-keep_completions:] if keep_completions > 0 else [],
     )
+
+
+def sum_tokens(shards: Iterable[Shard], start: TokenCounts = NO_TOKENS) -> TokenCounts:
+    """`start` plus the tokens the shards reported."""
+    total = start
+    for shard in shards:
+        if shard.current_status.tokens is not None:
+            total += shard.current_status.tokens
+    return total
+
+
+def campaign_tokens(previous: TokenCounts, folded: FoldedShards, live: Iterable[Shard]) -> TokenCounts:
+    """The campaign's tokens: the folded shards' (status.folded.tokens) plus the live shards', never
+    below what the status said before (a deleted or edited Shard cannot un-use tokens). `live`: the
+    unfolded shards, so nothing is counted twice; O(window)."""
+    return sum_tokens(live, folded.tokens).at_least(previous)
 
 
 def shard_body(record: JSON, namespace: str, campaign: str) -> JSON:
@@ -118,6 +137,7 @@ def shard_body(record: JSON, namespace: str, campaign: str) -> JSON:
             "phase": str(ShardPhase.DONE),
             "attempt": record.get("attempt") or 0,
             "cost": record.get("cost") or 0,
+            **({"tokens": record["tokens"]} if record.get("tokens") else {}),
             "result": record.get("result"),
             "history": record.get("history") or [],
         },

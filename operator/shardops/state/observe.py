@@ -28,7 +28,7 @@ from shardops.logic.leases import LeaseVerdict, classify_lease, lease_action
 from shardops.logic.planner import DispatchInputs, DispatchLimits
 from shardops.logic.transitions import Action
 from shardops.logic.views import ItemProgress, ShardView
-from shardops.state import errors, history, shardview, workers
+from shardops.state import cooldowns, errors, history, shardview, workers
 from shardops.state.breakers import (
     UNDECLARED_SOURCE_POLICY,
     breaker_policies,
@@ -77,6 +77,7 @@ def campaign_facts(
         previous_spent=campaign.current_status.spent,
         folded_done=folded.shards,
         folded_cost=folded.cost,
+        hold=None if spec.suspend else errors.hold_text(campaign),
     )
 
 
@@ -150,6 +151,8 @@ def dispatch_inputs(
         suspended=spec.suspend or errors.held(campaign),
         workers=workers.worker_counts(jobs, pods, now, pending_grace),
         now=now,
+        cooldowns=cooldowns.until_by_source(cooldowns.source_cooldowns(campaign, shards, now)),
+        hold=None if spec.suspend else errors.hold_text(campaign),
     )
 
 

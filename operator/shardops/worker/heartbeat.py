@@ -10,7 +10,7 @@ A holder writes only after proving, at that moment, that the claim is still its 
 
 `Fenced` means: stop the command at once and write nothing more — the new holder's writes win.
 A heartbeat carries attempt and progress (a heartbeat without progress counts as none) plus cost,
-lastHeartbeat and leaseUntil; logs never travel on it.
+tokens (when the command reports any), lastHeartbeat and leaseUntil; logs never travel on it.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from collections.abc import Callable
 from enum import StrEnum
 from typing import Any
 
+from shardops.api.common import TokenCounts
 from shardops.api.enums import ShardPhase
 from shardops.api.shard import Progress, Shard
 from shardops.k8s import leases
@@ -98,17 +99,23 @@ def write_as_holder(
 
 
 def heartbeat_patch(
-    attempt: int, progress: Progress, cost: float, now: dt.datetime, lease_until: dt.datetime
+    attempt: int,
+    progress: Progress,
+    cost: float,
+    now: dt.datetime,
+    lease_until: dt.datetime,
+    tokens: TokenCounts | None = None,
 ) -> JSON:
-    return {
-        "status": {
-            "attempt": attempt,
-            "progress": progress.to_dict(),
-            "cost": cost,
-            "lastHeartbeat": _time(now),
-            "leaseUntil": _time(lease_until),
-        }
+    status: JSON = {
+        "attempt": attempt,
+        "progress": progress.to_dict(),
+        "cost": cost,
+        "lastHeartbeat": _time(now),
+        "leaseUntil": _time(lease_until),
     }
+    if tokens is not None:
+        status["tokens"] = tokens.to_dict()
+    return {"status": status}
 
 
 def _time(moment: dt.datetime) -> str:

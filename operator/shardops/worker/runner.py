@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from shardops.api.common import NO_TOKENS, TokenCounts
 from shardops.api.enums import ErrorClass
 from shardops.logic.idempotency import canonical_json
 
@@ -31,6 +32,9 @@ RESULTS_FILE = "results.jsonl"
 # The finalize shard's extra input: every finished item of the campaign (SHARDOPS_CAMPAIGN_RESULTS_FILE).
 CAMPAIGN_RESULTS_FILE = "campaign-results.jsonl"
 ERROR_FILE = "error.json"
+# The cooldown of the shard's source, for the built-in LLM worker (its variable: COOLDOWN_FILE_ENV):
+# JSON {source, until: epoch seconds, shard} or {}, rewritten at each heartbeat (state/cooldowns.py).
+COOLDOWN_FILE = "cooldown.json"
 _PR_SET_PDEATHSIG = 1
 _SNIPPET = 80
 # A longer error file is not a structured error any more; its message is cut later anyway.
@@ -55,6 +59,7 @@ class ResultLine:
     key: str
     result: Any
     cost: float
+    tokens: TokenCounts = NO_TOKENS
 
 
 @dataclass(frozen=True)
@@ -113,7 +118,9 @@ def read_error_file(path: Path) -> dict[str, object] | None:
 class ResultsReader:
     """Reads the results file as the command appends to it; only whole lines count.
 
-    Every line must be `{"key": <a remaining sub-key>, "result": <JSON>, "cost": <number ≥ 0>?}`;
+    Every line must be `{"key": <a remaining sub-key>, "result": <JSON>, "cost": <number ≥ 0>?,
+    "tokens": {"input": n, "cachedInput": n, "output": n}?}` (tokens: what the item's model calls
+    used, whole numbers ≥ 0, each key optional);
     the first line that is not raises a bad-output CommandFailure naming its line number. A key seen
     twice keeps its first result (the command retried internally; both are results of one input).
     """
@@ -198,7 +205,23 @@ class ResultsReader:
         cost = value.get("cost", 0)
         if isinstance(cost, bool) or not isinstance(cost, int | float) or not math.isfinite(cost) or cost < 0:
             raise bad_output(f"{where}: cost must be a number >= 0, got {cost!r}")
-        return ResultLine(key, value["result"], float(cost))
+        return ResultLine(key, value["result"], float(cost), _tokens(value.get("tokens"), where, snippet))
+
+
+_TOKEN_KINDS = ("input", "cachedInput", "output")
+
+
+def _tokens(value: object, where: str, snippet: str) -> TokenCounts:
+    if value is None:
+        return NO_TOKENS
+    if not isinstance(value, dict) or set(value) - set(_TOKEN_KINDS):
+        raise bad_output(
+            f"{where}: tokens must be an object with input, cachedInput and output counts, got: {snippet!r}"
+        )
+    counts = [value.get(kind, 0) for kind in _TOKEN_KINDS]
+    if any(isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in counts):
+        raise bad_output(f"{where}: token counts must be whole numbers >= 0, got {value!r}")
+    return TokenCounts(input=counts[0], cached_input=counts[1], output=counts[2])
 
 
 def _parent_death_signal() -> None:

@@ -23,12 +23,13 @@ flush are computed again by the next attempt.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 import os
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -36,9 +37,10 @@ from typing import Any, Protocol, TypeVar
 
 import urllib3
 
-from shardops.api.campaign import Campaign, ResultStoreStatus
-from shardops.api.common import Item
+from shardops.api.campaign import Campaign, ResultStoreStatus, SourceCooldown
+from shardops.api.common import NO_TOKENS, Item, TokenCounts
 from shardops.api.enums import ErrorClass, ShardClass, StoreType
+from shardops.api.llm import COOLDOWN_FILE_ENV
 from shardops.api.shard import Progress, Shard, ShardError, ShardResult
 from shardops.k8s import leases
 from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS, ApiError, Forbidden, Kube, NotFound
@@ -48,7 +50,7 @@ from shardops.logic.backoff import retry_not_before
 from shardops.logic.errors import classify_failure, next_phase_after_failure
 from shardops.logic.idempotency import item_subkey
 from shardops.logic.transitions import Action
-from shardops.state import ledger, results
+from shardops.state import cooldowns, ledger, results
 from shardops.store import ResultStore, location_of, open_store
 from shardops.store.items import campaign_items
 from shardops.store.records import (
@@ -66,6 +68,7 @@ from shardops.worker.claim import ClaimContext, Claimed, choose, claim, stop_rea
 from shardops.worker.heartbeat import Fenced, FenceReason
 from shardops.worker.metrics import ClaimOutcome, CommandOutcome, HeartbeatOutcome, WorkerMetrics
 from shardops.worker.runner import (
+    COOLDOWN_FILE,
     AttemptFiles,
     Command,
     CommandFailure,
@@ -246,7 +249,9 @@ class Worker:
                 holder=self.holder,
                 at=time.time(),
             )
-            run = ShardRun(self, campaign, claimed)
+            # The cooldowns as of the listing just made: no other read (state.cooldowns).
+            cooling = cooldowns.source_cooldowns(campaign, shards, self.clock.now())
+            run = ShardRun(self, campaign, claimed, cooling)
             outcome = run.execute()
             # Every claimed shard ends here, whichever way: the one place its outcome is counted.
             error_class = run.error_class if outcome is Outcome.FAILED else None
@@ -305,11 +310,14 @@ class ShardRun:
     worker: Worker
     campaign: Campaign
     claimed: Claimed
+    # Per-source cooldowns known at the claim; a heartbeat of an LLM shard refreshes its source's.
+    cooldowns: Mapping[str, SourceCooldown] = field(default_factory=dict)
     shard: Shard = field(init=False)
     lease: leases.Claim = field(init=False)
     stored: dict[str, ItemRecord] = field(init=False)
     fresh: dict[str, ItemRecord] = field(default_factory=dict)
     attempt_cost: float = 0.0
+    attempt_tokens: TokenCounts = NO_TOKENS
     # How the command ended, once known (shardops_worker_command_duration_seconds); None: not yet.
     command_outcome: CommandOutcome | None = None
     # The class of the failure this run recorded (fail()), for shardops_worker_shards_total.
@@ -322,12 +330,14 @@ class ShardRun:
         self.items = list(self.claimed.items)
         self.keys = [item_subkey(item) for item in self.items]
         self.base_cost = self.shard.current_status.cost
+        self.base_tokens = self.shard.current_status.tokens
         self.attempt = max(self.shard.current_status.attempt, 1)
         self.key = self.shard.spec.idempotency_key
         self.kube = self.worker.kube
         self.settings = self.worker.settings
         self.clock = self.worker.clock
         self.store = self.worker.store_for(self.campaign)
+        self.cooldown_file: Path | None = None
 
     # --- bookkeeping ------------------------------------------------------------------------------
 
@@ -350,6 +360,12 @@ class ShardRun:
         # Cumulative over the shard's attempts, so the operator can add shard costs up as they are.
         return self.base_cost + self.attempt_cost
 
+    def tokens(self) -> TokenCounts | None:
+        """Cumulative over the attempts like cost; None while no attempt reported any."""
+        if self.base_tokens is None and not self.attempt_tokens.used:
+            return None
+        return (self.base_tokens or NO_TOKENS) + self.attempt_tokens
+
     def remaining(self) -> list[WorkItem]:
         known = self.known()
         seen: set[str] = set()
@@ -366,6 +382,7 @@ class ShardRun:
             if line.key not in self.known():
                 self.fresh[line.key] = ItemRecord(line.result, line.cost)
             self.attempt_cost += line.cost
+            self.attempt_tokens += line.tokens
         cap = self.campaign.spec.budget.max_per_shard if self.campaign.spec.budget else None
         if cap is not None and self.cost() > cap:
             raise CommandFailure(
@@ -406,7 +423,7 @@ class ShardRun:
         self.renew()
         self.flush()
         patch = heartbeat.heartbeat_patch(
-            self.attempt, self.progress(), self.cost(), self.clock.now(), self.lease.until
+            self.attempt, self.progress(), self.cost(), self.clock.now(), self.lease.until, self.tokens()
         )
         self.shard = heartbeat.write_as_holder(
             self.kube,
@@ -415,6 +432,39 @@ class ShardRun:
             self.lease.fencing_token,
             lambda shard: heartbeat.patch_heartbeat(self.kube, shard, patch),
         )
+        self.refresh_cooldown()
+
+    def refresh_cooldown(self) -> None:
+        """Mid-shard, another worker's 429 reaches this one through the Campaign's
+        status.sourceCooldowns (the operator records it): one GET per heartbeat, only for a shard whose
+        command reads the cooldown file. Trouble reading it is not the heartbeat's: the next one retries."""
+        if self.cooldown_file is None:
+            return
+        try:
+            campaign = Campaign.parse(self.kube.get(CAMPAIGNS, self.namespace, self.campaign.name))
+        except (ApiError, urllib3.exceptions.HTTPError, OSError) as error:
+            # NotFound is an ApiError: a deleted campaign ends the shard by other ways.
+            log.warning("%s: could not read the campaign's source cooldowns: %s", self.name, error)
+            return
+        self.cooldowns = cooldowns.later(self.cooldowns, cooldowns.recorded(campaign, self.clock.now()))
+        try:
+            self.write_cooldown()
+        except OSError as error:
+            log.warning("%s: could not write the cooldown file: %s", self.name, error)
+
+    def write_cooldown(self) -> None:
+        """The cooldown of the shard's source as {source, until (epoch seconds), shard}, or {} for none."""
+        if self.cooldown_file is None:
+            return
+        found = self.cooldowns.get(self.claimed.source or "")
+        body = (
+            {"source": found.source, "until": found.until.timestamp(), "shard": found.shard}
+            if found is not None
+            else {}
+        )
+        temporary = self.cooldown_file.with_suffix(".tmp")
+        temporary.write_text(json.dumps(body), encoding="utf-8")
+        temporary.replace(self.cooldown_file)
 
     def transition(self, request: TransitionRequest) -> None:
         now = self.clock.now()
@@ -434,6 +484,7 @@ class ShardRun:
             "fencing_token": None,
             "progress": self.progress(),
             "cost": self.cost(),
+            "tokens": self.tokens(),
         }
 
     def release_lease(self) -> None:
@@ -579,6 +630,11 @@ class ShardRun:
             "SHARDOPS_IDEMPOTENCY_KEY": self.key,
             **self.campaign.spec.command_settings(worker_spec),
         }
+        if worker_spec.llm is not None and self.claimed.source is not None:
+            # The built-in LLM worker reads its source's cooldown from this file before each request.
+            self.cooldown_file = files.directory / COOLDOWN_FILE
+            self.write_cooldown()
+            protocol[COOLDOWN_FILE_ENV] = str(self.cooldown_file)
         command = Command(
             worker_spec.full_command(),
             command_env(os.environ, protocol, worker_spec.env_dict()),
@@ -782,7 +838,18 @@ class ShardRun:
         now = self.clock.now()
         updates: dict[str, Any] = {
             **self._leaving(),
-            "last_error": ShardError(error_class=error_class, source=source, message=message, at=now),
+            "last_error": ShardError(
+                error_class=error_class,
+                source=source,
+                message=message,
+                at=now,
+                # From now, not from when the answer came: never sooner than the upstream asked.
+                retry_at=(
+                    now + dt.timedelta(seconds=retry_after)
+                    if retry_after is not None and error_class is ErrorClass.RATE_LIMITED and source
+                    else None
+                ),
+            ),
         }
         if decision.backoff:
             backoff = self.campaign.spec.backoff
