@@ -17,7 +17,8 @@
 # The Dockerfile builds the same content for users with Docker (tests/test_image_build.py keeps the
 # two in step). The archive is cached: the hash of every input (this script, pyproject.toml,
 # constraints.txt, README.md, operator/, examples/, the Debian suite and packages) is stored next to
-# it, and a build whose inputs hash matches prints the digest and stops.
+# it, and a build whose inputs hash matches prints the digest and stops; a copy is kept under
+# ~/.cache/shardops/image/archives/<hash>, so a fresh clone of the same sources copies it (~1 s).
 #
 # Debian packages it needs (mmdebstrap, buildah, skopeo, uidmap) are installed by
 # hack/debian-packages.sh with apt-get.
@@ -66,6 +67,19 @@ inputs_hash=$(
 if [ -z "${IMAGE_REBUILD:-}" ] && [ -s "$archive" ] && [ -s "$digest_file" ] \
   && [ "$(cat "$stamp" 2>/dev/null)" = "$inputs_hash" ]; then
   log "up to date ($archive, inputs $inputs_hash)"
+  cat "$digest_file"
+  exit 0
+fi
+# Archives are also kept in the cache by input hash, so a fresh clone (CI, another worktree) of the
+# same sources gets the image without building it.
+cached="$cache/archives/$inputs_hash"
+if [ -z "${IMAGE_REBUILD:-}" ] && [ -s "$cached.oci.tar" ] && [ -s "$cached.digest" ]; then
+  mkdir -p "$dist"
+  cp -f "$cached.oci.tar" "$archive.tmp" && mv -f "$archive.tmp" "$archive"
+  cp -f "$cached.digest" "$digest_file"
+  echo "$inputs_hash" >"$stamp"
+  touch "$cached.oci.tar"
+  log "from the cache ($cached.oci.tar)"
   cat "$digest_file"
   exit 0
 fi
@@ -144,6 +158,11 @@ digest=$(skopeo inspect --format '{{.Digest}}' "oci-archive:$archive.tmp")
 mv -f "$archive.tmp" "$archive"
 echo "$digest" >"$digest_file"
 echo "$inputs_hash" >"$stamp"
+mkdir -p "$cache/archives"
+cp -f "$archive" "$cached.oci.tar.tmp" && mv -f "$cached.oci.tar.tmp" "$cached.oci.tar"
+cp -f "$digest_file" "$cached.digest"
+# Archives of inputs no build asked for in two days go (each is ~100 MB).
+find "$cache/archives" -maxdepth 1 -name '*.oci.tar' -mtime +1 -exec sh -c 'rm -f "$1" "${1%.oci.tar}.digest"' _ {} \; 2>/dev/null || true
 # The process-kubelet unpacks each image digest once (e2e/cluster/images.py) and marks it when a
 # pod uses it; root filesystems no cluster used for two days go (other worktrees share the cache).
 find "$cache_root/images/rootfs" -mindepth 1 -maxdepth 1 -name 'sha256-*' -mtime +1 -exec rm -rf {} + 2>/dev/null || true
