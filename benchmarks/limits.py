@@ -208,11 +208,12 @@ def explain(sections: Sequence[Section], ctx: Context) -> list[str]:
             + " ".join(evidence)
             + (f" {startup}." if startup else "")
             + (f" {profile}." if profile else "")
-            + " What would close it: fewer API round trips on a shard's path (each claim reads the "
-            "Campaign and lists the whole campaign's shards, parsing every one, before it creates the "
-            "Lease and patches the status; completion writes two result ConfigMaps and patches the Lease "
-            "three times), a worker pool that claims the next shard without a poll cycle and a fresh "
-            "list, and workers that live across many shards instead of new processes."
+            + " What would close it: fewer API round trips on a shard's path (each look for work reads "
+            "the Campaign, lists its unfinished shards and reads a Lease before it creates or takes one "
+            "and patches the status, and every lost race or empty look repeats those reads: the reads "
+            "per shard above), workers that learn of claimable shards from a watch instead of a poll "
+            "and a fresh list, and a user command that serves many shards instead of one process per "
+            "shard."
         )
     groups: dict[str, list[Check]] = {}
     for check in missed:

@@ -232,11 +232,22 @@ def for_cluster(cluster: Cluster, work_dir: Path) -> Target:
     return _target(cluster, work_dir)
 
 
+# What a run writes itself: a tree changed only there is the tree that was measured.
+BENCH_OUTPUTS = ("benchmarks/RESULTS.md", "benchmarks/results.json", "benchmarks/*.png")
+
+
 def git_revision() -> str:
-    result = subprocess.run(
-        ["git", "-C", str(REPO_ROOT), "describe", "--always", "--dirty", "--abbrev=12"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    return result.stdout.strip() or "unknown"
+    """The commit measured, `-dirty` when tracked files other than the run's own outputs differ."""
+
+    def git(*args: str) -> str:
+        result = subprocess.run(
+            ["git", "-C", str(REPO_ROOT), *args], capture_output=True, text=True, check=False
+        )
+        return result.stdout.strip()
+
+    revision = git("describe", "--always", "--abbrev=12")
+    if not revision:
+        return "unknown"
+    excluded = [f":(exclude){path}" for path in BENCH_OUTPUTS]
+    changed = git("status", "--porcelain", "--untracked-files=no", "--", ".", *excluded)
+    return f"{revision}-dirty" if changed else revision
