@@ -132,28 +132,11 @@ def finished_shards(
     ctx: Context, campaign: Campaign, store: ResultStore, work: Sequence[Shard]
 ) -> list[Finished]:
     """Every Done work shard in item order: the live ones, and those folded into the ledger."""
-    folded = campaign.current_status.folded
-    if folded.shards and not isinstance(store, S3Store):
-        raise bad_state(f"campaign {campaign.name} has folded shards but no S3 result store")
-
-    def ledger_lines() -> Iterator[JSON]:
-        assert isinstance(store, S3Store)
-        return store.read_ledger(campaign.name, campaign.metadata.uid or "")
-
+    ledger_lines = results.ledger_of(store, campaign)
     try:
-        return results.finished_shards(campaign.name, work, folded, ledger_lines)
+        return results.finished_shards(campaign.name, work, campaign.current_status.folded, ledger_lines)
     except results.ResultsMismatch as mismatch:
         raise bad_state(str(mismatch)) from None
-
-
-def read_verified(store: ResultStore) -> results.ReadResult:
-    """A shard's verified stored result as `state.results` reads it: (fingerprint, text)."""
-
-    def read(ref: str, key: str) -> tuple[str, str]:
-        stored = store.read_ref(ref, key)
-        return stored.fingerprint, stored.text
-
-    return read
 
 
 def _cut_items(campaign: Campaign, work: Sequence[Shard]) -> int:
@@ -183,7 +166,7 @@ def run_results(ctx: Context) -> int:
             progress = _Progress(ctx.stderr, len(done), out is not ctx.stdout and ctx.stderr.isatty())
             previous: str | None = None
             for finished, line in results.done_lines(
-                read_verified(store), done, lambda: _items(ctx, campaign)
+                results.read_verified(store), done, lambda: _items(ctx, campaign)
             ):
                 if finished.shard != previous:
                     progress.step()

@@ -15,12 +15,14 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from shardops.api.campaign import FoldedShards
+from shardops.api.campaign import Campaign, FoldedShards
 from shardops.api.common import Item
 from shardops.api.enums import ShardClass, ShardPhase
 from shardops.api.shard import Shard
 from shardops.state import ledger
+from shardops.store import ResultStore
 from shardops.store.records import StoreCorrupt
+from shardops.store.s3 import S3Store
 
 JSON = dict[str, Any]
 # (ref, key) -> (fingerprint, text) of the verified stored result; raises StoreCorrupt.
@@ -152,6 +154,27 @@ def done_lines(
                     "attempt": done.attempt,
                 },
             )
+
+
+def read_verified(store: ResultStore) -> ReadResult:
+    """A shard's verified stored result as `done_lines` reads it: (fingerprint, text)."""
+
+    def read(ref: str, key: str) -> tuple[str, str]:
+        stored = store.read_ref(ref, key)
+        return stored.fingerprint, stored.text
+
+    return read
+
+
+def ledger_of(store: ResultStore, campaign: Campaign) -> Callable[[], Iterable[JSON]]:
+    """The campaign's ledger lines, read when called; only an S3 store holds a ledger."""
+
+    def lines() -> Iterable[JSON]:
+        if not isinstance(store, S3Store):
+            raise ResultsMismatch(f"campaign {campaign.name} has folded shards but no S3 result store")
+        return store.read_ledger(campaign.name, campaign.metadata.uid or "")
+
+    return lines
 
 
 def json_line(value: JSON) -> str:

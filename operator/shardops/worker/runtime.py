@@ -29,7 +29,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -568,27 +568,17 @@ class ShardRun:
         campaign = Campaign.parse(self.kube.get(CAMPAIGNS, self.namespace, self.campaign.name))
         folded = campaign.current_status.folded
         s3 = self.store if isinstance(self.store, S3Store) else None
-
-        def ledger_lines() -> Iterator[dict[str, Any]]:
-            if s3 is None:
-                raise results.ResultsMismatch(
-                    f"campaign {campaign.name} has folded shards but its result store is not S3"
-                )
-            return s3.read_ledger(campaign.name, campaign.metadata.uid or "")
-
-        def read(ref: str, key: str) -> tuple[str, str]:
-            stored = self.store.read_ref(ref, key)
-            return stored.fingerprint, stored.text
-
         interval = campaign.spec.effective_heartbeat_seconds
         next_renewal = self.clock.monotonic() + interval
         lines = 0
         try:
             work = results.work_shards(ledger.unfolded(listed, folded))
-            finished = results.finished_shards(campaign.name, work, folded, ledger_lines)
+            finished = results.finished_shards(
+                campaign.name, work, folded, results.ledger_of(self.store, campaign)
+            )
             every_item = lambda: campaign_items(self.kube, campaign, s3)  # noqa: E731 - only if needed
             with path.open("w", encoding="utf-8") as out:
-                for _, line in results.done_lines(read, finished, every_item):
+                for _, line in results.done_lines(results.read_verified(self.store), finished, every_item):
                     out.write(results.json_line(line) + "\n")
                     lines += 1
                     if self.clock.monotonic() >= next_renewal:
