@@ -70,6 +70,7 @@ def operator_deployment(namespace: str, replicas: int, env: Mapping[str, str]) -
     labels = {"app": OPERATOR_NAME}
     variables: list[JSON] = [
         {"name": "SHARDOPS_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "SHARDOPS_POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
         {
             "name": "SHARDOPS_LEADER_ELECTION_NAMESPACE",
             "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}},

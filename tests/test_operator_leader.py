@@ -37,9 +37,12 @@ def clock() -> Clock:
     return Clock()
 
 
-def elector(kube: OperatorKube, clock: Clock, identity: str, **kwargs: object) -> LeaderElector:
+def elector(
+    kube: OperatorKube, clock: Clock, identity: str, pod_uid: str | None = None, **kwargs: object
+) -> LeaderElector:
     config = settings(
         identity=identity,
+        pod_uid=pod_uid,
         leader_election_namespace=NAMESPACE,
         leader_election_lease_seconds=LEASE,
         leader_election_renew_seconds=5,
@@ -148,6 +151,41 @@ def test_two_replicas_with_one_identity_are_reported_not_silent(kube: OperatorKu
     ok, why = twin.health()
     assert not ok and "another process" in why
     assert "DuplicateIdentity" in problems(kube)
+
+
+def test_a_restarted_container_takes_over_from_its_dead_predecessor_at_once(
+    kube: OperatorKube, clock: Clock
+) -> None:
+    before = elector(kube, clock, "operator-0", pod_uid="uid-1")
+    before.step()
+    assert before.is_leader()
+    # SIGKILLed: it never renews or releases. The kubelet starts the pod's container again.
+    clock.t = 3
+    after = elector(kube, clock, "operator-0", pod_uid="uid-1")
+    after.step()
+    assert after.is_leader(), "no need to wait out the lease of a process known to be gone"
+    lease = kube.obj(LEASES, NAMESPACE, "shardops-operator")
+    assert lease is not None and lease["spec"]["leaseTransitions"] == 1
+    assert lease["metadata"]["annotations"]["shardops.dev/leader-instance"] == after.instance
+    assert problems(kube) == ["LeaderElected", "LeaderElected"]
+
+
+@pytest.mark.parametrize(
+    "uid",
+    [pytest.param("uid-2", id="another pod with the same name"), pytest.param(None, id="no pod uid")],
+)
+def test_a_holder_with_our_name_that_may_be_alive_is_waited_out(
+    kube: OperatorKube, clock: Clock, uid: str | None
+) -> None:
+    before = elector(kube, clock, "operator-0", pod_uid="uid-1")
+    before.step()
+    clock.t = 3
+    other = elector(kube, clock, "operator-0", pod_uid=uid)
+    other.step()
+    assert not other.is_leader() and holder(kube) == "operator-0"
+    clock.t = 3 + LEASE
+    other.step()
+    assert other.is_leader(), "after a whole lease unchanged it is free, as for any holder"
 
 
 def test_release_hands_over_at_once(kube: OperatorKube, clock: Clock) -> None:

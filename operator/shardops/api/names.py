@@ -46,6 +46,11 @@ PLANNED_FROM_ANNOTATION: Final = f"{API_GROUP}/planned-from"
 # error threshold claims again once this is later than the hold, and counts only the attempts after it.
 RESUMED_ANNOTATION: Final = f"{API_GROUP}/resumed"
 
+# On the operator's leader Lease: which process holds it, as "<pod uid>/<process token>". A restarted
+# container finds its own pod's uid with another token there and knows that holder is dead (a pod
+# runs one container of the operator at a time), so it takes over at once instead of after a lease.
+LEADER_INSTANCE_ANNOTATION: Final = f"{API_GROUP}/leader-instance"
+
 # The Shard field the CRD makes selectable (`fieldSelector=status.phase!=Done`).
 SHARD_PHASE_FIELD: Final = ".status.phase"
 

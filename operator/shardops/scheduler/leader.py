@@ -9,6 +9,11 @@ Why not kopf peering: with equal priorities every replica pauses and none reconc
 * A standby takes the Lease once it has watched it stay unchanged for a whole lease duration
   (measured on its own monotonic clock, so clock skew between nodes does not matter), or at once when
   it is released. Takeover after a leader dies: at most lease + retry seconds.
+* A restarted container takes the Lease at once when it was held under its own name by its own
+  pod's previous container: the holder records "<pod uid>/<process token>" in an annotation, and a
+  pod runs one container of the operator at a time (the kubelet starts the next only after the last
+  exited), so a holder with this pod's uid and another token is dead. Two pods never share a uid, so
+  two replicas misconfigured with one name still wait (and are reported, below).
 * Nothing freezes silently: a leader that cannot renew, a replica that cannot read the Lease, a Lease
   renewed under our own identity by another process (two replicas with one name), and a blocked
   event loop are each logged, counted in `shardops_leader_election_problems_total`, reported as an
@@ -22,11 +27,13 @@ import datetime as dt
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from shardops.api.names import LEADER_INSTANCE_ANNOTATION
 from shardops.k8s import events
 from shardops.k8s.api import LEASES, AlreadyExists, Conflict, Kube, NotFound
 from shardops.logic.timefmt import micro_time
@@ -54,12 +61,14 @@ class _Seen:
     since: float
 
 
-def lease_body(name: str, identity: str, seconds: int, transitions: int, now: dt.datetime) -> JSON:
+def lease_body(
+    name: str, identity: str, instance: str, seconds: int, transitions: int, now: dt.datetime
+) -> JSON:
     stamp = micro_time(now)
     return {
         "apiVersion": "coordination.k8s.io/v1",
         "kind": "Lease",
-        "metadata": {"name": name},
+        "metadata": {"name": name, "annotations": {LEADER_INSTANCE_ANNOTATION: instance}},
         "spec": {
             "holderIdentity": identity,
             "leaseDurationSeconds": seconds,
@@ -73,6 +82,21 @@ def lease_body(name: str, identity: str, seconds: int, transitions: int, now: dt
 def lease_expired(seen: _Seen, holder: str | None, duration: float, mono_now: float) -> bool:
     """Free when nobody holds it, or when it has not changed for a whole lease duration."""
     return not holder or mono_now - seen.since >= duration
+
+
+def process_instance(pod_uid: str | None) -> str:
+    """This process's mark in the leader Lease: "<pod uid>/<token>" (just the token outside a pod)."""
+    token = uuid.uuid4().hex[:16]
+    return f"{pod_uid}/{token}" if pod_uid else token
+
+
+def held_by_dead_predecessor(lease: JSON, holder: str | None, identity: str, instance: str) -> bool:
+    """The Lease is held under our name by an earlier container of our own pod: that process is gone."""
+    pod_uid, sep, _ = instance.rpartition("/")
+    if holder != identity or not sep:
+        return False
+    recorded = ((lease.get("metadata") or {}).get("annotations") or {}).get(LEADER_INSTANCE_ANNOTATION) or ""
+    return recorded.startswith(f"{pod_uid}/") and recorded != instance
 
 
 class LeaderElector:
@@ -93,6 +117,7 @@ class LeaderElector:
         self.settings = settings
         self.metrics = metrics
         self.identity = settings.identity
+        self.instance = process_instance(settings.pod_uid)
         self.loop_healthy = loop_healthy
         self.on_lost = on_lost
         self.clock = clock
@@ -226,6 +251,10 @@ class LeaderElector:
 
     def _as_standby(self, lease: JSON, holder: str | None, version: str) -> None:
         now = self.clock()
+        if held_by_dead_predecessor(lease, holder, self.identity, self.instance):
+            log.info("leader election: the Lease is held by this pod's previous container; taking it over")
+            self._take_over(lease, holder)
+            return
         if self._seen is None or self._seen.resource_version != version:
             if self._seen is not None and holder == self.identity:
                 self._problem(
@@ -241,11 +270,21 @@ class LeaderElector:
         )
         if not lease_expired(self._seen, holder, duration, now):
             return
+        self._take_over(lease, holder)
+
+    def _take_over(self, lease: JSON, holder: str | None) -> None:
+        """Replace the Lease at the version we read: whoever wrote it since wins, and we look again."""
         transitions = int((lease.get("spec") or {}).get("leaseTransitions") or 0) + 1
         body = lease_body(
-            self.name, self.identity, self.settings.leader_election_lease_seconds, transitions, self.wall()
+            self.name,
+            self.identity,
+            self.instance,
+            self.settings.leader_election_lease_seconds,
+            transitions,
+            self.wall(),
         )
-        body["metadata"] = {**lease["metadata"]}
+        annotations = {**(lease["metadata"].get("annotations") or {}), **body["metadata"]["annotations"]}
+        body["metadata"] = {**lease["metadata"], "annotations": annotations}
         try:
             taken = self.kube.replace(LEASES, self.namespace, self.name, body)
         except Conflict:
@@ -256,9 +295,8 @@ class LeaderElector:
         self._won(taken, previous=holder)
 
     def _create(self) -> None:
-        body = lease_body(
-            self.name, self.identity, self.settings.leader_election_lease_seconds, 0, self.wall()
-        )
+        seconds = self.settings.leader_election_lease_seconds
+        body = lease_body(self.name, self.identity, self.instance, seconds, 0, self.wall())
         try:
             created = self.kube.create(LEASES, self.namespace, body)
         except AlreadyExists:

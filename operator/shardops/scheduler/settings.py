@@ -67,6 +67,14 @@ class OperatorSettings(BaseSettings):
         max_length=253,
         description="This replica's name in the leader Lease and in Events: the pod name, else the hostname.",
     )
+    pod_uid: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("SHARDOPS_POD_UID", "POD_UID", "pod_uid"),
+        description=(
+            "metadata.uid of this replica's pod (downward API). With it a restarted container takes the "
+            "leader Lease its dead predecessor in the same pod held at once, instead of after a lease."
+        ),
+    )
     leader_election: bool = Field(
         default=True, description="false: reconcile without a leader Lease (one replica only)."
     )
