@@ -36,8 +36,11 @@ STEPS: list[tuple[str, Callable[[scenarios.Context], Section]]] = [
 ADAPTIVE = frozenset({"many", "scale"})
 
 
-def run(target: Target, plan: Plan, out: Path, command: str) -> list[Section]:
-    """Every scenario of `plan` on `target`; writes RESULTS.md and the figures into `out`."""
+def run(
+    target: Target, plan: Plan, out: Path, command: str, only: frozenset[str] = frozenset()
+) -> list[Section]:
+    """Every scenario of `plan` on `target` (or those named in `only`); writes RESULTS.md and the
+    figures into `out`."""
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("*.png"):
         old.unlink()
@@ -53,7 +56,7 @@ def run(target: Target, plan: Plan, out: Path, command: str) -> list[Section]:
     }
     sections: list[Section] = []
     for key, step in STEPS:
-        if key == "many" and not plan.many_campaigns:
+        if (key == "many" and not plan.many_campaigns) or (only and key not in only):
             continue
         elapsed = time.monotonic() - started
         if elapsed > plan.deadline and key not in ADAPTIVE:
@@ -90,12 +93,24 @@ def main(argv: list[str] | None = None) -> int:
         default=REPO_ROOT / ".shardops" / "bench",
         help="cluster state, ledgers, profiles",
     )
+    parser.add_argument(
+        "--only",
+        default="",
+        help=f"comma list of sections to run ({', '.join(key for key, _ in STEPS)}); "
+        "use with --out so the full RESULTS.md stays",
+    )
     args = parser.parse_args(argv)
     plan = PLANS[args.plan]
+    only = frozenset(key for key in args.only.split(",") if key)
+    unknown = only - {key for key, _ in STEPS}
+    if unknown:
+        parser.error(f"--only: unknown section(s) {', '.join(sorted(unknown))}")
     command = "BENCH_QUICK=1 make bench" if plan.name == "quick" else "make bench"
+    if only:
+        command = f"python -m benchmarks --plan {plan.name} --only {','.join(sorted(only))}"
     with acquire(args.work) as target:
         try:
-            run(target, plan, args.out, command)
+            run(target, plan, args.out, command, only)
         finally:
             scenarios.stop_everything(target)
     return 0

@@ -271,6 +271,26 @@ def test_expected_shards_and_inline_counts() -> None:
     assert spec(items=None, itemsFrom={"configMapName": "in", "key": "x.jsonl"}).inline_items_total is None
 
 
+def test_parse_items_counted_keeps_everything_but_the_items() -> None:
+    body = {
+        "apiVersion": API_GROUP_VERSION,
+        "kind": "Campaign",
+        "metadata": {"name": "c", "uid": "u"},
+        "spec": {"items": [{"n": n} for n in range(25)], "shardSize": 10, "worker": WORKER},
+        "status": {"phase": "Running", "itemsTotal": 25},
+    }
+    full, lean = Campaign.parse(body), Campaign.parse_items_counted(body)
+    assert lean.spec.items == [] and lean.spec.items_left_out and not full.spec.items_left_out
+    assert lean.spec.inline_items_total == full.spec.inline_items_total == 25
+    assert lean.spec.model_dump(exclude={"items"}) == full.spec.model_dump(exclude={"items"})
+    assert lean.status == full.status and lean.metadata == full.metadata
+    assert len(body["spec"]["items"]) == 25, "the body it was handed is left as it was"
+    from_file = {**body, "spec": {"itemsFrom": {"configMapName": "in", "key": "x.jsonl"}, "worker": WORKER}}
+    assert Campaign.parse_items_counted(from_file) == Campaign.parse(from_file)
+    with pytest.raises(ValidationError, match="maxConcurrency"):
+        Campaign.parse_items_counted({**body, "spec": {**body["spec"], "maxConcurrency": 0}})
+
+
 def test_items_are_json_objects() -> None:
     with pytest.raises(ValidationError, match=re.escape("spec.items.0")):
         Campaign.parse(

@@ -7,7 +7,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from shardops.store.items import StreamedItems
+from fakekube import FakeKube
+from shardops.api.campaign import Campaign
+from shardops.api.names import API_GROUP_VERSION
+from shardops.store.items import StreamedItems, campaign_items
 
 
 class Source:
@@ -37,3 +40,16 @@ def test_a_bad_line_is_named_with_its_number() -> None:
     broken = StreamedItems(Source(['{"n": 1}\n', "\n", "{oops\n"]), "s3://b/k")
     with pytest.raises(ValueError, match="line 3: not valid JSON"):
         broken.total()
+
+
+def test_a_campaign_parsed_without_its_items_is_refused_not_read_as_empty() -> None:
+    body = {
+        "apiVersion": API_GROUP_VERSION,
+        "kind": "Campaign",
+        "metadata": {"name": "c"},
+        "spec": {"items": [{"n": 1}], "worker": {"image": "i", "command": ["x"]}},
+    }
+    kube = FakeKube()
+    assert campaign_items(kube, Campaign.parse(body), None) == [{"n": 1}]
+    with pytest.raises(ValueError, match="parsed with its items"):
+        campaign_items(kube, Campaign.parse_items_counted(body), None)

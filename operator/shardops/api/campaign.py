@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Annotated
+from collections.abc import Mapping
+from typing import Annotated, Any
 
 from pydantic import (
     AwareDatetime,
     BeforeValidator,
     ConfigDict,
     Field,
+    PrivateAttr,
     computed_field,
     model_validator,
 )
@@ -783,7 +785,18 @@ class CampaignSpec(SpecModel):
     @property
     def inline_items_total(self) -> int | None:
         """Number of inline items, or None when they come from itemsFrom."""
+        if self._counted_items is not None:
+            return self._counted_items
         return None if self.items is None else len(self.items)
+
+    @property
+    def items_left_out(self) -> bool:
+        """True when parsed by `Campaign.parse_items_counted`: spec.items reads as [] and only
+        `inline_items_total` is true to the object."""
+        return self._counted_items is not None
+
+    # Set only by Campaign.parse_items_counted.
+    _counted_items: int | None = PrivateAttr(default=None)
 
 
 class IndexRange(StatusModel):
@@ -1002,6 +1015,23 @@ class Campaign(ResourceModel):
     kind: str = Field(default=CAMPAIGN_KIND, description="Always Campaign.")
     spec: CampaignSpec = Field(description="Desired state.")
     status: CampaignStatus | None = Field(default=None, description="Observed state.")
+
+    @classmethod
+    def parse_items_counted(cls, body: Mapping[str, Any]) -> Campaign:
+        """`parse` for readers that need the campaign's shape and state, never its items (a worker's
+        look for work, every second): inline spec.items, up to MAX_INLINE_ITEMS objects, are counted
+        instead of copied and validated, so the parse costs what the rest of the object costs.
+        spec.items then reads as [] (`spec.items_left_out` says so); `spec.inline_items_total`
+        gives the count."""
+        spec = body.get("spec")
+        items = spec.get("items") if isinstance(spec, Mapping) else None
+        if not isinstance(spec, Mapping) or not isinstance(items, list):
+            return cls.parse(body)
+        lean = {key: value for key, value in body.items() if key != "spec"}
+        lean["spec"] = {key: value for key, value in spec.items() if key != "items"} | {"items": []}
+        campaign = cls.parse(lean)
+        campaign.spec._counted_items = len(items)
+        return campaign
 
     @property
     def current_status(self) -> CampaignStatus:

@@ -85,9 +85,8 @@ def known_items_total(campaign: Campaign, shards: Iterable[Shard]) -> int:
     """The item count as far as it is known without reading spec.itemsFrom: the inline items, else
     what the operator recorded (status.itemsTotal), else the items already cut into work shards."""
     cut = sum(s.spec.item_count for s in shards if s.spec.shard_class is ShardClass.WORK)
-    total = (
-        len(campaign.spec.items) if campaign.spec.items is not None else campaign.current_status.items_total
-    )
+    inline = campaign.spec.inline_items_total
+    total = inline if inline is not None else campaign.current_status.items_total
     return max(total if total is not None else cut, cut)
 
 

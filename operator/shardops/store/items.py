@@ -89,6 +89,8 @@ def object_items(source: ItemsObject, s3: S3Store | None) -> StreamedItems:
 def campaign_items(kube: Kube, campaign: Campaign, s3: S3Store | None) -> Sequence[Item]:
     """Every item of the campaign: inline, a ConfigMap's (read now) or an object's (streamed).
     Raises campaigns.ItemsUnavailable naming the problem and its fix."""
+    if campaign.spec.items_left_out:
+        raise ValueError("campaign_items needs a Campaign parsed with its items (Campaign.parse)")
     if campaign.spec.items is not None:
         return campaign.spec.items
     source = campaign.spec.items_from

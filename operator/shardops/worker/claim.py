@@ -68,8 +68,9 @@ def expected_shards(campaign: Campaign) -> int | None:
     """Shards the campaign will have in all (finalize included), or None while unknown."""
     status = campaign.current_status
     work = status.shards_total
-    if work is None and campaign.spec.items is not None:
-        work = campaign.spec.expected_shards(len(campaign.spec.items))
+    inline = campaign.spec.inline_items_total
+    if work is None and inline is not None:
+        work = campaign.spec.expected_shards(inline)
     if work is None:
         return None
     return work + (1 if campaign.spec.finalize is not None else 0)
