@@ -607,8 +607,10 @@ def latency(ctx: Context) -> Section:
         "were still starting). Zombie: a worker's process group is SIGKILLed mid-shard; the time "
         "until its shard is claimable again (LeaseExpired by the operator, or a worker's takeover). "
         "Restart: the single operator's process group is SIGKILLed; the time until the restarted "
-        "process's first reconcile (its /metrics reconcile count). Failover: the leader of two "
-        "replicas is SIGKILLed; the time until the other holds the leader Lease and until the "
+        "process's first reconcile (its /metrics reconcile count); it takes over from its dead "
+        "predecessor at once. Failover: the leader of two replicas is frozen (SIGSTOP: a hung or "
+        "cut-off node; a killed one would restart and take its Lease back itself); the time until "
+        "the other holds the leader Lease and until the "
         "Campaign's Scheduled condition names it (its first status write). The operator runs with "
         "its defaults (tick 5 s, leader lease 15 s, renew 5 s, retry 2 s).",
     )
@@ -875,7 +877,9 @@ def _failover(ctx: Context) -> list[float]:
             wait_for("the leader to schedule", lambda leader=leader: leader in scheduled_by(), timeout=90)
             pid = operator.running_pids()[leader]
             killed = time.time()
-            schedulerkit.kill_group(pid)
+            # Frozen (a hung or cut-off node), not killed: a killed container restarts in its pod and
+            # takes its own Lease back at once (the restart figure), so no other replica would lead.
+            schedulerkit.stop_group(pid)
             wait_for(
                 "the new leader's first status write",
                 lambda leader=leader: (
@@ -885,6 +889,8 @@ def _failover(ctx: Context) -> list[float]:
                 interval=0.2,
             )
             found.append(time.time() - killed)
+            # The frozen process dies now; its container restarts and stands by.
+            schedulerkit.kill_group(pid)
         target.kube.patch(CAMPAIGNS, namespace, "busy", {"spec": {"suspend": True}})
     target.delete_namespace(namespace)
     return found

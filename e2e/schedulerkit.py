@@ -161,6 +161,13 @@ def kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
+def stop_group(pid: int) -> None:
+    """SIGSTOP a container's process group: a hung or cut-off node. The process neither runs nor
+    exits, so its container is not restarted (the process-kubelet has no liveness probes)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGSTOP)
+
+
 @contextlib.contextmanager
 def operator_running(
     cluster: Cluster,

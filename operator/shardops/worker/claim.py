@@ -213,7 +213,19 @@ def claim(ctx: ClaimContext, campaign: Campaign, candidate: Candidate) -> Claime
 def _claim_holding(
     ctx: ClaimContext, campaign: Campaign, candidate: Candidate, lease: leases.Claim
 ) -> Claimed | None:
-    fresh = Shard.parse(ctx.kube.get(SHARDS, ctx.namespace, candidate.shard.name))
+    """Holding the Lease, nobody else can claim the shard: write the claim at the version listed a
+    moment ago (no read), and only when that write conflicts — the operator wrote the shard since —
+    read it once and decide again on what it is now."""
+    try:
+        return _claim_as_seen(ctx, campaign, candidate, lease, candidate.shard)
+    except Conflict:
+        fresh = Shard.parse(ctx.kube.get(SHARDS, ctx.namespace, candidate.shard.name))
+        return _claim_as_seen(ctx, campaign, candidate, lease, fresh)
+
+
+def _claim_as_seen(
+    ctx: ClaimContext, campaign: Campaign, candidate: Candidate, lease: leases.Claim, fresh: Shard
+) -> Claimed | None:
     reclaimed_from: str | None = None
     if fresh.phase is ShardPhase.RUNNING:
         # We hold a Lease that was free, so whoever ran this shard stopped renewing: a zombie.
