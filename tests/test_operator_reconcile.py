@@ -186,6 +186,24 @@ def test_live_lease_is_not_stolen(kube: OperatorKube, clock: Clock) -> None:
     assert shard_of(kube, "camp-00000")["status"]["phase"] == "Running"
 
 
+def test_a_shard_whose_status_shows_a_live_lease_costs_no_lease_read(
+    kube: OperatorKube, clock: Clock
+) -> None:
+    put_campaign(kube, campaign(items=[{"id": 0}]))
+    until = T0 + dt.timedelta(seconds=30)
+    _running(kube, lastHeartbeat=T0.isoformat(), leaseUntil=until.isoformat())
+    put_lease(kube, "camp-00000", "w1", T0, seconds=30)
+    run(kube, clock.advance(10))
+    assert [c for c in kube.calls if c.plural == "leases"] == []
+    # Once the status says the lease ran out, the Lease is read, and it decides: renewed since.
+    kube.patch(
+        LEASES, NAMESPACE, "camp-00000", {"spec": {"renewTime": (T0 + dt.timedelta(seconds=29)).isoformat()}}
+    )
+    run(kube, clock.advance(21))
+    assert [c.method for c in kube.calls if c.plural == "leases"][-1] == "GET"
+    assert shard_of(kube, "camp-00000")["status"]["phase"] == "Running"
+
+
 def test_a_lease_taken_over_since_the_shard_was_written_is_not_revoked(
     kube: OperatorKube, clock: Clock
 ) -> None:

@@ -443,11 +443,22 @@ class Reconciler:
             shard = seen.shards[name]
             status = shard.current_status
             mark = self._progress_mark(memory, shard, now)
-            lease = leases.read(self.kube, shard.namespace, shard.lease_name)
+            # Judged first on the shard's own status (each heartbeat writes leaseUntil there as the
+            # Lease has it, after renewing the Lease): only a shard that looks expired or stuck costs
+            # a Lease read, and the Lease then decides. A pass reads the Leases of its suspects, not
+            # one per Running shard. A Lease released while its shard still says Running (a worker
+            # whose release transition failed) is found when the shard's leaseUntil passes.
+            lease: JSON | None = None
             observation = shardview.lease_observation(
-                shard, lease, spec.lease_seconds, spec.effective_heartbeat_seconds, mark.changed_at
+                shard, None, spec.lease_seconds, spec.effective_heartbeat_seconds, mark.changed_at
             )
             verdict = classify_lease(observation, now, spec.stall.heartbeats)
+            if verdict.verdict in (LeaseVerdict.ZOMBIE, LeaseVerdict.STUCK):
+                lease = leases.read(self.kube, shard.namespace, shard.lease_name)
+                observation = shardview.lease_observation(
+                    shard, lease, spec.lease_seconds, spec.effective_heartbeat_seconds, mark.changed_at
+                )
+                verdict = classify_lease(observation, now, spec.stall.heartbeats)
             if verdict.verdict is not LeaseVerdict.ZOMBIE and shardview.taken_over(shard, lease):
                 # Another worker holds the Lease since the shard was written and renews it: the
                 # progress this view shows is the old claim's, so nothing is judged from it.
