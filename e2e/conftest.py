@@ -29,8 +29,8 @@ def cluster() -> Iterator[Cluster]:
         api = config.new_client_from_config(str(external))
         yield Cluster(external, bin_dir, api, None, lifecycle.ObjectStore.from_env(os.environ))
         return
-    # The bodies of Shard, Campaign status and Lease writes too: any test can check its run's history
-    # (e2e/faults/); e2e runs are small, so the audit log stays a few megabytes.
+    # The bodies of Shard, Campaign status and Lease writes too, so any test can check its run's
+    # history (e2e/faults/, docs/faults.md); e2e campaigns are small.
     with lifecycle.running_cluster(record_history=True) as local:
         print(
             f"\nlocal control plane: /readyz in {local.timings['readyz']:.1f}s, "

@@ -181,7 +181,11 @@ class Recording:
         )
 
     def done(self, name: str, writer: Writer, seconds: float, **overrides: Any) -> None:
+        # The claim goes with the Done write (owner, token and leaseUntil cleared), as the worker writes it.
         fields: JSON = {
+            "owner": None,
+            "fencingToken": None,
+            "leaseUntil": None,
             "phase": "Done",
             "result": {"ref": f"r-{name}", "fingerprint": FINGERPRINT, "bytes": 10},
         }
@@ -299,7 +303,7 @@ def run(plant: str | None = None) -> Recording:
     if plant != "early-reclaim":
         r.status("s1", B, 15.1, "LeaseExpired", phase="Pending", attempt=2, owner=None,
                  fencingToken=None, leaseUntil=None, lastError=lost_worker("worker-a"))  # fmt: skip
-    r.claim("s1", B, 15.2, attempt=2, token=2)
+    r.claim("s1", B, 15.2, attempt=2, token=1 if plant == "stale-token" else 2)
     r.refused(A, "patch", "leases", "s1", 16)
     if plant == "renewal-by-another":
         r.renew("s1", A, 16.5)
@@ -307,7 +311,6 @@ def run(plant: str | None = None) -> Recording:
     done_overrides: JSON = {
         "decreasing-attempt": {"attempt": 1},
         "over-max-attempts": {"attempt": 4},
-        "stale-token": {"fencingToken": 1},
     }.get(plant or "", {})
     r.done("s1", A if plant == "done-by-another" else B, 18, **done_overrides)
     if plant == "live-claim-cleared":

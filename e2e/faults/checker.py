@@ -249,20 +249,25 @@ def _shard_pairs(run: _Run) -> Iterator[tuple[ObjectKey, ShardVersion | None, Sh
                 previous = version
 
 
-def _done_writes(run: _Run) -> Iterator[tuple[ObjectKey, ShardVersion]]:
-    """Every write that moved a shard into Done."""
+def _done_writes(run: _Run) -> Iterator[tuple[ObjectKey, ShardVersion | None, ShardVersion]]:
+    """(key, the version before, the version) of every write that moved a shard into Done."""
     for key, before, after in _shard_pairs(run):
         if after.phase == ShardPhase.DONE and (before is None or before.phase != ShardPhase.DONE):
-            yield key, after
+            yield key, before, after
 
 
 def fencing(run: _Run) -> Iterator[Violation]:
-    """Every Done write names the claim in force — its owner and fencingToken are the Lease's holder
-    and leaseTransitions when the server stored it — and is written by that owner."""
-    for key, done in _done_writes(run):
+    """Every Done write completes the claim in force: the owner and fencingToken the shard recorded
+    before it (a Done write clears them) are the holder and leaseTransitions of the Lease when the
+    server stored the Done, and that owner wrote it."""
+    for key, before, done in _done_writes(run):
         run.tally["Done writes"] += 1
+        if before is None or before.phase != ShardPhase.RUNNING:
+            phase = before.phase if before is not None else "nothing recorded"
+            yield Violation("fencing", _shard(key), f"Done at {done.where()} from {phase}, not from a claim")
+            continue
+        owner, token = before.owner, before.fencing_token
         lease = run.history.lease_in_force(key, done.resource_version or 0)
-        token, owner = done.fencing_token, done.owner
         if lease is None:
             yield Violation("fencing", _shard(key), f"Done at {done.where()} with no Lease in force")
             continue
@@ -270,14 +275,17 @@ def fencing(run: _Run) -> Iterator[Violation]:
             yield Violation(
                 "fencing",
                 _shard(key),
-                f"Done at {done.where()} names owner {owner} token {token}, but the Lease in force "
-                f"({lease.where()}) is held by {lease.holder} with token {lease.transitions}",
+                f"Done at {done.where()} completes the claim of {owner} token {token} "
+                f"({before.where()}), but the Lease in force ({lease.where()}) is held by "
+                f"{lease.holder} with token {lease.transitions}",
             )
             continue
         writer = done.write.agent_identity
         if writer != owner:
             yield Violation(
-                "fencing", _shard(key), f"Done at {done.where()} for owner {owner} was written by {writer}"
+                "fencing",
+                _shard(key),
+                f"Done at {done.where()} completes the claim of {owner} but was written by {writer}",
             )
 
 
@@ -285,7 +293,7 @@ def one_done(run: _Run) -> Iterator[Violation]:
     """A shard of one campaign incarnation moves into Done at most once (a folded shard is never
     made again and run twice)."""
     dones: dict[tuple[ObjectKey, str | None], list[ShardVersion]] = {}
-    for key, done in _done_writes(run):
+    for key, _, done in _done_writes(run):
         dones.setdefault((key, done.campaign_uid), []).append(done)
     for (key, _), versions in dones.items():
         if len(versions) > 1:
@@ -390,7 +398,7 @@ def attempt_charged_rightly(run: _Run) -> Iterator[Violation]:
 
 def done_has_result(run: _Run) -> Iterator[Violation]:
     """Every Done shard names its stored result and the result's SHA-256 fingerprint."""
-    for key, done in _done_writes(run):
+    for key, _, done in _done_writes(run):
         result = done.result or {}
         if not result.get("ref") or not FINGERPRINT.match(str(result.get("fingerprint") or "")):
             yield Violation("done-has-result", _shard(key), f"Done at {done.where()} with result {result}")
