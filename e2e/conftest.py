@@ -17,6 +17,7 @@ from kubernetes import client, config
 
 from e2e import workerkit
 from e2e.cluster import lifecycle
+from e2e.faults.recording import AuditTail
 from e2e.harness import Cluster, create_namespace, external_kubeconfig, install_crds
 
 
@@ -28,7 +29,9 @@ def cluster() -> Iterator[Cluster]:
         api = config.new_client_from_config(str(external))
         yield Cluster(external, bin_dir, api, None, lifecycle.ObjectStore.from_env(os.environ))
         return
-    with lifecycle.running_cluster() as local:
+    # The bodies of Shard, Campaign status and Lease writes too, so any test can check its run's
+    # history (e2e/faults/, docs/faults.md); e2e campaigns are small.
+    with lifecycle.running_cluster(record_history=True) as local:
         print(
             f"\nlocal control plane: /readyz in {local.timings['readyz']:.1f}s, "
             f"node ready in {local.timings['usable']:.1f}s, S3 in {local.timings['s3']:.1f}s "
@@ -47,6 +50,14 @@ def local_cluster(cluster: Cluster) -> Cluster:
     if cluster.local is None:
         pytest.skip("needs the local control plane (process-kubelet, audit log)")
     return cluster
+
+
+@pytest.fixture
+def audit_tail(local_cluster: Cluster) -> AuditTail:
+    """The audit log from this test's start on: `audit_tail.history(namespace)` is the History of
+    what the test's run wrote in its namespace (e2e/faults/history.py)."""
+    assert local_cluster.audit_log is not None
+    return AuditTail(local_cluster.audit_log)
 
 
 @pytest.fixture(scope="session")

@@ -168,6 +168,12 @@ def stop_group(pid: int) -> None:
         os.killpg(pid, signal.SIGSTOP)
 
 
+def continue_group(pid: int) -> None:
+    """SIGCONT a process group `stop_group` froze: the node is back."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGCONT)
+
+
 @contextlib.contextmanager
 def operator_running(
     cluster: Cluster,

@@ -5,6 +5,9 @@ the process-kubelet that runs pods as local processes, and SeaweedFS as its S3 s
     python -m e2e.cluster.lifecycle down    # stops it; checks nothing is left running
     python -m e2e.cluster.lifecycle run     # foreground; Ctrl-C stops everything
 
+`--record-history` (up, run) also audits the bodies of Shard, Campaign status and Lease writes, the
+history e2e/faults/checker.py checks; the e2e session's cluster always records it.
+
 Every child process is started with a parent-death signal, so even a SIGKILLed parent leaves no
 orphan behind, and carries SHARDOPS_LOCAL_CLUSTER=<dir> in its environment so that `leftovers()`
 can prove it.
@@ -71,26 +74,42 @@ AUDITED_RESOURCES = [
     {"group": "events.k8s.io", "resources": ["events"]},
 ]
 
-AUDIT_POLICY = {
-    "apiVersion": "audit.k8s.io/v1",
-    "kind": "Policy",
-    "omitStages": ["RequestReceived"],
-    "rules": [
-        {
-            # Who wrote what: the operator's and workers' state changes, claims and Jobs.
-            "level": "Metadata",
-            "verbs": list(WRITE_VERBS),
-            "resources": AUDITED_RESOURCES,
-        },
-        {
-            # Who read what, for the cost of a campaign in reads (benchmarks/): metadata only.
-            "level": "Metadata",
-            "verbs": list(READ_VERBS),
-            "resources": AUDITED_RESOURCES,
-        },
-        {"level": "None"},
-    ],
-}
+# What a fault run's history is made of (e2e/faults/history.py): every write to Shards and their
+# status, to Campaign status and to Leases, with the request and the stored object it answered.
+HISTORY_RESOURCES = [
+    {"group": "shardops.dev", "resources": ["shards", "shards/status", "campaigns/status"]},
+    {"group": "coordination.k8s.io", "resources": ["leases"]},
+]
+
+
+def audit_policy(record_history: bool = False) -> dict[str, Any]:
+    """The audit policy: who wrote and read what, at level Metadata. `record_history` adds the
+    bodies (level RequestResponse) of the writes in HISTORY_RESOURCES, which the fault checker
+    needs; it is off by default, so that a benchmark's audit log stays small."""
+    bodies = [{"level": "RequestResponse", "verbs": list(WRITE_VERBS), "resources": HISTORY_RESOURCES}]
+    return {
+        "apiVersion": "audit.k8s.io/v1",
+        "kind": "Policy",
+        "omitStages": ["RequestReceived"],
+        "rules": [
+            # The first rule that matches decides.
+            *(bodies if record_history else []),
+            {
+                # Who wrote what: the operator's and workers' state changes, claims and Jobs.
+                "level": "Metadata",
+                "verbs": list(WRITE_VERBS),
+                "resources": AUDITED_RESOURCES,
+            },
+            {
+                # Who read what, for the cost of a campaign in reads (benchmarks/): metadata only.
+                "level": "Metadata",
+                "verbs": list(READ_VERBS),
+                "resources": AUDITED_RESOURCES,
+            },
+            {"level": "None"},
+        ],
+    }
+
 
 # The bucket the local S3 server creates at start; results and inputs of tests go under it.
 DEFAULT_BUCKET = "shardops"
@@ -206,6 +225,8 @@ class LocalCluster:
     # Every port SeaweedFS listens on, by its flag name; chosen once, kept across restarts.
     seaweedfs_ports: dict[str, int] = field(default_factory=dict)
     object_store: ObjectStore | None = None
+    # Audit the bodies of the writes a fault run's history is made of (`audit_policy`).
+    record_history: bool = False
 
     @property
     def kubeconfig(self) -> Path:
@@ -325,8 +346,8 @@ class LocalCluster:
             ],
         )
 
-        audit_policy = self.directory / "audit-policy.json"
-        audit_policy.write_text(json.dumps(AUDIT_POLICY))
+        policy_file = self.directory / "audit-policy.json"
+        policy_file.write_text(json.dumps(audit_policy(self.record_history)))
         self._spawn(
             "kube-apiserver",
             [
@@ -345,7 +366,7 @@ class LocalCluster:
                 "--service-cluster-ip-range=10.0.0.0/24",
                 # The "kubernetes" Service cannot point at a loopback address; nothing here needs it.
                 "--endpoint-reconciler-type=none",
-                f"--audit-policy-file={audit_policy}",
+                f"--audit-policy-file={policy_file}",
                 f"--audit-log-path={self.audit_log}",
                 "--audit-log-format=json",
                 "--audit-log-maxsize=0",
@@ -642,13 +663,14 @@ def leftovers(directory: Path) -> list[int]:
 
 
 @contextlib.contextmanager
-def running_cluster(directory: Path | None = None) -> Iterator[LocalCluster]:
-    """A started cluster for the duration of the block; stopped (and checked for leftovers) after."""
+def running_cluster(directory: Path | None = None, *, record_history: bool = False) -> Iterator[LocalCluster]:
+    """A started cluster for the duration of the block; stopped (and checked for leftovers) after.
+    `record_history`: audit the bodies of the writes a fault run's history is made of."""
     temporary = directory is None
     path = Path(tempfile.mkdtemp(prefix="shardops-cluster-")) if directory is None else directory
     binaries = bin_dir()
     images.build_shardops_image()
-    cluster = LocalCluster(directory=path, binaries=binaries)
+    cluster = LocalCluster(directory=path, binaries=binaries, record_history=record_history)
     try:
         cluster.start()
         yield cluster
@@ -658,7 +680,7 @@ def running_cluster(directory: Path | None = None) -> Iterator[LocalCluster]:
             shutil.rmtree(path, ignore_errors=True)
 
 
-def _run_foreground(directory: Path) -> int:
+def _run_foreground(directory: Path, record_history: bool = False) -> int:
     stop_requested = False
 
     def request_stop(signum: int, _frame: object) -> None:
@@ -667,7 +689,7 @@ def _run_foreground(directory: Path) -> int:
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
-    cluster = LocalCluster(directory=directory, binaries=bin_dir())
+    cluster = LocalCluster(directory=directory, binaries=bin_dir(), record_history=record_history)
     try:
         cluster.start()
         print(
@@ -705,7 +727,7 @@ def _usage(info: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _up(directory: Path) -> int:
+def _up(directory: Path, record_history: bool = False) -> int:
     if (directory / "ready.json").exists():
         info = json.loads((directory / "ready.json").read_text())
         with contextlib.suppress(ProcessLookupError):
@@ -718,7 +740,14 @@ def _up(directory: Path) -> int:
     images.build_shardops_image()
     with (directory / "supervisor.log").open("ab") as log:
         supervisor = subprocess.Popen(
-            [sys.executable, "-m", "e2e.cluster.lifecycle", "run", f"--dir={directory}"],
+            [
+                sys.executable,
+                "-m",
+                "e2e.cluster.lifecycle",
+                "run",
+                f"--dir={directory}",
+                *(["--record-history"] if record_history else []),
+            ],
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -766,14 +795,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("action", choices=["up", "down", "run"])
     parser.add_argument("--dir", type=Path, default=DEFAULT_DIR, help="cluster state directory")
+    parser.add_argument(
+        "--record-history",
+        action="store_true",
+        help="audit the bodies of Shard, Campaign status and Lease writes (for e2e/faults/checker.py)",
+    )
     args = parser.parse_args(argv)
     directory = args.dir.resolve()
     if args.action == "up":
-        return _up(directory)
+        return _up(directory, args.record_history)
     if args.action == "down":
         return _down(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    return _run_foreground(directory)
+    return _run_foreground(directory, args.record_history)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from types import FrameType
 
 import kopf
 
-from shardops import API_GROUP
+from shardops import API_GROUP, __version__
 from shardops.api.names import KOPF_FINALIZER, OPERATOR_FIELD_MANAGER
 from shardops.k8s.api import Kube
 from shardops.scheduler.handlers import register
@@ -98,6 +98,9 @@ def run_operator(settings: OperatorSettings) -> int:
         OPERATOR_FIELD_MANAGER, settings.kubeconfig, connections=settings.reconcile_threads + 2
     )
     kube.observer = metrics.observe_api
+    # The audit log records the user agent: it tells apart operator replicas sharing one service
+    # account (which of them wrote, or released, the leader Lease).
+    kube.api_client.user_agent = f"shardops-operator/{__version__} ({settings.identity})"
     heartbeat = LoopHeartbeat(settings.loop_stall_seconds)
     stop = threading.Event()
     outcome = {"code": 0}

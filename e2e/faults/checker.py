@@ -1,0 +1,521 @@
+"""The invariants of a finished run, checked offline on its History (e2e/faults/history.py).
+
+`check` returns every Violation found (empty when all hold); each invariant is one small function
+below, named as its Violation's `invariant`. Times are the API server's (stageTimestamp); the order
+of versions is the server's (resourceVersion). docs/faults.md states each invariant in a sentence.
+
+A claim (a Lease version with a holder) is live until its renewTime plus leaseDurationSeconds —
+the holder's own promise, which is what the holder itself acts on (`k8s.leases.Claim.until`) —
+and never later than the server's time of the write that stored that renewTime plus the duration,
+so a holder's clock running ahead cannot stretch its claim.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import re
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from itertools import pairwise
+from pathlib import Path
+from typing import TypeVar
+
+from e2e.faults.history import (
+    History,
+    LeaseVersion,
+    ObjectKey,
+    ShardVersion,
+    Version,
+    Write,
+    from_entries,
+    key_text,
+)
+from e2e.faults.recording import read_entries
+from shardops.api.enums import ErrorClass, ShardPhase
+from shardops.logic.transitions import EventReason
+
+# How a zombie's reclaim (or its block on the last attempt) words its lastError, whoever noticed
+# it: the operator's lease sweep (scheduler/reconcile.py) and the worker that took the expired
+# Lease over (worker/claim.py).
+ZOMBIE_MESSAGE_PREFIX = "worker lost:"
+FINAL_PHASES = frozenset({ShardPhase.DONE, ShardPhase.FAILED, ShardPhase.BLOCKED, ShardPhase.PAUSED})
+FINGERPRINT = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
+@dataclass(frozen=True)
+class Violation:
+    invariant: str
+    # "shard <namespace>/<name>", "lease <namespace>/<name>", ...
+    object: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.invariant}: {self.object}: {self.detail}"
+
+
+@dataclass(frozen=True)
+class Identities:
+    """Who may change shard status: the service account names of the operator (any namespace)
+    and of the workers (in the shard's namespace, with a shardops worker's user agent)."""
+
+    operator_accounts: frozenset[str]
+    worker_accounts: frozenset[str]
+
+    def role(self, write: Write) -> str | None:
+        """The role of the writer: operator, worker, or None for anyone else."""
+        account = write.account
+        if account is None:
+            return None
+        namespace, name = account
+        if name in self.operator_accounts:
+            return "operator"
+        if name in self.worker_accounts and namespace == write.namespace and write.agent_identity:
+            return "worker"
+        return None
+
+
+@dataclass(frozen=True)
+class _Run:
+    history: History
+    identities: Identities
+    # What was checked, by kind (printed by the e2e tests, so a pass says how much it covered).
+    tally: Counter[str]
+
+
+Invariant = Callable[[_Run], Iterator[Violation]]
+V = TypeVar("V", bound=Version)
+
+
+def _shard(key: ObjectKey) -> str:
+    return f"shard {key_text(key)}"
+
+
+def _lease(key: ObjectKey) -> str:
+    return f"lease {key_text(key)}"
+
+
+def _incarnations(versions: Sequence[V]) -> list[list[V]]:
+    """The versions of one name split by object uid (a Shard or Lease deleted and made again)."""
+    groups: dict[str, list[V]] = {}
+    for version in versions:
+        groups.setdefault(version.uid, []).append(version)
+    return list(groups.values())
+
+
+def _stored(versions: Sequence[V]) -> list[V]:
+    return [v for v in versions if not v.deleted]
+
+
+def claim_ends(versions: Sequence[LeaseVersion]) -> list[dt.datetime | None]:
+    """For each version of one Lease: when the claim it records runs out (module docstring); None
+    for a version without a holder."""
+    ends: list[dt.datetime | None] = []
+    renewed_at: dt.datetime | None = None
+    previous: LeaseVersion | None = None
+    for version in versions:
+        changed = previous is None or (version.holder, version.transitions, version.renew_time) != (
+            previous.holder,
+            previous.transitions,
+            previous.renew_time,
+        )
+        if changed:
+            renewed_at = version.write.stage
+        previous = version
+        if version.holder is None or version.renew_time is None or renewed_at is None:
+            ends.append(None)
+            continue
+        ends.append(min(version.renew_time, renewed_at) + version.duration)
+    return ends
+
+
+def _lease_pairs(run: _Run) -> Iterator[tuple[ObjectKey, LeaseVersion, LeaseVersion, dt.datetime | None]]:
+    """(key, previous, current, when the previous version's claim runs out) for every two
+    consecutive stored versions of each Lease incarnation."""
+    for key, versions in run.history.leases.items():
+        for incarnation in _incarnations(versions):
+            stored = _stored(incarnation)
+            ends = claim_ends(stored)
+            for (before, after), end in zip(pairwise(stored), ends, strict=False):
+                yield key, before, after, end
+
+
+def _early(end: dt.datetime, at: dt.datetime) -> str:
+    return f"{(end - at).total_seconds():.3f}s before it ran out ({end.isoformat()})"
+
+
+def complete_record(run: _Run) -> Iterator[Violation]:
+    """Every successful write of the history is recorded with the object it stored."""
+    for write in run.history.without_body:
+        yield Violation(
+            "complete-record",
+            f"{write.resource} {write.namespace}/{write.name}",
+            f"{write.describe()} has no responseObject: record with the history audit policy "
+            "(e2e/cluster/lifecycle.py, record_history)",
+        )
+
+
+def one_holder_at_a_time(run: _Run) -> Iterator[Violation]:
+    """A Lease passes from one holder to another only after the first one's claim ran out, and a
+    write that keeps the holder is made by that holder (when the writer names itself)."""
+    for key, before, after, end in _lease_pairs(run):
+        if before.holder is None or after.holder is None:
+            continue
+        if after.holder != before.holder:
+            run.tally["lease takeovers"] += 1
+            if end is not None and after.write.stage < end:
+                yield Violation(
+                    "one-holder-at-a-time",
+                    _lease(key),
+                    f"{after.holder} took over the live claim of {before.holder} (token "
+                    f"{before.transitions}, {before.where()}) at {after.where()}, "
+                    + _early(end, after.write.stage),
+                )
+            continue
+        writer = after.write.agent_identity
+        run.tally["lease renewals"] += 1
+        if writer is not None and writer != after.holder:
+            yield Violation(
+                "one-holder-at-a-time",
+                _lease(key),
+                f"{after.where()} renewed the claim of {after.holder} (token {after.transitions}) "
+                f"but was written by {writer}",
+            )
+
+
+def _transition(before: ShardVersion | None, after: ShardVersion) -> dict[str, object] | None:
+    """The history entry `after`'s write added (None: no transition, e.g. a heartbeat)."""
+    entry = after.last_entry
+    if entry is None or (before is not None and before.last_entry == entry):
+        return None
+    return entry
+
+
+def _recorded_as_stall_revoke(run: _Run, key: ObjectKey, clear: LeaseVersion, holder: str) -> bool:
+    """The clearer's next write of the shard records a stall-policy revoke of `holder`'s claim:
+    Revoked, or Blocked for no progress (class timeout) when it was the last attempt."""
+    rv = clear.resource_version or 0
+    previous: ShardVersion | None = None
+    for version in run.history.shards.get(key, []):
+        if (version.resource_version or 0) < rv:
+            previous = version
+            continue
+        same_writer = (version.write.username, version.write.user_agent) == (
+            clear.write.username,
+            clear.write.user_agent,
+        )
+        if version.write.resource != "shards/status" or not same_writer:
+            previous = version
+            continue
+        entry = _transition(previous, version) or {}
+        revoked = entry.get("reason") == EventReason.REVOKED or (
+            entry.get("reason") == EventReason.BLOCKED and entry.get("errorClass") == ErrorClass.TIMEOUT
+        )
+        return revoked and entry.get("owner") == holder
+    return False
+
+
+def no_live_claim_taken(run: _Run) -> Iterator[Violation]:
+    """A live claim is cleared only by its holder, or by the operator's stall-policy revoke that
+    the shard's history then records as such."""
+    for key, before, after, end in _lease_pairs(run):
+        if before.holder is None or after.holder is not None:
+            continue
+        run.tally["lease clears"] += 1
+        if after.write.agent_identity == before.holder:
+            continue
+        if end is None or after.write.stage >= end:
+            continue
+        if _recorded_as_stall_revoke(run, key, after, before.holder):
+            run.tally["stall revokes"] += 1
+            continue
+        yield Violation(
+            "no-live-claim-taken",
+            _lease(key),
+            f"{after.where()} cleared the live claim of {before.holder} (token {before.transitions}, "
+            f"{before.where()}), " + _early(end, after.write.stage) + ", and the writer's next write "
+            "of the shard does not record a stall revoke",
+        )
+
+
+def _shard_pairs(run: _Run) -> Iterator[tuple[ObjectKey, ShardVersion | None, ShardVersion]]:
+    """(key, previous or None, current) for every stored version of each Shard incarnation."""
+    for key, versions in run.history.shards.items():
+        for incarnation in _incarnations(versions):
+            previous: ShardVersion | None = None
+            for version in _stored(incarnation):
+                yield key, previous, version
+                previous = version
+
+
+def _done_writes(run: _Run) -> Iterator[tuple[ObjectKey, ShardVersion | None, ShardVersion]]:
+    """(key, the version before, the version) of every write that moved a shard into Done."""
+    for key, before, after in _shard_pairs(run):
+        if after.phase == ShardPhase.DONE and (before is None or before.phase != ShardPhase.DONE):
+            yield key, before, after
+
+
+def fencing(run: _Run) -> Iterator[Violation]:
+    """Every Done write completes the claim in force: the owner and fencingToken the shard recorded
+    before it (a Done write clears them) are the holder and leaseTransitions of the Lease when the
+    server stored the Done, and that owner wrote it."""
+    for key, before, done in _done_writes(run):
+        run.tally["Done writes"] += 1
+        if before is None or before.phase != ShardPhase.RUNNING:
+            phase = before.phase if before is not None else "nothing recorded"
+            yield Violation("fencing", _shard(key), f"Done at {done.where()} from {phase}, not from a claim")
+            continue
+        owner, token = before.owner, before.fencing_token
+        lease = run.history.lease_in_force(key, done.resource_version or 0)
+        if lease is None:
+            yield Violation("fencing", _shard(key), f"Done at {done.where()} with no Lease in force")
+            continue
+        if (lease.holder, lease.transitions) != (owner, token):
+            yield Violation(
+                "fencing",
+                _shard(key),
+                f"Done at {done.where()} completes the claim of {owner} token {token} "
+                f"({before.where()}), but the Lease in force ({lease.where()}) is held by "
+                f"{lease.holder} with token {lease.transitions}",
+            )
+            continue
+        writer = done.write.agent_identity
+        if writer != owner:
+            yield Violation(
+                "fencing",
+                _shard(key),
+                f"Done at {done.where()} completes the claim of {owner} but was written by {writer}",
+            )
+
+
+def one_done(run: _Run) -> Iterator[Violation]:
+    """A shard of one campaign incarnation moves into Done at most once (a folded shard is never
+    made again and run twice)."""
+    dones: dict[tuple[ObjectKey, str | None], list[ShardVersion]] = {}
+    for key, _, done in _done_writes(run):
+        dones.setdefault((key, done.campaign_uid), []).append(done)
+    for (key, _), versions in dones.items():
+        if len(versions) > 1:
+            yield Violation(
+                "one-done",
+                _shard(key),
+                f"{len(versions)} Done writes: " + "; ".join(v.where() for v in versions),
+            )
+
+
+def lease_transitions_monotonic(run: _Run) -> Iterator[Violation]:
+    """A Lease's leaseTransitions (the fencing token) never decreases."""
+    for key, before, after, _ in _lease_pairs(run):
+        if after.transitions < before.transitions:
+            yield Violation(
+                "lease-transitions-monotonic",
+                _lease(key),
+                f"leaseTransitions {before.transitions} ({before.where()}) -> {after.transitions} "
+                f"({after.where()})",
+            )
+
+
+def attempts_monotonic(run: _Run) -> Iterator[Violation]:
+    """A shard's attempt never decreases, except by an explicit retry (Retried resets it to 1)."""
+    for key, before, after in _shard_pairs(run):
+        if before is None or not before.status or not after.status:
+            continue
+        entry = _transition(before, after) or {}
+        if after.attempt < before.attempt and entry.get("reason") != EventReason.RETRIED:
+            yield Violation(
+                "attempts-monotonic",
+                _shard(key),
+                f"attempt {before.attempt} ({before.where()}) -> {after.attempt} ({after.where()})",
+            )
+
+
+def attempts_bounded(run: _Run) -> Iterator[Violation]:
+    """A shard's attempt never exceeds its campaign's maxAttempts (reported once per shard)."""
+    for key, versions in run.history.shards.items():
+        for incarnation in _incarnations(versions):
+            for version in _stored(incarnation):
+                campaign = run.history.campaign_in_force(
+                    (key[0], version.campaign or ""), version.campaign_uid, version.resource_version
+                )
+                if campaign is None:
+                    run.tally["shard versions without a campaign record"] += 1
+                    continue
+                if version.attempt > campaign.max_attempts:
+                    yield Violation(
+                        "attempts-bounded",
+                        _shard(key),
+                        f"attempt {version.attempt} > maxAttempts {campaign.max_attempts} "
+                        f"at {version.where()}",
+                    )
+                    break
+
+
+def _charges_for_lost_holder(entry: dict[str, object], version: ShardVersion) -> bool:
+    """A reclaim (LeaseExpired), or a zombie's block on its last attempt."""
+    if entry.get("reason") == EventReason.LEASE_EXPIRED:
+        return True
+    message = str((version.status.get("lastError") or {}).get("message") or "")
+    return entry.get("reason") == EventReason.BLOCKED and message.startswith(ZOMBIE_MESSAGE_PREFIX)
+
+
+def attempt_charged_rightly(run: _Run) -> Iterator[Violation]:
+    """A shard is charged for a lost holder (LeaseExpired, or blocked as a zombie) only after the
+    claim it judged — the owner and fencingToken of the version before — ran out by its Lease."""
+    for key, before, after in _shard_pairs(run):
+        entry = _transition(before, after)
+        if before is None or entry is None or not _charges_for_lost_holder(entry, after):
+            continue
+        run.tally["lost-holder charges"] += 1
+        owner, token = before.owner, before.fencing_token
+        rv = after.resource_version or 0
+        versions = [v for v in run.history.leases.get(key, []) if not v.deleted]
+        ends = claim_ends(versions)
+        claim = [
+            (version, end)
+            for version, end in zip(versions, ends, strict=True)
+            if (version.resource_version or 0) < rv
+            and (version.holder, version.transitions) == (owner, token)
+        ]
+        if not claim:
+            yield Violation(
+                "attempt-charged-rightly",
+                _shard(key),
+                f"{entry.get('reason')} at {after.where()} judged the claim of {owner} token {token}, "
+                "which no Lease version records",
+            )
+            continue
+        last, end = claim[-1]
+        if end is not None and after.write.stage < end:
+            yield Violation(
+                "attempt-charged-rightly",
+                _shard(key),
+                f"{entry.get('reason')} at {after.where()} charged attempt {before.attempt} while the "
+                f"claim of {owner} token {token} (last renewed {last.where()}) was live, "
+                + _early(end, after.write.stage),
+            )
+
+
+def done_has_result(run: _Run) -> Iterator[Violation]:
+    """Every Done shard names its stored result and the result's SHA-256 fingerprint."""
+    for key, _, done in _done_writes(run):
+        result = done.result or {}
+        if not result.get("ref") or not FINGERPRINT.match(str(result.get("fingerprint") or "")):
+            yield Violation("done-has-result", _shard(key), f"Done at {done.where()} with result {result}")
+
+
+def shardops_writers(run: _Run) -> Iterator[Violation]:
+    """Every change of a shard's status is written by the operator or a worker."""
+    for key, _, version in _shard_pairs(run):
+        if version.write.resource != "shards/status":
+            continue
+        run.tally["shard status writes"] += 1
+        if run.identities.role(version.write) is None:
+            yield Violation(
+                "shardops-writers",
+                _shard(key),
+                f"{version.where()} by user {version.write.username} ({version.write.user_agent})",
+            )
+
+
+def _folded_before(run: _Run, key: ObjectKey, last: ShardVersion, delete: ShardVersion) -> bool:
+    index, rv = last.index, delete.resource_version
+    if index is None or not last.is_work:
+        return False
+    for campaign in run.history.campaigns.get((key[0], last.campaign or ""), []):
+        if campaign.uid != last.campaign_uid:
+            continue
+        crv = campaign.resource_version
+        earlier = (
+            crv < rv if crv is not None and rv is not None else campaign.write.stage <= delete.write.stage
+        )
+        if earlier and campaign.folded(index):
+            return True
+    return False
+
+
+def no_shard_lost(run: _Run) -> Iterator[Violation]:
+    """Every materialized shard ends Done, Failed, Blocked or Paused; or was folded: deleted by the
+    operator, Done, after its index entered its campaign's status.folded.doneRanges; or went with
+    its deleted Campaign."""
+    for key, versions in run.history.shards.items():
+        for incarnation in _incarnations(versions):
+            run.tally["shard lives"] += 1
+            stored = _stored(incarnation)
+            last = stored[-1] if stored else None
+            end = incarnation[-1]
+            if not end.deleted:
+                if end.phase not in FINAL_PHASES:
+                    yield Violation("no-shard-lost", _shard(key), f"ends {end.phase} at {end.where()}")
+                continue
+            campaign_gone = run.history.campaign_deletes.get((key[0], end.campaign or ""))
+            if campaign_gone is not None and campaign_gone.stage <= end.write.stage:
+                continue
+            folded = (
+                last is not None
+                and last.phase == ShardPhase.DONE
+                and run.identities.role(end.write) == "operator"
+                and _folded_before(run, key, last, end)
+            )
+            if folded:
+                run.tally["folded shards"] += 1
+                continue
+            yield Violation(
+                "no-shard-lost",
+                _shard(key),
+                f"deleted at {end.where()}, last stored {last.where() if last else 'never'} "
+                f"({last.phase if last else None}), and its index was not in its campaign's doneRanges",
+            )
+
+
+INVARIANTS: tuple[Invariant, ...] = (
+    complete_record,
+    one_holder_at_a_time,
+    no_live_claim_taken,
+    fencing,
+    one_done,
+    lease_transitions_monotonic,
+    attempts_monotonic,
+    attempts_bounded,
+    attempt_charged_rightly,
+    done_has_result,
+    shardops_writers,
+    no_shard_lost,
+)
+
+
+def check(history: History, identities: Identities, tally: Counter[str] | None = None) -> list[Violation]:
+    """Every violation of every invariant in `history` (a finished run); `tally` counts what was checked."""
+    run = _Run(history, identities, tally if tally is not None else Counter())
+    run.tally.update(history.counts())
+    return [violation for invariant in INVARIANTS for violation in invariant(run)]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Check a recorded run: `python -m e2e.faults.checker <audit.log> --namespace <ns>`. Exit 0: every
+    invariant holds; 1: violations (printed); 2: nothing recorded to check."""
+    parser = argparse.ArgumentParser(prog="python -m e2e.faults.checker", description=main.__doc__)
+    parser.add_argument("audit_log", type=Path, help="the audit log of a cluster started with record_history")
+    parser.add_argument("--namespace", action="append", help="only these namespaces (repeat); default all")
+    parser.add_argument("--operator-account", action="append", default=None, help="default shardops-operator")
+    parser.add_argument("--worker-account", action="append", default=None, help="default shardops-worker")
+    args = parser.parse_args(argv)
+    identities = Identities(
+        frozenset(args.operator_account or ["shardops-operator"]),
+        frozenset(args.worker_account or ["shardops-worker"]),
+    )
+    history = from_entries(read_entries(args.audit_log, args.namespace))
+    if not (history.shards or history.leases):
+        print(f"no Shard or Lease writes recorded in {args.audit_log} (namespaces {args.namespace or 'all'})")
+        return 2
+    tally: Counter[str] = Counter()
+    violations = check(history, identities, tally)
+    print("checked: " + ", ".join(f"{name} {count}" for name, count in sorted(tally.items())))
+    for violation in violations:
+        print(violation)
+    print(f"{len(violations)} violation(s)")
+    return 1 if violations else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
