@@ -423,6 +423,9 @@ def test_purge_deletes_the_campaign_then_every_result_it_stored(
     assert left == [], left
 
 
+GONE_RETENTION = 6
+
+
 def test_results_past_their_retention_go_once_no_campaign_of_that_name_exists(
     local_cluster: Cluster,
     namespace: str,
@@ -430,17 +433,25 @@ def test_results_past_their_retention_go_once_no_campaign_of_that_name_exists(
     s3_operator_env: dict[str, str],
     prefix: str,
 ) -> None:
-    """Two campaigns with a 1 s retention: the one deleted after its TTL loses every stored object
-    (results, item results, ledger) and its retention record at the next sweep; the one that still
-    exists keeps everything, however long past its retention."""
+    """Two campaigns with short retentions: the one deleted after its TTL loses every stored object
+    (results, item results, ledger) and its retention record at the first sweep after its retention
+    passed; the one that still exists keeps everything, however long past its retention."""
     kube = kube_for(local_cluster)
     s3 = object_store.client()
     root = f"{prefix}/{namespace}/"
-    retention = {"resultStore": {"retentionSeconds": 1}}
+    # "gone" is deleted 1 s after it finished and its results are kept until GONE_RETENTION s after
+    # it finished: a window in which they are seen to outlive the Campaign (with a retention of 1 s
+    # the sweep could delete them before the test had seen the Campaign go).
     gone = campaign_body(
-        "gone", [{"n": i} for i in range(6)], shardSize=2, ttlSecondsAfterFinished=1, **retention
+        "gone",
+        [{"n": i} for i in range(6)],
+        shardSize=2,
+        ttlSecondsAfterFinished=1,
+        resultStore={"retentionSeconds": GONE_RETENTION},
     )
-    kept = campaign_body("kept", [{"n": i} for i in range(4)], shardSize=2, **retention)
+    kept = campaign_body(
+        "kept", [{"n": i} for i in range(4)], shardSize=2, resultStore={"retentionSeconds": 1}
+    )
     env = {**s3_operator_env, "SHARDOPS_RETENTION_SWEEP_SECONDS": "1"}
     with operator_running(local_cluster, namespace, env=env):
         create_campaign(kube, namespace, kept)
@@ -449,8 +460,12 @@ def test_results_past_their_retention_go_once_no_campaign_of_that_name_exists(
         kept_done = _done_shards(kube, namespace, "kept", object_store)
         kept_labels = {store_label(record["idempotencyKey"]) for record in kept_done.values()}
         wait_phase(kube, namespace, "gone", {"Succeeded"}, timeout=120)
-        gone_done = _done_shards(kube, namespace, "gone", object_store)
-        gone_labels = {store_label(record["idempotencyKey"]) for record in gone_done.values()}
+        # Its keys from the bucket, not from the Campaign, which its 1 s TTL may have deleted by now:
+        # every key's attempt object is written before its shard's Done write (`attempts/<label>/`),
+        # and only the two campaigns write under this test's prefix.
+        attempts = f"{root}attempts/"
+        gone_labels = {n[len(attempts) :].split("/")[0] for n in _objects(s3, object_store.bucket, attempts)}
+        gone_labels -= kept_labels
         assert len(gone_labels) == 3 and len(kept_labels) == 2
         wait_for("the campaign with a TTL to be deleted", lambda: _gone(kube, namespace, "gone"), timeout=60)
 
