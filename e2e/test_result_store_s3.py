@@ -5,13 +5,17 @@ campaign gets before it spends anything when its store cannot hold or reach its 
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import uuid
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes import client
 
 from e2e.cluster import lifecycle
 from e2e.harness import Cluster, wait_for
@@ -82,6 +86,26 @@ def _done_shards(
     indices = [s.spec.index for s in done]
     assert len(indices) == len(set(indices)), "each Done shard once: folded or live, never both"
     return {s.spec.index: ledger.record(s) for s in done}
+
+
+def _agent_pids(cluster: Cluster, namespace: str, campaign: str) -> list[int]:
+    """The example agent processes the campaign's running worker pods have started (the
+    process-kubelet runs each container as a local process: its pid is the containerID)."""
+    pods = client.CoreV1Api(cluster.api).list_namespaced_pod(
+        namespace, label_selector=f"shardops.dev/campaign={campaign}"
+    )
+    found = []
+    for pod in pods.items:  # at most the campaign's maxConcurrency
+        for status in pod.status.container_statuses or []:
+            if not (status.state and status.state.running and status.container_id):
+                continue
+            worker = status.container_id.removeprefix("process://")
+            for task in Path(f"/proc/{worker}/task").glob("*/children"):
+                for child in task.read_text().split():
+                    with contextlib.suppress(OSError):
+                        if b"shardops-example-agent" in Path(f"/proc/{child}/cmdline").read_bytes():
+                            found.append(int(child))
+    return found
 
 
 def _live(kube: Any, namespace: str, shard: str) -> bool:
@@ -270,9 +294,17 @@ def test_results_command_streams_done_items_in_order_while_running_and_after(
     kube = kube_for(local_cluster)
     items: list[dict[str, Any]] = [{"custom_id": f"req-{i}", "n": i} for i in range(16)]
     items[9]["fault"] = "invalid"  # shard 2 (items 8-11) fails for good
-    items[13]["latency"] = 25  # shard 3 (items 12-15) still runs while we look
+    # Shard 3 (items 12-15) hangs at item 13 in its first attempt, so it is still Running however
+    # long we look (a latency would end on its own clock, and a slow machine could outlast it); once
+    # we have looked, its command is killed and attempt 2 finishes it.
+    items[13].update(fault="hang", faultAttempts=[1])
     body = campaign_body(
-        "res", items, shardSize=4, maxConcurrency=4, worker_env={"SHARDOPS_AGENT_LATENCY": 0.02}
+        "res",
+        items,
+        shardSize=4,
+        maxConcurrency=4,
+        backoff={"baseSeconds": 0.5, "capSeconds": 1},
+        worker_env={"SHARDOPS_AGENT_LATENCY": 0.02},
     )
 
     def lines(*args: str) -> list[dict[str, Any]]:
@@ -316,6 +348,9 @@ def test_results_command_streams_done_items_in_order_while_running_and_after(
             for line in openai
         )
 
+        hung = wait_for("the hung command of shard 3", lambda: _agent_pids(local_cluster, namespace, "res"))
+        assert len(hung) == 1, hung
+        os.kill(hung[0], signal.SIGKILL)
         final = wait_phase(kube, namespace, "res", FINISHED | {"Failed"}, timeout=180)
         assert final["status"]["phase"] == "Completed", final["status"]
         target = tmp_path / "results.jsonl"
