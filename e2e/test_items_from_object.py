@@ -58,6 +58,7 @@ def _manifest(path: Path, name: str, store: lifecycle.ObjectStore, prefix: str, 
     return target
 
 
+@pytest.mark.long
 def test_a_hundred_thousand_items_from_a_local_file_run_with_no_result_configmaps(
     local_cluster: Cluster, namespace: str, object_store: lifecycle.ObjectStore, tmp_path: Path
 ) -> None:

@@ -109,6 +109,7 @@ def by_item(shards: list[JSON]) -> dict[str, JSON]:
     return {shard["spec"]["items"][0]["q"]: shard for shard in shards}
 
 
+@pytest.mark.long
 def test_429s_are_waited_out_all_done_and_spent_is_tokens_times_price(
     local_cluster: Cluster, namespace: str
 ) -> None:
@@ -332,6 +333,7 @@ def most_in_a_window(times: list[float], window: float) -> int:
     return best
 
 
+@pytest.mark.long
 def test_a_rate_limit_holds_across_all_the_campaigns_workers(local_cluster: Cluster, namespace: str) -> None:
     kube = kube_for(local_cluster)
     secret(kube, namespace, SECRET, API_KEY)
