@@ -109,6 +109,7 @@ def by_item(shards: list[JSON]) -> dict[str, JSON]:
     return {shard["spec"]["items"][0]["q"]: shard for shard in shards}
 
 
+@pytest.mark.long
 def test_429s_are_waited_out_all_done_and_spent_is_tokens_times_price(
     local_cluster: Cluster, namespace: str
 ) -> None:
@@ -310,8 +311,14 @@ def test_a_source_that_stays_rate_limited_opens_its_breaker_and_its_shards_use_t
 
 RPM = 120
 RATE_WORKERS = 6
-# At 120 requests a minute this is about 100 s of traffic: more than one full 60 s window.
-RATE_ITEMS = int(os.environ.get("SHARDOPS_E2E_LLM_RATE_ITEMS", "200"))
+# Each worker spaces its requests 60 * RATE_WORKERS / RPM = 3 s apart and at most RATE_WORKERS run at
+# once, so N requests take at least (N - RATE_WORKERS) * 60 / RPM seconds: 144 items are at least
+# 69 s of traffic, more than one full 60 s window (the first minute, with every worker at its pace,
+# is the one that tests the limit; more traffic after it only adds waiting).
+RATE_ITEMS = int(os.environ.get("SHARDOPS_E2E_LLM_RATE_ITEMS", "144"))
+# Small shards, so every worker stays busy to the end and each runs several in a row: its pace
+# continues from one shard's `shardops llm` process to the next.
+RATE_SHARD_SIZE = 4
 
 
 def most_in_a_window(times: list[float], window: float) -> int:
@@ -326,6 +333,7 @@ def most_in_a_window(times: list[float], window: float) -> int:
     return best
 
 
+@pytest.mark.long
 def test_a_rate_limit_holds_across_all_the_campaigns_workers(local_cluster: Cluster, namespace: str) -> None:
     kube = kube_for(local_cluster)
     secret(kube, namespace, SECRET, API_KEY)
@@ -334,7 +342,7 @@ def test_a_rate_limit_holds_across_all_the_campaigns_workers(local_cluster: Clus
             "paced",
             [{"q": f"question {n}"} for n in range(RATE_ITEMS)],
             server.base_url,
-            shardSize=10,
+            shardSize=RATE_SHARD_SIZE,
             maxConcurrency=RATE_WORKERS,
             sources=[{"name": SOURCE, "rateLimit": {"requestsPerMinute": RPM}}],
         )

@@ -5,13 +5,17 @@ campaign gets before it spends anything when its store cannot hold or reach its 
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import uuid
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes import client
 
 from e2e.cluster import lifecycle
 from e2e.harness import Cluster, wait_for
@@ -82,6 +86,26 @@ def _done_shards(
     indices = [s.spec.index for s in done]
     assert len(indices) == len(set(indices)), "each Done shard once: folded or live, never both"
     return {s.spec.index: ledger.record(s) for s in done}
+
+
+def _agent_pids(cluster: Cluster, namespace: str, campaign: str) -> list[int]:
+    """The example agent processes the campaign's running worker pods have started (the
+    process-kubelet runs each container as a local process: its pid is the containerID)."""
+    pods = client.CoreV1Api(cluster.api).list_namespaced_pod(
+        namespace, label_selector=f"shardops.dev/campaign={campaign}"
+    )
+    found = []
+    for pod in pods.items:  # at most the campaign's maxConcurrency
+        for status in pod.status.container_statuses or []:
+            if not (status.state and status.state.running and status.container_id):
+                continue
+            worker = status.container_id.removeprefix("process://")
+            for task in Path(f"/proc/{worker}/task").glob("*/children"):
+                for child in task.read_text().split():
+                    with contextlib.suppress(OSError):
+                        if b"shardops-example-agent" in Path(f"/proc/{child}/cmdline").read_bytes():
+                            found.append(int(child))
+    return found
 
 
 def _live(kube: Any, namespace: str, shard: str) -> bool:
@@ -270,9 +294,17 @@ def test_results_command_streams_done_items_in_order_while_running_and_after(
     kube = kube_for(local_cluster)
     items: list[dict[str, Any]] = [{"custom_id": f"req-{i}", "n": i} for i in range(16)]
     items[9]["fault"] = "invalid"  # shard 2 (items 8-11) fails for good
-    items[13]["latency"] = 25  # shard 3 (items 12-15) still runs while we look
+    # Shard 3 (items 12-15) hangs at item 13 in its first attempt, so it is still Running however
+    # long we look (a latency would end on its own clock, and a slow machine could outlast it); once
+    # we have looked, its command is killed and attempt 2 finishes it.
+    items[13].update(fault="hang", faultAttempts=[1])
     body = campaign_body(
-        "res", items, shardSize=4, maxConcurrency=4, worker_env={"SHARDOPS_AGENT_LATENCY": 0.02}
+        "res",
+        items,
+        shardSize=4,
+        maxConcurrency=4,
+        backoff={"baseSeconds": 0.5, "capSeconds": 1},
+        worker_env={"SHARDOPS_AGENT_LATENCY": 0.02},
     )
 
     def lines(*args: str) -> list[dict[str, Any]]:
@@ -316,6 +348,9 @@ def test_results_command_streams_done_items_in_order_while_running_and_after(
             for line in openai
         )
 
+        hung = wait_for("the hung command of shard 3", lambda: _agent_pids(local_cluster, namespace, "res"))
+        assert len(hung) == 1, hung
+        os.kill(hung[0], signal.SIGKILL)
         final = wait_phase(kube, namespace, "res", FINISHED | {"Failed"}, timeout=180)
         assert final["status"]["phase"] == "Completed", final["status"]
         target = tmp_path / "results.jsonl"
@@ -423,6 +458,9 @@ def test_purge_deletes_the_campaign_then_every_result_it_stored(
     assert left == [], left
 
 
+GONE_RETENTION = 6
+
+
 def test_results_past_their_retention_go_once_no_campaign_of_that_name_exists(
     local_cluster: Cluster,
     namespace: str,
@@ -430,17 +468,25 @@ def test_results_past_their_retention_go_once_no_campaign_of_that_name_exists(
     s3_operator_env: dict[str, str],
     prefix: str,
 ) -> None:
-    """Two campaigns with a 1 s retention: the one deleted after its TTL loses every stored object
-    (results, item results, ledger) and its retention record at the next sweep; the one that still
-    exists keeps everything, however long past its retention."""
+    """Two campaigns with short retentions: the one deleted after its TTL loses every stored object
+    (results, item results, ledger) and its retention record at the first sweep after its retention
+    passed; the one that still exists keeps everything, however long past its retention."""
     kube = kube_for(local_cluster)
     s3 = object_store.client()
     root = f"{prefix}/{namespace}/"
-    retention = {"resultStore": {"retentionSeconds": 1}}
+    # "gone" is deleted 1 s after it finished and its results are kept until GONE_RETENTION s after
+    # it finished: a window in which they are seen to outlive the Campaign (with a retention of 1 s
+    # the sweep could delete them before the test had seen the Campaign go).
     gone = campaign_body(
-        "gone", [{"n": i} for i in range(6)], shardSize=2, ttlSecondsAfterFinished=1, **retention
+        "gone",
+        [{"n": i} for i in range(6)],
+        shardSize=2,
+        ttlSecondsAfterFinished=1,
+        resultStore={"retentionSeconds": GONE_RETENTION},
     )
-    kept = campaign_body("kept", [{"n": i} for i in range(4)], shardSize=2, **retention)
+    kept = campaign_body(
+        "kept", [{"n": i} for i in range(4)], shardSize=2, resultStore={"retentionSeconds": 1}
+    )
     env = {**s3_operator_env, "SHARDOPS_RETENTION_SWEEP_SECONDS": "1"}
     with operator_running(local_cluster, namespace, env=env):
         create_campaign(kube, namespace, kept)
@@ -449,8 +495,12 @@ def test_results_past_their_retention_go_once_no_campaign_of_that_name_exists(
         kept_done = _done_shards(kube, namespace, "kept", object_store)
         kept_labels = {store_label(record["idempotencyKey"]) for record in kept_done.values()}
         wait_phase(kube, namespace, "gone", {"Succeeded"}, timeout=120)
-        gone_done = _done_shards(kube, namespace, "gone", object_store)
-        gone_labels = {store_label(record["idempotencyKey"]) for record in gone_done.values()}
+        # Its keys from the bucket, not from the Campaign, which its 1 s TTL may have deleted by now:
+        # every key's attempt object is written before its shard's Done write (`attempts/<label>/`),
+        # and only the two campaigns write under this test's prefix.
+        attempts = f"{root}attempts/"
+        gone_labels = {n[len(attempts) :].split("/")[0] for n in _objects(s3, object_store.bucket, attempts)}
+        gone_labels -= kept_labels
         assert len(gone_labels) == 3 and len(kept_labels) == 2
         wait_for("the campaign with a TTL to be deleted", lambda: _gone(kube, namespace, "gone"), timeout=60)
 

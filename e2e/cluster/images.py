@@ -8,6 +8,7 @@ config blob and layer blobs (tar, gzip-compressed or not).
 
 from __future__ import annotations
 
+import fcntl
 import gzip
 import json
 import os
@@ -31,10 +32,16 @@ DEFAULT_REGISTRY = "docker.io"
 def build_shardops_image() -> str | None:
     """`make image` (hack/image.sh: a no-op when its inputs did not change), so that pods naming the
     image run today's code; returns its digest, or None (and says why on stderr) when it cannot be
-    built here: those pods then run as processes."""
-    result = subprocess.run(
-        ["bash", str(REPO_ROOT / "hack" / "image.sh")], stdout=subprocess.PIPE, text=True, check=False
-    )
+    built here: those pods then run as processes.
+
+    One build at a time per checkout: the e2e workers of `pytest -n 2` each start a cluster, and two
+    builds at once would write the same dist/ files; the second finds the image up to date."""
+    SHARDOPS_ARCHIVE.parent.mkdir(parents=True, exist_ok=True)
+    with (SHARDOPS_ARCHIVE.parent / ".image.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        result = subprocess.run(
+            ["bash", str(REPO_ROOT / "hack" / "image.sh")], stdout=subprocess.PIPE, text=True, check=False
+        )
     if result.returncode != 0:
         print(
             f"warning: hack/image.sh failed ({result.returncode}): pods naming the shardops image run as "
