@@ -8,6 +8,7 @@ S3 run only when SHARDOPS_S3_ENDPOINT (and the other SHARDOPS_S3_* variables) na
 
 from __future__ import annotations
 
+import itertools
 import os
 import uuid
 from collections.abc import Iterator
@@ -90,6 +91,21 @@ def crds_installed(cluster: Cluster) -> None:
 @pytest.fixture
 def namespace(cluster: Cluster) -> Iterator[str]:
     name = create_namespace(cluster)
+    yield name
+    client.CoreV1Api(cluster.api).delete_namespace(name, propagation_policy="Background")
+
+
+_history_namespaces_used = itertools.count()
+
+
+@pytest.fixture
+def history_namespace(cluster: Cluster) -> Iterator[str]:
+    """A namespace whose writes the session's audit log records with their bodies
+    (lifecycle.HISTORY_NAMESPACES), for a test that checks its run's history; each name once a session."""
+    index = next(_history_namespaces_used)
+    if index >= len(lifecycle.HISTORY_NAMESPACES):
+        pytest.fail(f"more history-checked tests than lifecycle.HISTORY_NAMESPACES ({index + 1})")
+    name = create_namespace(cluster, name=lifecycle.HISTORY_NAMESPACES[index])
     yield name
     client.CoreV1Api(cluster.api).delete_namespace(name, propagation_policy="Background")
 

@@ -108,10 +108,10 @@ def wait_for(what: str, probe: Callable[[], Any], timeout: float = 60.0, interva
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
 
 
-def create_namespace(cluster: Cluster, prefix: str = "e2e") -> str:
-    """A new namespace `<prefix>-<random>`, returned once its default ServiceAccount exists (pods
-    and tokens need it). Deleting it is the caller's."""
-    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+def create_namespace(cluster: Cluster, prefix: str = "e2e", name: str | None = None) -> str:
+    """A new namespace `<prefix>-<random>` (or exactly `name`), returned once its default
+    ServiceAccount exists (pods and tokens need it). Deleting it is the caller's."""
+    name = name or f"{prefix}-{uuid.uuid4().hex[:8]}"
     core = client.CoreV1Api(cluster.api)
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     wait_for(

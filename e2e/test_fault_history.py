@@ -69,8 +69,9 @@ def _held_shard(kube: Kube, cluster: Cluster, namespace: str, campaign: str) -> 
 
 
 def test_a_run_with_a_worker_frozen_past_its_lease_passes_the_checker(
-    local_cluster: Cluster, namespace: str, object_store: lifecycle.ObjectStore, audit_tail: AuditTail
+    local_cluster: Cluster, history_namespace: str, object_store: lifecycle.ObjectStore, audit_tail: AuditTail
 ) -> None:
+    namespace = history_namespace  # its writes are audited with their bodies
     kube = kube_for(local_cluster)
     store_env = s3_store_env(local_cluster, namespace, object_store, f"e2e-{namespace}")
     body = campaign_body(

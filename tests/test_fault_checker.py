@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e.cluster.lifecycle import HISTORY_RESOURCES, audit_policy
+from e2e.cluster.lifecycle import HISTORY_NAMESPACES, HISTORY_RESOURCES, audit_policy
 from e2e.faults import checker
 from e2e.faults.checker import Identities, Violation
 from e2e.faults.history import History, parse_lines
@@ -452,6 +452,7 @@ def test_the_history_audit_policy_is_opt_in() -> None:
     assert all(rule["level"] != "RequestResponse" for rule in plain["rules"])
     first = recording["rules"][0]
     assert first["level"] == "RequestResponse" and first["resources"] == HISTORY_RESOURCES
+    assert first["namespaces"] == list(HISTORY_NAMESPACES), "bodies only for the history-checked tests"
     assert recording["rules"][1:] == plain["rules"]
 
 
