@@ -311,17 +311,21 @@ def test_the_operator_removes_the_old_finalizer_and_keeps_the_others(
                 timeout=60,
             )
             healed = time.monotonic() - started
-            # The operator did it (not only kopf, which would also drop its own finalizer name).
+            # The operator did it, not only kopf: kopf drops its own finalizer name from an object
+            # being deleted ("stuck"), so which of the two removes that one is a race; from the
+            # Campaigns not being deleted ("old", "shared") only the operator removes it.
             metrics = operator.http("/metrics")[1]
-            assert "shardops_old_finalizers_removed_total 3.0" in metrics, metrics
+            removed = re.search(r"^shardops_old_finalizers_removed_total (\S+)$", metrics, re.M)
+            assert removed and float(removed.group(1)) in {2.0, 3.0}, metrics
             (pod,) = operator.pods()
             lines = [
                 line
                 for line in operator.log(pod.metadata.name).splitlines()
                 if "removed the finalizer" in line
             ]
-            assert len(lines) == 3, lines
-            assert sum("the deletion now completes" in line for line in lines) == 1
+            assert len(lines) == float(removed.group(1)), lines
+            assert any("/old: removed" in line for line in lines), lines
+            assert any("/shared: removed" in line for line in lines), lines
             # And the healed Campaigns are handled as usual.
             for name in ("old", "shared"):
                 wait_reconciled(kube, namespace, name, with_shards=False)

@@ -291,6 +291,29 @@ def test_parse_items_counted_keeps_everything_but_the_items() -> None:
         Campaign.parse_items_counted({**body, "spec": {**body["spec"], "maxConcurrency": 0}})
 
 
+def test_shard_parse_items_counted_plans_without_the_items_and_with_items_gives_them_back() -> None:
+    items = [{"n": n} for n in range(25)]
+    body = {
+        "apiVersion": API_GROUP_VERSION,
+        "kind": "Shard",
+        "metadata": {"name": "c-00000", "uid": "u", "resourceVersion": "7"},
+        "spec": {"campaign": "c", "index": 0, "idempotencyKey": "sha256:k", "items": items},
+        "status": {"phase": "Pending", "attempt": 2},
+    }
+    full, lean = Shard.parse(body), Shard.parse_items_counted(body)
+    assert lean.spec.items == [] and lean.spec.items_left_out and not full.spec.items_left_out
+    assert lean.spec.item_count == full.spec.item_count == 25
+    assert lean.spec.model_dump(exclude={"items"}) == full.spec.model_dump(exclude={"items"})
+    assert lean.status == full.status and lean.metadata == full.metadata
+    claimed = lean.with_items()
+    assert claimed == full and claimed.spec.items == items and not claimed.spec.items_left_out
+    assert full.with_items() is full
+    assert len(body["spec"]["items"]) == 25, "the body it was handed is left as it was"
+    by_range = {**body, "spec": {**body["spec"], "itemRange": {"start": 0, "end": 5}}}
+    del by_range["spec"]["items"]
+    assert Shard.parse_items_counted(by_range) == Shard.parse(by_range)
+
+
 def test_items_are_json_objects() -> None:
     with pytest.raises(ValidationError, match=re.escape("spec.items.0")):
         Campaign.parse(

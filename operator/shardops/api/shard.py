@@ -6,13 +6,15 @@ code (operator and worker), which the chart enforces with a ValidatingAdmissionP
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Mapping
+from typing import Annotated, Any
 
 from pydantic import (
     AwareDatetime,
     BeforeValidator,
     ConfigDict,
     Field,
+    PrivateAttr,
     computed_field,
     model_validator,
 )
@@ -118,11 +120,22 @@ class ShardSpec(SpecModel):
     @property
     def item_count(self) -> int:
         """Number of items this shard covers (inline items win over the range)."""
+        if self._counted_items is not None:
+            return self._counted_items
         if self.items is not None:
             return len(self.items)
         if self.item_range is not None:
             return len(self.item_range)
         return 0
+
+    @property
+    def items_left_out(self) -> bool:
+        """True when parsed by `Shard.parse_items_counted`: spec.items reads as [] and only
+        `item_count` is true to the object (`Shard.with_items` gives the whole shard)."""
+        return self._counted_items is not None
+
+    # Set only by Shard.parse_items_counted.
+    _counted_items: int | None = PrivateAttr(default=None)
 
 
 class Progress(StatusModel):
@@ -270,6 +283,32 @@ class Shard(ResourceModel):
     kind: str = Field(default=SHARD_KIND, description="Always Shard.")
     spec: ShardSpec = Field(description="What the shard covers.")
     status: ShardStatus | None = Field(default=None, description="Observed state.")
+
+    @classmethod
+    def parse_items_counted(cls, body: Mapping[str, Any]) -> Shard:
+        """`parse` for readers that plan over shards and never read their items (a worker's look for
+        work lists the window every second): inline spec.items, ~90 % of what parsing a shard of 100
+        items costs, are counted instead of copied and validated. spec.items then reads as []
+        (`spec.items_left_out` says so); `with_items` parses the whole object, once it is claimed."""
+        spec = body.get("spec")
+        items = spec.get("items") if isinstance(spec, Mapping) else None
+        if not isinstance(spec, Mapping) or not isinstance(items, list):
+            return cls.parse(body)
+        lean = {key: value for key, value in body.items() if key != "spec"}
+        lean["spec"] = {key: value for key, value in spec.items() if key != "items"} | {"items": []}
+        shard = cls.parse(lean)
+        shard.spec._counted_items = len(items)
+        shard._body = body
+        return shard
+
+    def with_items(self) -> Shard:
+        """This shard with its items: itself, or the whole object a lean parse left them out of."""
+        if not self.spec.items_left_out or self._body is None:
+            return self
+        return Shard.parse(self._body)
+
+    # The object a lean parse came from (Shard.parse_items_counted); None otherwise.
+    _body: Mapping[str, Any] | None = PrivateAttr(default=None)
 
     @property
     def current_status(self) -> ShardStatus:

@@ -136,8 +136,11 @@ _UNFINISHED = f"{SHARD_PHASE_FIELD.removeprefix('.')}!={ShardPhase.DONE}"
 
 
 def list_unfinished(kube: Kube, namespace: str, campaign: str) -> list[Shard]:
-    """The campaign's Shards that are not Done: bounded by the window, not by the campaign's size."""
+    """The campaign's Shards that are not Done: bounded by the window, not by the campaign's size.
+
+    Parsed lean (`Shard.parse_items_counted`): a look for work plans over states and counts, and
+    takes the items (`Shard.with_items`) only of the shard it claims."""
     selected = kube.list(
         SHARDS, namespace, label_selector=f"{CAMPAIGN_LABEL}={campaign}", fieldSelector=_UNFINISHED
     )
-    return [Shard.parse(item) for item in selected]
+    return [Shard.parse_items_counted(item) for item in selected]

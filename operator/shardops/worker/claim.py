@@ -217,7 +217,7 @@ def _claim_holding(
     moment ago (no read), and only when that write conflicts — the operator wrote the shard since —
     read it once and decide again on what it is now."""
     try:
-        return _claim_as_seen(ctx, campaign, candidate, lease, candidate.shard)
+        return _claim_as_seen(ctx, campaign, candidate, lease, candidate.shard.with_items())
     except Conflict:
         fresh = Shard.parse(ctx.kube.get(SHARDS, ctx.namespace, candidate.shard.name))
         return _claim_as_seen(ctx, campaign, candidate, lease, fresh)

@@ -266,6 +266,9 @@ class Worker:
 
     def items_of(self, campaign: Campaign, shard: Shard) -> list[Item]:
         """The shard's items: inline, or its slice of the campaign's itemsFrom ConfigMap."""
+        if shard.spec.items_left_out:
+            # A lean listing's shard reads as having no items: running it would compute nothing.
+            raise ValueError(f"{shard.name}: parsed without its items; claim takes Shard.with_items()")
         if shard.spec.items is not None:
             return list(shard.spec.items)
         source = campaign.spec.items_from
