@@ -54,6 +54,9 @@ E2E_WORKERS ?= 0
 e2e: $(BENCH_STAMP) tools image ## tests against the local control plane (or KUBECONFIG when set); E2E_WORKERS=2 for two sessions
 	$(BIN)/pytest -q --durations=30 -n $(E2E_WORKERS) --dist loadfile --no-loadscope-reorder e2e
 
+faults: $(BENCH_STAMP) tools image ## the fault scenarios at full size (>= 20 operator kills, stale writers, 20 frozen-worker runs): docs/faults-results.md
+	SHARDOPS_FAULTS=full SHARDOPS_FAULTS_TABLE=docs/faults-results.md $(BIN)/pytest -q -s e2e/test_fault_scenarios.py
+
 bench: $(BENCH_STAMP) tools ## benchmarks on the local control plane (or KUBECONFIG): benchmarks/RESULTS.md; BENCH_QUICK=1 for the quick set
 	$(BIN)/python -m benchmarks
 
@@ -75,4 +78,4 @@ fmt: $(STAMP) ## format and autofix
 clean: ## remove the venv and local state (not the ~/.cache build)
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .shardops
 
-.PHONY: help venv tools image lint typecheck manifests unit e2e bench test demo cluster-up cluster-down fmt clean
+.PHONY: help venv tools image lint typecheck manifests unit e2e bench faults test demo cluster-up cluster-down fmt clean

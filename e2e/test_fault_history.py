@@ -10,11 +10,10 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from kubernetes import client
 
 from e2e import chartkit
 from e2e.cluster import lifecycle
-from e2e.faults import checker
+from e2e.faults import checker, inject
 from e2e.faults.recording import AuditTail
 from e2e.harness import Cluster, wait_for
 from e2e.schedulerkit import (
@@ -29,7 +28,7 @@ from e2e.schedulerkit import (
     stop_group,
     wait_phase,
 )
-from shardops.k8s.api import SHARDS, Kube, NotFound
+from shardops.k8s.api import SHARDS, NotFound
 
 pytestmark = pytest.mark.usefixtures("crds_installed")
 
@@ -39,33 +38,6 @@ IDENTITIES = checker.Identities(
     operator_accounts=frozenset({OPERATOR_NAME}),
     worker_accounts=frozenset({chartkit.worker_service_account()}),
 )
-
-
-def _worker_pids(cluster: Cluster, namespace: str, campaign: str) -> dict[str, int]:
-    """Pod name -> pid of each running worker container."""
-    pods = client.CoreV1Api(cluster.api).list_namespaced_pod(
-        namespace, label_selector=f"shardops.dev/campaign={campaign}"
-    )
-    return {
-        pod.metadata.name: int(status.container_id.removeprefix("process://"))
-        for pod in pods.items
-        for status in pod.status.container_statuses or []
-        if status.state and status.state.running and status.container_id
-    }
-
-
-def _held_shard(kube: Kube, cluster: Cluster, namespace: str, campaign: str) -> tuple[str, str, int] | None:
-    """(shard, owner, pid of the owner's pod) of a Running shard whose worker is running."""
-    pids = _worker_pids(cluster, namespace, campaign)
-    for shard in kube.list(SHARDS, namespace):
-        status = shard.get("status") or {}
-        owner = status.get("owner") or ""
-        if status.get("phase") != "Running":
-            continue
-        for pod, pid in pids.items():
-            if owner.startswith(f"{pod}-"):
-                return shard["metadata"]["name"], owner, pid
-    return None
 
 
 def test_a_run_with_a_worker_frozen_past_its_lease_passes_the_checker(
@@ -84,7 +56,9 @@ def test_a_run_with_a_worker_frozen_past_its_lease_passes_the_checker(
     with operator_running(local_cluster, namespace, env=store_env):
         create_campaign(kube, namespace, body)
         shard, owner, pid = wait_for(
-            "a worker holding a shard", lambda: _held_shard(kube, local_cluster, namespace, "faults"), 120
+            "a worker holding a shard",
+            lambda: next(iter(inject.held_shards(kube, local_cluster, namespace, "faults")), None),
+            120,
         )
         stop_group(pid)
 
@@ -103,7 +77,9 @@ def test_a_run_with_a_worker_frozen_past_its_lease_passes_the_checker(
         finally:
             continue_group(pid)
         final = wait_phase(kube, namespace, "faults", {"Succeeded", "Completed"}, timeout=300)
-        wait_for("every worker to exit", lambda: not _worker_pids(local_cluster, namespace, "faults"), 120)
+        wait_for(
+            "every worker to exit", lambda: not inject.worker_pids(local_cluster, namespace, "faults"), 120
+        )
         history = audit_tail.history(namespace)
 
     tally: Counter[str] = Counter()

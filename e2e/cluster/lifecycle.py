@@ -86,7 +86,7 @@ HISTORY_RESOURCES = [
 # tests' own (the `history_namespace` fixture). Named exactly, since an audit policy matches
 # namespaces only by name; bodies of every other test's writes would cost the API server (and the
 # suite) minutes for nothing.
-HISTORY_NAMESPACES = tuple(f"history-{n}" for n in range(8))
+HISTORY_NAMESPACES = tuple(f"history-{n}" for n in range(32))
 
 
 def audit_policy(record_history: bool = False) -> dict[str, Any]:
