@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 import pytest
 
@@ -22,7 +23,9 @@ from schedulerkit import (
     shard_of,
     status_of,
 )
-from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS, EVENTS, JOBS, LEASES, PODS, SHARDS
+from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS, EVENTS, JOBS, LEASES, PODS, SHARDS, Resource
+
+JSON = dict[str, Any]
 
 
 @pytest.fixture
@@ -136,6 +139,58 @@ def test_worker_job_shape(kube: OperatorKube, clock: Clock) -> None:
         "--campaign",
         "camp",
     ]
+
+
+class LostAnswerKube(OperatorKube):
+    """The API server commits the first worker Job create, but its answer (a 504) makes the client
+    send the same create again, as a client that repeats a create after a 5xx does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lost = 1
+
+    def create(self, resource: Resource, namespace: str | None, body: JSON) -> JSON:
+        if resource is JOBS and self.lost:
+            self.lost -= 1
+            super().create(resource, namespace, body)  # committed; the answer is lost
+        return super().create(resource, namespace, body)
+
+
+def test_a_worker_job_create_sent_again_after_a_lost_answer_makes_one_job(clock: Clock) -> None:
+    kube = LostAnswerKube()
+    put_campaign(kube, campaign(items=[{"id": 1}], maxConcurrency=1))
+    run(kube, clock)
+    assert names(kube, JOBS) == ["camp-worker-1"], "the repeated create found its own Job (409)"
+    run(kube, clock.advance(5))
+    assert names(kube, JOBS) == ["camp-worker-1"], "counted as made: maxConcurrency 1 holds"
+
+
+def test_worker_jobs_are_numbered_past_every_listed_job(kube: OperatorKube, clock: Clock) -> None:
+    """Past the Jobs of a deleted campaign of the same name too, which keep their names until the
+    garbage collector takes them; a taken name is never adopted."""
+    put_campaign(kube, campaign(items=[{"id": i} for i in range(3)], maxConcurrency=2))
+    old_owner = {
+        "apiVersion": "shardops.dev/v1alpha1",
+        "kind": "Campaign",
+        "name": "camp",
+        "uid": "uid-old",
+        "controller": True,
+    }
+    kube.put(
+        JOBS,
+        NAMESPACE,
+        {
+            "metadata": {
+                "name": "camp-worker-4",
+                "labels": {"shardops.dev/campaign": "camp", "shardops.dev/role": "worker"},
+                "annotations": {"shardops.dev/worker-number": "4"},
+                "ownerReferences": [old_owner],
+            },
+            "status": {"conditions": [{"type": "Complete", "status": "True"}]},
+        },
+    )
+    run(kube, clock)
+    assert names(kube, JOBS) == ["camp-worker-4", "camp-worker-5", "camp-worker-6"]
 
 
 def test_status_is_written_only_when_it_changed(kube: OperatorKube, clock: Clock) -> None:

@@ -212,6 +212,19 @@ class TokenCounts(StatusModel):
 NO_TOKENS = TokenCounts()
 
 
+def controller_uid(metadata: Mapping[str, Any] | None) -> str | None:
+    """The uid of the object's controller (the ownerReference with `controller: true`), or None.
+
+    Objects that belong to a Campaign (Shards, worker Jobs) are selected by its name label, but a
+    name is reused when a Campaign is deleted and applied again, and the previous one's objects
+    live on until the garbage collector removes them: the controller's uid says whose they are."""
+    for reference in (metadata or {}).get("ownerReferences") or []:
+        if isinstance(reference, Mapping) and reference.get("controller") is True:
+            uid = reference.get("uid")
+            return str(uid) if uid else None
+    return None
+
+
 class ObjectMeta(ApiModel):
     """The parts of Kubernetes object metadata that shardops reads; everything else is kept as is."""
 

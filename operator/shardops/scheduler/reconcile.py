@@ -67,7 +67,7 @@ from shardops.scheduler import builders, failpoints
 from shardops.scheduler.metrics import BREAKER_VALUES, Metrics
 from shardops.scheduler.retention import Retention
 from shardops.scheduler.settings import REPORTING_CONTROLLER, OperatorSettings
-from shardops.state import breakers, cooldowns, errors, history, ledger, observe, shardview
+from shardops.state import breakers, cooldowns, errors, history, ledger, observe, shardview, workers
 from shardops.store.items import StreamedItems, object_items
 from shardops.store.records import StoreUnavailable
 from shardops.store.s3 import S3Store
@@ -710,20 +710,24 @@ class Reconciler:
             return
         classes = [seen.shards[n].spec.shard_class for n in plan.claimable if n in seen.shards]
         worker = builders.worker_spec_for(seen.campaign.spec, classes)
-        for _ in range(plan.start_workers):
+        first = workers.next_worker_number(seen.jobs)
+        for number in range(first, first + plan.start_workers):
+            body = builders.worker_job_body(
+                seen.campaign,
+                worker,
+                self.settings.worker_service_account,
+                self.settings.worker_metrics(),
+                number=number,
+            )
             try:
-                job = jobs.create(
-                    self.kube,
-                    seen.campaign.namespace,
-                    builders.worker_job_body(
-                        seen.campaign,
-                        worker,
-                        self.settings.worker_service_account,
-                        self.settings.worker_metrics(),
-                    ),
-                )
+                job = jobs.create(self.kube, seen.campaign.namespace, body)
             except ApiError as error:
-                log.error("creating a worker Job for %s failed: %s", seen.campaign.name, error)
+                log.error(
+                    "creating worker Job %s for %s failed: %s",
+                    body["metadata"]["name"],
+                    seen.campaign.name,
+                    error,
+                )
                 return
             seen.jobs.append(job)
 
