@@ -101,6 +101,7 @@ def test_worker_job_is_owned_labelled_retried_by_us_and_cleaned_up() -> None:
     env = {v["name"]: v for v in container["env"]}
     assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
     assert env["SHARDOPS_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    assert env["SHARDOPS_CAMPAIGN_UID"]["value"] == camp.metadata.uid
     assert env["K"]["value"] == "v"
     assert "resources" not in container
 

@@ -193,6 +193,39 @@ def test_worker_jobs_are_numbered_past_every_listed_job(kube: OperatorKube, cloc
     assert names(kube, JOBS) == ["camp-worker-4", "camp-worker-5", "camp-worker-6"]
 
 
+OLD_INCARNATION = {
+    "apiVersion": "shardops.dev/v1alpha1",
+    "kind": "Campaign",
+    "name": "camp",
+    "uid": "uid-old",
+    "controller": True,
+}
+
+
+def test_a_reapplied_campaign_neither_counts_nor_adopts_the_deleted_ones_shards(
+    kube: OperatorKube, clock: Clock
+) -> None:
+    """Deleted and applied again under its name: the old Shards wait for the garbage collector."""
+    put_campaign(kube, campaign(items=[{"id": 0}, {"id": 1}]))
+    for index in range(2):
+        body = shard("camp", index, "Done")
+        body["metadata"]["ownerReferences"] = [OLD_INCARNATION]
+        put_shard(kube, body)
+    run(kube, clock)
+    status = status_of(kube)
+    assert status["phase"] != "Succeeded" and status["counts"]["done"] == 0
+    assert status["counts"]["materialized"] == 0, "the old shards are not this campaign's"
+    for name in ("camp-00000", "camp-00001"):
+        assert shard_of(kube, name)["metadata"]["ownerReferences"] == [OLD_INCARNATION], "not adopted"
+        assert shard_of(kube, name)["status"]["phase"] == "Done"
+    for name in ("camp-00000", "camp-00001"):
+        del kube.objects[("shards", NAMESPACE, name)]  # the garbage collector
+    run(kube, clock.advance(5))
+    assert names(kube) == ["camp-00000", "camp-00001"]
+    assert {shard_of(kube, n)["metadata"]["ownerReferences"][0]["uid"] for n in names(kube)} == {"uid-camp"}
+    assert {shard_of(kube, n)["status"]["phase"] for n in names(kube)} == {"Pending"}
+
+
 def test_status_is_written_only_when_it_changed(kube: OperatorKube, clock: Clock) -> None:
     put_campaign(kube, campaign(items=[{"id": 1}]))
     run(kube, clock)

@@ -188,6 +188,12 @@ def worker_job_body(
     env: list[JSON] = [
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": "SHARDOPS_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+        # WorkerSettings.campaign_uid: a worker outliving its deleted Campaign leaves a new one alone.
+        *(
+            [{"name": "SHARDOPS_CAMPAIGN_UID", "value": campaign.metadata.uid}]
+            if campaign.metadata.uid
+            else []
+        ),
         # Before the campaign's env, so a campaign can still point TMPDIR elsewhere (later wins).
         {"name": "TMPDIR", "value": WORKER_TMP},
         *store_credentials_env(campaign),

@@ -265,7 +265,7 @@ class Reconciler:
             body, campaign = recorded, Campaign.parse(recorded)
         # Bounded by the window once Done shards are folded: the live shards plus the Done ones of
         # the last pass (and, with the ConfigMap store, which does not fold, its ≤ 1000 shards).
-        listed = list_shards(self.kube, namespace, name)
+        listed = shardview.of_campaign(list_shards(self.kube, namespace, name), campaign)
         folded = campaign.current_status.folded
         seen = _Observed(
             body=body,
@@ -690,10 +690,19 @@ class Reconciler:
         try:
             created = self.kube.create(SHARDS, seen.campaign.namespace, body)
         except AlreadyExists:
-            # A previous pass created it and stopped before materializing: take it as it is.
+            # A previous pass created it and stopped before materializing: take it as it is. Unless
+            # it is a deleted campaign's of the same name: the garbage collector removes it, the
+            # shard is cut again after that.
             try:
                 created = self.kube.get(SHARDS, seen.campaign.namespace, name)
             except NotFound:
+                return None
+            if not shardview.of_campaign([Shard.parse(created)], seen.campaign):
+                log.info(
+                    "shard %s/%s is a deleted campaign's of the same name: cut once it is gone",
+                    seen.campaign.namespace,
+                    name,
+                )
                 return None
         except ApiError as error:
             log.error("creating shard %s/%s failed: %s", seen.campaign.namespace, name, error)
