@@ -23,7 +23,18 @@ from schedulerkit import (
     shard_of,
     status_of,
 )
-from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS, EVENTS, JOBS, LEASES, PODS, SHARDS, Resource
+from shardops.k8s import jobs
+from shardops.k8s.api import (
+    CAMPAIGNS,
+    CONFIGMAPS,
+    EVENTS,
+    JOBS,
+    LEASES,
+    PODS,
+    SHARDS,
+    AlreadyExists,
+    Resource,
+)
 
 JSON = dict[str, Any]
 
@@ -156,13 +167,26 @@ class LostAnswerKube(OperatorKube):
         return super().create(resource, namespace, body)
 
 
-def test_a_worker_job_create_sent_again_after_a_lost_answer_makes_one_job(clock: Clock) -> None:
+def test_a_worker_job_create_sent_again_after_a_lost_answer_makes_one_job(
+    clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
     kube = LostAnswerKube()
     put_campaign(kube, campaign(items=[{"id": 1}], maxConcurrency=1))
     run(kube, clock)
     assert names(kube, JOBS) == ["camp-worker-1"], "the repeated create found its own Job (409)"
+    assert not [r for r in caplog.records if "worker Job" in r.getMessage()], "taken as made, no error"
     run(kube, clock.advance(5))
     assert names(kube, JOBS) == ["camp-worker-1"], "counted as made: maxConcurrency 1 holds"
+
+
+def test_a_repeated_worker_job_create_returns_the_job_made_and_refuses_anothers(kube: OperatorKube) -> None:
+    owner = {"apiVersion": "shardops.dev/v1alpha1", "kind": "Campaign", "name": "camp", "controller": True}
+    body = {"metadata": {"name": "camp-worker-1", "ownerReferences": [{**owner, "uid": "uid-camp"}]}}
+    made = jobs.create(kube, NAMESPACE, body)
+    assert jobs.create(kube, NAMESPACE, body)["metadata"]["uid"] == made["metadata"]["uid"]
+    other = {"metadata": {"name": "camp-worker-1", "ownerReferences": [{**owner, "uid": "uid-new"}]}}
+    with pytest.raises(AlreadyExists):
+        jobs.create(kube, NAMESPACE, other)
 
 
 def test_worker_jobs_are_numbered_past_every_listed_job(kube: OperatorKube, clock: Clock) -> None:
