@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
 import sys
 import textwrap
 import uuid
@@ -57,6 +59,37 @@ def test_invalid_samples_rejected_by_api_server(cluster: Cluster, namespace: str
         assert text in result.stderr, (
             f"{sample.name}: {text!r} not in the API server's answer:\n{result.stderr}"
         )
+
+
+@pytest.mark.usefixtures("crds_installed")
+def test_the_crd_alone_refuses_edits_of_a_campaigns_inputs(cluster: Cluster, namespace: str) -> None:
+    """The Campaign CRD's transition rules, no chart and no admission policy: once shards are cut,
+    changing shardSize, the items or where they come from would skip or repeat items."""
+    (campaign,) = objects_in(REPO_ROOT / "crds" / "samples" / "campaign-minimal.yaml")
+    campaign["metadata"].pop("namespace", None)
+
+    def apply(obj: dict[str, object]) -> subprocess.CompletedProcess[str]:
+        return cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=dump_json(obj), check=False)
+
+    assert apply(campaign).returncode == 0
+    spec = campaign["spec"]
+    edits = {
+        "spec.shardSize": {**spec, "shardSize": 2},
+        "spec.items": {**spec, "items": [*spec["items"], {"word": "delta"}]},
+        "spec.itemsFrom": {
+            **{k: v for k, v in spec.items() if k != "items"},
+            "itemsFrom": {"configMapName": "words", "key": "items.jsonl"},
+        },
+    }
+    for field, edited in edits.items():
+        result = apply({**campaign, "spec": edited})
+        assert result.returncode != 0, f"a change of {field} was accepted"
+        assert f"{field} cannot change after the campaign is created" in result.stderr, result.stderr
+        assert "delete the Campaign and apply it again, or apply it under a new name" in result.stderr
+    # Everything else may change at any time, and the inputs as they were are accepted again.
+    assert apply({**campaign, "spec": {**spec, "maxConcurrency": 2}}).returncode == 0
+    stored = json.loads(cluster.kubectl("get", "campaign", "minimal", "-n", namespace, "-o", "json").stdout)
+    assert stored["spec"]["maxConcurrency"] == 2 and stored["spec"]["items"] == spec["items"]
 
 
 @pytest.mark.usefixtures("crds_installed")

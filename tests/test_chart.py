@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
+from shardops.api import rules
 from shardops.api.crdgen import drift, render_files
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -482,6 +483,20 @@ def test_shard_policy_matches_status_updates(helm_bin: Path) -> None:
     messages = " ".join(v["message"] + v["messageExpression"] for v in policy["validations"])
     assert "state changes only through shardops actions" in messages.lower()
     assert "kubectl campaign retry" in messages
+
+
+def test_campaign_inputs_policy_holds_exactly_the_fields_the_crd_holds(helm_bin: Path) -> None:
+    """Two homes only because Helm never upgrades a chart's CRDs: the policy and the CRD's transition
+    rules (api.rules.IMMUTABLE_CAMPAIGN_INPUTS) must name the same fields with the same words."""
+    policy = only(render(helm_bin), "ValidatingAdmissionPolicy", "campaign-inputs")["spec"]
+    held = {}
+    for validation in policy["validations"]:
+        (field,) = set(re.findall(r"object\.spec\.(\w+)", validation["expression"]))
+        held[field] = validation["messageExpression"]
+    assert set(held) == set(rules.IMMUTABLE_CAMPAIGN_INPUTS)
+    for field, rule in rules.IMMUTABLE_CAMPAIGN_INPUTS.items():
+        words = f"spec.{field} cannot change after the campaign is created"
+        assert rule.message.startswith(words) and words in held[field], field
 
 
 def test_admission_and_rbac_can_be_left_out(helm_bin: Path) -> None:

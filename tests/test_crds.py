@@ -56,7 +56,8 @@ def nodes(node: dict[str, Any], path: str = "") -> Iterator[tuple[str, dict[str,
 
 
 def all_rules() -> list[CelRule]:
-    return [value for value in vars(rules).values() if isinstance(value, CelRule)]
+    found = [value for value in vars(rules).values() if isinstance(value, CelRule)]
+    return found + list(rules.IMMUTABLE_CAMPAIGN_INPUTS.values())
 
 
 CRDS = generate_crds()

@@ -11,9 +11,10 @@ import pytest
 
 from shardops.api.enums import ErrorClass, ShardPhase
 from shardops.api.shard import Shard, ShardError
-from shardops.k8s import leases
+from shardops.k8s import events, leases
 from shardops.k8s.api import (
     CAMPAIGNS,
+    JOBS,
     LEASES,
     PODS,
     AlreadyExists,
@@ -112,6 +113,36 @@ def test_gives_up_after_the_retry_budget() -> None:
     with pytest.raises(ApiError) as error:
         kube.get(PODS, "ns", "p")
     assert error.value.status == 500 and len(fake.sent) == 3
+
+
+def test_a_create_by_generate_name_is_not_repeated_after_a_server_error() -> None:
+    """A 504 can follow a committed create: sent again, it would make a second object."""
+    kube, fake, _ = _kube(_status(504, "Timeout"), FakeResponse(201, b"{}"))
+    with pytest.raises(ApiError) as error:
+        kube.create(JOBS, "ns", {"metadata": {"generateName": "w-"}, "spec": {}})
+    assert error.value.status == 504 and len(fake.sent) == 1
+
+
+def test_a_create_by_generate_name_is_repeated_when_throttled() -> None:
+    """429: refused before the server acted, so sending it again makes nothing twice."""
+    kube, fake, _ = _kube(FakeResponse(429, b"", {"Retry-After": "1"}), FakeResponse(201, b'{"ok": 1}'))
+    assert kube.create(JOBS, "ns", {"metadata": {"generateName": "w-"}}) == {"ok": 1}
+    assert len(fake.sent) == 2
+
+
+def test_a_named_create_is_repeated_after_a_server_error() -> None:
+    """Repeated, a committed create answers 409 AlreadyExists, which the caller takes as made."""
+    kube, fake, _ = _kube(_status(504, "Timeout"), _status(409, "AlreadyExists"))
+    with pytest.raises(AlreadyExists):
+        kube.create(JOBS, "ns", {"metadata": {"name": "w-1"}})
+    assert len(fake.sent) == 2
+
+
+def test_an_event_whose_create_answer_was_lost_counts_as_written() -> None:
+    kube, fake, _ = _kube(_status(504, "Timeout"), _status(409, "AlreadyExists"))
+    body = {"metadata": {"name": "s.0123456789ab", "namespace": "ns"}, "reason": "Blocked"}
+    assert events.record(kube, body) == "s.0123456789ab"
+    assert len(fake.sent) == 2, "sent again: its name makes the repetition harmless"
 
 
 @pytest.mark.parametrize(

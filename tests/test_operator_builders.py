@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
+
+import pytest
 
 from schedulerkit import T0, campaign, entry, shard
 from shardops.api.campaign import Campaign, CampaignStatus, ResultStoreStatus
@@ -81,7 +84,9 @@ def test_worker_job_is_owned_labelled_retried_by_us_and_cleaned_up() -> None:
     labels = {"shardops.dev/campaign": "camp", "shardops.dev/role": "worker"}
     pod = job["spec"]["template"]["spec"]
     container = pod["containers"][0]
-    assert job["metadata"]["generateName"] == "camp-worker-" and job["metadata"]["labels"] == labels
+    assert job["metadata"]["name"] == "camp-worker-1" and job["metadata"]["labels"] == labels
+    assert job["metadata"]["annotations"] == {"shardops.dev/worker-number": "1"}
+    assert "generateName" not in job["metadata"], "a fixed name: a repeated create finds its Job"
     assert job["spec"]["template"]["metadata"]["labels"] == labels
     assert job["metadata"]["ownerReferences"][0]["controller"] is True
     assert (job["spec"]["backoffLimit"], job["spec"]["ttlSecondsAfterFinished"]) == (0, 300)
@@ -96,6 +101,7 @@ def test_worker_job_is_owned_labelled_retried_by_us_and_cleaned_up() -> None:
     env = {v["name"]: v for v in container["env"]}
     assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
     assert env["SHARDOPS_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    assert env["SHARDOPS_CAMPAIGN_UID"]["value"] == camp.metadata.uid
     assert env["K"]["value"] == "v"
     assert "resources" not in container
 
@@ -116,7 +122,7 @@ def test_worker_job_gets_the_result_stores_credentials_from_its_secret_never_as_
         assert variables[key] == {"name": key, "valueFrom": {"secretKeyRef": {"name": "creds", "key": key}}}
 
 
-def test_worker_job_uses_the_campaign_service_account_resources_and_a_short_prefix() -> None:
+def test_worker_job_uses_the_campaign_service_account_resources_and_a_name_that_fits() -> None:
     camp = parsed(
         worker={
             "image": "img",
@@ -129,7 +135,22 @@ def test_worker_job_uses_the_campaign_service_account_resources_and_a_short_pref
     job = builders.worker_job_body(camp, camp.spec.worker)
     assert job["spec"]["template"]["spec"]["serviceAccountName"] == "mine"
     assert job["spec"]["template"]["spec"]["containers"][0]["resources"] == {"requests": {"cpu": "500m"}}
-    assert len(job["metadata"]["generateName"]) + 5 <= 63
+    assert len(job["metadata"]["name"]) <= 63
+
+
+@pytest.mark.parametrize("length", [1, 40, 50, 55, 62, 63])
+def test_worker_job_names_fit_a_label_and_keep_long_campaigns_apart(length: int) -> None:
+    """A Job's name is its pods' job-name label: at most 63 characters, a DNS-1123 label."""
+    name = "c" * (length - 1) + "a"
+    other = "c" * (length - 1) + "b"
+    for number in (1, 12345, 10**9):
+        job_name = builders.worker_job_name(name, number)
+        assert len(job_name) <= 63 and re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", job_name), job_name
+        assert job_name.endswith(f"-worker-{number}")
+        assert job_name == builders.worker_job_name(name, number), "the same name on every pass"
+        assert job_name != builders.worker_job_name(other, number), "two campaigns, two names"
+        assert job_name != builders.worker_job_name(name, number + 1)
+    assert builders.worker_job_name("camp", 7) == "camp-worker-7", "short names are kept whole"
 
 
 def test_finalize_only_work_uses_the_finalize_spec() -> None:

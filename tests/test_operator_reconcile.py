@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 import pytest
 
@@ -22,7 +23,20 @@ from schedulerkit import (
     shard_of,
     status_of,
 )
-from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS, EVENTS, JOBS, LEASES, PODS, SHARDS
+from shardops.k8s import jobs
+from shardops.k8s.api import (
+    CAMPAIGNS,
+    CONFIGMAPS,
+    EVENTS,
+    JOBS,
+    LEASES,
+    PODS,
+    SHARDS,
+    AlreadyExists,
+    Resource,
+)
+
+JSON = dict[str, Any]
 
 
 @pytest.fixture
@@ -136,6 +150,104 @@ def test_worker_job_shape(kube: OperatorKube, clock: Clock) -> None:
         "--campaign",
         "camp",
     ]
+
+
+class LostAnswerKube(OperatorKube):
+    """The API server commits the first worker Job create, but its answer (a 504) makes the client
+    send the same create again, as a client that repeats a create after a 5xx does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lost = 1
+
+    def create(self, resource: Resource, namespace: str | None, body: JSON) -> JSON:
+        if resource is JOBS and self.lost:
+            self.lost -= 1
+            super().create(resource, namespace, body)  # committed; the answer is lost
+        return super().create(resource, namespace, body)
+
+
+def test_a_worker_job_create_sent_again_after_a_lost_answer_makes_one_job(
+    clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    kube = LostAnswerKube()
+    put_campaign(kube, campaign(items=[{"id": 1}], maxConcurrency=1))
+    run(kube, clock)
+    assert names(kube, JOBS) == ["camp-worker-1"], "the repeated create found its own Job (409)"
+    assert not [r for r in caplog.records if "worker Job" in r.getMessage()], "taken as made, no error"
+    run(kube, clock.advance(5))
+    assert names(kube, JOBS) == ["camp-worker-1"], "counted as made: maxConcurrency 1 holds"
+
+
+def test_a_repeated_worker_job_create_returns_the_job_made_and_refuses_anothers(kube: OperatorKube) -> None:
+    owner = {"apiVersion": "shardops.dev/v1alpha1", "kind": "Campaign", "name": "camp", "controller": True}
+    body = {"metadata": {"name": "camp-worker-1", "ownerReferences": [{**owner, "uid": "uid-camp"}]}}
+    made = jobs.create(kube, NAMESPACE, body)
+    assert jobs.create(kube, NAMESPACE, body)["metadata"]["uid"] == made["metadata"]["uid"]
+    other = {"metadata": {"name": "camp-worker-1", "ownerReferences": [{**owner, "uid": "uid-new"}]}}
+    with pytest.raises(AlreadyExists):
+        jobs.create(kube, NAMESPACE, other)
+
+
+def test_worker_jobs_are_numbered_past_every_listed_job(kube: OperatorKube, clock: Clock) -> None:
+    """Past the Jobs of a deleted campaign of the same name too, which keep their names until the
+    garbage collector takes them; a taken name is never adopted."""
+    put_campaign(kube, campaign(items=[{"id": i} for i in range(3)], maxConcurrency=2))
+    old_owner = {
+        "apiVersion": "shardops.dev/v1alpha1",
+        "kind": "Campaign",
+        "name": "camp",
+        "uid": "uid-old",
+        "controller": True,
+    }
+    kube.put(
+        JOBS,
+        NAMESPACE,
+        {
+            "metadata": {
+                "name": "camp-worker-4",
+                "labels": {"shardops.dev/campaign": "camp", "shardops.dev/role": "worker"},
+                "annotations": {"shardops.dev/worker-number": "4"},
+                "ownerReferences": [old_owner],
+            },
+            "status": {"conditions": [{"type": "Complete", "status": "True"}]},
+        },
+    )
+    run(kube, clock)
+    assert names(kube, JOBS) == ["camp-worker-4", "camp-worker-5", "camp-worker-6"]
+
+
+OLD_INCARNATION = {
+    "apiVersion": "shardops.dev/v1alpha1",
+    "kind": "Campaign",
+    "name": "camp",
+    "uid": "uid-old",
+    "controller": True,
+}
+
+
+def test_a_reapplied_campaign_neither_counts_nor_adopts_the_deleted_ones_shards(
+    kube: OperatorKube, clock: Clock
+) -> None:
+    """Deleted and applied again under its name: the old Shards wait for the garbage collector."""
+    put_campaign(kube, campaign(items=[{"id": 0}, {"id": 1}]))
+    for index in range(2):
+        body = shard("camp", index, "Done")
+        body["metadata"]["ownerReferences"] = [OLD_INCARNATION]
+        put_shard(kube, body)
+    run(kube, clock)
+    status = status_of(kube)
+    assert status["phase"] != "Succeeded" and status["counts"]["done"] == 0
+    assert status["counts"]["materialized"] == 0, "the old shards are not this campaign's"
+    for name in ("camp-00000", "camp-00001"):
+        assert shard_of(kube, name)["metadata"]["ownerReferences"] == [OLD_INCARNATION], "not adopted"
+        assert shard_of(kube, name)["status"]["phase"] == "Done"
+    for name in ("camp-00000", "camp-00001"):
+        del kube.objects[("shards", NAMESPACE, name)]  # the garbage collector
+    run(kube, clock.advance(5))
+    assert names(kube) == ["camp-00000", "camp-00001"]
+    assert {shard_of(kube, n)["metadata"]["ownerReferences"][0]["uid"] for n in names(kube)} == {"uid-camp"}
+    assert {shard_of(kube, n)["status"]["phase"] for n in names(kube)} == {"Pending"}
 
 
 def test_status_is_written_only_when_it_changed(kube: OperatorKube, clock: Clock) -> None:

@@ -339,6 +339,37 @@ def test_worker_exits_when_the_campaign_is_missing_suspended_or_out_of_budget(tm
         assert [w for w in kube.write_log() if w[1] in ("shards", "leases")] == []
 
 
+def test_a_deleted_campaigns_shards_are_never_claimed_by_the_new_one(tmp_path: Path) -> None:
+    """A Campaign deleted and applied again under its name: its old Shards (controller: the old uid)
+    are left to the garbage collector, not run for the new one."""
+    kube = FakeKube()
+    shards = add_campaign(kube, _agent_campaign([{"id": i} for i in range(4)]))
+    old = {
+        "apiVersion": "shardops.dev/v1alpha1",
+        "kind": "Campaign",
+        "name": "camp",
+        "uid": "uid-old",
+        "controller": True,
+    }
+    for shard in shards:
+        stored = kube.obj(SHARDS, NAMESPACE, shard.name)
+        assert stored is not None
+        stored["metadata"]["ownerReferences"] = [old]
+    kube.calls.clear()
+    assert _worker(kube, tmp_path).run() == 0
+    assert [w for w in kube.write_log() if w[1] in ("shards", "leases")] == []
+
+
+def test_a_worker_of_a_deleted_campaign_leaves_the_new_one_alone(tmp_path: Path) -> None:
+    kube = FakeKube()
+    add_campaign(kube, _agent_campaign([{"id": 1}]))
+    kube.calls.clear()
+    assert _worker(kube, tmp_path, campaign_uid="uid-deleted").run() == 0
+    assert [w for w in kube.write_log() if w[1] in ("shards", "leases")] == []
+    assert _worker(kube, tmp_path, campaign_uid="uid-camp").run() == 0
+    assert kube.writes_to("shards"), "its own campaign's worker claims"
+
+
 def test_local_trouble_preparing_the_attempt_is_a_retryable_failure(tmp_path: Path) -> None:
     kube = FakeKube()
     (shard,) = add_campaign(kube, _agent_campaign([{"id": 1}], shardSize=1))

@@ -582,6 +582,7 @@ class CampaignSpec(SpecModel):
             rules.FALLBACK_DECLARED,
             rules.DEFAULT_SOURCE_DECLARED,
             rules.LLM_ENDPOINTS_DECLARED,
+            *rules.IMMUTABLE_CAMPAIGN_INPUTS.values(),
         )
     )
 

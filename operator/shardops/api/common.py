@@ -212,6 +212,27 @@ class TokenCounts(StatusModel):
 NO_TOKENS = TokenCounts()
 
 
+def controller_uid(metadata: Mapping[str, Any] | None) -> str | None:
+    """The uid of the object's controller (the ownerReference with `controller: true`), or None.
+
+    Objects that belong to a Campaign (Shards, worker Jobs) are selected by its name label, but a
+    name is reused when a Campaign is deleted and applied again, and the previous one's objects
+    live on until the garbage collector removes them: the controller's uid says whose they are."""
+    for reference in (metadata or {}).get("ownerReferences") or []:
+        if isinstance(reference, Mapping) and reference.get("controller") is True:
+            uid = reference.get("uid")
+            return str(uid) if uid else None
+    return None
+
+
+def controlled_by(metadata: Mapping[str, Any] | None, uid: str | None) -> bool:
+    """Does the object belong to the owner with this `uid`? Only an object whose controller is
+    another uid does not (a previous incarnation's, or another object's): one without a controller
+    reference, or an owner whose uid is not known (None), is not told apart."""
+    owner = controller_uid(metadata)
+    return uid is None or owner is None or owner == uid
+
+
 class ObjectMeta(ApiModel):
     """The parts of Kubernetes object metadata that shardops reads; everything else is kept as is."""
 
@@ -240,6 +261,10 @@ class ObjectMeta(ApiModel):
     finalizers: list[str] | None = Field(
         default=None, description="Finalizers that must be removed before the object is deleted."
     )
+
+    def controlled_by(self, uid: str | None) -> bool:
+        """`controlled_by` of these metadata (the ownerReferences as the API server has them)."""
+        return controlled_by({"ownerReferences": self.owner_references}, uid)
 
 
 class Condition(StatusModel):

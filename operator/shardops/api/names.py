@@ -6,6 +6,7 @@ spelling the strings, so a rename is one edit here plus `make manifests`.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Final
 
 from shardops import API_GROUP, API_VERSION
@@ -29,6 +30,31 @@ CAMPAIGN_LABEL: Final = f"{API_GROUP}/campaign"
 CLASS_LABEL: Final = f"{API_GROUP}/class"
 ROLE_LABEL: Final = f"{API_GROUP}/role"
 IDEMPOTENCY_KEY_LABEL: Final = f"{API_GROUP}/idempotency-key"
+
+# On a worker Job: its number in the campaign (the Job's name ends with it). The next Job takes one
+# more than the highest number of the campaign's Jobs that exist, so a name is fixed before the
+# create and a create sent again after a lost answer finds its own Job (409) instead of a second one.
+WORKER_NUMBER_ANNOTATION: Final = f"{API_GROUP}/worker-number"
+
+# A DNS-1123 label (and a label value, which a Job's name becomes on its pods) is at most 63 characters.
+DNS_LABEL_MAX: Final = 63
+# Hex digits of the hash that keeps names derived from long bases apart.
+_DERIVED_HASH_LENGTH: Final = 8
+
+
+def derived_name(base: str, suffix: str, limit: int = DNS_LABEL_MAX) -> str:
+    """`base` + `suffix`, or, when that is longer than `limit`, `base` cut short followed by a hash
+    of the whole of it, then `suffix`: two long bases that share their start still get two names,
+    and a base always derives the same name. `base` is a DNS-1123 label (a campaign's name)."""
+    whole = f"{base}{suffix}"
+    if len(whole) <= limit:
+        return whole
+    digest = hashlib.sha256(base.encode("utf-8")).hexdigest()[:_DERIVED_HASH_LENGTH]
+    keep = limit - len(suffix) - len(digest) - 1
+    if keep < 1:
+        raise ValueError(f"suffix {suffix!r} leaves no room for a name of at most {limit} characters")
+    return f"{base[:keep].rstrip('-.')}-{digest}{suffix}"
+
 
 # Field managers: the identities that write shard status (managedFields record them). The closing
 # checklist of `kubectl campaign report` passes only when every shard status write is one of the

@@ -9,6 +9,9 @@ nowhere else; the models raise `rule.message` and attach `rule.schema()` to thei
 Messages name the field by its path from the object root and say how to fix it. They stay
 plain ASCII without double quotes, because the API server and kubectl quote and escape them.
 
+Transition rules (reading `oldSelf`) run on updates only and have no pydantic twin: a model sees one
+object, not the change. They hold the campaign's inputs still once shards were cut from them.
+
 CEL sees the object after the API server applied the schema defaults, so a rule may read a
 field that has a `default:` (leaseSeconds, backoff.*) without `has()`; fields without a
 default (lists, optional settings) are guarded with `has()`.
@@ -16,6 +19,7 @@ default (lists, optional settings) are guarded with `has()`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -168,3 +172,31 @@ LLM_PRICES_COVER_MODELS: Final = CelRule(
     ),
     field_path=".prices",
 )
+
+
+def _unchanged(field: str, because: str) -> CelRule:
+    """spec.<field> stays as it was created (set or unset, and its value): a transition rule on the
+    spec, so adding or removing the field is caught too (a rule on the field itself runs only when
+    both the old and the new object have it)."""
+    return CelRule(
+        rule=(
+            f"has(self.{field}) == has(oldSelf.{field}) && "
+            f"(!has(self.{field}) || self.{field} == oldSelf.{field})"
+        ),
+        message=(
+            f"spec.{field} cannot change after the campaign is created: {because}; to run other "
+            "inputs, delete the Campaign and apply it again, or apply it under a new name"
+        ),
+        field_path=f".{field}",
+    )
+
+
+# The inputs of a campaign that its shards, their item ranges and idempotency keys were cut from: a
+# change mid-campaign would skip or repeat items while the campaign reports Succeeded. The chart's
+# campaign-inputs admission policy names the same fields (tests/test_chart.py holds them equal), for
+# installations whose CRDs predate these rules (Helm never upgrades a chart's CRDs).
+IMMUTABLE_CAMPAIGN_INPUTS: Final[Mapping[str, CelRule]] = {
+    "items": _unchanged("items", "its shards were cut from them"),
+    "itemsFrom": _unchanged("itemsFrom", "its shards were cut from the items it names"),
+    "shardSize": _unchanged("shardSize", "its shards were already cut with the old size"),
+}

@@ -17,7 +17,7 @@ from shardops.api.shard import Shard
 from shardops.cli.campaign_client import Client, bad_state, default_namespace
 from shardops.cli.campaign_summary import parse_shards
 from shardops.cli.text import as_json, as_yaml
-from shardops.state import ledger
+from shardops.state import ledger, shardview
 
 JSON = dict[str, Any]
 
@@ -96,7 +96,7 @@ def load(ctx: Context, name: str) -> tuple[JSON, Campaign, list[JSON], list[Shar
         shards = parse_shards(shard_bodies)
     except ValueError as error:
         raise bad_state(str(error)) from None
-    live = ledger.unfolded(shards, campaign.current_status.folded)
+    live = ledger.unfolded(shardview.of_campaign(shards, campaign), campaign.current_status.folded)
     if len(live) != len(shards):
         names = {s.name for s in live}
         shard_bodies = [b for b in shard_bodies if (b.get("metadata") or {}).get("name") in names]

@@ -27,6 +27,9 @@ JSON = dict[str, Any]
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
+# Throttling: the API server refused the request before acting on it (max-in-flight or priority and
+# fairness), so sending it again is safe whatever it was.
+THROTTLED = 429
 # How long one request may wait for the API server's answer; 0 waits as long as it takes.
 DEFAULT_TIMEOUT_SECONDS = 30.0
 # The header that makes the API server act as another user (kubectl --as); the caller needs the
@@ -122,6 +125,23 @@ def resource_path(
     return "/".join(parts)
 
 
+def retry_is_safe(method: str, body: Any, status: int) -> bool:
+    """May a request answered `status` be sent again? A 5xx (504 above all) can come after the API
+    server committed the write, so only a request whose repetition cannot make a second object goes
+    again: reads, writes and deletes of a named object (repeated, a committed write either lands the
+    same content again or fails its precondition with 409/422, and the caller re-reads), and a create
+    that names its object (repeated, it gets 409 AlreadyExists, which the caller takes as made). A
+    create by `generateName` alone would make a second object under another name: not repeated
+    after a 5xx. Every create of shardops names its object (Shards, Leases, Events, worker Jobs,
+    result ConfigMaps)."""
+    if status not in RETRYABLE_STATUSES:
+        return False
+    if status == THROTTLED or method != "POST":
+        return True
+    metadata = body.get("metadata") if isinstance(body, Mapping) else None
+    return isinstance(metadata, Mapping) and bool(metadata.get("name"))
+
+
 def merge_patch_with_precondition(patch: JSON, resource_version: str | None) -> JSON:
     """A merge patch that the server applies only if the object is still at `resource_version`."""
     if resource_version is None:
@@ -208,8 +228,8 @@ class Kube:
         content_type: str = "application/json",
         timeout: float | None = None,
     ) -> JSON:
-        """One call, retried on throttling and server errors. `timeout`: seconds for this call (0: no
-        bound), instead of the client's."""
+        """One call, retried on throttling and on server errors where repeating it is safe
+        (`retry_is_safe`). `timeout`: seconds for this call (0: no bound), instead of the client's."""
         bound = self.timeout if timeout is None else timeout
         params = dict(query or {})
         if method in ("POST", "PUT", "PATCH") and "fieldManager" not in params:
@@ -241,7 +261,7 @@ class Kube:
                     parsed = {}
             if 200 <= response.status < 300:
                 return parsed
-            if response.status in RETRYABLE_STATUSES and attempt < self.retry.attempts:
+            if retry_is_safe(method, body, response.status) and attempt < self.retry.attempts:
                 retry_after = response.getheader("Retry-After")  # type: ignore[no-untyped-call]
                 delay = self.retry.delay(attempt, retry_after)
                 log.debug("%s %s -> %s; retrying in %.2fs", method, path, response.status, delay)

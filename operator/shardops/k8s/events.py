@@ -7,7 +7,7 @@ import datetime as dt
 import secrets
 from typing import Any
 
-from shardops.k8s.api import EVENTS, ApiError, Kube
+from shardops.k8s.api import EVENTS, AlreadyExists, ApiError, Kube
 from shardops.logic.timefmt import micro_time as format_micro_time
 
 JSON = dict[str, Any]
@@ -60,9 +60,15 @@ def new_event_name(target: JSON) -> str:
 
 
 def record(kube: Kube, body: JSON) -> str | None:
-    """Create the Event; an event that cannot be written must not stop the transition it describes."""
+    """Create the Event; an event that cannot be written must not stop the transition it describes.
+
+    Its name is random and chosen here, so a create sent again after a lost answer (`k8s.api`
+    repeats named creates after a 5xx) answers AlreadyExists for this very Event: it is written.
+    A duplicate Event would be harmless anyway (Events are what a person reads, not state)."""
     try:
         kube.create(EVENTS, body["metadata"]["namespace"], body)
+    except AlreadyExists:
+        pass
     except ApiError:
         return None
     return str(body["metadata"]["name"])

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from shardops.api.common import controller_uid
 from shardops.api.names import CAMPAIGN_LABEL, ROLE_LABEL
-from shardops.k8s.api import JOBS, PODS, Kube
+from shardops.k8s.api import JOBS, PODS, AlreadyExists, Kube
 
 JSON = dict[str, Any]
 WORKER_ROLE = "worker"
@@ -25,4 +26,19 @@ def list_worker_pods(kube: Kube, namespace: str, campaign: str) -> list[JSON]:
 
 
 def create(kube: Kube, namespace: str, body: JSON) -> JSON:
-    return kube.create(JOBS, namespace, body)
+    """Create the worker Job `body` names (its name is fixed before the create, never generated).
+
+    A create whose answer was lost and that was sent again (`k8s.api` repeats named creates after
+    a 5xx), or the same create by another operator process, finds the Job made: AlreadyExists from
+    a Job with the same controller is that Job, returned as made. AlreadyExists from another
+    owner's Job (a deleted campaign's of the same name) is raised: that name is taken."""
+    try:
+        return kube.create(JOBS, namespace, body)
+    except AlreadyExists:
+        # Listed by name, not read: the operator's role lists and creates Jobs, nothing more.
+        name = body["metadata"]["name"]
+        found = kube.list(JOBS, namespace, fieldSelector=f"metadata.name={name}")
+        mine = [j for j in found if controller_uid(j.get("metadata")) == controller_uid(body.get("metadata"))]
+        if not mine:
+            raise
+        return mine[0]

@@ -20,7 +20,15 @@ from shardops.api.campaign import (
 )
 from shardops.api.common import Condition, Item, set_condition
 from shardops.api.enums import BreakerState, ShardClass, ShardPhase
-from shardops.api.names import API_GROUP_VERSION, CAMPAIGN_LABEL, CLASS_LABEL, ROLE_LABEL, SHARD_KIND
+from shardops.api.names import (
+    API_GROUP_VERSION,
+    CAMPAIGN_LABEL,
+    CLASS_LABEL,
+    ROLE_LABEL,
+    SHARD_KIND,
+    WORKER_NUMBER_ANNOTATION,
+    derived_name,
+)
 from shardops.k8s.jobs import WORKER_ROLE
 from shardops.logic.aggregate import Aggregate
 from shardops.logic.breaker import CLOSED_BREAKER, SourceBreaker, effective
@@ -38,9 +46,6 @@ DEFAULT_WORKER_SERVICE_ACCOUNT = "shardops-worker"
 JOB_TTL_SECONDS = 300
 # The worker gets SIGTERM, releases its claim (not charged as an attempt) and stops its command.
 WORKER_GRACE_SECONDS = 30
-# Job names become the `job-name` label of their pods, which must fit in 63 characters together
-# with generateName's 5 random characters.
-_JOB_PREFIX_MAX = 40
 # Labels carry the campaign's name (docs/architecture.md, "Objects"), and label values stop at 63.
 LABEL_VALUE_MAX = 63
 # oldestPendingSeconds changes every second; rewriting the status only for it would turn an idle
@@ -153,13 +158,25 @@ def worker_metrics_env(metrics: WorkerMetricsEndpoint) -> list[JSON]:
     return env
 
 
+def worker_job_name(campaign_name: str, number: int) -> str:
+    """`<campaign>-worker-<number>`; a Job's name becomes the `job-name` label of its pods, so a long
+    campaign name is cut short with a hash of it (`api.names.derived_name`) to fit in 63."""
+    return derived_name(campaign_name, f"-worker-{number}")
+
+
 def worker_job_body(
     campaign: Campaign,
     worker: WorkerSpec,
     default_service_account: str = DEFAULT_WORKER_SERVICE_ACCOUNT,
     metrics: WorkerMetricsEndpoint | None = None,
+    *,
+    number: int = 1,
 ) -> JSON:
     """One worker: `shardops worker` claims shards one at a time until none is left, then exits.
+
+    `number`: the Job's number in the campaign (`state.workers.next_worker_number`), which names it.
+    A fixed name, never generateName: a create sent again after its answer was lost finds the Job it
+    made (409) instead of making a second one beyond maxConcurrency.
 
     backoffLimit 0: a failed pod is not retried by the Job controller; retries are the scheduler's
     (backoff, attempts, breakers), and the operator starts a new Job when work remains.
@@ -171,6 +188,12 @@ def worker_job_body(
     env: list[JSON] = [
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": "SHARDOPS_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+        # WorkerSettings.campaign_uid: a worker outliving its deleted Campaign leaves a new one alone.
+        *(
+            [{"name": "SHARDOPS_CAMPAIGN_UID", "value": campaign.metadata.uid}]
+            if campaign.metadata.uid
+            else []
+        ),
         # Before the campaign's env, so a campaign can still point TMPDIR elsewhere (later wins).
         {"name": "TMPDIR", "value": WORKER_TMP},
         *store_credentials_env(campaign),
@@ -211,9 +234,10 @@ def worker_job_body(
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {
-            "generateName": f"{campaign.name[:_JOB_PREFIX_MAX]}-worker-",
+            "name": worker_job_name(campaign.name, number),
             "namespace": campaign.namespace,
             "labels": labels,
+            "annotations": {WORKER_NUMBER_ANNOTATION: str(number)},
             "ownerReferences": [owner_reference(campaign)],
         },
         "spec": {

@@ -67,7 +67,7 @@ from shardops.scheduler import builders, failpoints
 from shardops.scheduler.metrics import BREAKER_VALUES, Metrics
 from shardops.scheduler.retention import Retention
 from shardops.scheduler.settings import REPORTING_CONTROLLER, OperatorSettings
-from shardops.state import breakers, cooldowns, errors, history, ledger, observe, shardview
+from shardops.state import breakers, cooldowns, errors, history, ledger, observe, shardview, workers
 from shardops.store.items import StreamedItems, object_items
 from shardops.store.records import StoreUnavailable
 from shardops.store.s3 import S3Store
@@ -265,7 +265,7 @@ class Reconciler:
             body, campaign = recorded, Campaign.parse(recorded)
         # Bounded by the window once Done shards are folded: the live shards plus the Done ones of
         # the last pass (and, with the ConfigMap store, which does not fold, its ≤ 1000 shards).
-        listed = list_shards(self.kube, namespace, name)
+        listed = shardview.of_campaign(list_shards(self.kube, namespace, name), campaign)
         folded = campaign.current_status.folded
         seen = _Observed(
             body=body,
@@ -690,10 +690,19 @@ class Reconciler:
         try:
             created = self.kube.create(SHARDS, seen.campaign.namespace, body)
         except AlreadyExists:
-            # A previous pass created it and stopped before materializing: take it as it is.
+            # A previous pass created it and stopped before materializing: take it as it is. Unless
+            # it is a deleted campaign's of the same name: the garbage collector removes it, the
+            # shard is cut again after that.
             try:
                 created = self.kube.get(SHARDS, seen.campaign.namespace, name)
             except NotFound:
+                return None
+            if not shardview.of_campaign([Shard.parse(created)], seen.campaign):
+                log.info(
+                    "shard %s/%s is a deleted campaign's of the same name: cut once it is gone",
+                    seen.campaign.namespace,
+                    name,
+                )
                 return None
         except ApiError as error:
             log.error("creating shard %s/%s failed: %s", seen.campaign.namespace, name, error)
@@ -710,20 +719,24 @@ class Reconciler:
             return
         classes = [seen.shards[n].spec.shard_class for n in plan.claimable if n in seen.shards]
         worker = builders.worker_spec_for(seen.campaign.spec, classes)
-        for _ in range(plan.start_workers):
+        first = workers.next_worker_number(seen.jobs)
+        for number in range(first, first + plan.start_workers):
+            body = builders.worker_job_body(
+                seen.campaign,
+                worker,
+                self.settings.worker_service_account,
+                self.settings.worker_metrics(),
+                number=number,
+            )
             try:
-                job = jobs.create(
-                    self.kube,
-                    seen.campaign.namespace,
-                    builders.worker_job_body(
-                        seen.campaign,
-                        worker,
-                        self.settings.worker_service_account,
-                        self.settings.worker_metrics(),
-                    ),
-                )
+                job = jobs.create(self.kube, seen.campaign.namespace, body)
             except ApiError as error:
-                log.error("creating a worker Job for %s failed: %s", seen.campaign.name, error)
+                log.error(
+                    "creating worker Job %s for %s failed: %s",
+                    body["metadata"]["name"],
+                    seen.campaign.name,
+                    error,
+                )
                 return
             seen.jobs.append(job)
 

@@ -6,6 +6,7 @@ import datetime as dt
 from collections.abc import Iterable
 from typing import Any
 
+from shardops.api.campaign import Campaign
 from shardops.api.enums import ShardClass, ShardPhase
 from shardops.api.shard import Shard
 from shardops.k8s.leases import lease_expires_at
@@ -25,6 +26,16 @@ def finalize_name(campaign: str) -> str:
 
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+def of_campaign(shards: Iterable[Shard], campaign: Campaign) -> list[Shard]:
+    """The listed shards that are this Campaign's. Shards are listed by the campaign's name label,
+    and a Campaign deleted and applied again under the same name leaves the old one's Shards until
+    the garbage collector removes them: those (their controller is another uid) are never counted,
+    claimed, folded or adopted, or the new campaign could report the old one's results as its own.
+    Every reader of a campaign's shards (operator, worker, CLI) goes through this."""
+    uid = campaign.metadata.uid
+    return [shard for shard in shards if shard.metadata.controlled_by(uid)]
 
 
 def phase_of(shard: Shard) -> ShardPhase:

@@ -6,6 +6,7 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
+from shardops.api.names import WORKER_NUMBER_ANNOTATION
 from shardops.k8s.leases import parse_time
 from shardops.logic.backpressure import WORKER_FAILURE_WINDOW, WorkerFailures
 from shardops.logic.planner import WorkerCounts
@@ -45,6 +46,19 @@ def _created(obj: JSON) -> dt.datetime | None:
 def _job_of(pod: JSON) -> str | None:
     labels = (pod.get("metadata") or {}).get("labels") or {}
     return labels.get("batch.kubernetes.io/job-name") or labels.get("job-name")
+
+
+def next_worker_number(jobs: Sequence[JSON]) -> int:
+    """The number of the campaign's next worker Job: one more than the highest of the Jobs listed
+    (any owner: a deleted campaign's Jobs keep their names until the garbage collector takes them),
+    1 when there are none. A number comes back only once no Job with it exists any more (finished
+    Jobs go after their TTL). Jobs without the annotation (named by generateName) count as 0."""
+    numbers = [0]
+    for job in jobs:
+        value = ((job.get("metadata") or {}).get("annotations") or {}).get(WORKER_NUMBER_ANNOTATION)
+        if isinstance(value, str) and value.isdigit():
+            numbers.append(int(value))
+    return max(numbers) + 1
 
 
 def worker_counts(

@@ -50,7 +50,7 @@ from shardops.logic.backoff import retry_not_before
 from shardops.logic.errors import classify_failure, next_phase_after_failure
 from shardops.logic.idempotency import item_subkey
 from shardops.logic.transitions import Action
-from shardops.state import cooldowns, ledger, results
+from shardops.state import cooldowns, ledger, results, shardview
 from shardops.store import ResultStore, location_of, open_store
 from shardops.store.items import campaign_items
 from shardops.store.records import (
@@ -214,8 +214,16 @@ class Worker:
         except NotFound:
             return f"campaign {self.namespace}/{self.campaign_name} does not exist"
         self._campaign_idle = campaign.spec.idle_seconds
+        started_for = self.settings.campaign_uid
+        if started_for and campaign.metadata.uid != started_for:
+            return (
+                f"campaign {self.namespace}/{self.campaign_name} was deleted and applied again "
+                f"(uid {campaign.metadata.uid}, this worker's was {started_for})"
+            )
         # Only the unfinished shards: what a claim costs is bounded by the window, not the campaign.
-        shards = list_unfinished(self.kube, self.namespace, self.campaign_name)
+        shards = shardview.of_campaign(
+            list_unfinished(self.kube, self.namespace, self.campaign_name), campaign
+        )
         reason = stop_reason(campaign, shards)
         if reason is not None:
             return reason
@@ -574,6 +582,7 @@ class ShardRun:
         # before it deletes them, so a shard missing from the list is in the status read after it.
         listed = list_shards(self.kube, self.namespace, self.campaign.name)
         campaign = Campaign.parse(self.kube.get(CAMPAIGNS, self.namespace, self.campaign.name))
+        listed = shardview.of_campaign(listed, campaign)
         folded = campaign.current_status.folded
         s3 = self.store if isinstance(self.store, S3Store) else None
         interval = campaign.spec.effective_heartbeat_seconds

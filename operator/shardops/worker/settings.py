@@ -32,6 +32,14 @@ class WorkerSettings(BaseSettings):
         validation_alias=AliasChoices("POD_NAME", "SHARDOPS_POD_NAME"),
         description="Base of the holder identity (the Job sets it from the downward API).",
     )
+    campaign_uid: str | None = Field(
+        default=None,
+        description=(
+            "The uid of the Campaign whose Job started this worker (the Job sets it). A Campaign of "
+            "the same name with another uid is a new one applied after that was deleted: the worker "
+            "exits instead of working for it with the deleted one's image and settings."
+        ),
+    )
     idle_seconds: float | None = Field(
         default=None,
         ge=0,
