@@ -17,10 +17,12 @@ server has them:
 * label selectors (`k=v`, `k!=v`, `k`, `!k`, comma-joined) and field selectors on dotted paths;
 * discovery of the shardops API group (`served`) and a SelfSubjectReview answered as `username`.
 
-Every call is recorded in `calls` (a `Call` with its outcome status). Two hook points: `fail`, a
+Every call is recorded in `calls` (a `Call` with its outcome status). Three hook points: `fail`, a
 function of each call that returns an exception to raise (or None), and `before`, functions
 called as `(kube, verb, resource, name)` before each write, to act as another writer at an exact
-point of the protocol (they may change objects with `put`, or raise). Test setup goes through
+point of the protocol (they may change objects with `put`, or raise); and `lose_answers`, which
+applies the next matching writes and answers them with an error instead (the ambiguous outcome:
+committed, then a 504, a read timeout, or the 409 that `Kube`'s retry of it meets). Test setup goes through
 `add` (store a body as the API server returned it, its resourceVersion kept) or `put` (store as a
 write would, with a new resourceVersion); neither is recorded nor runs hooks.
 """
@@ -33,6 +35,8 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
+
+import urllib3
 
 from shardops.k8s.api import (
     CAMPAIGNS,
@@ -49,6 +53,8 @@ from shardops.k8s.api import (
 
 JSON = dict[str, Any]
 Hook = Callable[["FakeKube", str, Resource, str], None]
+# What a committed write is answered with instead of its result.
+LostAnswer = Callable[["Call"], BaseException]
 WriteEntry = tuple[str, str, str, int]
 
 # Resources served with a status subresource: their main resource ignores `status`.
@@ -130,6 +136,35 @@ class FakeApiClient:
         self.user_agent = "fake"
 
 
+def retried_into_itself(call: Call) -> BaseException:
+    """What `Kube` raises when a write committed, was answered 504, and its retry met the write
+    itself: AlreadyExists for a create, Conflict for a write at a resourceVersion."""
+    if call.verb == "create":
+        return AlreadyExists(
+            409, "AlreadyExists", f"{call.plural} {call.name!r} already exists", ambiguous=True
+        )
+    return Conflict(
+        409, "Conflict", f"{call.plural} {call.name!r}: the object has been modified", ambiguous=True
+    )
+
+
+def gateway_timeout(call: Call) -> BaseException:
+    """A 504 to the end of `Kube`'s retries, the first of which committed."""
+    return ApiError(504, "Timeout", "the server was unable to return a response in time", ambiguous=True)
+
+
+def read_timeout(call: Call) -> BaseException:
+    """No answer within the client's timeout (not retried by `Kube`)."""
+    return urllib3.exceptions.ReadTimeoutError(None, call.path, "Read timed out.")  # type: ignore[arg-type]
+
+
+LOST_ANSWERS: dict[str, LostAnswer] = {
+    "504 then 409": retried_into_itself,
+    "504": gateway_timeout,
+    "read timeout": read_timeout,
+}
+
+
 def _not_found(resource: Resource, name: str) -> NotFound:
     return NotFound(404, "NotFound", f'{resource.plural} "{name}" not found')
 
@@ -193,6 +228,8 @@ class FakeKube:
         self.served: set[str] = {"campaigns", "shards"} if served is None else served
         self.fail: Callable[[Call], BaseException | None] = fail or (lambda call: None)
         self.before: list[Hook] = []
+        # (which writes, answered how, how many more): see lose_answers.
+        self._lost: list[tuple[Callable[[Call], bool], LostAnswer, list[int]]] = []
         self.calls: list[Call] = []
         self.field_manager = field_manager
         self.username = username
@@ -232,6 +269,30 @@ class FakeKube:
     def _next_version(self) -> str:
         self._last_version += 1
         return str(self._last_version)
+
+    def lose_answers(
+        self, match: Callable[[Call], bool], answer: LostAnswer, times: int = 1, skip: int = 0
+    ) -> list[Call]:
+        """Apply the writes that `match` (after the first `skip` of them, the next `times`) and answer
+        each with `answer(call)` instead of its result. Returns the calls so answered, as they
+        happen."""
+        answered: list[Call] = []
+        counts = [skip, times]
+
+        def record(call: Call) -> bool:
+            if not match(call):
+                return False
+            if counts[0] > 0:
+                counts[0] -= 1
+                return False
+            if counts[1] <= 0:
+                return False
+            counts[1] -= 1
+            answered.append(call)
+            return True
+
+        self._lost.append((record, answer, counts))
+        return answered
 
     def events(self) -> list[JSON]:
         return [body for (plural, _, _), body in self.objects.items() if plural == EVENTS.plural]
@@ -289,6 +350,10 @@ class FakeKube:
             if resource in (CAMPAIGNS, SHARDS) and resource.plural not in self.served:
                 raise NotFound(404, "NotFound", "404 page not found")
             yield call
+            if call.verb is not None:
+                for selected, answer, _ in self._lost:
+                    if selected(call):
+                        raise answer(call)
         except BaseException as error:
             call.status = error.status if isinstance(error, ApiError) else 0
             raise

@@ -156,3 +156,19 @@ def test_selectors_seeded_versions_hooks_and_recorded_calls() -> None:
     with pytest.raises(NotFound):
         kube.get(SHARDS, NAMESPACE, "s")
     assert isinstance(kube.calls[-1], Call) and kube.calls[-1].status == 404
+
+
+def test_a_lost_answer_applies_the_write_and_answers_with_the_error() -> None:
+    from fakekube import gateway_timeout
+
+    kube = FakeKube()
+    kube.put(LEASES, NAMESPACE, {"metadata": {"name": "a"}, "spec": {"holderIdentity": "w"}})
+    answered = kube.lose_answers(lambda call: call.plural == "leases", gateway_timeout, times=1, skip=1)
+    kube.patch(LEASES, NAMESPACE, "a", {"spec": {"holderIdentity": "x"}})  # skipped: answered
+    with pytest.raises(ApiError) as error:
+        kube.patch(LEASES, NAMESPACE, "a", {"spec": {"holderIdentity": "y"}})
+    assert error.value.status == 504 and error.value.ambiguous
+    assert (kube.obj(LEASES, NAMESPACE, "a") or {})["spec"]["holderIdentity"] == "y", "applied all the same"
+    kube.patch(LEASES, NAMESPACE, "a", {"spec": {"holderIdentity": "z"}})  # only `times` of them
+    assert [call.status for call in answered] == [504]
+    assert kube.write_log()[-2:] == [("patch", "leases", "a", 504), ("patch", "leases", "a", 200)]

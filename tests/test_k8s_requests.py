@@ -162,6 +162,29 @@ def test_conflicts_and_missing_objects_are_typed_and_never_retried(
     assert len(fake.sent) == 1
 
 
+@pytest.mark.parametrize(
+    ("method", "responses", "ambiguous"),
+    [
+        pytest.param("PATCH", [_status(504, "Timeout"), _status(409, "Conflict")], True, id="504 then 409"),
+        pytest.param("PATCH", [_status(500, "InternalError")] * 3, True, id="server errors to the end"),
+        pytest.param(
+            "PATCH", [_status(429, "TooManyRequests"), _status(409, "Conflict")], False, id="throttled"
+        ),
+        pytest.param("PATCH", [_status(409, "Conflict")], False, id="a plain conflict"),
+        pytest.param("GET", [_status(500, "InternalError")] * 3, False, id="a read"),
+    ],
+)
+def test_an_error_after_a_server_error_on_a_write_is_ambiguous(
+    method: str, responses: list[FakeResponse], ambiguous: bool
+) -> None:
+    # The write may have been applied before the server error was answered: its retry then meets
+    # the write itself, and the caller must re-read before calling it a lost race.
+    kube, _, _ = _kube(*responses)
+    with pytest.raises(ApiError) as error:
+        kube.request(method, "/api/v1/namespaces/ns/pods/p")
+    assert error.value.ambiguous is ambiguous
+
+
 def test_writes_carry_the_field_manager_and_the_precondition() -> None:
     kube, fake, _ = _kube(FakeResponse(200, b"{}"))
     kube.patch(CAMPAIGNS, "ns", "c", {"status": {"x": 1}}, resource_version="9", subresource="status")

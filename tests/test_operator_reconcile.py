@@ -347,6 +347,31 @@ def test_a_renewal_that_lands_first_wins(kube: OperatorKube, clock: Clock) -> No
     assert shard_of(kube, "camp-00000")["status"]["phase"] == "Running"
 
 
+def test_expiry_on_the_last_attempt_of_a_shard_whose_result_verifies_completes_it(
+    kube: OperatorKube, clock: Clock
+) -> None:
+    # The worker stored the whole result, then its Done write never landed before the lease ran out.
+    from shardops.logic.idempotency import item_subkey
+    from shardops.store.configmap import store_result
+    from shardops.store.records import ResultMeta, encode_result
+
+    put_campaign(kube, campaign(items=[{"id": 0}], maxAttempts=2))
+    _running(kube, attempt=2, fencingToken=1)
+    put_lease(kube, "camp-00000", "w1", T0, seconds=30)
+    key = shard_of(kube, "camp-00000")["spec"]["idempotencyKey"]
+    text = encode_result(key, [(0, item_subkey({"id": 0}), "the answer")])
+    stored, _ = store_result(
+        kube, NAMESPACE, key, text, ResultMeta("camp", "camp-00000", "w1", 2, 1), 1, 10_000
+    )  # type: ignore[arg-type]
+    run(kube, clock.advance(31))
+    s = shard_of(kube, "camp-00000")["status"]
+    assert (s["phase"], s["attempt"]) == ("Done", 2), s.get("lastError")
+    assert s["result"] == {"ref": stored.name, "fingerprint": stored.fingerprint, "bytes": stored.bytes}
+    assert s["history"][-1]["reason"] == "Completed" and "owner" not in s
+    assert "Blocked" not in kube.event_reasons("camp-00000")
+    assert status_of(kube)["phase"] == "Succeeded"
+
+
 def test_expiry_on_the_last_attempt_blocks_with_the_error_and_its_event(
     kube: OperatorKube, clock: Clock
 ) -> None:

@@ -24,7 +24,7 @@ from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS, EVENTS, LEASES, SHARDS, ApiE
 from shardops.logic.idempotency import item_subkey
 from shardops.store.configmap import check_result, items_name, result_name, save_items, store_result
 from shardops.store.records import ItemRecord, ResultMeta, encode_result
-from shardops.worker.runtime import Worker
+from shardops.worker.runtime import SystemClock, Worker
 from shardops.worker.settings import WorkerSettings
 from workerkit import NAMESPACE, add_campaign, campaign_body
 
@@ -279,15 +279,17 @@ def test_a_zombie_is_reclaimed_with_attempt_plus_one_then_claimed(tmp_path: Path
     assert lease is not None and lease["spec"]["leaseTransitions"] == 2
 
 
+def _on_its_last_attempt(command: list[str]) -> dict[str, object]:
+    """A one-item campaign of maxAttempts 2, for a zombie on attempt 2."""
+    return campaign_body(
+        items=[{"id": 1}], shardSize=1, maxAttempts=2, worker={"image": "x", "command": command}
+    )
+
+
 def test_a_zombie_on_its_last_attempt_is_blocked_not_run(tmp_path: Path) -> None:
     kube = FakeKube()
     marker = tmp_path / "ran"
-    body = campaign_body(
-        items=[{"id": 1}],
-        shardSize=1,
-        maxAttempts=2,
-        worker={"image": "x", "command": ["touch", str(marker)]},
-    )
+    body = _on_its_last_attempt(["touch", str(marker)])
     (shard,) = add_campaign(kube, body)
     _zombie(kube, shard, attempt=2)
     assert _worker(kube, tmp_path).run() == 0
@@ -384,7 +386,7 @@ def test_local_trouble_preparing_the_attempt_is_a_retryable_failure(tmp_path: Pa
     )
 
 
-def test_an_api_failure_mid_shard_becomes_a_failed_attempt(tmp_path: Path) -> None:
+def test_an_api_failure_while_storing_the_result_is_retried_not_charged(tmp_path: Path) -> None:
     kube = FakeKube()
     (shard,) = add_campaign(kube, _agent_campaign([{"id": 1}], shardSize=1))
     broken: list[str] = []
@@ -396,31 +398,52 @@ def test_an_api_failure_mid_shard_becomes_a_failed_attempt(tmp_path: Path) -> No
 
     kube.before.append(store_down_once)
     assert _worker(kube, tmp_path, max_shards=1).run() == 0
-    failed = _shard(kube, shard.name).current_status
-    assert failed.phase == "Pending" and failed.attempt == 2 and failed.last_error is not None
-    assert (
-        failed.last_error.error_class == "unknown" and "etcd is having a bad day" in failed.last_error.message
-    )
-    assert _worker(kube, tmp_path, idle_seconds=10).run() == 0
-    assert _reasons(_shard(kube, shard.name))[-3:] == [("AttemptFailed", 1), ("Claimed", 2), ("Completed", 2)]
+    assert broken
+    done = _shard(kube, shard.name)
+    assert done.phase == "Done" and _reasons(done)[-2:] == [("Claimed", 1), ("Completed", 1)]
+
+
+class _SkewedClock(SystemClock):
+    """The system clock, moved on by `ahead` (a test makes the lease run out at once)."""
+
+    def __init__(self) -> None:
+        self.ahead = dt.timedelta(0)
+
+    def now(self) -> dt.datetime:
+        return super().now() + self.ahead
 
 
 def test_when_nothing_can_be_written_the_shard_is_left_to_its_lease(tmp_path: Path) -> None:
     kube = FakeKube()
     (shard,) = add_campaign(kube, _agent_campaign([{"id": 1}], shardSize=1))
+    clock = _SkewedClock()
 
     def api_down(fake: FakeKube, verb: str, resource: Resource, name: str) -> None:
-        # From the first result write on, every write fails: the store and the shard status alike.
+        # From the first result write on, every write fails, and meanwhile the lease runs out.
         if resource is CONFIGMAPS or (resource is SHARDS and kube.writes_to("configmaps", ok=False)):
+            clock.ahead = dt.timedelta(minutes=5)
             raise ApiError(503, "ServiceUnavailable", "down")
 
     kube.before.append(api_down)
     kube.calls.clear()
-    assert _worker(kube, tmp_path, max_shards=1).run() == 0
+    worker = Worker(
+        kube=kube,
+        settings=_settings(tmp_path, max_shards=1),
+        namespace=NAMESPACE,
+        campaign_name="camp",
+        clock=clock,
+    )  # type: ignore[arg-type]
+    assert worker.run() == 0
     stuck = _shard(kube, shard.name).current_status
     assert stuck.phase == "Running" and stuck.owner is not None
-    assert ("patch", "shards", shard.name, 503) in kube.write_log(), "the worker tried to hand the shard back"
+    assert ("create", "configmaps", _items_name(shard), 503) in kube.write_log()
+    assert kube.writes_to("shards", ok=False) == [], "no attempt is charged for API trouble"
+    assert worker.metrics.sample("shardops_worker_fenced_total", reason="expired") == 1
     assert _holder(kube, shard.name) == stuck.owner, "the claim stays until its lease runs out"
+
+
+def _items_name(shard: Shard) -> str:
+    return items_name(shard.spec.idempotency_key)
 
 
 def test_add_campaign_materializes_pending_shards_and_records_them_cut() -> None:

@@ -3,7 +3,10 @@
 Request building is pure (`resource_path`, `merge_patch_with_precondition`); the only I/O is one
 HTTP call on the kubernetes client's connection pool, which carries the kubeconfig's credentials.
 Conflicts (409) are never retried here: the caller re-reads and decides, because a stale write
-must not silently win (docs/architecture.md, "Fencing").
+must not silently win (docs/architecture.md, "Fencing"). A write answered with a server error may
+still have been applied (a 504 after etcd committed it), and its retry then meets its own write: the
+error raised for such a write says so (`ApiError.ambiguous`), and `k8s.ambiguous` re-reads the
+object to recognise it.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
 # Throttling: the API server refused the request before acting on it (max-in-flight or priority and
 # fairness), so sending it again is safe whatever it was.
 THROTTLED = 429
+# Requests that change something: answered with a server error, they may have been applied anyway.
+WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 # How long one request may wait for the API server's answer; 0 waits as long as it takes.
 DEFAULT_TIMEOUT_SECONDS = 30.0
 # The header that makes the API server act as another user (kubectl --as); the caller needs the
@@ -38,14 +43,20 @@ IMPERSONATE_USER_HEADER = "Impersonate-User"
 
 
 class ApiError(Exception):
-    """A non-2xx answer. `reason` is the Status reason (NotFound, Conflict, AlreadyExists, Invalid…)."""
+    """A non-2xx answer. `reason` is the Status reason (NotFound, Conflict, AlreadyExists, Invalid…).
 
-    def __init__(self, status: int, reason: str, message: str, body: JSON | None = None) -> None:
+    `ambiguous`: the answer does not tell whether the write was applied — a write answered with a
+    server error, or refused (409, say) on a retry after a try that was answered with one."""
+
+    def __init__(
+        self, status: int, reason: str, message: str, body: JSON | None = None, *, ambiguous: bool = False
+    ) -> None:
         super().__init__(f"{status} {reason}: {message}")
         self.status = status
         self.reason = reason
         self.message = message
         self.body = body or {}
+        self.ambiguous = ambiguous
 
 
 class NotFound(ApiError):
@@ -235,6 +246,8 @@ class Kube:
         if method in ("POST", "PUT", "PATCH") and "fieldManager" not in params:
             params["fieldManager"] = self.field_manager
         attempt = 0
+        # A try of this write was answered with a server error: it may have been applied.
+        maybe_applied = False
         while True:
             attempt += 1
             _, url, headers, serialized, _ = self.api_client.param_serialize(
@@ -261,13 +274,17 @@ class Kube:
                     parsed = {}
             if 200 <= response.status < 300:
                 return parsed
+            if method in WRITE_METHODS and response.status >= 500:
+                maybe_applied = True
             if retry_is_safe(method, body, response.status) and attempt < self.retry.attempts:
                 retry_after = response.getheader("Retry-After")  # type: ignore[no-untyped-call]
                 delay = self.retry.delay(attempt, retry_after)
                 log.debug("%s %s -> %s; retrying in %.2fs", method, path, response.status, delay)
                 self.retry.sleep(delay)
                 continue
-            raise _error_for(response.status, parsed, text)
+            error = _error_for(response.status, parsed, text)
+            error.ambiguous = maybe_applied
+            raise error
 
     # Conveniences over request(); each is one call.
     def get(

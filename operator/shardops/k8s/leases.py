@@ -10,9 +10,11 @@ docs/architecture.md, "Fencing").
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from shardops.k8s.ambiguous import write_recognised
 from shardops.k8s.api import LEASES, AlreadyExists, Conflict, Kube, NotFound
 from shardops.logic.timefmt import micro_time as format_micro_time
 from shardops.logic.timefmt import parse_rfc3339
@@ -100,13 +102,27 @@ def acquire(
     now: dt.datetime,
     owner: JSON | None = None,
 ) -> Claim | None:
-    """Take the Lease if it is free; None when someone else holds it or won the race."""
+    """Take the Lease if it is free; None when someone else holds it or won the race.
+
+    A create or takeover whose answer was lost (applied, then answered with an error, or its retry
+    refused by the write itself) is recognised on a re-read by holder and fencing token: the
+    Lease is ours, and walking away from it would leave the shard unclaimable until it runs out."""
+
+    def ours(transitions: int) -> Callable[[], JSON | None]:
+        def reread() -> JSON | None:
+            current = read(kube, namespace, name)
+            mine = current is not None and holder_and_token(current) == (holder, transitions)
+            return current if mine else None
+
+        return reread
+
     try:
         current = kube.get(LEASES, namespace, name)
     except NotFound:
+        body = _lease_body(name, holder, duration_seconds, 1, now, owner)
         try:
-            created = kube.create(
-                LEASES, namespace, _lease_body(name, holder, duration_seconds, 1, now, owner)
+            created = write_recognised(
+                lambda: kube.create(LEASES, namespace, body), ours(1), f"create of lease {name}"
             )
         except AlreadyExists:
             return None
@@ -121,7 +137,9 @@ def acquire(
         # collector gets to it; the new holder re-points it, or the collector deletes it under us.
         body["metadata"]["ownerReferences"] = [owner]
     try:
-        updated = kube.replace(LEASES, namespace, name, body)
+        updated = write_recognised(
+            lambda: kube.replace(LEASES, namespace, name, body), ours(transitions), f"takeover of {name}"
+        )
     except Conflict:
         return None
     return _claim_from(updated, namespace, now)
@@ -153,8 +171,17 @@ def renew(kube: Kube, claim: Claim, now: dt.datetime) -> Claim:
 
 
 def release(kube: Kube, claim: Claim) -> bool:
-    """Give the claim back (graceful shutdown, completion). False when it was no longer ours."""
-    try:
+    """Give the claim back (graceful shutdown, completion). False when it was no longer ours.
+
+    A release whose answer was lost is recognised on a re-read: nobody holds the Lease and its
+    fencing token is still ours, so nobody took it over in between."""
+
+    def reread() -> bool | None:
+        current = read(kube, claim.namespace, claim.name)
+        released = current is not None and holder_and_token(current) == (None, claim.fencing_token)
+        return True if released else None
+
+    def write() -> bool:
         current = _read_if_ours(kube, claim)
         kube.patch(
             LEASES,
@@ -163,9 +190,12 @@ def release(kube: Kube, claim: Claim) -> bool:
             {"spec": {"holderIdentity": None, "renewTime": None, "acquireTime": None}},
             resource_version=current["metadata"]["resourceVersion"],
         )
+        return True
+
+    try:
+        return write_recognised(write, reread, f"release of lease {claim.name}")
     except (LeaseLost, Conflict, NotFound):
         return False
-    return True
 
 
 def _read_if_ours(kube: Kube, claim: Claim) -> JSON:
@@ -183,11 +213,13 @@ def _read_if_ours(kube: Kube, claim: Claim) -> JSON:
 
 
 def holds(lease: JSON, claim: Claim) -> bool:
+    return holder_and_token(lease) == (claim.holder, claim.fencing_token)
+
+
+def holder_and_token(lease: JSON) -> tuple[str | None, int]:
+    """Who holds the Lease (None: nobody) and its fencing token (leaseTransitions)."""
     spec = lease.get("spec") or {}
-    return (
-        spec.get("holderIdentity") == claim.holder
-        and int(spec.get("leaseTransitions") or 0) == claim.fencing_token
-    )
+    return spec.get("holderIdentity") or None, int(spec.get("leaseTransitions") or 0)
 
 
 def read(kube: Kube, namespace: str, name: str) -> JSON | None:

@@ -12,6 +12,7 @@ from shardops.api.enums import ShardPhase
 from shardops.api.names import CAMPAIGN_LABEL, SHARD_PHASE_FIELD
 from shardops.api.shard import HistoryEntry, Shard, ShardStatus
 from shardops.k8s import events
+from shardops.k8s.ambiguous import write_recognised
 from shardops.k8s.api import SHARDS, Kube
 from shardops.logic.transitions import (
     Action,
@@ -89,19 +90,29 @@ def apply_transition(
     """Write the transition if the shard is still at the version we read (else Conflict) and record it.
 
     `body` is the shard as the API server returned it (for the Event's object reference); it
-    defaults to the parsed model's own dump.
+    defaults to the parsed model's own dump. A write whose answer was lost is recognised on a
+    re-read (`shows_transition`) and counts as written.
     """
     target = body or shard.to_dict()
     loud = records_event(request.action)
     event_name = events.new_event_name(target) if loud else None
     status = planned_status(shard, request, now, event_name)
-    patched = kube.patch(
-        SHARDS,
-        shard.namespace,
-        shard.name,
-        {"status": status.to_merge_patch()},
-        resource_version=shard.metadata.resource_version,
-        subresource="status",
+
+    def reread() -> JSON | None:
+        current = kube.get(SHARDS, shard.namespace, shard.name)
+        return current if shows_transition(Shard.parse(current), status) else None
+
+    patched = write_recognised(
+        lambda: kube.patch(
+            SHARDS,
+            shard.namespace,
+            shard.name,
+            {"status": status.to_merge_patch()},
+            resource_version=shard.metadata.resource_version,
+            subresource="status",
+        ),
+        reread,
+        f"{request.action} of shard {shard.name}",
     )
     if event_name is None:
         return Shard.parse(patched)
@@ -120,6 +131,18 @@ def apply_transition(
         ),
     )
     return Shard.parse(patched)
+
+
+def shows_transition(shard: Shard, planned: ShardStatus) -> bool:
+    """The shard shows the transition that would have made `planned`: in the phase it entered, with
+    the owner and fencing token it set, and the history entry it added (owner, reason, attempt and
+    time to the microsecond: no other write adds that entry)."""
+    status = shard.current_status
+    claim = (status.phase, status.owner, status.fencing_token)
+    if claim != (planned.phase, planned.owner, planned.fencing_token):
+        return False
+    added = planned.history[-1].to_dict()
+    return any(entry.to_dict() == added for entry in status.history)
 
 
 def list_shards(kube: Kube, namespace: str, campaign: str) -> list[Shard]:

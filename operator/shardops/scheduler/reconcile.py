@@ -68,8 +68,10 @@ from shardops.scheduler.metrics import BREAKER_VALUES, Metrics
 from shardops.scheduler.retention import Retention
 from shardops.scheduler.settings import REPORTING_CONTROLLER, OperatorSettings
 from shardops.state import breakers, cooldowns, errors, history, ledger, observe, shardview, workers
+from shardops.store import ResultStore
+from shardops.store.finished import completion, stored_result_of
 from shardops.store.items import StreamedItems, object_items
-from shardops.store.records import StoreUnavailable
+from shardops.store.records import StoredResult, StoreUnavailable
 from shardops.store.s3 import S3Store
 
 log = logging.getLogger(__name__)
@@ -474,10 +476,21 @@ class Reconciler:
             action = lease_action(verdict.verdict, spec.stall.policy, attempt, spec.max_attempts)
             if action is None:
                 continue
+            zombie = verdict.verdict is LeaseVerdict.ZOMBIE
+            try:
+                stored = self._finished_result(seen.campaign, shard) if zombie else None
+            except StoreUnavailable as unavailable:
+                log.warning("%s: cannot look for its stored result, judging it later: %s", name, unavailable)
+                continue
             held = lease is not None and bool((lease.get("spec") or {}).get("holderIdentity"))
             if held and lease is not None and not leases.revoke(self.kube, lease):
                 continue  # renewed since we read it: alive after all
-            zombie = verdict.verdict is LeaseVerdict.ZOMBIE
+            if stored is not None:
+                # A zombie whose result verifies finished its work: Done, never charged or Blocked.
+                done = completion(shard, stored, f"{verdict.reason}; completed by the operator")
+                if not self._transition(seen, shard, done, now) and held:
+                    self._transition_claim(seen, shard, done, now)
+                continue
             error = ShardError(
                 error_class=ErrorClass.UNKNOWN if zombie else ErrorClass.TIMEOUT,
                 source=status.source or shard.spec.source,
@@ -501,6 +514,17 @@ class Reconciler:
                 # the next pass would find a Lease without a holder and call it an expired lease.
                 self._transition_claim(seen, shard, request, now)
         return stuck
+
+    def _finished_result(self, campaign: Campaign, shard: Shard) -> StoredResult | None:
+        """The zombie's result if it is stored and verifies (at most two store reads); None also when
+        the operator cannot read the campaign's store (its own credentialsSecret): a worker taking
+        the expired Lease over looks it up then (`store.finished`)."""
+        location = store.location_of(campaign)
+        if location.type is StoreType.S3:
+            found: ResultStore | None = self._s3(campaign.namespace, location)
+        else:
+            found = store.open_store(self.kube, campaign.namespace, location)
+        return None if found is None else stored_result_of(found, shard)
 
     def _transition_claim(
         self, seen: _Observed, shard: Shard, request: TransitionRequest, now: dt.datetime

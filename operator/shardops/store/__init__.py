@@ -40,6 +40,12 @@ class ResultStore(Protocol):
         """After the claim's fenced Done write: make `stored` the key's result for later reuse."""
         ...
 
+    def find_result(self, key: str, token: int | None) -> StoredResult | None:
+        """The key's result, or the whole result the claim with fencing token `token` stored before
+        its Done write was lost, verified; None when there is neither. At most two reads (O(1) per
+        shard); StoreCorrupt when one is present but does not verify."""
+        ...
+
     def read_ref(self, ref: str, key: str) -> StoredResult:
         """The verified result a Done shard's status.result.ref names."""
         ...

@@ -322,6 +322,16 @@ class S3Store:
             raise StoreCorrupt(f"object {ref} is not the result {self.pointer_name(key)} committed")
         return stored
 
+    def find_result(self, key: str, token: int | None) -> StoredResult | None:
+        """The key's committed result, else the claim `token`'s own object (written whole, before its
+        Done write; committed only after it), verified."""
+        committed = self.read_result(key)
+        if committed is not None or token is None:
+            return committed
+        name = self.attempt_name(key, token)
+        found = self._get(name)
+        return None if found is None else self._verified(name, *found, key)
+
     def store_result(
         self, key: str, text: str, meta: ResultMeta, item_count: int
     ) -> tuple[StoredResult, bool]:

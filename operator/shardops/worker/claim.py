@@ -7,7 +7,8 @@ worker picks at random among the first K so a crowd of workers does not all race
 the queue. Running shards whose lease ran out (zombies: no heartbeat and the
 lease expired means anyone may claim it again, attempt+1) are candidates too: whoever takes the
 expired Lease over reclaims the shard (attempt+1, event LeaseExpired) and then claims it, or blocks
-it when that was its last attempt.
+it when that was its last attempt — unless the lost claim's result is stored and verifies: then it
+completes the shard with that result (`store.finished`), charging nothing and running nothing.
 
 Claiming (`claim`) is two writes, each with a precondition: the Lease (create, or take over an
 expired one at its resourceVersion; leaseTransitions is the fencing token), then the shard status
@@ -40,6 +41,8 @@ from shardops.logic.planner import claim_order_key, plan_dispatch
 from shardops.logic.timefmt import rfc3339
 from shardops.logic.transitions import Action
 from shardops.state import errors, observe, shardview
+from shardops.store import ResultStore
+from shardops.store.finished import commit_for_reuse, completion, stored_result_of
 from shardops.store.records import ItemRecord
 
 log = logging.getLogger(__name__)
@@ -183,6 +186,8 @@ class ClaimContext:
     now: Callable[[], dt.datetime]
     items_of: Callable[[Shard], Sequence[Item]]
     stored_of: Callable[[Shard, Sequence[Item]], Mapping[str, ItemRecord]]
+    # The campaign's result store: a zombie's stored result is looked up before it is charged.
+    store: Callable[[], ResultStore]
 
 
 def claim(ctx: ClaimContext, campaign: Campaign, candidate: Candidate) -> Claimed | None:
@@ -274,12 +279,21 @@ def _claim_as_seen(
 def _reclaim(ctx: ClaimContext, campaign: Campaign, shard: Shard, lease: leases.Claim) -> Shard | None:
     """Running shard, expired Lease now ours: reclaim it (attempt+1) and return it Pending, or block
     it when the lost attempt was its last (None). Written as the operator's lease sweep writes it
-    (same lastError shape), so the history reads the same whoever noticed the zombie."""
+    (same lastError shape), so the history reads the same whoever noticed the zombie. A zombie whose
+    result verifies in the store is completed with it instead (None: nothing left to run)."""
     status = shard.current_status
     attempt = max(status.attempt, 1)
     until = rfc3339(status.lease_until) if status.lease_until else "unknown"
     of = campaign.spec.max_attempts
     what = f"lease of {status.owner} expired (leaseUntil {until}, attempt {attempt} of {of})"
+    store = ctx.store()
+    stored = stored_result_of(store, shard)
+    if stored is not None:
+        request = completion(shard, stored, f"{what}; completed by {ctx.holder}")
+        apply_transition(ctx.kube, shard, request, ctx.actor, ctx.now())
+        log.info("completed %s with the result its lost claim stored (%s)", shard.name, stored.name)
+        commit_for_reuse(store, shard, stored)
+        return None
     action = lease_action(
         LeaseVerdict.ZOMBIE, campaign.spec.stall.policy, attempt, campaign.spec.max_attempts
     )

@@ -52,6 +52,7 @@ from shardops.logic.idempotency import item_subkey
 from shardops.logic.transitions import Action
 from shardops.state import cooldowns, ledger, results, shardview
 from shardops.store import ResultStore, location_of, open_store
+from shardops.store.finished import commit_for_reuse
 from shardops.store.items import campaign_items
 from shardops.store.records import (
     ItemRecord,
@@ -236,6 +237,7 @@ class Worker:
             now=self.clock.now,
             items_of=lambda shard: self.items_of(campaign, shard),
             stored_of=lambda shard, items: self.stored_of(self.store_for(campaign), shard, items),
+            store=lambda: self.store_for(campaign),
         )
         candidates = choose(campaign, shards, self.clock.now(), self.settings.claim_candidates, self.rng)
         if not candidates:
@@ -336,6 +338,8 @@ class ShardRun:
     command_outcome: CommandOutcome | None = None
     # The class of the failure this run recorded (fail()), for shardops_worker_shards_total.
     error_class: ErrorClass | None = None
+    # The shard result this run stored, once it is stored: from then on the shard is finished.
+    stored_result: StoredResult | None = None
 
     def __post_init__(self) -> None:
         self.shard = self.claimed.shard
@@ -778,27 +782,16 @@ class ShardRun:
         self.renew()
 
     def complete(self, existing: StoredResult | None, reused: bool) -> Outcome:
-        self.renew_before_completing()
+        """Done, in the order of docs/architecture.md ("Completion"); API trouble on the way is
+        retried while the lease lasts (`while_lease_lasts`), never charged as an attempt."""
         if existing is None:
             try:
-                if self.store.type is not StoreType.S3:
-                    # S3: the result holds every item; a failure to store it flushes them (fail()).
-                    self.with_store("storing item results", self.flush)
-                known = self.known()
-                entries = [(i, key, known[key].result) for i, key in enumerate(self.keys)]
-                text = encode_result(self.key, entries, {key: known[key].cost for key in self.keys})
-                meta = ResultMeta(
-                    self.campaign.name, self.name, self.worker.holder, self.attempt, self.lease.fencing_token
-                )
-                existing, reused = self.with_store(
-                    "storing the result", lambda: self.store.store_result(self.key, text, meta, len(entries))
-                )
+                existing, reused = self.while_lease_lasts("storing the result", self.store_shard_result)
             except ResultTooLarge as too_large:
                 return self.fail(ErrorClass.RESULT_TOO_LARGE, str(too_large), self.claimed.source)
             except StoreUnavailable as unavailable:
                 return self.fail(ErrorClass.UNAVAILABLE, f"result store: {unavailable}", self.claimed.source)
-            # Re-check holder and token right before the Done write (and extend the lease for it).
-            self.renew_before_completing()
+            self.stored_result = existing
         verb = "reused the stored result" if reused else "stored the result"
         message = f"{verb} {existing.name} ({existing.bytes} bytes, {existing.fingerprint})"
         updates = {
@@ -807,7 +800,14 @@ class ShardRun:
             "result": ShardResult(ref=existing.name, fingerprint=existing.fingerprint, bytes=existing.bytes),
             "last_heartbeat": self.clock.now(),
         }
-        self.transition(TransitionRequest(Action.COMPLETE, message, updates=updates))
+        done = TransitionRequest(Action.COMPLETE, message, updates=updates)
+
+        def write_done(retrying: bool) -> None:
+            # Re-check holder and token right before the Done write (and extend the lease for it).
+            self.prove_claim(retrying)
+            self.transition(done)
+
+        self.while_lease_lasts("the Done write", write_done)
         # Nobody else can hold the shard until after this moment: the Lease is ours until it runs out.
         ended = time.time()
         # The Lease is not released: Done is terminal, so nobody claims the shard again, and the
@@ -828,18 +828,84 @@ class ShardRun:
         )
         return Outcome.REUSED if reused else Outcome.DONE
 
+    def while_lease_lasts(self, what: str, call: Callable[[bool], T]) -> T:
+        """`call(retrying)` (a step of the way to Done), retried on API trouble while the lease lasts:
+        a result that is stored must reach its shard, and a transient error is no reason to charge an
+        attempt. Once the lease has run out someone else may hold the shard: Fenced, nothing more is
+        written, and whoever judges the zombie finds the stored result (`store.finished`). The result
+        store's own outages are `with_store`'s (StoreUnavailable propagates)."""
+        retrying = False
+        while True:
+            try:
+                return call(retrying)
+            except StoreUnavailable:
+                raise
+            except TRANSIENT_ERRORS as error:
+                if self.clock.now() >= self.lease.until:
+                    raise Fenced(
+                        f"lease ran out while {what} kept failing ({error})", FenceReason.EXPIRED
+                    ) from error
+                log.warning("%s: %s failed, retrying while the lease lasts: %s", self.name, what, error)
+            # Not worker.wait: a shutdown does not cut this short, the lease bounds it.
+            time.sleep(self.settings.poll_seconds)
+            retrying = True
+
+    def prove_claim(self, retrying: bool) -> None:
+        """Renew on the way to Done: where it matters on a first try, always on a retry (the lease
+        may be short after API trouble)."""
+        if retrying:
+            self.renew()
+        else:
+            self.renew_before_completing()
+
+    def store_shard_result(self, retrying: bool) -> tuple[StoredResult, bool]:
+        """Store the item results (ConfigMap store) and the shard result, the claim proven first."""
+        self.prove_claim(retrying)
+        if self.store.type is not StoreType.S3:
+            # S3: the result holds every item; a failure to store it flushes them (fail()).
+            self.with_store("storing item results", self.flush)
+        known = self.known()
+        entries = [(i, key, known[key].result) for i, key in enumerate(self.keys)]
+        text = encode_result(self.key, entries, {key: known[key].cost for key in self.keys})
+        meta = ResultMeta(
+            self.campaign.name, self.name, self.worker.holder, self.attempt, self.lease.fencing_token
+        )
+        return self.with_store(
+            "storing the result", lambda: self.store.store_result(self.key, text, meta, len(entries))
+        )
+
+    def verified_result(self) -> StoredResult | None:
+        """The shard's result if it is stored and verifies: the one this run stored, else the key's
+        (one read). Trouble reading it counts as none."""
+        if self.stored_result is not None:
+            return self.stored_result
+        try:
+            return self.store.read_result(self.key)
+        except StoreCorrupt:
+            return None
+        except TRANSIENT_ERRORS as error:
+            log.warning("%s: could not look for a stored result before failing: %s", self.name, error)
+            return None
+
     def commit(self, stored: StoredResult) -> None:
         """Make the result the key's result for reuse. Only after the fenced Done write: a claim whose
-        Done write was refused never gets here, so its result object never becomes the key's. If
-        this fails the shard is Done all the same; a re-applied campaign computes it again."""
-        try:
-            self.store.commit(self.key, stored)
-        except StoreUnavailable as error:
-            log.warning("%s: could not commit result %s for reuse: %s", self.name, stored.name, error)
+        Done write was refused never gets here, so its result object never becomes the key's."""
+        commit_for_reuse(self.store, self.shard, stored)
 
     def fail(
         self, error_class: ErrorClass, message: str, source: str | None, retry_after: float | None = None
     ) -> Outcome:
+        stored = self.verified_result()
+        if stored is not None:
+            # A shard whose result verifies is never Failed or Blocked: it is finished.
+            log.warning(
+                "%s: %s: %s, but its result %s verifies; completing",
+                self.name,
+                error_class,
+                message,
+                stored.name,
+            )
+            return self.complete(stored, reused=stored is not self.stored_result)
         self.error_class = error_class
         self.renew()
         self.flush_if_possible()

@@ -1,0 +1,134 @@
+"""Writes of the claim protocol whose answer was lost: applied, then answered with a 504, a read
+timeout, or the 409 that the client's retry meets when it runs into the write itself.
+
+Each test loses the answer to one write of the worker (`FakeKube.lose_answers`) and checks that the
+worker re-read and recognised its own write: it goes on as the holder it is, charges no attempt for a
+run that never failed, and leaves no Lease held by nobody's run.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pytest
+
+from fakekube import LOST_ANSWERS, Call, FakeKube, LostAnswer
+from shardops.k8s import leases
+from shardops.k8s.api import LEASES
+from test_worker_runtime import _agent_campaign, _holder, _reasons, _shard, _worker
+from workerkit import NAMESPACE, add_campaign
+
+ANSWERS = [pytest.param(answer, id=name) for name, answer in LOST_ANSWERS.items()]
+NOW = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+
+
+def _status_write(phase: str) -> object:
+    def match(call: Call) -> bool:
+        body = call.body if isinstance(call.body, dict) else {}
+        return call.plural == "shards" and (body.get("status") or {}).get("phase") == phase
+
+    return match
+
+
+def _shards_done(worker_metrics: object, outcome: str) -> float:
+    labels = {"shard_class": "work", "outcome": outcome, "error_class": ""}
+    return worker_metrics.sample("shardops_worker_shards_total", **labels)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("answer", ANSWERS)
+def test_a_claim_whose_answer_was_lost_is_recognised_and_run_on_the_same_attempt(
+    tmp_path: Path, answer: LostAnswer
+) -> None:
+    kube = FakeKube()
+    (shard,) = add_campaign(kube, _agent_campaign([{"id": 1}], shardSize=1))
+    lost = kube.lose_answers(_status_write("Running"), answer)  # type: ignore[arg-type]
+    worker = _worker(kube, tmp_path, max_shards=1)
+    assert worker.run() == 0
+    assert len(lost) == 1
+    done = _shard(kube, shard.name)
+    assert done.phase == "Done"
+    assert _reasons(done) == [("Materialized", 1), ("Claimed", 1), ("Completed", 1)]
+    lease = kube.obj(LEASES, NAMESPACE, shard.name)
+    assert lease is not None and lease["spec"]["leaseTransitions"] == 1, "claimed once, never given back"
+
+
+@pytest.mark.parametrize("answer", ANSWERS)
+def test_a_lease_create_whose_answer_was_lost_is_recognised_as_our_claim(
+    tmp_path: Path, answer: LostAnswer
+) -> None:
+    kube = FakeKube()
+    (shard,) = add_campaign(kube, _agent_campaign([{"id": 1}], shardSize=1))
+    lost = kube.lose_answers(lambda call: call.plural == "leases" and call.verb == "create", answer)
+    assert _worker(kube, tmp_path, max_shards=1).run() == 0
+    assert len(lost) == 1
+    done = _shard(kube, shard.name)
+    assert done.phase == "Done" and _reasons(done)[-2:] == [("Claimed", 1), ("Completed", 1)]
+    assert done.current_status.history[-2].owner == _holder(kube, shard.name)
+
+
+@pytest.mark.parametrize("answer", ANSWERS)
+def test_a_done_write_whose_answer_was_lost_completes_the_shard_not_fences_it(
+    tmp_path: Path, answer: LostAnswer
+) -> None:
+    kube = FakeKube()
+    (shard,) = add_campaign(kube, _agent_campaign([{"id": 1}], shardSize=1))
+    lost = kube.lose_answers(_status_write("Done"), answer)  # type: ignore[arg-type]
+    worker = _worker(kube, tmp_path, max_shards=1)
+    assert worker.run() == 0
+    assert len(lost) == 1
+    done = _shard(kube, shard.name)
+    assert done.phase == "Done" and _reasons(done)[-1] == ("Completed", 1)
+    assert _shards_done(worker.metrics, "done") == 1
+    assert worker.metrics.sample("shardops_worker_fenced_total", reason="shard") == 0
+
+
+@pytest.mark.parametrize("answer", ANSWERS)
+def test_a_failure_write_whose_answer_was_lost_still_releases_the_lease(
+    tmp_path: Path, answer: LostAnswer
+) -> None:
+    kube = FakeKube()
+    (shard,) = add_campaign(kube, _agent_campaign([{"id": 1, "fault": "rate-limited"}], shardSize=1))
+    lost = kube.lose_answers(_status_write("Pending"), answer)  # type: ignore[arg-type]
+    worker = _worker(kube, tmp_path, max_shards=1)
+    assert worker.run() == 0
+    assert len(lost) == 1
+    failed = _shard(kube, shard.name)
+    assert failed.phase == "Pending" and _reasons(failed)[-1] == ("AttemptFailed", 1)
+    assert _holder(kube, shard.name) is None, "the Lease is given back, so the retry can start at once"
+    assert worker.metrics.sample("shardops_worker_fenced_total", reason="shard") == 0
+
+
+@pytest.mark.parametrize("answer", ANSWERS)
+def test_a_lease_release_whose_answer_was_lost_is_recognised(answer: LostAnswer) -> None:
+    kube = FakeKube()
+    claim = leases.acquire(kube, NAMESPACE, "s", "w1", 10, NOW)  # type: ignore[arg-type]
+    assert claim is not None
+    kube.lose_answers(lambda call: call.plural == "leases" and call.verb == "patch", answer)
+    assert leases.release(kube, claim)  # type: ignore[arg-type]
+    assert _holder(kube, "s") is None
+
+
+@pytest.mark.parametrize("answer", ANSWERS)
+def test_a_lease_takeover_whose_answer_was_lost_is_recognised(answer: LostAnswer) -> None:
+    kube = FakeKube()
+    old = leases.acquire(kube, NAMESPACE, "s", "dead", 10, NOW - dt.timedelta(minutes=1))  # type: ignore[arg-type]
+    assert old is not None
+    kube.lose_answers(lambda call: call.plural == "leases" and call.verb == "replace", answer)
+    claim = leases.acquire(kube, NAMESPACE, "s", "w1", 10, NOW)  # type: ignore[arg-type]
+    assert claim is not None and (claim.holder, claim.fencing_token) == ("w1", 2)
+
+
+def test_a_write_that_was_not_applied_is_not_taken_for_ours() -> None:
+    # A 504 without the write behind it: the re-read shows someone else's Lease, the error stands.
+    from shardops.k8s.api import ApiError
+
+    kube = FakeKube()
+    kube.fail = lambda call: (
+        ApiError(504, "Timeout", "t", ambiguous=True)
+        if call.verb == "create" and call.plural == "leases"
+        else None
+    )
+    with pytest.raises(ApiError):
+        leases.acquire(kube, NAMESPACE, "s", "w1", 10, NOW)  # type: ignore[arg-type]
+    assert kube.obj(LEASES, NAMESPACE, "s") is None
