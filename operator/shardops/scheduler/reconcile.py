@@ -51,7 +51,16 @@ from shardops.api.enums import (
 from shardops.api.names import PLANNED_FROM_ANNOTATION
 from shardops.api.shard import Shard, ShardError
 from shardops.k8s import campaigns, events, jobs, leases
-from shardops.k8s.api import CAMPAIGNS, SHARDS, AlreadyExists, ApiError, Conflict, Kube, NotFound
+from shardops.k8s.api import (
+    CAMPAIGNS,
+    SHARDS,
+    AlreadyExists,
+    ApiError,
+    Conflict,
+    Kube,
+    NotFound,
+    WriteRefused,
+)
 from shardops.k8s.shards import Actor, TransitionRequest, apply_transition, list_shards
 from shardops.logic import conditions
 from shardops.logic import retry as retry_logic
@@ -215,6 +224,12 @@ class Reconciler:
                     if round_ == CONFLICT_ROUNDS - 1:
                         outcome = "conflict"
                         log.info("campaign %s/%s kept changing; next pass decides", namespace, name)
+            return True
+        except WriteRefused as refused:
+            # The leadership ran out during the pass (the Kube's write guard, leader.py): what was
+            # not sent stays unsent, and the status, unwritten, leaves it all to the next leader.
+            outcome = "not-leader"
+            log.warning("pass over campaign %s/%s stopped: %s", namespace, name, refused)
             return True
         except Exception:
             outcome = "error"
