@@ -17,6 +17,9 @@ server has them:
 * label selectors (`k=v`, `k!=v`, `k`, `!k`, comma-joined) and field selectors on dotted paths;
 * discovery of the shardops API group (`served`) and a SelfSubjectReview answered as `username`.
 
+A `write_guard`, as `Kube`'s, is called as `(method, path)` before each write and may refuse it
+(WriteRefused): a refused write was never sent, so it is neither recorded nor hooked.
+
 Every call is recorded in `calls` (a `Call` with its outcome status). Three hook points: `fail`, a
 function of each call that returns an exception to raise (or None), and `before`, functions
 called as `(kube, verb, resource, name)` before each write, to act as another writer at an exact
@@ -49,6 +52,7 @@ from shardops.k8s.api import (
     Invalid,
     NotFound,
     Resource,
+    WriteGuard,
 )
 
 JSON = dict[str, Any]
@@ -234,6 +238,7 @@ class FakeKube:
         self.field_manager = field_manager
         self.username = username
         self.timeout = timeout  # as Kube's: what a "no answer in time" message names
+        self.write_guard: WriteGuard | None = None
         self.api_client = FakeApiClient()
         self._last_version = 0
         self._suffixes = itertools.count(1)
@@ -335,6 +340,8 @@ class FakeKube:
             plural=resource.plural,
             name=name or "",
         )
+        if call.verb is not None and self.write_guard is not None:
+            self.write_guard(method, call.path)
         try:
             if call.verb is not None:
                 for hook in list(self.before):

@@ -23,6 +23,7 @@ from shardops.k8s.api import (
     Kube,
     NotFound,
     RetryPolicy,
+    WriteRefused,
     merge_patch_with_precondition,
     resource_path,
 )
@@ -268,3 +269,24 @@ def test_materialize_starts_from_a_shard_without_status() -> None:
 def test_illegal_transitions_are_refused_before_any_write() -> None:
     with pytest.raises(IllegalTransition):
         planned_status(_shard(ShardPhase.DONE), TransitionRequest(Action.CLAIM, "x"), NOW, None)
+
+
+def test_a_guarded_client_checks_every_write_and_every_retry_of_one() -> None:
+    leading = [True]
+    asked: list[tuple[str, str]] = []
+
+    def guard(method: str, path: str) -> None:
+        asked.append((method, path))
+        if not leading[0]:
+            raise WriteRefused(f"not leading: {method} {path} not sent")
+
+    base, fake, _ = _kube(_status(503, "ServiceUnavailable"), FakeResponse(200, b"{}"))
+    kube = base.guarded(guard)
+    # The leadership runs out while the client waits to retry: the retry is never sent.
+    kube.retry.sleep = lambda _seconds: leading.__setitem__(0, False)
+    with pytest.raises(WriteRefused):
+        kube.patch(PODS, "ns", "p", {"metadata": {"labels": {"a": "b"}}})
+    assert [method for method, _, _ in fake.sent] == ["PATCH"], "the first attempt went, the retry did not"
+    assert asked == [("PATCH", "/api/v1/namespaces/ns/pods/p")] * 2
+    # Reads are not guarded, and the client it came from has no guard.
+    assert kube.get(PODS, "ns", "p") == {} and base.write_guard is None

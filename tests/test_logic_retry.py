@@ -58,3 +58,16 @@ def test_never_retries_a_shard_that_did_not_give_up_nor_one_not_listed(
         assert set(choice.retry) | {name for name, _ in choice.skipped} == set(listed)
     else:
         assert set(choice.retry) == {n for n, p in phases.items() if p in GAVE_UP}
+
+
+@pytest.mark.parametrize("listed", [None, ["c-00001", "c-00002"]])
+def test_shards_the_request_already_retried_are_not_retried_again(listed: list[str] | None) -> None:
+    # c-00001 was retried by this request in an earlier run of it and has given up again since.
+    choice = choose_retry(PHASES, listed, applied={"c-00001"})
+    assert choice.retry == (("c-00002", "c-00004") if listed is None else ("c-00002",))
+    assert choice.applied == ("c-00001",) and choice.skipped == ()
+
+
+def test_every_listed_shard_already_retried_is_not_read_as_no_list() -> None:
+    choice = choose_retry(PHASES, ["c-00001"], applied={"c-00001"})
+    assert choice == RetryChoice((), (), ("c-00001",))

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 
 import pytest
 
-from schedulerkit import NAMESPACE, T0, OperatorKube, settings
-from shardops.k8s.api import EVENTS, LEASES, ApiError, Resource
+from schedulerkit import NAMESPACE, T0, OperatorKube, campaign, put_campaign, settings
+from shardops.k8s.api import CAMPAIGNS, EVENTS, JOBS, LEASES, SHARDS, ApiError, Resource, WriteRefused
 from shardops.scheduler.leader import LeaderElector
 from shardops.scheduler.metrics import Metrics
+from shardops.scheduler.reconcile import Reconciler
 
 LEASE = 15
 
@@ -216,3 +218,104 @@ def test_a_replica_that_cannot_read_the_lease_reports_it(kube: OperatorKube, clo
     kube.get = original_get  # type: ignore[method-assign]
     a.step()
     assert a.health()[0] and a.is_leader()
+
+
+# --- the deadline counts from the request, and writes stop at it ----------------------------------------
+
+
+def _answered_late(
+    kube: OperatorKube, clock: Clock, verb: str, delay: float, meanwhile: Callable[[], object]
+) -> None:
+    """The next `verb` of the leader Lease is applied at once but answered `delay` seconds later (a
+    slow network or API server); `meanwhile` runs in between, when the write is visible to others."""
+    original = getattr(kube, verb)
+
+    def late(*args: object, **kwargs: object) -> object:
+        setattr(kube, verb, original)
+        result = original(*args, **kwargs)
+        meanwhile()
+        clock.t += delay
+        return result
+
+    setattr(kube, verb, late)
+
+
+@pytest.mark.parametrize("verb", ["patch", "create"], ids=["renewal", "acquisition"])
+def test_a_slow_answer_never_makes_two_leaders(kube: OperatorKube, clock: Clock, verb: str) -> None:
+    a, b = elector(kube, clock, "a"), elector(kube, clock, "b")
+    if verb == "patch":
+        a.step()
+        clock.t = 5
+    sent = clock.t
+    # The standby sees the new version as soon as it is written; its writer hears back 8 s later.
+    _answered_late(kube, clock, verb, delay=8, meanwhile=b.step)
+    a.step()
+    assert holder(kube) == "a" and clock.t == sent + 8
+    # From here on the leader cannot renew, and the standby waits out a lease from what it saw.
+    kube.before.append(lambda _k, v, r, _n: _refuse_renewals_of(a, v, r))
+    last_led = sent
+    while holder(kube) != "b" or a.leading:
+        clock.t += 0.5
+        a.step()
+        b.step()
+        assert not (a.is_leader() and b.is_leader()), f"two leaders at t={clock.t}"
+        last_led = clock.t if a.is_leader() else last_led
+        assert clock.t < sent + 3 * LEASE, "the standby never took over"
+    assert last_led < sent + 10, "the leader stopped within the renew deadline of sending its request"
+
+
+def _refuse_renewals_of(candidate: LeaderElector, verb: str, resource: Resource) -> None:
+    if verb == "patch" and resource is LEASES and candidate.leading:
+        raise ApiError(503, "ServiceUnavailable", "etcd is slow")
+
+
+def test_the_write_guard_refuses_every_write_past_the_deadline(kube: OperatorKube, clock: Clock) -> None:
+    a = elector(kube, clock, "a")
+    a.step()  # sent (and answered) at t=0: leads until 10, two thirds of the lease
+    clock.t = 9.9
+    a.guard_write("POST", "/apis/batch/v1/namespaces/ns/jobs")  # still leading: no error
+    clock.t = 10.0
+    with pytest.raises(WriteRefused, match="POST /apis/batch/v1/namespaces/ns/jobs"):
+        a.guard_write("POST", "/apis/batch/v1/namespaces/ns/jobs")
+    b = elector(kube, clock, "b")
+    with pytest.raises(WriteRefused):
+        b.guard_write("PATCH", "/x")
+
+
+def test_a_pass_stops_writing_once_the_leadership_is_lost(kube: OperatorKube, clock: Clock) -> None:
+    """Leadership lost in the middle of a pass (the renew deadline passed while it ran): the writes
+    it had not sent yet (more shards, worker Jobs, Events, the status) are never sent."""
+    put_campaign(kube, campaign(items=[{"id": i} for i in range(4)], maxConcurrency=4))
+    a = elector(kube, clock, "a")
+    a.step()
+    kube.write_guard = a.guard_write
+    lost_after: list[int] = []
+
+    def deadline_passes(fake: OperatorKube, verb: str, resource: Resource, name: str) -> None:
+        if verb == "create" and resource is SHARDS and not lost_after:
+            clock.t += 11  # the election thread could not renew meanwhile
+            lost_after.append(len(fake.writes()))
+
+    kube.before.append(deadline_passes)
+    operator = Reconciler(
+        kube,
+        settings(),
+        Metrics(),
+        is_leader=a.is_leader,
+        clock=lambda: T0 + dt.timedelta(seconds=clock.t),
+    )
+    assert operator.reconcile(NAMESPACE, "camp") is True, "a pass that stops is not an error"
+    assert lost_after, "the pass got as far as creating a shard"
+    after = kube.writes()[lost_after[0] :]
+    assert [(c.verb, c.plural) for c in after] == [("create", "shards")], (
+        "the write already on its way lands; nothing is sent after it"
+    )
+    assert kube.list(JOBS, NAMESPACE) == [] and "phase" not in (
+        kube.obj(CAMPAIGNS, NAMESPACE, "camp") or {}
+    ).get("status", {})
+    assert (
+        operator.metrics.registry.get_sample_value(
+            "shardops_reconcile_duration_seconds_count", {"outcome": "not-leader"}
+        )
+        == 1
+    )

@@ -257,6 +257,15 @@ class ShardStatus(StatusModel):
     source: str | None = Field(
         default=None, max_length=SOURCE_NAME_MAX, description="Source actually used, after any fallback."
     )
+    retry_generation: int | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "The Campaign's spec.retry.generation that last sent this shard back to Pending, written "
+            "with that transition: a retry request is applied to a shard once, even when the pass "
+            "that applied it is repeated (a lost status write, a new leader)."
+        ),
+    )
     observed_generation: int | None = Field(
         default=None, ge=0, description="The metadata.generation this status was computed from."
     )

@@ -59,6 +59,11 @@ class ApiError(Exception):
         self.ambiguous = ambiguous
 
 
+class WriteRefused(Exception):
+    """A write this client's own guard stopped before sending it (`Kube.guarded`): nothing reached
+    the API server. Not an ApiError, so code that handles refusals by the server lets it through."""
+
+
 class NotFound(ApiError):
     pass
 
@@ -178,6 +183,9 @@ class RetryPolicy:
 
 
 RequestObserver = Callable[[str, str, int], None]
+# Called with (method, path) before each attempt of a write; raises WriteRefused to stop it unsent.
+WriteGuard = Callable[[str, str], None]
+WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
 class Kube:
@@ -191,12 +199,21 @@ class Kube:
         retry: RetryPolicy | None = None,
         observer: RequestObserver | None = None,
         timeout: float = DEFAULT_TIMEOUT_SECONDS,
+        write_guard: WriteGuard | None = None,
     ) -> None:
         self.api_client = api_client
         self.field_manager = field_manager
         self.retry = retry or RetryPolicy()
         self.observer = observer
         self.timeout = timeout
+        self.write_guard = write_guard
+
+    def guarded(self, guard: WriteGuard) -> Kube:
+        """This client (same connections, credentials, retries) with every write, and every retry
+        of one, first passed to `guard(method, path)`, which may refuse it (WriteRefused)."""
+        return Kube(
+            self.api_client, self.field_manager, self.retry, self.observer, self.timeout, write_guard=guard
+        )
 
     @classmethod
     def from_environment(
@@ -250,6 +267,8 @@ class Kube:
         maybe_applied = False
         while True:
             attempt += 1
+            if self.write_guard is not None and method in WRITE_METHODS:
+                self.write_guard(method, path)
             _, url, headers, serialized, _ = self.api_client.param_serialize(
                 method=method,
                 resource_path=path,

@@ -4,8 +4,17 @@ Why not kopf peering: with equal priorities every replica pauses and none reconc
 (kopf issue #734). Here the rules are client-go's:
 
 * The leader renews every `renew` seconds with a resourceVersion precondition and keeps acting only
-  while its last renewal is younger than the renew deadline (2/3 of the lease), so it stops before
-  anyone may take over.
+  until the renew deadline (2/3 of the lease) after it *sent* its last successful renewal, so it
+  stops before anyone may take over. Counting from the request, not from the answer, is what makes
+  that hold: a standby measures its lease from when it saw the renewal, which is no earlier than
+  when the renewal was written, which is no earlier than when it was sent, however late the answer
+  came. (client-go takes the time after the answer, so a slow answer stretches its leadership.)
+* Every write of a reconcile pass goes through `guard_write` (`Kube.guarded`): a monotonic-clock
+  check, no API call, before each request and each retry of it. Past the deadline nothing more is
+  sent and the pass stops; the rest of the lease (1/3, 5 s by default) is the margin for a write
+  sent just before the deadline to land before a standby may take over. The bound: after the
+  deadline, at most the one request each reconcile thread already has on its way can still land
+  (within the request timeout of when it was sent).
 * A standby takes the Lease once it has watched it stay unchanged for a whole lease duration
   (measured on its own monotonic clock, so clock skew between nodes does not matter), or at once when
   it is released. Takeover after a leader dies: at most lease + retry seconds.
@@ -35,7 +44,7 @@ from typing import Any
 
 from shardops.api.names import LEADER_INSTANCE_ANNOTATION
 from shardops.k8s import events
-from shardops.k8s.api import LEASES, AlreadyExists, Conflict, Kube, NotFound
+from shardops.k8s.api import LEASES, AlreadyExists, Conflict, Kube, NotFound, WriteRefused
 from shardops.logic.timefmt import micro_time
 from shardops.scheduler.metrics import Metrics
 from shardops.scheduler.settings import REPORTING_CONTROLLER, OperatorSettings
@@ -144,6 +153,15 @@ class LeaderElector:
         with self._lock:
             return self.leading and self.clock() < self._leader_until
 
+    def guard_write(self, method: str, path: str) -> None:
+        """Before each write of a reconcile pass (and each retry of it): refuse it unless this
+        replica still leads, inside the renew deadline of its last renewal request."""
+        if not self.is_leader():
+            raise WriteRefused(
+                f"{self.identity} no longer leads (no renewal sent within the last "
+                f"{self.settings.renew_deadline_seconds:.0f}s succeeded): {method} {path} not sent"
+            )
+
     def renewing(self) -> bool:
         """False while the leader's renewals fail (it still leads until the deadline)."""
         return self.is_leader() and not self._renewal_failing
@@ -226,6 +244,8 @@ class LeaderElector:
             )
             self._check_deadline()
             return
+        # The deadline counts from now, before the request: see the module docstring.
+        sent = self.clock()
         try:
             renewed = self.kube.patch(
                 LEASES,
@@ -243,7 +263,7 @@ class LeaderElector:
             return
         with self._lock:
             self._my_version = str(renewed["metadata"]["resourceVersion"])
-            self._leader_until = self.clock() + self.settings.renew_deadline_seconds
+            self._leader_until = sent + self.settings.renew_deadline_seconds
         if self._renewal_failing:
             log.info("leader election: renewals of %s work again", self.identity)
         self._renewal_failing = False
@@ -285,6 +305,7 @@ class LeaderElector:
         )
         annotations = {**(lease["metadata"].get("annotations") or {}), **body["metadata"]["annotations"]}
         body["metadata"] = {**lease["metadata"], "annotations": annotations}
+        sent = self.clock()
         try:
             taken = self.kube.replace(LEASES, self.namespace, self.name, body)
         except Conflict:
@@ -292,11 +313,12 @@ class LeaderElector:
         except Exception as error:
             log.warning("leader election: taking over the Lease failed: %s", error)
             return
-        self._won(taken, previous=holder)
+        self._won(taken, previous=holder, sent=sent)
 
     def _create(self) -> None:
         seconds = self.settings.leader_election_lease_seconds
         body = lease_body(self.name, self.identity, self.instance, seconds, 0, self.wall())
+        sent = self.clock()
         try:
             created = self.kube.create(LEASES, self.namespace, body)
         except AlreadyExists:
@@ -304,13 +326,14 @@ class LeaderElector:
         except Exception as error:
             log.warning("leader election: creating the Lease failed: %s", error)
             return
-        self._won(created, previous=None)
+        self._won(created, previous=None, sent=sent)
 
-    def _won(self, lease: JSON, previous: str | None) -> None:
+    def _won(self, lease: JSON, previous: str | None, sent: float) -> None:
+        """The Lease is ours, written by the request sent at `sent` (monotonic)."""
         with self._lock:
             self.leading = True
             self._my_version = str(lease["metadata"]["resourceVersion"])
-            self._leader_until = self.clock() + self.settings.renew_deadline_seconds
+            self._leader_until = sent + self.settings.renew_deadline_seconds
         self.holder = self.identity
         self._renewal_failing = False
         self.metrics.is_leader.labels(identity=self.identity).set(1)

@@ -143,7 +143,10 @@ def run_operator(settings: OperatorSettings) -> int:
             return outcome["code"]
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        reconciler = Reconciler(kube, settings, metrics, is_leader=is_leader, renewing=renewing)
+        # Every write of a pass (shard, Job, Lease revoke, Event, status), and every retry of one, is
+        # sent only while this replica leads (leader.py, guard_write); the election keeps `kube`.
+        passes = kube.guarded(elector.guard_write) if settings.leader_election else kube
+        reconciler = Reconciler(passes, settings, metrics, is_leader=is_leader, renewing=renewing)
         sweeper = threading.Thread(
             target=_sweep_retention,
             args=(reconciler, settings, metrics, is_leader, stop),

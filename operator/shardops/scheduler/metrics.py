@@ -98,7 +98,8 @@ class Metrics:
         )
         self.reconcile_seconds = Histogram(
             "shardops_reconcile_duration_seconds",
-            "Duration of one campaign reconcile.",
+            "Duration of one campaign reconcile, by outcome: ok, conflict (the campaign kept changing), "
+            "not-leader (stopped: the leadership ran out mid-pass), error.",
             ["outcome"],
             buckets=_RECONCILE_BUCKETS,
             registry=r,

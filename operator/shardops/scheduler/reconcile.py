@@ -51,7 +51,16 @@ from shardops.api.enums import (
 from shardops.api.names import PLANNED_FROM_ANNOTATION
 from shardops.api.shard import Shard, ShardError
 from shardops.k8s import campaigns, events, jobs, leases
-from shardops.k8s.api import CAMPAIGNS, SHARDS, AlreadyExists, ApiError, Conflict, Kube, NotFound
+from shardops.k8s.api import (
+    CAMPAIGNS,
+    SHARDS,
+    AlreadyExists,
+    ApiError,
+    Conflict,
+    Kube,
+    NotFound,
+    WriteRefused,
+)
 from shardops.k8s.shards import Actor, TransitionRequest, apply_transition, list_shards
 from shardops.logic import conditions
 from shardops.logic import retry as retry_logic
@@ -218,6 +227,12 @@ class Reconciler:
                         outcome = "conflict"
                         log.info("campaign %s/%s kept changing; next pass decides", namespace, name)
             return True
+        except WriteRefused as refused:
+            # The leadership ran out during the pass (the Kube's write guard, leader.py): what was
+            # not sent stays unsent, and the status, unwritten, leaves it all to the next leader.
+            outcome = "not-leader"
+            log.warning("pass over campaign %s/%s stopped: %s", namespace, name, refused)
+            return True
         except Exception:
             outcome = "error"
             raise
@@ -280,7 +295,7 @@ class Reconciler:
         )
         status = campaign.current_status
         retried = self._retry(seen, now)
-        stuck = self._sweep(seen, memory, now)
+        sweep = self._sweep(seen, memory, now)
         # Materialize, pause and resume do not depend on breakers; folding after them takes in the
         # entries this pass wrote, so the next pass has nothing new to fold (and no status to rewrite).
         first = self._plan(seen, breakers.breakers_from_status(status), now)
@@ -288,7 +303,13 @@ class Reconciler:
         fold = self._fold(seen, memory, status, now)
         plan = self._plan(seen, fold.states, now)
         self._start_workers(seen, plan)
-        self._write_status(seen, plan, fold, stuck, retried, now)
+        self._write_status(seen, plan, fold, sweep.stuck, retried, now)
+        # The status now records the fold, the retry and the stalls (or already did): only now does
+        # this process remember them and say so. A pass whose write lost (Conflict, an error, the
+        # leadership gone) left neither, and the pass that runs again folds and announces them once.
+        self._commit_fold(seen, memory, fold, now)
+        self._announce_retry(seen, retried, now)
+        self._announce_stalls(seen, memory, sweep, now)
         self.metrics.dispatch.labels(campaign=key, reason=str(plan.reason)).inc()
         self._retain(seen)
         self._expire(campaign, now)
@@ -397,47 +418,62 @@ class Reconciler:
 
     # --- recorded requests ---------------------------------------------------------------------------
 
-    def _retry(self, seen: _Observed, now: dt.datetime) -> int | None:
+    def _retry(self, seen: _Observed, now: dt.datetime) -> _RetryResult | None:
         """spec.retry.generation ahead of status.lastRetryGeneration: retry the Blocked and Failed shards
-        (all of them, or those spec.retry.shards lists) once. Returns the generation acted on (recorded
-        in the status by this pass), or None."""
+        (all of them, or those spec.retry.shards lists) once. Returns what was done, for the status
+        write of this pass to record (lastRetryGeneration) and then announce; None without a request.
+
+        Each retried shard records the generation in the same write that retries it
+        (status.retryGeneration), so a pass that runs the request again (its status write lost, or
+        a new leader) counts those shards as retried and leaves them alone, even when they have
+        given up again since."""
         campaign = seen.campaign
         if not campaign.retry_requested:
             return None
         wanted = campaign.spec.retry.generation
         listed = campaign.spec.retry.shards
+        applied = {
+            name
+            for name, shard in seen.shards.items()
+            if (shard.current_status.retry_generation or 0) >= wanted
+        }
         choice = retry_logic.choose_retry(
-            {name: shardview.phase_of(shard) for name, shard in seen.shards.items()}, listed
+            {name: shardview.phase_of(shard) for name, shard in seen.shards.items()}, listed, applied
         )
-        retried = []
+        retried = list(choice.applied)
         for name in choice.retry:
             request = TransitionRequest(
                 Action.RETRY,
                 f"retry requested by spec.retry.generation={wanted}",
-                updates={"not_before": None, "owner": None, "lease_until": None},
+                updates={"not_before": None, "owner": None, "lease_until": None, "retry_generation": wanted},
             )
             if self._transition(seen, seen.shards[name], request, now):
                 retried.append(name)
+        retried.sort()
         scope = f"{len(set(listed))} listed" if listed else "every Blocked and Failed shard"
-        campaigns.record_event(
-            self.kube,
-            seen.body,
-            reason=RETRY_STARTED,
-            note=f"spec.retry.generation={wanted} ({scope}): {len(retried)} shard(s) back to Pending"
+        note = (
+            f"spec.retry.generation={wanted} ({scope}): {len(retried)} shard(s) back to Pending"
             + conditions.listing(retried)
-            + retry_logic.skipped_text(choice.skipped),
-            actor=self.actor,
-            now=now,
+            + retry_logic.skipped_text(choice.skipped)
         )
-        return wanted
+        return _RetryResult(wanted, note)
+
+    def _announce_retry(self, seen: _Observed, retried: _RetryResult | None, now: dt.datetime) -> None:
+        """After the status write that records the request as acted on."""
+        if retried is None:
+            return
+        campaigns.record_event(
+            self.kube, seen.body, reason=RETRY_STARTED, note=retried.note, actor=self.actor, now=now
+        )
 
     # --- lease sweep --------------------------------------------------------------------------------------
 
-    def _sweep(self, seen: _Observed, memory: _Memory, now: dt.datetime) -> list[str]:
-        """The heartbeat table of `logic.leases` for every Running shard. Returns the shards found stuck."""
+    def _sweep(self, seen: _Observed, memory: _Memory, now: dt.datetime) -> _Sweep:
+        """The heartbeat table of `logic.leases` for every Running shard. Returns the shards found
+        stuck, and those of them to announce once the status says they are stalled."""
         spec = seen.campaign.spec
-        key = f"{seen.campaign.namespace}/{seen.campaign.name}"
-        stuck: list[str] = []
+        sweep = _Sweep()
+        stuck = sweep.stuck
         running = {n for n, s in seen.shards.items() if shardview.phase_of(s) is ShardPhase.RUNNING}
         for gone in set(memory.progress) - running:
             del memory.progress[gone]
@@ -470,9 +506,7 @@ class Reconciler:
             if verdict.verdict is LeaseVerdict.STUCK:
                 stuck.append(name)
                 if not mark.reported:
-                    mark.reported = True
-                    self.metrics.stalls.labels(campaign=key).inc()
-                    self._stalled_event(seen, shard, verdict.reason, now)
+                    sweep.to_announce.append((shard, attempt, verdict.reason))
             action = lease_action(verdict.verdict, spec.stall.policy, attempt, spec.max_attempts)
             if action is None:
                 continue
@@ -513,7 +547,7 @@ class Reconciler:
                 # it had already sent moved the shard: record the action on the shard as it is now, or
                 # the next pass would find a Lease without a holder and call it an expired lease.
                 self._transition_claim(seen, shard, request, now)
-        return stuck
+        return sweep
 
     def _finished_result(self, campaign: Campaign, shard: Shard) -> StoredResult | None:
         """The zombie's result if it is stored and verifies (at most two store reads); None also when
@@ -559,36 +593,59 @@ class Reconciler:
             mark.done, mark.changed_at, mark.reported = done, now, False
         return mark
 
-    def _stalled_event(self, seen: _Observed, shard: Shard, reason: str, now: dt.datetime) -> None:
+    def _announce_stalls(self, seen: _Observed, memory: _Memory, sweep: _Sweep, now: dt.datetime) -> None:
+        """A Stalled Event per newly stuck attempt, after the status write whose Stalled condition
+        names it; once per attempt (until its progress moves again)."""
+        key = f"{seen.campaign.namespace}/{seen.campaign.name}"
         policy = seen.campaign.spec.stall.policy
-        events.record(
-            self.kube,
-            events.event_body(
-                shard.to_dict(),
-                reason="Stalled",
-                note=f"{reason}; stall policy {policy}",
-                action="Stall",
-                controller=self.actor.controller,
-                instance=self.actor.instance,
-                now=now,
-                warning=True,
-            ),
-        )
+        for shard, attempt, reason in sweep.to_announce:
+            mark = memory.progress.get(shard.name)
+            if mark is None or mark.attempt != attempt or mark.reported:
+                continue
+            mark.reported = True
+            self.metrics.stalls.labels(campaign=key).inc()
+            events.record(
+                self.kube,
+                events.event_body(
+                    shard.to_dict(),
+                    reason="Stalled",
+                    note=f"{reason}; stall policy {policy}",
+                    action="Stall",
+                    controller=self.actor.controller,
+                    instance=self.actor.instance,
+                    now=now,
+                    warning=True,
+                ),
+            )
 
     # --- history -> breakers --------------------------------------------------------------------------
 
     def _fold(
         self, seen: _Observed, memory: _Memory, status: CampaignStatus, now: dt.datetime
     ) -> _FoldResult:
-        spec = seen.campaign.spec
-        key = f"{seen.campaign.namespace}/{seen.campaign.name}"
+        """Fold the history entries not folded yet into the breakers the status holds. Nothing is
+        remembered, counted or announced here: `_commit_fold` does that once the status write of
+        this pass has recorded the result."""
         outcomes = history.new_outcomes(seen.shards.values(), memory.folded, status.history_folded_until)
-        policies = breakers.breaker_policies(spec)
+        policies = breakers.breaker_policies(seen.campaign.spec)
         fold = history.fold_breakers(
             breakers.breakers_from_status(status), outcomes, policies, breakers.UNDECLARED_SOURCE_POLICY
         )
-        watermark = history.mark_folded(memory.folded, status.history_folded_until, outcomes)
-        counts = history.tally(outcomes)
+        return _FoldResult(
+            fold.states,
+            fold.reasons,
+            history.watermark_after(status.history_folded_until, outcomes),
+            outcomes,
+            fold.opened,
+            fold.closed,
+        )
+
+    def _commit_fold(self, seen: _Observed, memory: _Memory, fold: _FoldResult, now: dt.datetime) -> None:
+        """The fold is in the status: remember it, count it, announce the breakers it turned."""
+        spec = seen.campaign.spec
+        key = f"{seen.campaign.namespace}/{seen.campaign.name}"
+        history.mark_folded(memory.folded, fold.watermark, fold.outcomes)
+        counts = history.tally(fold.outcomes)
         if counts.claims:
             self.metrics.claims.labels(campaign=key).inc(counts.claims)
         if counts.lease_expirations:
@@ -623,7 +680,6 @@ class Reconciler:
         for source, breaker in fold.states.items():
             state = effective(breaker, now, breakers.cooldown_of(spec, source))
             self.metrics.breaker_state.labels(campaign=key, source=source).set(BREAKER_VALUES[state])
-        return _FoldResult(fold.states, fold.reasons, watermark)
 
     # --- planning and acting -----------------------------------------------------------------------------
 
@@ -789,9 +845,11 @@ class Reconciler:
         plan: DispatchPlan,
         fold: _FoldResult,
         stuck: list[str],
-        retried: int | None,
+        retried: _RetryResult | None,
         now: dt.datetime,
     ) -> None:
+        """Write the status when it changed; returns once it is committed (written, or already so),
+        raises when the write lost (Conflict) or failed."""
         campaign = seen.campaign
         spec = campaign.spec
         previous = campaign.current_status
@@ -834,7 +892,9 @@ class Reconciler:
                 materialized=len(live) + folded.shards,
                 breakers=builders.breakers_to_status(spec, fold.states, fold.reasons, previous, now),
                 conditions=merged,
-                last_retry_generation=retried if retried is not None else previous.last_retry_generation,
+                last_retry_generation=(
+                    retried.generation if retried is not None else previous.last_retry_generation
+                ),
                 history_folded_until=fold.watermark,
                 budget_limit=spec.budget.limit if spec.budget is not None else None,
             ),
@@ -1009,9 +1069,31 @@ class Reconciler:
 
 @dataclass(frozen=True)
 class _FoldResult:
+    """A fold computed by a pass, to be recorded by its status write and only then committed."""
+
     states: dict[str, SourceBreaker]
     reasons: dict[str, str]
     watermark: dt.datetime | None
+    outcomes: list[history.Outcome] = field(default_factory=list)
+    opened: list[str] = field(default_factory=list)
+    closed: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _RetryResult:
+    """A retry request acted on: the generation the status records, the note its Event carries."""
+
+    generation: int
+    note: str
+
+
+@dataclass
+class _Sweep:
+    """What the lease sweep found: the stuck shards (the Stalled condition) and the stuck attempts
+    not announced yet (shard, attempt, why), announced after the status write."""
+
+    stuck: list[str] = field(default_factory=list)
+    to_announce: list[tuple[Shard, int, str]] = field(default_factory=list)
 
 
 def _validation_message(error: ValidationError) -> str:

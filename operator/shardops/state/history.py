@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import Counter
-from collections.abc import Iterable, Mapping, MutableMapping
+from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 
 from shardops.api.enums import BreakerState, ErrorClass
@@ -63,17 +63,24 @@ def new_outcomes(
     return found
 
 
-def mark_folded(
-    folded: MutableMapping[str, dt.datetime], watermark: dt.datetime | None, outcomes: Iterable[Outcome]
-) -> dt.datetime | None:
-    """Remember the newest folded entry per shard; the new campaign-wide watermark."""
+def watermark_after(watermark: dt.datetime | None, outcomes: Iterable[Outcome]) -> dt.datetime | None:
+    """The campaign-wide watermark once `outcomes` are folded: the newest entry time, never back."""
     newest = watermark
     for outcome in outcomes:
-        if outcome.shard not in folded or outcome.at > folded[outcome.shard]:
-            folded[outcome.shard] = outcome.at
         if newest is None or outcome.at > newest:
             newest = outcome.at
     return newest
+
+
+def mark_folded(
+    folded: MutableMapping[str, dt.datetime], watermark: dt.datetime | None, outcomes: Sequence[Outcome]
+) -> dt.datetime | None:
+    """Remember the newest folded entry per shard; the new campaign-wide watermark. The operator
+    calls it once the status recording the fold is written (a fold whose write is lost is redone)."""
+    for outcome in outcomes:
+        if outcome.shard not in folded or outcome.at > folded[outcome.shard]:
+            folded[outcome.shard] = outcome.at
+    return watermark_after(watermark, outcomes)
 
 
 @dataclass
