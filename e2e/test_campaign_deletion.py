@@ -314,16 +314,24 @@ def test_the_operator_removes_the_old_finalizer_and_keeps_the_others(
             # The operator did it, not only kopf: kopf drops its own finalizer name from an object
             # being deleted ("stuck"), so which of the two removes that one is a race; from the
             # Campaigns not being deleted ("old", "shared") only the operator removes it.
-            metrics = operator.http("/metrics")[1]
-            removed = re.search(r"^shardops_old_finalizers_removed_total (\S+)$", metrics, re.M)
-            assert removed and float(removed.group(1)) in {2.0, 3.0}, metrics
             (pod,) = operator.pods()
-            lines = [
-                line
-                for line in operator.log(pod.metadata.name).splitlines()
-                if "removed the finalizer" in line
-            ]
-            assert len(lines) == float(removed.group(1)), lines
+
+            def settled() -> tuple[float, list[str]] | None:
+                # The log first, then the counter (counted before it is logged): equal once every
+                # removal that will happen has happened.
+                lines = [
+                    line
+                    for line in operator.log(pod.metadata.name).splitlines()
+                    if "removed the finalizer" in line
+                ]
+                found = re.search(
+                    r"^shardops_old_finalizers_removed_total (\S+)$", operator.http("/metrics")[1], re.M
+                )
+                count = float(found.group(1)) if found else -1.0
+                return (count, lines) if count == len(lines) else None
+
+            count, lines = wait_for("the counter and the log to agree", settled, timeout=30)
+            assert count in {2.0, 3.0}, lines
             assert any("/old: removed" in line for line in lines), lines
             assert any("/shared: removed" in line for line in lines), lines
             # And the healed Campaigns are handled as usual.
