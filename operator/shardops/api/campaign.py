@@ -40,6 +40,7 @@ from shardops.api.common import (
     schema_default,
     set_condition,
     truncating,
+    without_inline_items,
 )
 from shardops.api.enums import BreakerState, CampaignPhase, StallPolicy, StoreType
 from shardops.api.llm import CONFIG_ENV, LlmSpec
@@ -1024,14 +1025,12 @@ class Campaign(ResourceModel):
         instead of copied and validated, so the parse costs what the rest of the object costs.
         spec.items then reads as [] (`spec.items_left_out` says so); `spec.inline_items_total`
         gives the count."""
-        spec = body.get("spec")
-        items = spec.get("items") if isinstance(spec, Mapping) else None
-        if not isinstance(spec, Mapping) or not isinstance(items, list):
+        split = without_inline_items(body)
+        if split is None:
             return cls.parse(body)
-        lean = {key: value for key, value in body.items() if key != "spec"}
-        lean["spec"] = {key: value for key, value in spec.items() if key != "items"} | {"items": []}
+        lean, count = split
         campaign = cls.parse(lean)
-        campaign.spec._counted_items = len(items)
+        campaign.spec._counted_items = count
         return campaign
 
     @property

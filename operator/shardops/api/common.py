@@ -112,6 +112,18 @@ def keeping_first(limit: int) -> Callable[[object], object]:
     return trim
 
 
+def without_inline_items(body: Mapping[str, Any]) -> tuple[dict[str, Any], int] | None:
+    """`body` with spec.items replaced by [] and how many there were; None when spec.items is not
+    an inline list. The lean parses of Campaign and Shard (their `parse_items_counted`) share it."""
+    spec = body.get("spec")
+    items = spec.get("items") if isinstance(spec, Mapping) else None
+    if not isinstance(spec, Mapping) or not isinstance(items, list):
+        return None
+    lean = {key: value for key, value in body.items() if key != "spec"}
+    lean["spec"] = {key: value for key, value in spec.items() if key != "items"} | {"items": []}
+    return lean, len(items)
+
+
 def plain(value: Any) -> Any:
     """Deep-copy kopf's Body/Spec/Status views (Mappings, not dicts) into plain dicts and lists."""
     if isinstance(value, Mapping):
