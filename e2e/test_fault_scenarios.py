@@ -22,13 +22,11 @@ from typing import Any
 
 import pytest
 
-from e2e import chartkit
 from e2e.cluster import lifecycle
 from e2e.faults import checker, inject
 from e2e.faults.recording import AuditTail
 from e2e.harness import Cluster, wait_for
 from e2e.schedulerkit import (
-    OPERATOR_NAME,
     Operator,
     campaign_body,
     continue_group,
@@ -40,6 +38,7 @@ from e2e.schedulerkit import (
     stop_group,
     wait_phase,
 )
+from e2e.test_fault_history import IDENTITIES
 from shardops.api.names import LEADER_INSTANCE_ANNOTATION
 from shardops.k8s.api import Kube
 
@@ -47,10 +46,6 @@ pytestmark = pytest.mark.usefixtures("crds_installed")
 
 FULL = os.environ.get("SHARDOPS_FAULTS", "short") == "full"
 TABLE = os.environ.get("SHARDOPS_FAULTS_TABLE")
-IDENTITIES = checker.Identities(
-    operator_accounts=frozenset({OPERATOR_NAME}),
-    worker_accounts=frozenset({chartkit.worker_service_account()}),
-)
 FROZEN_REPEATS = 20 if FULL else 0
 # Which invariants each column of the table counts (the rest count under "violations" only).
 LOST = {"no-shard-lost"}
