@@ -15,7 +15,11 @@ server has them:
   ignore `status` on the main resource (create, replace, patch) and a status write changes only
   `status`; server-owned metadata (name, namespace, uid, creationTimestamp) is never overwritten;
 * label selectors (`k=v`, `k!=v`, `k`, `!k`, comma-joined) and field selectors on dotted paths;
-* discovery of the shardops API group (`served`) and a SelfSubjectReview answered as `username`.
+* discovery of the shardops API group (`served`) and a SelfSubjectReview answered as `username`;
+* `list_at` and `watch`: every write (and delete) is logged with its version, and a watch from a
+  version yields the later changes its selectors see — ADDED, MODIFIED, or DELETED also when an
+  object stops matching a field selector, as the API server's watch cache sends them — blocking
+  (thread-safe) for new ones until its `seconds` pass.
 
 A `write_guard`, as `Kube`'s, is called as `(method, path)` before each write and may refuse it
 (WriteRefused): a refused write was never sent, so it is neither recorded nor hooked.
@@ -33,7 +37,10 @@ write would, with a new resourceVersion); neither is recorded nor runs hooks.
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
+import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -52,6 +59,7 @@ from shardops.k8s.api import (
     Invalid,
     NotFound,
     Resource,
+    WatchEvent,
     WriteGuard,
 )
 
@@ -242,6 +250,10 @@ class FakeKube:
         self.api_client = FakeApiClient()
         self._last_version = 0
         self._suffixes = itertools.count(1)
+        # Every change as (version, plural, namespace, before, after), for watches; guarded with
+        # the objects by one lock, since a watching thread reads while the test writes.
+        self._changes: list[tuple[int, str, str, JSON | None, JSON | None]] = []
+        self._changed = threading.Condition(threading.RLock())
 
     # --- test setup and inspection (not recorded, no hooks) ----------------------------------------
 
@@ -267,9 +279,19 @@ class FakeKube:
         meta["namespace"] = namespace
         meta.setdefault("uid", f"uid-{meta['name']}")
         meta.setdefault("creationTimestamp", "2026-01-01T00:00:00Z")
-        meta["resourceVersion"] = self._next_version()
-        self.objects[(resource.plural, namespace, meta["name"])] = body
+        with self._changed:
+            meta["resourceVersion"] = self._next_version()
+            key = (resource.plural, namespace, meta["name"])
+            self._log_change(key, self.objects.get(key), body)
+            self.objects[key] = body
         return copy.deepcopy(body)
+
+    def _log_change(self, key: tuple[str, str, str], before: JSON | None, after: JSON | None) -> None:
+        """Called with the lock held, after the version was bumped."""
+        self._changes.append(
+            (self._last_version, key[0], key[1], copy.deepcopy(before), copy.deepcopy(after))
+        )
+        self._changed.notify_all()
 
     def _next_version(self) -> str:
         self._last_version += 1
@@ -510,5 +532,55 @@ class FakeKube:
             current = self._stored(resource, namespace, name)
             if resource_version is not None and resource_version != current["metadata"]["resourceVersion"]:
                 raise _conflict(resource, name)
-            del self.objects[(resource.plural, namespace or "", name)]
+            with self._changed:
+                key = (resource.plural, namespace or "", name)
+                gone = self.objects.pop(key)
+                gone = {**gone, "metadata": {**gone["metadata"], "resourceVersion": self._next_version()}}
+                self._log_change(key, gone, None)
             return {"kind": "Status", "apiVersion": "v1", "status": "Success"}
+
+    def _changed_after(self, version: int, deadline: float) -> bool:
+        return bool(self._changes and self._changes[-1][0] > version) or time.monotonic() >= deadline
+
+    def list_at(
+        self, resource: Resource, namespace: str | None = None, **query: Any
+    ) -> tuple[list[JSON], str]:
+        with self._changed:
+            label = query.pop("labelSelector", None)
+            return self.list(resource, namespace, label, **query), str(self._last_version)
+
+    def watch(
+        self, resource: Resource, namespace: str | None, resource_version: str, *, seconds: int, **query: Any
+    ) -> Iterator[WatchEvent]:
+        """The changes after `resource_version` that the selectors see, until `seconds` pass."""
+        self.calls.append(Call("WATCH", resource.path(namespace), None, dict(query)))
+        labels = str(query.get("labelSelector") or "")
+        fields = str(query.get("fieldSelector") or "")
+
+        def seen(body: JSON | None) -> bool:
+            if body is None:
+                return False
+            if labels and not _selected(body["metadata"].get("labels") or {}, labels):
+                return False
+            return not fields or _fields_selected(body, fields)
+
+        deadline = time.monotonic() + seconds
+        after = int(resource_version or 0)
+        while True:
+            with self._changed:
+                waited = functools.partial(self._changed_after, after, deadline)
+                self._changed.wait_for(waited, max(deadline - time.monotonic(), 0))
+                pending = [change for change in self._changes if change[0] > after]
+            if not pending and time.monotonic() >= deadline:
+                return
+            for version, plural, ns, before, now in pending:
+                after = version
+                if plural != resource.plural or (namespace and ns != namespace):
+                    continue
+                was, is_ = seen(before), seen(now)
+                if is_:
+                    yield WatchEvent("MODIFIED" if was else "ADDED", copy.deepcopy(now or {}))
+                elif was:
+                    gone = copy.deepcopy(before or {})
+                    gone["metadata"]["resourceVersion"] = str(version)
+                    yield WatchEvent("DELETED", gone)

@@ -6,12 +6,22 @@ import datetime as dt
 import random
 from typing import Any
 
+from fakekube import FakeKube
 from shardops.api.campaign import Campaign
 from shardops.api.shard import Shard
+from shardops.k8s import leases
 from shardops.logic.planner import plan_dispatch
 from shardops.state import observe
-from shardops.worker.claim import choose, expected_shards, is_zombie, progress_of, stop_reason, uncut_shards
-from workerkit import T0, campaign_body
+from shardops.worker.claim import (
+    choose,
+    expected_shards,
+    is_zombie,
+    progress_of,
+    stop_reason,
+    uncut_shards,
+    was_claimed,
+)
+from workerkit import NAMESPACE, T0, add_campaign, campaign_body
 
 NOW = T0 + dt.timedelta(hours=1)
 
@@ -215,3 +225,39 @@ def test_progress() -> None:
 
     progress = progress_of(items, {item_subkey({"id": 1})})
     assert (progress.done, progress.total) == (2, 3)
+
+
+# --- the Lease of a shard never claimed: created without a read first -------------------------------
+
+
+def test_a_never_claimed_shard_gets_its_lease_by_one_create_and_no_read() -> None:
+    kube = FakeKube()
+    (shard,) = add_campaign(kube, campaign_body(items=[{"id": 0}], shardSize=1))
+    assert not was_claimed(shard)
+    kube.calls.clear()
+    claim = leases.acquire(kube, NAMESPACE, shard.lease_name, "w1", 30, NOW, may_exist=was_claimed(shard))  # type: ignore[arg-type]
+    assert claim is not None and claim.fencing_token == 1
+    assert [(c.method, c.plural) for c in kube.calls] == [("POST", "leases")]
+
+
+def test_a_lease_left_by_a_claimer_that_crashed_before_its_claim_write_is_read_and_judged() -> None:
+    """Never claimed by its history, but the Lease exists: the create meets AlreadyExists, then the
+    Lease is read and decided on as usual — held: nobody else takes it; run out: taken over."""
+    kube = FakeKube()
+    (shard,) = add_campaign(kube, campaign_body(items=[{"id": 0}], shardSize=1))
+    assert leases.acquire(kube, NAMESPACE, shard.lease_name, "crashed", 30, NOW) is not None  # type: ignore[arg-type]
+    assert leases.acquire(kube, NAMESPACE, shard.lease_name, "w2", 30, NOW, may_exist=False) is None  # type: ignore[arg-type]
+    later = NOW + dt.timedelta(seconds=31)
+    taken = leases.acquire(kube, NAMESPACE, shard.lease_name, "w2", 30, later, may_exist=False)  # type: ignore[arg-type]
+    assert taken is not None and (taken.holder, taken.fencing_token) == ("w2", 2)
+
+
+def test_a_shard_claimed_before_counts_as_having_a_lease() -> None:
+    assert was_claimed(
+        _shard(
+            0,
+            "Pending",
+            history=[{"phase": "Running", "at": "2026-01-01T00:00:00Z", "reason": "Claimed", "attempt": 1}],
+        )
+    )
+    assert was_claimed(_shard(0, "Pending", attempt=2))

@@ -15,7 +15,7 @@ import json
 import logging
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
@@ -84,6 +84,10 @@ class Invalid(ApiError):
     pass
 
 
+class Gone(ApiError):
+    """410: the resourceVersion a watch asked for is older than the API server keeps: list again."""
+
+
 def _error_for(status: int, body: JSON, text: str) -> ApiError:
     reason = str(body.get("reason") or "")
     message = str(body.get("message") or text[:500])
@@ -97,7 +101,33 @@ def _error_for(status: int, body: JSON, text: str) -> ApiError:
         return Forbidden(status, reason or "Forbidden", message, body)
     if status == 422:
         return Invalid(status, reason or "Invalid", message, body)
+    if status == 410:
+        return Gone(status, reason or "Expired", message, body)
     return ApiError(status, reason or "Error", message, body)
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    """One change a watch reports: ADDED, MODIFIED, DELETED (also when an object stops matching
+    the selector), BOOKMARK (only the version moved) or ERROR (the object is a Status)."""
+
+    type: str
+    object: JSON
+
+    @property
+    def resource_version(self) -> str:
+        return str((self.object.get("metadata") or {}).get("resourceVersion") or "")
+
+
+def watch_event(line: JSON) -> WatchEvent:
+    """One line of a watch stream; an ERROR line raises what its Status says (410: Gone)."""
+    kind = str(line.get("type") or "")
+    body = line.get("object") if isinstance(line.get("object"), dict) else {}
+    assert isinstance(body, dict)
+    if kind == "ERROR":
+        code = int(body.get("code") or 500)
+        raise _error_for(code, body, str(body.get("message") or ""))
+    return WatchEvent(kind, body)
 
 
 @dataclass(frozen=True)
@@ -329,6 +359,68 @@ class Kube:
             if not token:
                 return items
             params["continue"] = token
+
+    def list_at(
+        self, resource: Resource, namespace: str | None = None, **query: str | int
+    ) -> tuple[Sequence[JSON], str]:
+        """The objects a selector picks and the resourceVersion the list was read at: where a watch
+        that follows the list starts. One page: the callers select a bounded set (they say which)."""
+        page = self.request("GET", resource.path(namespace), query=dict(query))
+        return list(page.get("items") or []), str((page.get("metadata") or {}).get("resourceVersion") or "")
+
+    def watch(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        resource_version: str,
+        *,
+        seconds: int,
+        **query: str | int,
+    ) -> Iterator[WatchEvent]:
+        """The changes after `resource_version` of the objects the query selects, as the API server
+        sends them, for at most `seconds` (the server ends the watch then; the caller starts another
+        from the last version it saw). Bookmarks are asked for, so an idle watch still advances its
+        version. An expired version ends in `Gone` (410): the caller lists again."""
+        params: dict[str, str | int | bool] = {
+            **query,
+            "watch": "true",
+            "resourceVersion": resource_version,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": seconds,
+        }
+        path = resource.path(namespace)
+        _, url, headers, _, _ = self.api_client.param_serialize(
+            method="GET",
+            resource_path=path,
+            query_params=list(params.items()),
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+        )
+        # The read timeout covers the quiet between two events: bookmarks come about once a minute.
+        response = self.api_client.call_api(
+            "GET", url, header_params=headers, _request_timeout=(self.timeout or None, seconds + 30)
+        )
+        if self.observer:
+            self.observer("WATCH", path, response.status)
+        if not 200 <= response.status < 300:
+            raw: bytes = response.read() or b""  # type: ignore[no-untyped-call]
+            text = raw.decode("utf-8", errors="replace")
+            try:
+                parsed = json.loads(text) if text else {}
+            except json.JSONDecodeError:
+                parsed = {}
+            raise _error_for(response.status, parsed if isinstance(parsed, dict) else {}, text)
+        stream = response.response
+        try:
+            pending = b""
+            for chunk in stream.stream(64 * 1024, decode_content=True):
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        yield watch_event(json.loads(line))
+        finally:
+            stream.release_conn()
 
     def create(self, resource: Resource, namespace: str | None, body: JSON) -> JSON:
         return self.request("POST", resource.path(namespace), body=body)

@@ -101,8 +101,14 @@ def acquire(
     duration_seconds: int,
     now: dt.datetime,
     owner: JSON | None = None,
+    *,
+    may_exist: bool = True,
 ) -> Claim | None:
     """Take the Lease if it is free; None when someone else holds it or won the race.
+
+    `may_exist=False`: the shard was never claimed, so its Lease most likely does not exist yet —
+    create it without reading first (one request instead of two); when it does exist after all (a
+    claimer that crashed between its Lease and its claim write), read it and decide as usual.
 
     A create or takeover whose answer was lost (applied, then answered with an error, or its retry
     refused by the write itself) is recognised on a re-read by holder and fencing token: the
@@ -116,9 +122,7 @@ def acquire(
 
         return reread
 
-    try:
-        current = kube.get(LEASES, namespace, name)
-    except NotFound:
+    def create() -> Claim | None:
         body = _lease_body(name, holder, duration_seconds, 1, now, owner)
         try:
             created = write_recognised(
@@ -127,6 +131,15 @@ def acquire(
         except AlreadyExists:
             return None
         return _claim_from(created, namespace, now)
+
+    if not may_exist:
+        made = create()
+        if made is not None:
+            return made
+    try:
+        current = kube.get(LEASES, namespace, name)
+    except NotFound:
+        return create()
     if not is_free(current, now):
         return None
     transitions = int((current.get("spec") or {}).get("leaseTransitions") or 0) + 1

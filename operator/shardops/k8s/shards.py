@@ -158,12 +158,19 @@ def list_shards(kube: Kube, namespace: str, campaign: str) -> list[Shard]:
 _UNFINISHED = f"{SHARD_PHASE_FIELD.removeprefix('.')}!={ShardPhase.DONE}"
 
 
+def unfinished_query(campaign: str) -> dict[str, str]:
+    """The selectors of a campaign's Shards that are not Done: bounded by the window, not by the
+    campaign's size. A list with them, or a watch (a shard that turns Done leaves it as DELETED)."""
+    return {"labelSelector": f"{CAMPAIGN_LABEL}={campaign}", "fieldSelector": _UNFINISHED}
+
+
 def list_unfinished(kube: Kube, namespace: str, campaign: str) -> list[Shard]:
-    """The campaign's Shards that are not Done: bounded by the window, not by the campaign's size.
+    """The campaign's Shards that are not Done (`unfinished_query`).
 
     Parsed lean (`Shard.parse_items_counted`): a look for work plans over states and counts, and
     takes the items (`Shard.with_items`) only of the shard it claims."""
+    query = unfinished_query(campaign)
     selected = kube.list(
-        SHARDS, namespace, label_selector=f"{CAMPAIGN_LABEL}={campaign}", fieldSelector=_UNFINISHED
+        SHARDS, namespace, label_selector=query["labelSelector"], fieldSelector=query["fieldSelector"]
     )
     return [Shard.parse_items_counted(item) for item in selected]

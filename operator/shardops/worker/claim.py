@@ -39,7 +39,7 @@ from shardops.logic.idempotency import item_subkey
 from shardops.logic.leases import LeaseVerdict, lease_action
 from shardops.logic.planner import claim_order_key, plan_dispatch
 from shardops.logic.timefmt import rfc3339
-from shardops.logic.transitions import Action
+from shardops.logic.transitions import Action, EventReason
 from shardops.state import errors, observe, shardview
 from shardops.store import ResultStore
 from shardops.store.finished import commit_for_reuse, completion, stored_result_of
@@ -162,6 +162,14 @@ def choose(
     return head
 
 
+def was_claimed(shard: Shard) -> bool:
+    """The shard has been claimed before, so its Lease exists (a Lease lives as long as its shard).
+    A shard whose history was trimmed of its claims also counts as claimed: a guess either way only
+    costs a request (`leases.acquire`)."""
+    status = shard.current_status
+    return status.attempt > 1 or any(entry.reason != EventReason.MATERIALIZED for entry in status.history)
+
+
 def lease_owner_reference(shard: Shard) -> dict[str, Any]:
     """The Shard owns its Lease, so the garbage collector removes the Lease with the shard."""
     return {
@@ -201,6 +209,7 @@ def claim(ctx: ClaimContext, campaign: Campaign, candidate: Candidate) -> Claime
         campaign.spec.lease_seconds,
         ctx.now(),
         owner=lease_owner_reference(shard),
+        may_exist=was_claimed(shard),
     )
     if lease is None:
         return None

@@ -14,6 +14,7 @@ from typing import Any
 from shardops import __version__
 from shardops.api.names import WORKER_FIELD_MANAGER
 from shardops.k8s.api import Kube
+from shardops.worker.look import WatchedLooks
 from shardops.worker.metrics import METRICS_PATH, MetricsEndpoint
 from shardops.worker.runtime import Worker, emit
 from shardops.worker.settings import WorkerSettings
@@ -68,12 +69,14 @@ def run_worker(settings: WorkerSettings, campaign: str) -> int:
     kube = Kube.from_environment(WORKER_FIELD_MANAGER)
     # The audit log records the user agent: it tells apart workers sharing one service account.
     kube.api_client.user_agent = f"shardops-worker/{__version__} ({settings.identity})"
+    namespace = settings.resolved_namespace()
     worker = Worker(
         kube=kube,
         settings=settings,
-        namespace=settings.resolved_namespace(),
+        namespace=namespace,
         campaign_name=campaign,
         stop=stop,
+        looks=WatchedLooks(kube, namespace, campaign) if settings.watch else None,
     )
     if settings.metrics_port is None:
         return worker.run()

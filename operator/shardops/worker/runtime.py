@@ -45,7 +45,7 @@ from shardops.api.shard import Progress, Shard, ShardError, ShardResult
 from shardops.k8s import leases
 from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS, ApiError, Forbidden, Kube, NotFound
 from shardops.k8s.campaigns import ItemsUnavailable
-from shardops.k8s.shards import Actor, TransitionRequest, apply_transition, list_shards, list_unfinished
+from shardops.k8s.shards import Actor, TransitionRequest, apply_transition, list_shards
 from shardops.logic.backoff import retry_not_before
 from shardops.logic.errors import classify_failure, next_phase_after_failure
 from shardops.logic.idempotency import item_subkey
@@ -67,6 +67,7 @@ from shardops.store.s3 import S3Store
 from shardops.worker import heartbeat
 from shardops.worker.claim import ClaimContext, Claimed, choose, claim, stop_reason, uncut_shards
 from shardops.worker.heartbeat import Fenced, FenceReason
+from shardops.worker.look import Look, Looks, ReadLooks, read_look
 from shardops.worker.metrics import ClaimOutcome, CommandOutcome, HeartbeatOutcome, WorkerMetrics
 from shardops.worker.runner import (
     COOLDOWN_FILE,
@@ -94,6 +95,13 @@ TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
 )
 # A heartbeat that failed for a transient reason is retried this soon, well inside the lease.
 _HEARTBEAT_RETRY_SECONDS = 1.0
+# A claim lost on a shard is not tried again at the same version for this long: enough for the
+# winner's claim to reach a watched copy, short enough that a winner that crashed between its Lease
+# and its claim write costs little (its Lease runs out anyway before the shard is claimable).
+LOST_CLAIM_SECONDS = 5.0
+# After a watched change, idle workers wait up to this long at random before they look: one new
+# shard is then tried by one worker first, not by all of them at once.
+SPREAD_SECONDS = 0.05
 
 
 class Clock(Protocol):
@@ -142,12 +150,20 @@ class Worker:
     # The campaign had items not yet cut into shards at the last look: the operator cuts more as soon
     # as the backlog has room, so a worker waits for them instead of going idle.
     _more_coming: bool = False
+    # How a look gets the campaign and its unfinished shards (worker.look); None: a read per look.
+    looks: Looks | None = None
+    # Shards whose claim this worker lost, by name: (the version it lost at, monotonic time). A
+    # watched copy shows the winner's claim only once its event arrives; until the shard changes
+    # (or LOST_CLAIM_SECONDS pass) trying it again would only lose again.
+    _lost: dict[str, tuple[str, float]] = field(default_factory=dict)
     # This worker's Prometheus figures (main serves them when SHARDOPS_METRICS_PORT is set).
     metrics: WorkerMetrics = field(init=False)
 
     def __post_init__(self) -> None:
         # Labelled as the operator labels its campaign metrics, so one dashboard variable fits both.
         self.metrics = WorkerMetrics(f"{self.namespace}/{self.campaign_name}")
+        if self.looks is None:
+            self.looks = ReadLooks(self.kube, self.namespace, self.campaign_name)
 
     @property
     def holder(self) -> str:
@@ -165,6 +181,12 @@ class Worker:
 
     def run(self) -> int:
         """Exit code: 0 when there is nothing (left) to do or on a graceful stop, 1 on a fatal error."""
+        try:
+            return self._loop()
+        finally:
+            self.close()
+
+    def _loop(self) -> int:
         emit("started", holder=self.holder, campaign=self.campaign_name, namespace=self.namespace)
         idle_since = self.clock.monotonic()
         finished = 0
@@ -196,9 +218,21 @@ class Worker:
                 emit("exiting", reason=f"no claimable shard for {waited:.0f}s", shards=finished)
                 return 0
             # Jitter so workers that went idle together do not poll in lockstep.
-            self.wait(min(self.settings.poll_seconds * (0.5 + self.rng.random()), idle - waited))
+            self.wait_for_work(min(self.settings.poll_seconds * (0.5 + self.rng.random()), idle - waited))
         emit("exiting", reason="stop requested (SIGTERM)", shards=finished)
         return 0
+
+    def close(self) -> None:
+        assert self.looks is not None
+        self.looks.close()
+
+    def wait_for_work(self, seconds: float) -> None:
+        """Until something may have made a shard claimable (a watched change), or `seconds`. After a
+        change, a short random pause: the idle workers that all saw it do not race for one shard."""
+        assert self.looks is not None
+        if self.looks.wait(seconds, self.stop):
+            return
+        self.wait(self.rng.random() * SPREAD_SECONDS)
 
     def _idle_seconds(self) -> float:
         if self.settings.idle_seconds is not None:
@@ -207,27 +241,18 @@ class Worker:
 
     def _step(self) -> Outcome | str | None:
         """One look for work: an Outcome when a shard was claimed and run, a reason to exit, or None."""
-        try:
-            # Items counted, not parsed: shards carry their own (the look's cost stays the window's).
-            campaign = Campaign.parse_items_counted(
-                self.kube.get(CAMPAIGNS, self.namespace, self.campaign_name)
-            )
-        except NotFound:
-            return f"campaign {self.namespace}/{self.campaign_name} does not exist"
+        assert self.looks is not None
+        look = self._look(self.looks.look)
+        decided = self._exit_reason(look)
+        if decided is not None and (look is None or not look.fresh):
+            # A watched copy may lag (two watches, each an event behind at most): exit only on a
+            # fresh read that agrees (one more read of a gone campaign that was read already).
+            look = self._look(lambda: read_look(self.kube, self.namespace, self.campaign_name))
+            decided = self._exit_reason(look)
+        if decided is not None or look is None:
+            return decided
+        campaign, shards = look.campaign, look.unfinished
         self._campaign_idle = campaign.spec.idle_seconds
-        started_for = self.settings.campaign_uid
-        if started_for and campaign.metadata.uid != started_for:
-            return (
-                f"campaign {self.namespace}/{self.campaign_name} was deleted and applied again "
-                f"(uid {campaign.metadata.uid}, this worker's was {started_for})"
-            )
-        # Only the unfinished shards: what a claim costs is bounded by the window, not the campaign.
-        shards = shardview.of_campaign(
-            list_unfinished(self.kube, self.namespace, self.campaign_name), campaign
-        )
-        reason = stop_reason(campaign, shards)
-        if reason is not None:
-            return reason
         self._more_coming = uncut_shards(campaign, shards) > 0
         context = ClaimContext(
             kube=self.kube,
@@ -239,7 +264,8 @@ class Worker:
             stored_of=lambda shard, items: self.stored_of(self.store_for(campaign), shard, items),
             store=lambda: self.store_for(campaign),
         )
-        candidates = choose(campaign, shards, self.clock.now(), self.settings.claim_candidates, self.rng)
+        chosen = choose(campaign, shards, self.clock.now(), self.settings.claim_candidates, self.rng)
+        candidates = [candidate for candidate in chosen if not self._lost_recently(candidate.shard)]
         if not candidates:
             self.metrics.observe_claim(ClaimOutcome.NONE)
         for candidate in candidates:
@@ -248,6 +274,10 @@ class Worker:
             claimed = claim(context, campaign, candidate)
             if claimed is None:
                 self.metrics.observe_claim(ClaimOutcome.LOST)
+                self._lost[candidate.shard.name] = (
+                    candidate.shard.metadata.resource_version or "",
+                    self.clock.monotonic(),
+                )
                 emit("claim-lost", shard=candidate.shard.name)
                 continue
             self.metrics.observe_claim(ClaimOutcome.WON)
@@ -271,6 +301,42 @@ class Worker:
             self.metrics.observe_shard(run.shard.spec.shard_class, outcome, error_class)
             return outcome
         return None
+
+    @staticmethod
+    def _look(how: Callable[[], Look]) -> Look | None:
+        """A look with only the shards the Campaign controls (a deleted incarnation's are not its);
+        None when the campaign does not exist. Only the unfinished shards: what a look costs is
+        bounded by the window, not the campaign."""
+        try:
+            look = how()
+        except NotFound:
+            return None
+        return Look(look.campaign, shardview.of_campaign(look.unfinished, look.campaign), look.fresh)
+
+    def _exit_reason(self, look: Look | None) -> str | None:
+        """Why this worker should exit, judged on `look` (None: the campaign does not exist)."""
+        if look is None:
+            return f"campaign {self.namespace}/{self.campaign_name} does not exist"
+        started_for = self.settings.campaign_uid
+        if started_for and look.campaign.metadata.uid != started_for:
+            return (
+                f"campaign {self.namespace}/{self.campaign_name} was deleted and applied again "
+                f"(uid {look.campaign.metadata.uid}, this worker's was {started_for})"
+            )
+        return stop_reason(look.campaign, look.unfinished)
+
+    def _lost_recently(self, shard: Shard) -> bool:
+        """This worker lost the claim of `shard` as it is now, a moment ago: the winner's claim has
+        not reached the copy yet. Bounded: one entry per shard of the window, dropped when stale."""
+        lost = self._lost.get(shard.name)
+        if lost is None:
+            return False
+        version, at = lost
+        changed = version != (shard.metadata.resource_version or "")
+        if changed or self.clock.monotonic() - at > LOST_CLAIM_SECONDS:
+            del self._lost[shard.name]
+            return False
+        return True
 
     # --- items and stored results ----------------------------------------------------------------
 

@@ -66,7 +66,22 @@ class WorkerSettings(BaseSettings):
         ge=1,
         description="Pick at random among the first K claimable shards so workers spread out.",
     )
-    poll_seconds: float = Field(default=1.0, gt=0, description="Wait between looks for a claimable shard.")
+    poll_seconds: float = Field(
+        default=1.0,
+        gt=0,
+        description=(
+            "Wait between looks for a claimable shard. With watches a worker also looks as soon as a "
+            "shard appears, changes phase or finishes; the poll catches what only the clock changes "
+            "(a backoff ending, a lease running out)."
+        ),
+    )
+    watch: bool = Field(
+        default=True,
+        description=(
+            "Keep the campaign and its unfinished shards current through watches, so a look for work "
+            "costs the API server no request; false: read them (a GET and a list) on every look."
+        ),
+    )
     tick_seconds: float = Field(
         default=0.1, gt=0, description="How often the command's results file and exit are checked."
     )

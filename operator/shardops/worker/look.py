@@ -1,0 +1,183 @@
+"""What a worker looks at before it claims: its Campaign and the campaign's unfinished Shards.
+
+Two ways to get them, one answer (`Look`):
+
+* `read_look` — a GET of the Campaign and a list of the unfinished shards: two requests, whose cost
+  to the API server is the window's (the list), made on every look. Used where a fresh answer
+  matters: to confirm a reason to exit, and where no watch is to be had.
+* `WatchedLook` — the same two sets kept current by two watches (`k8s.informer`): a look costs the
+  API server nothing and the worker only the parse of what changed since its last look; a worker
+  waiting for work wakes when a shard appears, changes phase or leaves the window, instead of polling.
+
+Both are bounded by the window: one Campaign (selected by name) and its Shards that are not Done.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from shardops.api.campaign import Campaign
+from shardops.api.shard import Shard
+from shardops.k8s.api import CAMPAIGNS, SHARDS, Kube, NotFound
+from shardops.k8s.informer import Changes, Informer
+from shardops.k8s.shards import list_unfinished, unfinished_query
+
+log = logging.getLogger(__name__)
+
+JSON = dict[str, Any]
+# How long the first look waits for the watches' first lists before it reads directly instead.
+SYNC_SECONDS = 10.0
+
+
+@dataclass(frozen=True)
+class Look:
+    campaign: Campaign
+    # The campaign's Shards that are not Done, parsed lean (`Shard.parse_items_counted`).
+    unfinished: list[Shard]
+    # Read just now from the API server (True), or from the watched copy (which may lag by an event).
+    fresh: bool
+
+
+class Looks(Protocol):
+    def look(self) -> Look:
+        """The campaign and its unfinished shards; NotFound when the campaign does not exist."""
+        ...
+
+    def wait(self, seconds: float, stop: threading.Event) -> bool:
+        """Wait up to `seconds` for something that may make a shard claimable; True when `stop` is set."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def read_look(kube: Kube, namespace: str, campaign: str) -> Look:
+    """Two requests: the Campaign, then its unfinished shards. Read in this order, the shards are at
+    least as new as the Campaign status (a fold records shards there before it deletes them)."""
+    # Items counted, not parsed: shards carry their own (the look's cost stays the window's).
+    body = kube.get(CAMPAIGNS, namespace, campaign)
+    return Look(Campaign.parse_items_counted(body), list_unfinished(kube, namespace, campaign), fresh=True)
+
+
+@dataclass
+class ReadLooks:
+    """Every look reads (`read_look`); waiting is sleeping."""
+
+    kube: Kube
+    namespace: str
+    campaign: str
+
+    def look(self) -> Look:
+        return read_look(self.kube, self.namespace, self.campaign)
+
+    def wait(self, seconds: float, stop: threading.Event) -> bool:
+        return stop.wait(max(seconds, 0.0))
+
+    def close(self) -> None:
+        return None
+
+
+def _phase(body: JSON | None) -> object:
+    return ((body or {}).get("status") or {}).get("phase")
+
+
+def shard_change_matters(old: JSON | None, new: JSON | None) -> bool:
+    """A shard appeared, left the window (Done, or deleted) or changed phase: the plan may differ.
+    A heartbeat (a Running shard written again as Running) changes nothing a look decides on."""
+    return old is None or new is None or _phase(old) != _phase(new)
+
+
+class WatchedLooks:
+    """Looks from two watches: the Campaign (by name) and its unfinished Shards (`unfinished_query`).
+
+    Parses are kept per object version, so a look parses only what changed since the last one.
+    Until the watches have listed once (or when they cannot: no watch permission), looks read."""
+
+    def __init__(self, kube: Kube, namespace: str, campaign: str) -> None:
+        self.kube = kube
+        self.namespace = namespace
+        self.campaign_name = campaign
+        self.changes = Changes()
+        self.campaign = Informer(
+            kube,
+            CAMPAIGNS,
+            namespace,
+            {"fieldSelector": f"metadata.name={campaign}"},
+            self.changes,
+            name=f"watch-campaign-{campaign}",
+        )
+        self.shards = Informer(
+            kube,
+            SHARDS,
+            namespace,
+            unfinished_query(campaign),
+            self.changes,
+            matters=shard_change_matters,
+            name=f"watch-shards-{campaign}",
+        )
+        self._parsed_campaign: tuple[str, Campaign] | None = None
+        self._parsed_shards: dict[str, tuple[str, Shard]] = {}
+        self._waited_for_sync = False
+        self.campaign.start()
+        self.shards.start()
+
+    def look(self) -> Look:
+        if not self._waited_for_sync:
+            self._waited_for_sync = True
+            if not (self.campaign.wait_synced(SYNC_SECONDS) and self.shards.wait_synced(SYNC_SECONDS)):
+                log.warning(
+                    "the watches of %s did not list in %.0f s (%s); reading on each look meanwhile",
+                    self.campaign_name,
+                    SYNC_SECONDS,
+                    self.campaign.problem or self.shards.problem or "no answer yet",
+                )
+        if not (self.campaign.synced and self.shards.synced):
+            return read_look(self.kube, self.namespace, self.campaign_name)
+        # Two watches, each current to within an event but not with each other: a decision that
+        # depends on both agreeing (that the campaign is finished) is confirmed by `read_look`.
+        found = self.campaign.objects()
+        if not found:
+            where = f"{self.namespace}/{self.campaign_name}"
+            raise NotFound(404, "NotFound", f"campaign {where} not in the watch")
+        campaign = self._campaign(found[0])
+        bodies = self.shards.objects()
+        unfinished = [self._shard(body) for body in bodies]
+        if len(self._parsed_shards) > len(bodies):
+            present = {shard.name for shard in unfinished}
+            self._parsed_shards = {k: v for k, v in self._parsed_shards.items() if k in present}
+        return Look(campaign, unfinished, fresh=False)
+
+    def _version(self, body: JSON) -> str:
+        return str(body["metadata"].get("resourceVersion") or "")
+
+    def _campaign(self, body: JSON) -> Campaign:
+        version = self._version(body)
+        if self._parsed_campaign is None or self._parsed_campaign[0] != version:
+            self._parsed_campaign = (version, Campaign.parse_items_counted(body))
+        return self._parsed_campaign[1]
+
+    def _shard(self, body: JSON) -> Shard:
+        name, version = body["metadata"]["name"], self._version(body)
+        known = self._parsed_shards.get(name)
+        if known is None or known[0] != version:
+            known = (version, Shard.parse_items_counted(body))
+            self._parsed_shards[name] = known
+        return known[1]
+
+    def wait(self, seconds: float, stop: threading.Event) -> bool:
+        """Until a change that matters, `seconds`, or `stop`; checked in short slices so a stop
+        (SIGTERM) is seen at once."""
+        seen = self.changes.count
+        remaining = max(seconds, 0.0)
+        while remaining > 0 and not stop.is_set():
+            slice_ = min(remaining, 0.2)
+            if self.changes.wait(seen, slice_) != seen:
+                break
+            remaining -= slice_
+        return stop.is_set()
+
+    def close(self) -> None:
+        self.campaign.stop()
+        self.shards.stop()

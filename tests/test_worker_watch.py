@@ -1,0 +1,225 @@
+"""Workers that look for work through watches (`k8s.informer`, `worker.look.WatchedLooks`), against
+the in-memory API server's watch: the copy follows every change, a look costs no request, a waiting
+worker wakes on a change that may matter and not on a heartbeat, and an exit is confirmed on a
+fresh read."""
+
+from __future__ import annotations
+
+import datetime as dt
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fakekube import FakeKube
+from shardops.api.enums import ShardPhase
+from shardops.api.shard import Shard
+from shardops.k8s import leases
+from shardops.k8s.api import CAMPAIGNS, SHARDS, Gone, watch_event
+from shardops.k8s.informer import Changes, Informer
+from shardops.k8s.shards import unfinished_query
+from shardops.worker.look import WatchedLooks, shard_change_matters
+from shardops.worker.runtime import Outcome, Worker
+from shardops.worker.settings import WorkerSettings
+from workerkit import NAMESPACE, add_campaign, campaign_body
+
+AGENT = [sys.executable, "-m", "shardops_example_agent.agent"]
+
+
+def _settings(tmp_path: Path, **overrides: Any) -> WorkerSettings:
+    values: dict[str, Any] = {
+        "namespace": NAMESPACE,
+        "pod_name": "w",
+        "tick_seconds": 0.01,
+        "poll_seconds": 0.01,
+        "idle_seconds": 0,
+        "work_dir": tmp_path,
+        **overrides,
+    }
+    return WorkerSettings(**values)
+
+
+def _until(changes: Changes, seen: int, done: Any) -> None:
+    """Wait on the informer's own signal until `done()` holds (bounded: a hang fails the test)."""
+    for _ in range(200):
+        if done():
+            return
+        seen = changes.wait(seen, 0.05)
+    raise AssertionError("the watched copy never showed the change")
+
+
+def _phase(kube: FakeKube, name: str, phase: str) -> None:
+    body = kube.obj(SHARDS, NAMESPACE, name)
+    assert body is not None
+    kube.put(SHARDS, NAMESPACE, {**body, "status": {**(body.get("status") or {}), "phase": phase}})
+
+
+def test_a_watch_error_line_raises_what_its_status_says() -> None:
+    with pytest.raises(Gone):
+        watch_event({"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired"}})
+    event = watch_event({"type": "ADDED", "object": {"metadata": {"name": "a", "resourceVersion": "7"}}})
+    assert (event.type, event.resource_version) == ("ADDED", "7")
+
+
+def test_the_informer_follows_the_window_and_wakes_only_on_changes_that_matter() -> None:
+    kube = FakeKube()
+    shards = add_campaign(kube, campaign_body(items=[{"id": i} for i in range(6)]))
+    changes = Changes()
+    informer = Informer(
+        kube,
+        SHARDS,
+        NAMESPACE,
+        unfinished_query("camp"),
+        changes,
+        matters=shard_change_matters,
+        watch_seconds=5,
+    )
+    informer.start()
+    try:
+        assert informer.wait_synced(5)
+        names = lambda: sorted(b["metadata"]["name"] for b in informer.objects())  # noqa: E731
+        assert names() == [s.name for s in shards]
+        # A heartbeat-like write (same phase) is followed but wakes nobody.
+        seen = changes.count
+        body = kube.obj(SHARDS, NAMESPACE, shards[0].name)
+        assert body is not None
+        kube.put(SHARDS, NAMESPACE, {**body, "status": {**body["status"], "cost": 1.5}})
+        _until(
+            changes, seen, lambda: any((b.get("status") or {}).get("cost") == 1.5 for b in informer.objects())
+        )
+        assert changes.count == seen, "a change of a field the plan does not read woke the readers"
+        # A shard that turns Done leaves the window (DELETED from the selector): a change that matters.
+        _phase(kube, shards[1].name, ShardPhase.DONE)
+        _until(changes, seen, lambda: shards[1].name not in names())
+        assert changes.count > seen
+        # A new shard appears.
+        seen = changes.count
+        kube.put(SHARDS, NAMESPACE, {**body, "metadata": {**body["metadata"], "name": "camp-00099"}})
+        _until(changes, seen, lambda: "camp-00099" in names())
+        assert changes.count > seen
+    finally:
+        informer.stop()
+
+
+def test_watched_looks_read_nothing_per_look_and_parse_only_what_changed() -> None:
+    kube = FakeKube()
+    shards = add_campaign(kube, campaign_body(items=[{"id": i} for i in range(6)]))
+    looks = WatchedLooks(kube, NAMESPACE, "camp")  # type: ignore[arg-type]
+    try:
+        first = looks.look()
+        assert not first.fresh and first.campaign.name == "camp"
+        assert sorted(s.name for s in first.unfinished) == [s.name for s in shards]
+        reads = [c for c in kube.calls if c.method in ("GET", "LIST")]
+        for _ in range(20):
+            again = looks.look()
+        assert [c for c in kube.calls if c.method in ("GET", "LIST")] == reads, "a look sent a request"
+        # The same parsed objects while nothing changed: a look parses only what changed.
+        assert [id(s) for s in again.unfinished] == [id(s) for s in first.unfinished]
+        seen = looks.changes.count
+        _phase(kube, shards[0].name, ShardPhase.RUNNING)
+        _until(
+            looks.changes,
+            seen,
+            lambda: {s.name: s.phase for s in looks.look().unfinished}[shards[0].name] is ShardPhase.RUNNING,
+        )
+        changed = {s.name: s for s in looks.look().unfinished}
+        assert changed[shards[0].name] is not first.unfinished[0]
+        assert changed[shards[2].name] is {s.name: s for s in first.unfinished}[shards[2].name]
+    finally:
+        looks.close()
+
+
+def test_a_waiting_worker_wakes_when_a_shard_appears_not_at_its_poll(tmp_path: Path) -> None:
+    kube = FakeKube()
+    add_campaign(kube, campaign_body(items=[{"id": 0}]))
+    looks = WatchedLooks(kube, NAMESPACE, "camp")  # type: ignore[arg-type]
+    try:
+        looks.look()
+        stop = threading.Event()
+        woke: list[bool] = []
+        waiter = threading.Thread(target=lambda: woke.append(looks.wait(30.0, stop)))
+        waiter.start()
+        body = kube.obj(SHARDS, NAMESPACE, "camp-00000")
+        assert body is not None
+        kube.put(SHARDS, NAMESPACE, {**body, "metadata": {**body["metadata"], "name": "camp-00001"}})
+        waiter.join(10)
+        assert not waiter.is_alive(), "the wait went on past a new shard"
+        assert woke == [False]
+    finally:
+        looks.close()
+
+
+def test_a_worker_on_watches_runs_every_shard_and_exits_on_a_fresh_read(tmp_path: Path) -> None:
+    kube = FakeKube()
+    shards = add_campaign(
+        kube, campaign_body(items=[{"id": i} for i in range(6)], worker={"image": "x", "command": AGENT})
+    )
+    worker = Worker(
+        kube=kube,  # type: ignore[arg-type]
+        settings=_settings(tmp_path),
+        namespace=NAMESPACE,
+        campaign_name="camp",
+        looks=WatchedLooks(kube, NAMESPACE, "camp"),  # type: ignore[arg-type]
+    )
+    assert worker.run() == 0
+    for shard in shards:
+        stored = kube.obj(SHARDS, NAMESPACE, shard.name)
+        assert stored is not None and stored["status"]["phase"] == ShardPhase.DONE
+    # Looks came from the watches: the only reads of the Campaign and of shard lists are the
+    # watches' first lists and the fresh read that confirmed the exit.
+    campaign_gets = [
+        c for c in kube.calls if c.method == "GET" and c.path == CAMPAIGNS.path(NAMESPACE, "camp")
+    ]
+    lists = [c for c in kube.calls if c.method == "LIST" and c.path == SHARDS.path(NAMESPACE)]
+    assert len(campaign_gets) == 1 and len(lists) == 2, (len(campaign_gets), len(lists))
+
+
+def test_a_worker_does_not_exit_on_a_copy_that_lags(tmp_path: Path) -> None:
+    """The watched copy has no Campaign (it missed it), the API server has one: the fresh read that
+    confirms an exit disagrees, so the worker works instead of leaving."""
+    kube = FakeKube()
+    (shard,) = add_campaign(kube, campaign_body(items=[{"id": 0}], worker={"image": "x", "command": AGENT}))
+    looks = WatchedLooks(kube, NAMESPACE, "camp")  # type: ignore[arg-type]
+    looks.look()
+    looks.close()
+    looks.campaign._objects.clear()  # stopped, the copy stays without its Campaign
+    worker = Worker(
+        kube=kube,  # type: ignore[arg-type]
+        settings=_settings(tmp_path),
+        namespace=NAMESPACE,
+        campaign_name="camp",
+        looks=looks,
+    )
+    assert worker._step() is Outcome.DONE
+    assert Shard.parse(kube.obj(SHARDS, NAMESPACE, shard.name) or {}).phase is ShardPhase.DONE
+
+
+def test_a_lost_claim_is_not_tried_again_until_the_shard_changes(tmp_path: Path) -> None:
+    kube = FakeKube()
+    (shard,) = add_campaign(kube, campaign_body(items=[{"id": 0}], worker={"image": "x", "command": AGENT}))
+    looks = WatchedLooks(kube, NAMESPACE, "camp")  # type: ignore[arg-type]
+    try:
+        looks.look()
+        looks.close()  # the copy stops here: it never sees the winner's claim
+        # Another worker holds the shard's Lease (its claim write has not landed).
+        now = dt.datetime.now(dt.UTC)
+        assert leases.acquire(kube, NAMESPACE, shard.lease_name, "other", 30, now) is not None  # type: ignore[arg-type]
+        worker = Worker(
+            kube=kube,  # type: ignore[arg-type]
+            settings=_settings(tmp_path),
+            namespace=NAMESPACE,
+            campaign_name="camp",
+            looks=looks,
+        )
+        assert worker._step() is None
+        lease_reads = lambda: [c for c in kube.calls if c.plural == "leases"]  # noqa: E731
+        tried = len(lease_reads())
+        assert tried >= 1
+        for _ in range(5):
+            assert worker._step() is None
+        assert len(lease_reads()) == tried, "the lost shard was tried again at the same version"
+        assert Shard.parse(kube.obj(SHARDS, NAMESPACE, shard.name) or {}).phase is ShardPhase.PENDING
+    finally:
+        looks.close()
