@@ -241,14 +241,18 @@ def test_a_never_claimed_shard_gets_its_lease_by_one_create_and_no_read() -> Non
 
 
 def test_a_lease_left_by_a_claimer_that_crashed_before_its_claim_write_is_read_and_judged() -> None:
-    """Never claimed by its history, but the Lease exists: the create meets AlreadyExists, then the
-    Lease is read and decided on as usual — held: nobody else takes it; run out: taken over."""
+    """Never claimed by its history, but the Lease exists: the create meets AlreadyExists and loses
+    (no read: usually a racing worker just made it); asked again with may_exist, the Lease is read and
+    decided on as usual — held: nobody else takes it; run out: taken over."""
     kube = FakeKube()
     (shard,) = add_campaign(kube, campaign_body(items=[{"id": 0}], shardSize=1))
     assert leases.acquire(kube, NAMESPACE, shard.lease_name, "crashed", 30, NOW) is not None  # type: ignore[arg-type]
+    kube.calls.clear()
     assert leases.acquire(kube, NAMESPACE, shard.lease_name, "w2", 30, NOW, may_exist=False) is None  # type: ignore[arg-type]
+    assert [(c.method, c.plural, c.status) for c in kube.calls] == [("POST", "leases", 409)]
+    assert leases.acquire(kube, NAMESPACE, shard.lease_name, "w2", 30, NOW, may_exist=True) is None  # type: ignore[arg-type]
     later = NOW + dt.timedelta(seconds=31)
-    taken = leases.acquire(kube, NAMESPACE, shard.lease_name, "w2", 30, later, may_exist=False)  # type: ignore[arg-type]
+    taken = leases.acquire(kube, NAMESPACE, shard.lease_name, "w2", 30, later, may_exist=True)  # type: ignore[arg-type]
     assert taken is not None and (taken.holder, taken.fencing_token) == ("w2", 2)
 
 

@@ -20,8 +20,8 @@ from shardops.k8s import leases
 from shardops.k8s.api import CAMPAIGNS, SHARDS, Gone, watch_event
 from shardops.k8s.informer import Changes, Informer
 from shardops.k8s.shards import unfinished_query
-from shardops.worker.look import WatchedLooks, shard_change_matters
-from shardops.worker.runtime import Outcome, Worker
+from shardops.worker.look import WatchedLooks, campaign_change_matters, shard_change_matters
+from shardops.worker.runtime import LOST_CLAIM_SECONDS, Outcome, Worker
 from shardops.worker.settings import WorkerSettings
 from workerkit import NAMESPACE, add_campaign, campaign_body
 
@@ -54,6 +54,11 @@ def _phase(kube: FakeKube, name: str, phase: str) -> None:
     body = kube.obj(SHARDS, NAMESPACE, name)
     assert body is not None
     kube.put(SHARDS, NAMESPACE, {**body, "status": {**(body.get("status") or {}), "phase": phase}})
+
+
+def _phase_in(bodies: list[dict[str, Any]], name: str) -> object:
+    found = [b for b in bodies if b["metadata"]["name"] == name]
+    return (found[0].get("status") or {}).get("phase") if found else None
 
 
 def test_a_watch_error_line_raises_what_its_status_says() -> None:
@@ -90,11 +95,15 @@ def test_the_informer_follows_the_window_and_wakes_only_on_changes_that_matter()
             changes, seen, lambda: any((b.get("status") or {}).get("cost") == 1.5 for b in informer.objects())
         )
         assert changes.count == seen, "a change of a field the plan does not read woke the readers"
-        # A shard that turns Done leaves the window (DELETED from the selector): a change that matters.
+        # Claimed by someone: followed, but nothing new to claim.
+        _phase(kube, shards[1].name, ShardPhase.RUNNING)
+        _until(changes, seen, lambda: _phase_in(informer.objects(), shards[1].name) == ShardPhase.RUNNING)
+        assert changes.count == seen, "another worker's claim woke the readers"
+        # A running shard that turns Done leaves the window (DELETED from the selector) and frees a slot.
         _phase(kube, shards[1].name, ShardPhase.DONE)
         _until(changes, seen, lambda: shards[1].name not in names())
         assert changes.count > seen
-        # A new shard appears.
+        # A new shard appears, Pending.
         seen = changes.count
         kube.put(SHARDS, NAMESPACE, {**body, "metadata": {**body["metadata"], "name": "camp-00099"}})
         _until(changes, seen, lambda: "camp-00099" in names())
@@ -139,6 +148,7 @@ def test_a_waiting_worker_wakes_when_a_shard_appears_not_at_its_poll(tmp_path: P
         looks.look()
         stop = threading.Event()
         woke: list[bool] = []
+        # The wait counts changes from the look on, so the put may land before the wait begins.
         waiter = threading.Thread(target=lambda: woke.append(looks.wait(30.0, stop)))
         waiter.start()
         body = kube.obj(SHARDS, NAMESPACE, "camp-00000")
@@ -223,3 +233,57 @@ def test_a_lost_claim_is_not_tried_again_until_the_shard_changes(tmp_path: Path)
         assert Shard.parse(kube.obj(SHARDS, NAMESPACE, shard.name) or {}).phase is ShardPhase.PENDING
     finally:
         looks.close()
+
+
+def test_campaign_changes_wake_workers_only_when_they_may_gate_claims() -> None:
+    base = {"metadata": {"name": "camp", "generation": 1}, "status": {"counts": {"done": 1}, "spent": 1.0}}
+    figures = {**base, "status": {"counts": {"done": 2}, "spent": 2.0, "oldestPendingSeconds": 3}}
+    assert not campaign_change_matters(base, figures)
+    breaker = {**base, "status": {**base["status"], "breakers": [{"source": "a", "state": "Closed"}]}}
+    assert campaign_change_matters(base, breaker)
+    edited = {**base, "metadata": {"name": "camp", "generation": 2}}
+    assert campaign_change_matters(base, edited)
+    assert campaign_change_matters(None, base) and campaign_change_matters(base, None)
+
+
+class SteppedClock:
+    def __init__(self) -> None:
+        self.at = dt.datetime.now(dt.UTC)
+        self.mono = 0.0
+
+    def now(self) -> dt.datetime:
+        return self.at
+
+    def monotonic(self) -> float:
+        return self.mono
+
+    def advance(self, seconds: float) -> None:
+        self.at += dt.timedelta(seconds=seconds)
+        self.mono += seconds
+
+
+def test_a_shard_whose_claimer_crashed_before_its_claim_write_is_claimed_once_its_lease_runs_out(
+    tmp_path: Path,
+) -> None:
+    """Pending and never claimed by its history, but its Lease is held by a claimer that died before
+    writing the claim: the worker's create loses (no read), then, after LOST_CLAIM_SECONDS, it reads
+    the Lease and waits it out, and takes it over once it ran out."""
+    kube = FakeKube()
+    (shard,) = add_campaign(kube, campaign_body(items=[{"id": 0}], worker={"image": "x", "command": AGENT}))
+    clock = SteppedClock()
+    assert leases.acquire(kube, NAMESPACE, shard.lease_name, "crashed", 10, clock.now()) is not None  # type: ignore[arg-type]
+    worker = Worker(
+        kube=kube,  # type: ignore[arg-type]
+        settings=_settings(tmp_path),
+        namespace=NAMESPACE,
+        campaign_name="camp",
+        clock=clock,
+    )
+    assert worker._step() is None
+    clock.advance(LOST_CLAIM_SECONDS + 1)
+    kube.calls.clear()
+    assert worker._step() is None
+    assert ("GET", "leases") in [(c.method, c.plural) for c in kube.calls], "the Lease was not read"
+    clock.advance(10)
+    assert worker._step() is Outcome.DONE
+    assert Shard.parse(kube.obj(SHARDS, NAMESPACE, shard.name) or {}).phase is ShardPhase.DONE

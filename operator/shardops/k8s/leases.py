@@ -107,8 +107,10 @@ def acquire(
     """Take the Lease if it is free; None when someone else holds it or won the race.
 
     `may_exist=False`: the shard was never claimed, so its Lease most likely does not exist yet —
-    create it without reading first (one request instead of two); when it does exist after all (a
-    claimer that crashed between its Lease and its claim write), read it and decide as usual.
+    create it without reading first (one request instead of two). When it exists after all, someone
+    created it a moment ago (None, no read: a crowd of workers racing for a new shard costs one
+    request each); a caller that keeps meeting it (a claimer that crashed between its Lease and its
+    claim write) asks again with `may_exist=True`, which reads the Lease and judges it.
 
     A create or takeover whose answer was lost (applied, then answered with an error, or its retry
     refused by the write itself) is recognised on a re-read by holder and fencing token: the
@@ -133,9 +135,7 @@ def acquire(
         return _claim_from(created, namespace, now)
 
     if not may_exist:
-        made = create()
-        if made is not None:
-            return made
+        return create()
     try:
         current = kube.get(LEASES, namespace, name)
     except NotFound:

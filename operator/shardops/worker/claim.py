@@ -196,6 +196,8 @@ class ClaimContext:
     stored_of: Callable[[Shard, Sequence[Item]], Mapping[str, ItemRecord]]
     # The campaign's result store: a zombie's stored result is looked up before it is charged.
     store: Callable[[], ResultStore]
+    # This worker lost a claim of the shard before: its Lease exists, read it before taking it.
+    lost_before: Callable[[Shard], bool] = lambda shard: False
 
 
 def claim(ctx: ClaimContext, campaign: Campaign, candidate: Candidate) -> Claimed | None:
@@ -209,7 +211,7 @@ def claim(ctx: ClaimContext, campaign: Campaign, candidate: Candidate) -> Claime
         campaign.spec.lease_seconds,
         ctx.now(),
         owner=lease_owner_reference(shard),
-        may_exist=was_claimed(shard),
+        may_exist=was_claimed(shard) or ctx.lost_before(shard),
     )
     if lease is None:
         return None

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from shardops.api.campaign import Campaign
+from shardops.api.enums import ShardPhase
 from shardops.api.shard import Shard
 from shardops.k8s.api import CAMPAIGNS, SHARDS, Kube, NotFound
 from shardops.k8s.informer import Changes, Informer
@@ -84,9 +85,37 @@ def _phase(body: JSON | None) -> object:
 
 
 def shard_change_matters(old: JSON | None, new: JSON | None) -> bool:
-    """A shard appeared, left the window (Done, or deleted) or changed phase: the plan may differ.
-    A heartbeat (a Running shard written again as Running) changes nothing a look decides on."""
-    return old is None or new is None or _phase(old) != _phase(new)
+    """The change may let a waiting worker claim: a shard became Pending (cut, retried, reclaimed,
+    resumed), or a Running shard stopped running (a slot of maxConcurrency came free). A claim by
+    someone else, a shard cut as Queued, a heartbeat: nothing new to claim, nobody is woken (the
+    copy follows them all the same)."""
+    before, after = _phase(old), _phase(new)
+    became_pending = after == ShardPhase.PENDING and before != ShardPhase.PENDING
+    stopped_running = before == ShardPhase.RUNNING and after != ShardPhase.RUNNING
+    return became_pending or stopped_running
+
+
+# Campaign status figures the operator rewrites as work goes on and that never make a shard
+# claimable (spend only grows: it can only close the budget gate).
+_RUNNING_FIGURES = frozenset(
+    {"counts", "spent", "tokens", "budgetRatio", "oldestPendingSeconds", "folded", "historyFoldedUntil"}
+)
+
+
+def campaign_change_matters(old: JSON | None, new: JSON | None) -> bool:
+    """The Campaign appeared, went, was edited (its generation), is being deleted, or its status
+    changed other than in the running figures (breakers, cooldowns, phase, conditions...)."""
+    if old is None or new is None:
+        return True
+    old_meta, new_meta = old.get("metadata") or {}, new.get("metadata") or {}
+    for field in ("generation", "deletionTimestamp", "uid"):
+        if old_meta.get(field) != new_meta.get(field):
+            return True
+
+    def gating(body: JSON) -> JSON:
+        return {k: v for k, v in (body.get("status") or {}).items() if k not in _RUNNING_FIGURES}
+
+    return gating(old) != gating(new)
 
 
 class WatchedLooks:
@@ -106,6 +135,7 @@ class WatchedLooks:
             namespace,
             {"fieldSelector": f"metadata.name={campaign}"},
             self.changes,
+            matters=campaign_change_matters,
             name=f"watch-campaign-{campaign}",
         )
         self.shards = Informer(
@@ -120,6 +150,9 @@ class WatchedLooks:
         self._parsed_campaign: tuple[str, Campaign] | None = None
         self._parsed_shards: dict[str, tuple[str, Shard]] = {}
         self._waited_for_sync = False
+        # The change count when the last look began: a wait after it ends at any change since,
+        # also one that came between the look and the wait.
+        self._looked_at = self.changes.count
         self.campaign.start()
         self.shards.start()
 
@@ -133,6 +166,7 @@ class WatchedLooks:
                     SYNC_SECONDS,
                     self.campaign.problem or self.shards.problem or "no answer yet",
                 )
+        self._looked_at = self.changes.count
         if not (self.campaign.synced and self.shards.synced):
             return read_look(self.kube, self.namespace, self.campaign_name)
         # Two watches, each current to within an event but not with each other: a decision that
@@ -167,9 +201,9 @@ class WatchedLooks:
         return known[1]
 
     def wait(self, seconds: float, stop: threading.Event) -> bool:
-        """Until a change that matters, `seconds`, or `stop`; checked in short slices so a stop
-        (SIGTERM) is seen at once."""
-        seen = self.changes.count
+        """Until a change that matters since the last look began, `seconds`, or `stop`; checked in
+        short slices so a stop (SIGTERM) is seen at once."""
+        seen = self._looked_at
         remaining = max(seconds, 0.0)
         while remaining > 0 and not stop.is_set():
             slice_ = min(remaining, 0.2)

@@ -263,7 +263,11 @@ class Worker:
             items_of=lambda shard: self.items_of(campaign, shard),
             stored_of=lambda shard, items: self.stored_of(self.store_for(campaign), shard, items),
             store=lambda: self.store_for(campaign),
+            lost_before=lambda shard: shard.name in self._lost,
         )
+        if len(self._lost) > len(shards):
+            present = {shard.name for shard in shards}
+            self._lost = {name: lost for name, lost in self._lost.items() if name in present}
         chosen = choose(campaign, shards, self.clock.now(), self.settings.claim_candidates, self.rng)
         candidates = [candidate for candidate in chosen if not self._lost_recently(candidate.shard)]
         if not candidates:
@@ -327,16 +331,13 @@ class Worker:
 
     def _lost_recently(self, shard: Shard) -> bool:
         """This worker lost the claim of `shard` as it is now, a moment ago: the winner's claim has
-        not reached the copy yet. Bounded: one entry per shard of the window, dropped when stale."""
+        not reached the copy yet. (`_lost` is bounded by the window: pruned to the looked-at shards.)"""
         lost = self._lost.get(shard.name)
         if lost is None:
             return False
         version, at = lost
         changed = version != (shard.metadata.resource_version or "")
-        if changed or self.clock.monotonic() - at > LOST_CLAIM_SECONDS:
-            del self._lost[shard.name]
-            return False
-        return True
+        return not changed and self.clock.monotonic() - at <= LOST_CLAIM_SECONDS
 
     # --- items and stored results ----------------------------------------------------------------
 
