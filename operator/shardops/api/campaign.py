@@ -254,12 +254,27 @@ class WorkerSpec(SpecModel):
         """env as a mapping; a later entry wins over an earlier one of the same name, as in a pod."""
         return {var.name: var.value for var in self.env}
 
-    def identity(self) -> list[str]:
-        """What the idempotency key takes of the worker: the command, and the LLM requests it makes
-        (a changed template or model is different work; a changed price is not)."""
-        if self.llm is None:
-            return self.full_command()
-        return [*self.full_command(), "llm:" + json.dumps(self.llm.identity(), sort_keys=True)]
+    def identity(self) -> dict[str, Any]:
+        """What the idempotency key takes of the worker: what decides a result, so a change of any of
+        it computes again and a change of the rest of the worker reuses stored results.
+
+        In: the image as written (a tag re-pushed with other content is the same text: pin a
+        digest); command + args; env as name=value pairs, a later duplicate winning as in a pod,
+        so the order of distinct names does not matter. The whole env, worker settings
+        such as SHARDOPS_CLAIM_CANDIDATES included: the command sees all of it, and a variable it
+        reads cannot be told from one it ignores. env holds literal values only (EnvVar has no
+        valueFrom), so nothing in it is read from a Secret or ConfigMap behind the key's back. Also
+        in: the LLM requests the built-in worker makes (`LlmSpec.identity`).
+        Out: what changes how or where the work runs, or what it costs, not its result: the LLM
+        prices, timeout and API-key Secrets, resources, serviceAccountName."""
+        identity: dict[str, Any] = {
+            "image": self.image,
+            "command": self.full_command(),
+            "env": self.env_dict(),
+        }
+        if self.llm is not None:
+            identity["llm"] = self.llm.identity()
+        return identity
 
 
 class Backoff(SpecModel):
