@@ -272,6 +272,13 @@ def test_worker_env_holds_literal_values_only() -> None:
         spec(worker={**WORKER, "env": [from_secret]})
 
 
+def test_results_version_is_optional_text_never_empty() -> None:
+    assert spec().worker.results_version is None
+    assert spec(worker={**WORKER, "resultsVersion": "rerun 2"}).worker.results_version == "rerun 2"
+    with pytest.raises(ValidationError, match="resultsVersion"):
+        spec(worker={**WORKER, "resultsVersion": ""})
+
+
 def test_expected_shards_and_inline_counts() -> None:
     s = spec(items=[{"n": n} for n in range(25)])
     assert s.inline_items_total == 25

@@ -74,6 +74,14 @@ def test_the_work_key_follows_the_image_and_env_the_result_depends_on() -> None:
     assert base == work_key(env=env(MODEL="a", TEMP="0"), **elsewhere), "where it runs is not what it does"
 
 
+def test_results_version_forces_new_keys_for_unchanged_work() -> None:
+    base = work_key()
+    assert base == work_key(), "unchanged work reuses its results"
+    assert base != work_key(resultsVersion="2")
+    assert work_key(resultsVersion="2") != work_key(resultsVersion="3")
+    assert work_key(resultsVersion="2") == work_key(resultsVersion="2")
+
+
 def test_shard_source_is_the_first_named_else_the_default() -> None:
     assert builders.shard_source([{"a": 1}, {"source": "B"}, {"source": "C"}], "A") == "B"
     assert builders.shard_source([{"a": 1}], "A") == "A"
@@ -101,9 +109,10 @@ def test_the_finalize_key_follows_the_items_and_the_work_it_reads_the_results_of
     assert key(items) != key(items, command="other"), "other work, other results"
     assert key(items) != key(items, image="img:2"), "another work image, other results"
     assert key(items) != key(items, env=env(MODEL="b")), "another work env, other results"
+    assert key(items) != key(items, resultsVersion="2"), "recomputed work, a recomputed closing step"
 
 
-def test_the_finalize_key_follows_its_own_image_and_env() -> None:
+def test_the_finalize_key_follows_its_own_image_env_and_results_version() -> None:
     def key(**finalize: object) -> str:
         camp = parsed(finalize={"image": "i", "command": ["m"], **finalize})
         return str(builders.finalize_shard_body(camp, camp.spec.items or [])["spec"]["idempotencyKey"])
@@ -112,6 +121,7 @@ def test_the_finalize_key_follows_its_own_image_and_env() -> None:
     assert base == key(env=env(LANG="en", FORMAT="csv"))
     assert base != key(image="i:2", env=env(FORMAT="csv", LANG="en"))
     assert base != key(env=env(FORMAT="json", LANG="en"))
+    assert base != key(env=env(FORMAT="csv", LANG="en"), resultsVersion="2")
 
     def work_key_with(finalize_image: str) -> str:
         camp = parsed(finalize={"image": finalize_image, "command": ["m"]})

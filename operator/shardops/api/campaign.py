@@ -245,6 +245,17 @@ class WorkerSpec(SpecModel):
             "here (endpoint, model, templated messages, prices). Default: none, the command is your own."
         ),
     )
+    results_version: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=256,
+        description=(
+            "Any text, part of the idempotency key of every shard this worker runs, like the image, "
+            "command, args and env: a campaign applied again with another value computes those shards "
+            "again instead of reusing stored results (for example after an image was re-pushed under "
+            "the same tag). Shards already cut keep their key. Default: none."
+        ),
+    )
 
     def full_command(self) -> list[str]:
         """command followed by args, as the worker runtime executes it."""
@@ -259,12 +270,13 @@ class WorkerSpec(SpecModel):
         it computes again and a change of the rest of the worker reuses stored results.
 
         In: the image as written (a tag re-pushed with other content is the same text: pin a
-        digest); command + args; env as name=value pairs, a later duplicate winning as in a pod,
-        so the order of distinct names does not matter. The whole env, worker settings
-        such as SHARDOPS_CLAIM_CANDIDATES included: the command sees all of it, and a variable it
-        reads cannot be told from one it ignores. env holds literal values only (EnvVar has no
-        valueFrom), so nothing in it is read from a Secret or ConfigMap behind the key's back. Also
-        in: the LLM requests the built-in worker makes (`LlmSpec.identity`).
+        digest, or change resultsVersion); command + args; env as name=value pairs, a later
+        duplicate winning as in a pod, so the order of distinct names does not matter. The whole
+        env, worker settings such as SHARDOPS_CLAIM_CANDIDATES included: the command sees all of it,
+        and a variable it reads cannot be told from one it ignores. env holds literal values only
+        (EnvVar has no valueFrom), so nothing in it is read from a Secret or ConfigMap behind the
+        key's back. Also in: the LLM requests the built-in worker makes (`LlmSpec.identity`) and
+        resultsVersion, which exists only to be in the key.
         Out: what changes how or where the work runs, or what it costs, not its result: the LLM
         prices, timeout and API-key Secrets, resources, serviceAccountName."""
         identity: dict[str, Any] = {
@@ -274,6 +286,8 @@ class WorkerSpec(SpecModel):
         }
         if self.llm is not None:
             identity["llm"] = self.llm.identity()
+        if self.results_version is not None:
+            identity["resultsVersion"] = self.results_version
         return identity
 
 
