@@ -264,6 +264,21 @@ def test_worker_helpers() -> None:
     assert worker.env_dict() == {"A": ""}
 
 
+def test_worker_env_holds_literal_values_only() -> None:
+    """The idempotency key takes env as written: a value read from a Secret or ConfigMap at run
+    time (valueFrom) would change results unseen, and is refused."""
+    from_secret = {"name": "A", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}
+    with pytest.raises(ValidationError, match="valueFrom"):
+        spec(worker={**WORKER, "env": [from_secret]})
+
+
+def test_results_version_is_optional_text_never_empty() -> None:
+    assert spec().worker.results_version is None
+    assert spec(worker={**WORKER, "resultsVersion": "rerun 2"}).worker.results_version == "rerun 2"
+    with pytest.raises(ValidationError, match="resultsVersion"):
+        spec(worker={**WORKER, "resultsVersion": ""})
+
+
 def test_expected_shards_and_inline_counts() -> None:
     s = spec(items=[{"n": n} for n in range(25)])
     assert s.inline_items_total == 25

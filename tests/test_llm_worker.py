@@ -118,7 +118,7 @@ def test_identity_changes_with_the_requests_not_with_prices_or_keys() -> None:
     ).spec.worker
     assert base.identity() == priced.identity()
     assert base.identity() != other_prompt.identity()
-    assert base.identity()[:2] == ["shardops", "llm"]
+    assert base.identity()["command"][:2] == ["shardops", "llm"]
 
 
 def test_the_command_gets_the_block_rate_limits_and_max_concurrency() -> None:

@@ -39,6 +39,15 @@ def test_key_is_stable_and_changes_with_any_input() -> None:
     assert idempotency_key("c", {}, "run it") != idempotency_key("c", {}, ["r", "u", "n", " ", "i", "t"])
 
 
+def test_key_takes_the_worker_identity_canonically() -> None:
+    worker = {"image": "img:1", "command": ["agent"], "env": {"A": "1", "B": "2"}}
+    base = idempotency_key("camp", [1], worker)
+    reordered = {"env": {"B": "2", "A": "1"}, "command": ["agent"], "image": "img:1"}
+    assert base == idempotency_key("camp", [1], reordered)
+    assert base != idempotency_key("camp", [1], {**worker, "image": "img:2"})
+    assert base != idempotency_key("camp", [1], {**worker, "env": {"A": "1", "B": "3"}})
+
+
 def test_label_form_is_63_chars_and_valid() -> None:
     label = key_label(idempotency_key("camp", {"a": 1}, ["x"]))
     assert len(label) == 63

@@ -47,8 +47,39 @@ def test_shard_body_cuts_fifo_slices_with_a_stable_key() -> None:
         }
     ]
     assert body["spec"]["items"] == [{"id": 6}] and body["spec"]["itemRange"] == {"start": 6, "end": 7}
-    assert body["spec"]["idempotencyKey"] == idempotency_key("camp", [{"id": 6}], ["agent"])
+    assert body["spec"]["idempotencyKey"] == idempotency_key("camp", [{"id": 6}], camp.spec.worker.identity())
     assert Shard.parse(body).spec.item_count == 1, "a valid Shard"
+
+
+def env(**variables: str) -> list[dict[str, str]]:
+    return [{"name": name, "value": value} for name, value in variables.items()]
+
+
+def work_key(**worker: object) -> str:
+    camp = parsed(worker={"image": "img", "command": ["agent"], **worker})
+    return str(builders.shard_body(camp, 0, camp.spec.items or [])["spec"]["idempotencyKey"])
+
+
+def test_the_work_key_follows_the_image_and_env_the_result_depends_on() -> None:
+    base = work_key(env=env(MODEL="a", TEMP="0"))
+    assert base != work_key(image="img:2", env=env(MODEL="a", TEMP="0")), "another image, other results"
+    assert base != work_key(env=env(MODEL="b", TEMP="0")), "a changed value"
+    assert base != work_key(env=env(MODEL="a")), "a variable removed"
+    assert base != work_key(env=env(MODEL="a", TEMP="0", EMPTY="")), "a variable set to empty is set"
+    assert base == work_key(env=env(TEMP="0", MODEL="a")), "the order of distinct names does not matter"
+    overridden = [{"name": "MODEL", "value": "old"}, *env(TEMP="0", MODEL="a")]
+    assert base == work_key(env=overridden), "a later duplicate wins, as in a pod"
+    assert base != work_key(env=[*env(MODEL="a", TEMP="0"), {"name": "MODEL", "value": "old"}])
+    elsewhere = {"resources": {"limits": {"memory": "1Gi"}}, "serviceAccountName": "other"}
+    assert base == work_key(env=env(MODEL="a", TEMP="0"), **elsewhere), "where it runs is not what it does"
+
+
+def test_results_version_forces_new_keys_for_unchanged_work() -> None:
+    base = work_key()
+    assert base == work_key(), "unchanged work reuses its results"
+    assert base != work_key(resultsVersion="2")
+    assert work_key(resultsVersion="2") != work_key(resultsVersion="3")
+    assert work_key(resultsVersion="2") == work_key(resultsVersion="2")
 
 
 def test_shard_source_is_the_first_named_else_the_default() -> None:
@@ -66,9 +97,9 @@ def test_finalize_shard_has_no_items_and_a_key_of_the_campaign_shape() -> None:
     assert Shard.parse(body).spec.is_finalize
 
 
-def test_the_finalize_key_follows_the_items_and_the_work_command_it_reads_the_results_of() -> None:
-    def key(items: list[dict[str, int]], command: str = "agent") -> str:
-        worker, finalize = {"image": "img", "command": [command]}, {"image": "i", "command": ["m"]}
+def test_the_finalize_key_follows_the_items_and_the_work_it_reads_the_results_of() -> None:
+    def key(items: list[dict[str, int]], command: str = "agent", **work: object) -> str:
+        worker, finalize = {"image": "img", "command": [command], **work}, {"image": "i", "command": ["m"]}
         camp = parsed(items=items, worker=worker, finalize=finalize)
         return str(builders.finalize_shard_body(camp, camp.spec.items or [])["spec"]["idempotencyKey"])
 
@@ -76,6 +107,27 @@ def test_the_finalize_key_follows_the_items_and_the_work_command_it_reads_the_re
     assert key(items) == key([dict(item) for item in items]), "an unchanged campaign finds its result"
     assert key(items) != key([*items[:3], {"n": 99}]), "one changed item runs the closing step again"
     assert key(items) != key(items, command="other"), "other work, other results"
+    assert key(items) != key(items, image="img:2"), "another work image, other results"
+    assert key(items) != key(items, env=env(MODEL="b")), "another work env, other results"
+    assert key(items) != key(items, resultsVersion="2"), "recomputed work, a recomputed closing step"
+
+
+def test_the_finalize_key_follows_its_own_image_env_and_results_version() -> None:
+    def key(**finalize: object) -> str:
+        camp = parsed(finalize={"image": "i", "command": ["m"], **finalize})
+        return str(builders.finalize_shard_body(camp, camp.spec.items or [])["spec"]["idempotencyKey"])
+
+    base = key(env=env(FORMAT="csv", LANG="en"))
+    assert base == key(env=env(LANG="en", FORMAT="csv"))
+    assert base != key(image="i:2", env=env(FORMAT="csv", LANG="en"))
+    assert base != key(env=env(FORMAT="json", LANG="en"))
+    assert base != key(env=env(FORMAT="csv", LANG="en"), resultsVersion="2")
+
+    def work_key_with(finalize_image: str) -> str:
+        camp = parsed(finalize={"image": finalize_image, "command": ["m"]})
+        return str(builders.shard_body(camp, 0, camp.spec.items or [])["spec"]["idempotencyKey"])
+
+    assert work_key_with("i") == work_key_with("i:2"), "the closing step's image is not the work's"
 
 
 def test_worker_job_is_owned_labelled_retried_by_us_and_cleaned_up() -> None:

@@ -245,6 +245,17 @@ class WorkerSpec(SpecModel):
             "here (endpoint, model, templated messages, prices). Default: none, the command is your own."
         ),
     )
+    results_version: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=256,
+        description=(
+            "Any text, part of the idempotency key of every shard this worker runs, like the image, "
+            "command, args and env: a campaign applied again with another value computes those shards "
+            "again instead of reusing stored results (for example after an image was re-pushed under "
+            "the same tag). Shards already cut keep their key. Default: none."
+        ),
+    )
 
     def full_command(self) -> list[str]:
         """command followed by args, as the worker runtime executes it."""
@@ -254,12 +265,30 @@ class WorkerSpec(SpecModel):
         """env as a mapping; a later entry wins over an earlier one of the same name, as in a pod."""
         return {var.name: var.value for var in self.env}
 
-    def identity(self) -> list[str]:
-        """What the idempotency key takes of the worker: the command, and the LLM requests it makes
-        (a changed template or model is different work; a changed price is not)."""
-        if self.llm is None:
-            return self.full_command()
-        return [*self.full_command(), "llm:" + json.dumps(self.llm.identity(), sort_keys=True)]
+    def identity(self) -> dict[str, Any]:
+        """What the idempotency key takes of the worker: what decides a result, so a change of any of
+        it computes again and a change of the rest of the worker reuses stored results.
+
+        In: the image as written (a tag re-pushed with other content is the same text: pin a
+        digest, or change resultsVersion); command + args; env as name=value pairs, a later
+        duplicate winning as in a pod, so the order of distinct names does not matter. The whole
+        env, worker settings such as SHARDOPS_CLAIM_CANDIDATES included: the command sees all of it,
+        and a variable it reads cannot be told from one it ignores. env holds literal values only
+        (EnvVar has no valueFrom), so nothing in it is read from a Secret or ConfigMap behind the
+        key's back. Also in: the LLM requests the built-in worker makes (`LlmSpec.identity`) and
+        resultsVersion, which exists only to be in the key.
+        Out: what changes how or where the work runs, or what it costs, not its result: the LLM
+        prices, timeout and API-key Secrets, resources, serviceAccountName."""
+        identity: dict[str, Any] = {
+            "image": self.image,
+            "command": self.full_command(),
+            "env": self.env_dict(),
+        }
+        if self.llm is not None:
+            identity["llm"] = self.llm.identity()
+        if self.results_version is not None:
+            identity["resultsVersion"] = self.results_version
+        return identity
 
 
 class Backoff(SpecModel):

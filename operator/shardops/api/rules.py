@@ -195,6 +195,9 @@ def _unchanged(field: str, because: str) -> CelRule:
 # change mid-campaign would skip or repeat items while the campaign reports Succeeded. The chart's
 # campaign-inputs admission policy names the same fields (tests/test_chart.py holds them equal), for
 # installations whose CRDs predate these rules (Helm never upgrades a chart's CRDs).
+# spec.worker and spec.finalize (image, command, env, resultsVersion) are in the keys too but stay
+# editable: a change there keys only the shards cut after it and skips or repeats no item, and
+# fixing a broken image on a live campaign is a change to allow.
 IMMUTABLE_CAMPAIGN_INPUTS: Final[Mapping[str, CelRule]] = {
     "items": _unchanged("items", "its shards were cut from them"),
     "itemsFrom": _unchanged("itemsFrom", "its shards were cut from the items it names"),

@@ -62,14 +62,15 @@ def fingerprint(obj: object) -> str:
     return _PREFIX + digest
 
 
-def idempotency_key(campaign_name: str, shard_input: object, worker_command: Sequence[str]) -> str:
-    """Same key on every retry of the same work; any change of campaign, input or command changes it.
+def idempotency_key(campaign_name: str, shard_input: object, worker_identity: object) -> str:
+    """Same key on every retry of the same work; any change of campaign, input or worker changes it.
 
-    The command is part of the key because a different program may produce a different result.
-    A single string is taken as one argument, not split into characters.
+    `worker_identity` is the JSON data of what decides the worker's results
+    (`api.campaign.WorkerSpec.identity`: image, command, env, ...), taken canonically: mapping order
+    does not matter, list order does, and a string is one value, not a list of characters.
     """
-    command = [worker_command] if isinstance(worker_command, str) else list(worker_command)
-    return fingerprint({"campaign": campaign_name, "input": fingerprint(shard_input), "command": command})
+    key_input = {"campaign": campaign_name, "input": fingerprint(shard_input), "worker": worker_identity}
+    return fingerprint(key_input)
 
 
 def key_label(key: str) -> str:

@@ -100,8 +100,9 @@ def shard_body(campaign: Campaign, index: int, items: Sequence[Item]) -> JSON:
 
 def finalize_shard_body(campaign: Campaign, items: Sequence[Item]) -> JSON:
     """The closing shard. Its input is the campaign's shape and its items (in order) with the work
-    command: what the results it reads follow from, so re-running an unchanged campaign finds its
-    result and a changed item runs the closing step again. One pass over the items, once per
+    worker's identity (image, command, env, ...): what the results it reads follow from, so
+    re-running an unchanged campaign finds its result and a changed item or worker runs the closing
+    step again; its own worker's identity is the key's worker. One pass over the items, once per
     campaign (a streamed input is read once more)."""
     finalize = campaign.spec.finalize
     if finalize is None:
