@@ -235,7 +235,7 @@ def test_budget_held_by_running_reservations_says_it_lifts_itself() -> None:
     status = budget_status(4.0, 10.0, 0.8, 2.0)
     held = conditions.budget_held(_hold(HoldCause.NO_ROOM, running=3, reserved=5.0), status, "papers")
     assert (held.status, held.reason) == (ConditionStatus.TRUE, "ReservedByRunning")
-    assert "5 reserved by 3 running shard(s)" in held.message
+    assert "5 reserved by 3 running or starting shard(s)" in held.message
     assert "1 of the limit is unreserved" in held.message
     assert held.message.endswith(
         "running shards free what they do not spend as they finish, or raise spec.budget.limit above 10.5"

@@ -72,7 +72,10 @@ def test_only_the_shards_whose_reservations_fit_together_are_claimable() -> None
     assert plan.reason is LimitReason.BUDGET
     hold = plan.budget_hold
     assert hold is not None and hold.cause is HoldCause.NO_ROOM and hold.lifts_itself
-    assert (hold.waiting, hold.running, hold.reserved, hold.next_needs) == (5, 1, 1.5, 2.0)
+    # The two claimable now hold their reservations too: 3 wait, 1.5 + 2 * 2 reserved, and the next
+    # needs 2 more: 3 + 5.5 + 2.
+    assert (hold.waiting, hold.running, hold.reserved, hold.next_needs) == (3, 3, 5.5, 2.0)
+    assert hold.raise_above == 10.5
     assert "running shards free what they do not spend as they finish" in plan.message
 
 

@@ -125,9 +125,10 @@ class HoldCause(StrEnum):
 class BudgetHold:
     """Work is left and the budget keeps it from starting.
 
-    `waiting`: work shards left that have not started (cut or not); `running`: shards running, which
-    hold `reserved` of the budget; `next_needs`: what the next held work shard would reserve (0
-    without maxPerShard); `raise_above`: the limit spec.budget.limit must pass for it to start.
+    `waiting`: work shards left that have not started (cut or not); `running`: shards running or
+    starting (claimable now), which hold `reserved` of the budget; `next_needs`: what the next held
+    work shard would reserve (0 without maxPerShard); `raise_above`: the limit spec.budget.limit
+    must pass for it to start.
     """
 
     cause: HoldCause
@@ -153,7 +154,8 @@ class BudgetHold:
         else:
             free = room(status, self.reserved)
             text = (
-                f"{status.describe()}, {self.reserved:g} reserved by {self.running} running shard(s): "
+                f"{status.describe()}, {self.reserved:g} reserved by {self.running} running or starting "
+                f"shard(s): "
                 f"{waiting} wait for room (the next needs {self.next_needs:g}, maxPerShard "
                 f"{status.max_per_shard:g} less its cost so far; {max(free or 0.0, 0.0):g} of the limit "
                 "is unreserved)"

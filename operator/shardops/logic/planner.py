@@ -539,8 +539,9 @@ def _budget_limit(
 
 
 def _budget_hold(inputs: DispatchInputs, draft: _Draft, skipped: Mapping[str, _Skip]) -> BudgetHold | None:
-    """Work is left and the budget is why none of it starts now: the gate (warn, limit) or, with
-    maxPerShard, no room for the next shard's reservation. A suspended campaign is held by that."""
+    """Work is left and the budget keeps it from starting: the gate (warn, limit) or, with
+    maxPerShard, no room for the next shard's reservation. A suspended campaign is held by that.
+    The shards claimable this pass count as running: they hold their reservation from now on."""
     budget, census = inputs.budget, draft.census
     if inputs.suspended or budget.limit is None:
         return None
@@ -559,15 +560,18 @@ def _budget_hold(inputs: DispatchInputs, draft: _Draft, skipped: Mapping[str, _S
         BudgetGate.WARN: HoldCause.WARN_RATIO,
         BudgetGate.OPEN: HoldCause.NO_ROOM,
     }[budget.gate]
+    starting = [views[name] for name in draft.selection.claimable]
+    starting_work = sum(1 for s in starting if s.shard_class is ShardClass.WORK)
+    holding = census.reserved + reserved(budget.max_per_shard, (s.cost for s in starting))
     # The next shard to start is the first held one in claim order, or a fresh one (cost 0).
     need = reservation(budget.max_per_shard, held_work[0].cost if held_work else 0.0)
     return BudgetHold(
         cause=cause,
-        waiting=census.unfinished_work - census.running_work,
-        running=census.running,
-        reserved=census.reserved,
+        waiting=census.unfinished_work - census.running_work - starting_work,
+        running=census.running + len(starting),
+        reserved=holding,
         next_needs=need,
-        raise_above=limit_to_start(budget, census.reserved, need),
+        raise_above=limit_to_start(budget, holding, need),
     )
 
 
