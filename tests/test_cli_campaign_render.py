@@ -275,6 +275,11 @@ def test_render_status_says_the_budget_holds_the_work_and_names_the_fix() -> Non
     assert budget["hold"]["cause"] == "NoRoom" and budget["hold"]["raiseAbove"] == 3.5
     assert not budget["hold"]["liftsItself"]
 
+    raised, _ = _held_by_budget(limit=10.0, maxPerShard=2.0)
+    text = render_status(status_view(raised, shards, NOW))
+    assert "held by the budget" not in text and "\nHeld" not in text
+    assert status_view(raised, shards, NOW).as_dict()["budget"]["hold"] is None
+
 
 def test_render_status_of_a_campaign_at_the_warn_ratio_with_work_left() -> None:
     campaign, shards = _held_by_budget(limit=1.8)
@@ -282,12 +287,6 @@ def test_render_status_of_a_campaign_at_the_warn_ratio_with_work_left() -> None:
     assert "held by the budget" in text.splitlines()[0]
     assert "from the warn ratio no work shard starts; 1 work shard(s) left wait" in text
     assert "raise spec.budget.limit above 1.875 to go on" in text
-
-
-def test_render_status_says_nothing_of_a_hold_when_the_work_fits() -> None:
-    campaign, shards = _held_by_budget(limit=10.0, maxPerShard=2.0)
-    text = render_status(status_view(campaign, shards, NOW))
-    assert "held by the budget" not in text and "\nHeld" not in text
 
 
 def test_render_plan_says_the_budget_holds_the_work_and_names_the_fix() -> None:
