@@ -115,15 +115,7 @@ def budget_dict(
         "gate": str(budget.gate),
         "hold": None
         if hold is None
-        else {
-            "cause": str(hold.cause),
-            "waiting": hold.waiting,
-            "running": hold.running,
-            "nextNeeds": hold.next_needs,
-            "raiseAbove": hold.raise_above,
-            "liftsItself": hold.lifts_itself,
-            "message": hold.describe(budget, campaign or None),
-        },
+        else {**hold.as_dict(), "message": hold.describe(budget, campaign or None)},
     }
 
 

@@ -11,7 +11,7 @@ what it reported, never below 0. A work shard starts only while
 
 so the spend the shards report stays within the limit however many run at once. What this leaves
 out (the finalize shard, the item that passes a shard's cap, claims raced on different views) is
-written down in docs/user-guide.md, "How far over the limit can a campaign go".
+written down in docs/user-guide.md, "The budget: how far over the limit can a campaign go".
 """
 
 from __future__ import annotations
@@ -137,6 +137,18 @@ class BudgetHold:
     reserved: float
     next_needs: float
     raise_above: float
+
+    def as_dict(self) -> dict[str, object]:
+        """JSON-ready, for `kubectl campaign plan|status -o json`."""
+        return {
+            "cause": str(self.cause),
+            "waiting": self.waiting,
+            "running": self.running,
+            "reserved": self.reserved,
+            "nextNeeds": self.next_needs,
+            "raiseAbove": self.raise_above,
+            "liftsItself": self.lifts_itself,
+        }
 
     @property
     def lifts_itself(self) -> bool:

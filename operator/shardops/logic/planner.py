@@ -4,7 +4,8 @@ A pure function of what the operator observed. It also backs `kubectl campaign p
 so every shard it does not hand out gets a skip reason a person can read, and the workers' choice of
 a claim (`state.observe.claim_inputs`): the planner is the one place that decides what may start.
 
-The budget, and the bound it gives (docs/user-guide.md, "How far over the limit can a campaign go"):
+The budget and the bound it gives (docs/user-guide.md, "The budget: how far over the limit can a
+campaign go"):
 
 * with `limit` and `maxPerShard`, a work shard is claimable only while
   `spent + Σ max(0, maxPerShard - cost) over running shards + max(0, maxPerShard - its cost) ≤ limit`,
@@ -173,21 +174,8 @@ class DispatchPlan:
             "limits": [{"reason": str(limit.reason), "message": limit.message} for limit in self.limits],
             "reason": str(self.reason),
             "message": self.message,
-            "budgetHold": _hold_dict(self.budget_hold),
+            "budgetHold": self.budget_hold.as_dict() if self.budget_hold is not None else None,
         }
-
-
-def _hold_dict(hold: BudgetHold | None) -> dict[str, object] | None:
-    if hold is None:
-        return None
-    return {
-        "cause": str(hold.cause),
-        "waiting": hold.waiting,
-        "running": hold.running,
-        "reserved": hold.reserved,
-        "nextNeeds": hold.next_needs,
-        "raiseAbove": hold.raise_above,
-    }
 
 
 @dataclass(frozen=True)
