@@ -231,3 +231,93 @@ def test_machine_output_round_trips(fmt: str) -> None:
     data = _status_view().as_dict()
     text = as_json(data) if fmt == "json" else as_yaml(data)
     assert yaml.safe_load(text) == data
+
+
+# --- a campaign the budget holds --------------------------------------------------------------------
+
+
+def _held_by_budget(**budget: float) -> tuple[Campaign, list]:
+    """Spent 1.5 of 3 (done), one shard Pending: with maxPerShard 2 it does not fit (1.5 < 2)."""
+    campaign = Campaign.parse(
+        campaign_body(items=2, budget=budget, status={"phase": "Running", "observedGeneration": 1})
+    )
+    shards = parse_shards(
+        [
+            shard_body("papers", 0, "Done", status=done_status(300, cost=1.5)),
+            shard_body("papers", 1, "Pending"),
+        ]
+    )
+    return campaign, shards
+
+
+def test_render_status_says_the_budget_holds_the_work_and_names_the_fix() -> None:
+    campaign, shards = _held_by_budget(limit=3.0, maxPerShard=2.0)
+    view = status_view(campaign, shards, NOW)
+    text = render_status(view)
+    lines = text.splitlines()
+    assert (
+        lines[0]
+        == "Campaign ns/papers: Running (held by the budget: nothing more starts by itself, see Held)"
+    )
+    assert (
+        "spent 1.5 of 3 (50%), warn at 80%: gate Open; 0 reserved by running shards (maxPerShard 2 each)"
+        in text
+    )
+    held = next(line for line in lines if line.startswith("Held"))
+    assert "1 work shard(s) left wait for room (the next needs 2, maxPerShard 2 less its cost so far" in held
+    assert (
+        "raise spec.budget.limit above 3.5 to go on, or accept what is done: kubectl campaign cancel papers"
+        in held
+    )
+    assert "no estimate while the budget holds the work left" in text
+    budget = view.as_dict()["budget"]
+    assert (budget["maxPerShard"], budget["reserved"]) == (2.0, 0.0)
+    assert budget["hold"]["cause"] == "NoRoom" and budget["hold"]["raiseAbove"] == 3.5
+    assert not budget["hold"]["liftsItself"]
+
+    raised, _ = _held_by_budget(limit=10.0, maxPerShard=2.0)
+    text = render_status(status_view(raised, shards, NOW))
+    assert "held by the budget" not in text and "\nHeld" not in text
+    assert status_view(raised, shards, NOW).as_dict()["budget"]["hold"] is None
+
+
+def test_render_status_of_a_campaign_at_the_warn_ratio_with_work_left() -> None:
+    campaign, shards = _held_by_budget(limit=1.8)
+    text = render_status(status_view(campaign, shards, NOW))
+    assert "held by the budget" in text.splitlines()[0]
+    assert "from the warn ratio no work shard starts; 1 work shard(s) left wait" in text
+    assert "raise spec.budget.limit above 1.875 to go on" in text
+
+
+def test_render_plan_says_the_budget_holds_the_work_and_names_the_fix() -> None:
+    campaign, shards = _held_by_budget(limit=3.0, maxPerShard=2.0)
+    view = plan_view(campaign, shards, [], [], {}, NOW, 2)
+    text = render_plan(view)
+    assert "Limited by: Budget: spent 1.5 of 3 (50%), warn at 80%" in text
+    assert (
+        "papers-00001   budget: needs 2 (maxPerShard 2 less its cost so far), 1.5 of limit 3 is unreserved"
+        in text
+    )
+    assert "  held by the budget: " in text and "kubectl campaign cancel papers" in text
+    data = view.as_dict()
+    assert data["plan"]["claimable"] == [] and data["plan"]["budgetHold"]["cause"] == "NoRoom"
+    assert data["observed"]["budget"]["hold"]["raiseAbove"] == 3.5
+
+
+def test_render_list_marks_a_campaign_the_budget_holds() -> None:
+    held = {
+        "type": "BudgetHeld",
+        "status": "True",
+        "reason": "NoRoomForShard",
+        "message": "m",
+        "lastTransitionTime": t(5),
+    }
+    waiting = {**held, "reason": "ReservedByRunning"}
+    bodies = [
+        campaign_body("held", status={"phase": "Running", "conditions": [held]}),
+        campaign_body("busy", status={"phase": "Running", "conditions": [waiting]}),
+    ]
+    rows = {r.name: r for r in campaign_rows(bodies, NOW)}
+    assert rows["held"].budget_held and not rows["busy"].budget_held
+    text = render_list(list(rows.values()), all_namespaces=False)
+    assert "Running (held by budget)" in text and text.count("held by budget") == 1

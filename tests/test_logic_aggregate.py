@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -9,7 +10,7 @@ from logickit import NOW, shard
 from shardops.api.enums import CampaignPhase, ConditionStatus, ConditionType, ShardClass, ShardPhase
 from shardops.logic import conditions
 from shardops.logic.aggregate import MAX_LISTED_NAMES, Aggregate, CampaignFacts, aggregate
-from shardops.logic.budget import BudgetGate, budget_status
+from shardops.logic.budget import BudgetGate, BudgetHold, HoldCause, budget_status
 from shardops.logic.conditions import DesiredCondition
 from shardops.logic.views import ItemProgress, ShardView
 
@@ -152,6 +153,7 @@ def test_every_condition_type_has_a_builder_that_uses_it() -> None:
         conditions.backpressured(None).type,
         conditions.cluster_full(None).type,
         *(c.type for c in conditions.budget(budget_status(0.0, None, 0.8))),
+        conditions.budget_held(None, budget_status(0.0, None, 0.8)).type,
         conditions.degraded([], 0, [], 0).type,
         conditions.suspended(False).type,
         conditions.stalled([]).type,
@@ -189,3 +191,53 @@ def test_lists_in_messages_are_bounded() -> None:
     message = conditions.stalled(names).message
     assert "s019" in message and "s020" not in message and "+10 more" in message
     assert conditions.breaker_open(["A"]).message.startswith("breaker open for (A)")
+
+
+def test_budget_held_is_false_without_a_limit_or_without_a_hold() -> None:
+    unlimited = conditions.budget_held(None, budget_status(5.0, None, 0.8))
+    assert (unlimited.status, unlimited.reason) == (ConditionStatus.FALSE, "NoBudget")
+    nothing = conditions.budget_held(None, budget_status(5.0, 10.0, 0.8, 2.0), "papers")
+    assert (nothing.status, nothing.reason) == (ConditionStatus.FALSE, "NothingHeld")
+    assert nothing.message == "spent 5 of 10 (50%), warn at 80%: no work shard waits for the budget"
+
+
+def _hold(cause: HoldCause, running: int = 0, reserved: float = 0.0) -> BudgetHold:
+    return BudgetHold(cause, waiting=3, running=running, reserved=reserved, next_needs=2.0, raise_above=10.5)
+
+
+@pytest.mark.parametrize(
+    ("cause", "running", "reason", "says"),
+    [
+        (HoldCause.WARN_RATIO, 0, "WarnRatioReached", "from the warn ratio no work shard starts; 3 work"),
+        (HoldCause.LIMIT, 1, "LimitReached", "the limit is reached; 3 work shard(s) left wait, paused"),
+        (
+            HoldCause.NO_ROOM,
+            0,
+            "NoRoomForShard",
+            "3 work shard(s) left wait for room (the next needs 2, maxPerShard 2",
+        ),
+    ],
+)
+def test_budget_held_names_the_cause_and_the_fix(
+    cause: HoldCause, running: int, reason: str, says: str
+) -> None:
+    status = budget_status(8.5, 10.0, 0.8, 2.0)
+    held = conditions.budget_held(_hold(cause, running), status, "papers")
+    assert (held.type, held.status, held.reason) == ("BudgetHeld", ConditionStatus.TRUE, reason)
+    assert says in held.message
+    assert held.message.endswith(
+        "raise spec.budget.limit above 10.5 to go on, or accept what is done: "
+        "kubectl campaign cancel papers (results stay readable)"
+    )
+
+
+def test_budget_held_by_running_reservations_says_it_lifts_itself() -> None:
+    status = budget_status(4.0, 10.0, 0.8, 2.0)
+    held = conditions.budget_held(_hold(HoldCause.NO_ROOM, running=3, reserved=5.0), status, "papers")
+    assert (held.status, held.reason) == (ConditionStatus.TRUE, "ReservedByRunning")
+    assert "5 reserved by 3 running or starting shard(s)" in held.message
+    assert "1 of the limit is unreserved" in held.message
+    assert held.message.endswith(
+        "running shards free what they do not spend as they finish, or raise spec.budget.limit above 10.5"
+    )
+    assert "cancel" not in held.message

@@ -519,6 +519,54 @@ def test_budget_exhausted_pauses_and_is_not_a_failure(kube: OperatorKube, clock:
     assert names(kube) == ["camp-00000", "camp-00001"], "no new shards at the limit"
 
 
+def test_work_that_does_not_fit_the_budget_is_held_said_and_started_by_a_higher_limit(
+    kube: OperatorKube, clock: Clock
+) -> None:
+    """maxPerShard 2, spent 1.5 of 3: the next shard's reservation does not fit, nothing runs to free
+    any. No worker starts; BudgetHeld says so with the fix (and an Event); raising the limit starts it."""
+    put_campaign(kube, campaign(items=[{"id": i} for i in range(2)], budget={"limit": 3, "maxPerShard": 2}))
+    put_shard(kube, shard("camp", 0, "Done", cost=1.5))
+    put_shard(kube, shard("camp", 1, "Pending"))
+    run(kube, clock)
+    status = status_of(kube)
+    assert names(kube, JOBS) == [], "no worker for work that may not start"
+    held = condition(status, "BudgetHeld")
+    assert (held["status"], held["reason"]) == ("True", "NoRoomForShard")
+    assert (
+        "raise spec.budget.limit above 3.5 to go on, or accept what is done: kubectl campaign cancel camp"
+        in (held["message"])
+    )
+    assert status["phase"] == "Running" and condition(status, "BudgetWarning")["status"] == "False"
+    assert kube.event_reasons("camp").count("NoRoomForShard") == 1
+    run(kube, clock.advance(1))
+    assert kube.event_reasons("camp").count("NoRoomForShard") == 1, "said once"
+
+    kube.patch(CAMPAIGNS, NAMESPACE, "camp", {"spec": {"budget": {"limit": 4, "maxPerShard": 2}}})
+    run(kube, clock.advance(1))
+    assert len(names(kube, JOBS)) == 1
+    assert (
+        condition(status_of(kube), "BudgetHeld")["status"],
+        condition(status_of(kube), "BudgetHeld")["reason"],
+    ) == (
+        "False",
+        "NothingHeld",
+    )
+
+
+def test_work_left_at_the_warn_ratio_is_held_with_the_fix(kube: OperatorKube, clock: Clock) -> None:
+    put_campaign(kube, campaign(items=[{"id": i} for i in range(2)], budget={"limit": 4}))
+    put_shard(kube, shard("camp", 0, "Done", cost=3.5))
+    put_shard(kube, shard("camp", 1, "Pending"))
+    run(kube, clock)
+    status = status_of(kube)
+    held = condition(status, "BudgetHeld")
+    assert (held["status"], held["reason"]) == ("True", "WarnRatioReached")
+    assert "1 work shard(s) left wait; raise spec.budget.limit above 4.375 to go on" in held["message"]
+    assert condition(status, "BudgetWarning")["status"] == "True"
+    # The warn ratio's own Event says it; BudgetHeld adds no second one with the same reason.
+    assert kube.event_reasons("camp").count("WarnRatioReached") == 1
+
+
 def test_finalize_shard_starts_only_when_the_work_is_terminal(kube: OperatorKube, clock: Clock) -> None:
     finalize = {"image": "img", "command": ["merge"]}
     put_campaign(kube, campaign(items=[{"id": 0}, {"id": 1}], finalize=finalize))

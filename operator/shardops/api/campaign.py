@@ -405,8 +405,12 @@ class Budget(SpecModel):
     limit: float = Field(
         gt=0,
         description=(
-            "Total cost the campaign may spend. At the limit unclaimed shards are Paused and running ones "
-            "finish; that is not a failure. Required."
+            "Total cost the campaign may spend. With maxPerShard a work shard starts only while spent, plus "
+            "what the running shards may still spend (maxPerShard less their cost), plus its own "
+            "maxPerShard stays within limit; without it nothing bounds what the shards running at the warn "
+            "ratio spend. At the limit unclaimed shards are Paused and running ones finish; that is not a "
+            "failure. Work the budget holds back (condition BudgetHeld) starts again when limit is raised. "
+            "Required."
         ),
     )
     warn_ratio: float = Field(
@@ -422,8 +426,9 @@ class Budget(SpecModel):
         default=None,
         gt=0,
         description=(
-            "Cost one shard may spend; a shard that exceeds it fails with class over-budget. "
-            "At most limit. Default: no per-shard cap."
+            "Cost one shard may spend over all its attempts; a shard that exceeds it fails with class "
+            "over-budget. Each work shard reserves it of limit when it starts, which keeps the campaign's "
+            "spend within limit. At most limit. Default: no per-shard cap (and no reservation)."
         ),
     )
 

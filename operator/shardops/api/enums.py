@@ -102,6 +102,7 @@ class ConditionType(StrEnum):
     CLUSTER_FULL = "ClusterFull"
     BUDGET_WARNING = "BudgetWarning"
     BUDGET_EXHAUSTED = "BudgetExhausted"
+    BUDGET_HELD = "BudgetHeld"
     DEGRADED = "Degraded"
     SUSPENDED = "Suspended"
     STALLED = "Stalled"
@@ -131,11 +132,16 @@ class ConditionReason(StrEnum):
     # ClusterFull
     WORKERS_SCHEDULED = "WorkersScheduled"
     WORKER_PODS_PENDING = "WorkerPodsPending"
-    # BudgetWarning, BudgetExhausted
+    # BudgetWarning, BudgetExhausted, BudgetHeld
     NO_BUDGET = "NoBudget"
     WITHIN_BUDGET = "WithinBudget"
     WARN_RATIO_REACHED = "WarnRatioReached"
     LIMIT_REACHED = "LimitReached"
+    # BudgetHeld: no work shard is held by the budget; or none fits next to the running shards'
+    # reservations, which free what they do not spend as they finish; or none fits and none runs.
+    NOTHING_HELD = "NothingHeld"
+    RESERVED_BY_RUNNING = "ReservedByRunning"
+    NO_ROOM_FOR_SHARD = "NoRoomForShard"
     # Degraded
     NO_FAILURES = "NoFailures"
     SHARDS_GAVE_UP = "ShardsGaveUp"

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardops import API_GROUP
+from shardops.api.enums import ConditionReason, ConditionStatus, ConditionType
 from shardops.api.names import CAMPAIGN_KIND
 from shardops.cli.campaign_actions import CANCELLED_ANNOTATION
 from shardops.cli.campaign_client import EXIT_OK
@@ -41,6 +42,8 @@ class CampaignRow:
     suspended: bool
     cancelled: str | None
     age_seconds: float | None
+    # The operator's BudgetHeld condition says nothing more starts by itself (its fix is in its message).
+    budget_held: bool = False
 
     def as_dict(self) -> JSON:
         return {
@@ -56,6 +59,7 @@ class CampaignRow:
             "budget": self.budget,
             "suspended": self.suspended,
             "cancelled": self.cancelled,
+            "budgetHeld": self.budget_held,
             "ageSeconds": self.age_seconds,
         }
 
@@ -64,6 +68,15 @@ def seconds_between(later: dt.datetime | None, earlier: dt.datetime | None) -> f
     if later is None or earlier is None:
         return None
     return (later - earlier).total_seconds()
+
+
+def held_by_budget(status: JSON) -> bool:
+    """BudgetHeld True for a reason no running shard lifts (ReservedByRunning clears itself)."""
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == str(ConditionType.BUDGET_HELD):
+            held: bool = condition.get("status") == str(ConditionStatus.TRUE)
+            return held and condition.get("reason") != str(ConditionReason.RESERVED_BY_RUNNING)
+    return False
 
 
 def campaign_rows(bodies: Iterable[JSON], now: dt.datetime) -> list[CampaignRow]:
@@ -92,6 +105,7 @@ def campaign_rows(bodies: Iterable[JSON], now: dt.datetime) -> list[CampaignRow]
                 suspended=bool(spec.get("suspend")),
                 cancelled=(metadata.get("annotations") or {}).get(CANCELLED_ANNOTATION),
                 age_seconds=seconds_between(now, created),
+                budget_held=held_by_budget(status),
             )
         )
     return sorted(rows, key=lambda r: (r.namespace, r.name))
@@ -111,6 +125,8 @@ def render_list(rows: Sequence[CampaignRow], *, all_namespaces: bool, no_headers
             phase += " (cancelled)"
         elif r.suspended and r.phase != "Suspended":
             phase += " (suspend requested)"
+        elif r.budget_held:
+            phase += " (held by budget)"
         spent = f"{r.spent:g}/{r.budget:g} ({percent(r.spent, r.budget)})" if r.budget else f"{r.spent:g}/-"
         row: list[object] = [
             r.name,

@@ -21,7 +21,7 @@ from shardops.cli.campaign_summary import budget_dict, budget_line
 from shardops.cli.command import Context, load
 from shardops.cli.text import NONE, iso, names_text, table
 from shardops.k8s.campaigns import ItemsUnavailable
-from shardops.logic.budget import BudgetStatus
+from shardops.logic.budget import BudgetStatus, reserved
 from shardops.logic.planner import DispatchPlan, WorkerCounts, plan_dispatch
 from shardops.state import observe
 
@@ -49,6 +49,8 @@ class PlanView:
     suspended: bool
     # Why the campaign is held when spec.suspend is not set (the error threshold), else None.
     hold: str | None = None
+    # What the running shards may still spend under maxPerShard (0 without it).
+    reserved: float = 0.0
 
     def as_dict(self) -> JSON:
         return {
@@ -79,7 +81,7 @@ class PlanView:
                     "runningPods": self.workers.running_pods,
                     "stuckPendingPods": self.workers.stuck_pending_pods,
                 },
-                "budget": budget_dict(self.budget),
+                "budget": budget_dict(self.budget, self.reserved, self.plan.budget_hold, self.name),
                 "itemsTotal": self.items_total,
                 "shardsNotYetCut": self.uncut_shards,
                 "suspended": self.suspended,
@@ -116,6 +118,9 @@ def plan_view(
         uncut_shards=inputs.items.uncut_shards,
         suspended=inputs.suspended,
         hold=inputs.hold,
+        reserved=reserved(
+            inputs.budget.max_per_shard, (v.cost for v in inputs.shards if v.phase is ShardPhase.RUNNING)
+        ),
     )
 
 
@@ -161,8 +166,10 @@ def render_plan(view: PlanView) -> str:
         f"{view.workers.stuck_pending_pods} stuck Pending",
         f"  items {view.items_total}, {view.uncut_shards} shard(s) not cut yet"
         + (f"; {view.hold}" if view.hold else "; spec.suspend is true" if view.suspended else ""),
-        f"  budget: {budget_line(view.budget)}",
+        f"  budget: {budget_line(view.budget, view.reserved)}",
     ]
+    if plan.budget_hold is not None:
+        lines.append(f"  held by the budget: {plan.budget_hold.describe(view.budget, view.name)}")
     if plan.limits:
         lines += ["", "Every limit, in the order it must be lifted:"]
         lines.append(table(["REASON", "MESSAGE"], [[str(x.reason), x.message] for x in plan.limits], "  "))

@@ -31,7 +31,8 @@ from shardops.cli.campaign_summary import (
 from shardops.cli.command import Context, load
 from shardops.cli.text import as_yaml, duration, iso, percent, relative, table
 from shardops.logic.breaker import effective
-from shardops.logic.budget import BudgetGate, BudgetStatus
+from shardops.logic.budget import BudgetGate, BudgetHold, BudgetStatus, reserved
+from shardops.logic.planner import plan_dispatch
 from shardops.logic.transitions import EventReason
 from shardops.state import breakers, errors, ledger, observe
 
@@ -184,6 +185,10 @@ class StatusView:
     conditions: tuple[Condition, ...]
     estimate: Estimate
     now: dt.datetime
+    # What the running shards may still spend under maxPerShard, and the work the budget holds back
+    # (the planner's budget hold, as a worker would plan now); None when it holds nothing.
+    reserved: float = 0.0
+    budget_hold: BudgetHold | None = None
 
     @property
     def done(self) -> int:
@@ -214,7 +219,7 @@ class StatusView:
             "running": [r.as_dict() for r in self.running],
             "oldestPending": {"shard": self.oldest_pending, "seconds": self.oldest_pending_seconds},
             "breakers": [b.as_dict() for b in self.breakers],
-            "budget": budget_dict(self.budget),
+            "budget": budget_dict(self.budget, self.reserved, self.budget_hold, self.name),
             "tokens": self.tokens.to_dict(),
             "conditions": [c.to_dict() for c in self.conditions],
             "estimate": self.estimate.as_dict(),
@@ -244,6 +249,8 @@ def status_view(campaign: Campaign, shards: Sequence[Shard], now: dt.datetime) -
     )
     pending = [v for v in live.views if v.phase is ShardPhase.PENDING]
     oldest = min(pending, key=lambda v: (v.since, v.name)) if pending else None
+    # The planner on a worker's inputs: what may start now, and whether the budget holds the rest.
+    budget_hold = plan_dispatch(observe.claim_inputs(campaign, shards, now)).budget_hold
     hold = None
     held = None if spec.suspend else errors.hold_text(campaign)
     if spec.suspend:
@@ -252,6 +259,8 @@ def status_view(campaign: Campaign, shards: Sequence[Shard], now: dt.datetime) -
         hold = "held by the error threshold"
     elif agg.budget.gate is BudgetGate.EXHAUSTED:
         hold = "the budget is exhausted"
+    elif budget_hold is not None and not budget_hold.lifts_itself:
+        hold = "the budget holds the work left"
     remaining = agg.total_shards - agg.counts[ShardPhase.DONE] - agg.failed_count - agg.blocked_count
     return StatusView(
         namespace=campaign.namespace,
@@ -278,6 +287,10 @@ def status_view(campaign: Campaign, shards: Sequence[Shard], now: dt.datetime) -
         conditions=tuple(status.conditions),
         estimate=estimate(shards, max(remaining, 0), now, hold),
         now=now,
+        reserved=reserved(
+            agg.budget.max_per_shard, (v.cost for v in live.views if v.phase is ShardPhase.RUNNING)
+        ),
+        budget_hold=budget_hold,
     )
 
 
@@ -361,6 +374,8 @@ def render_status(view: StatusView) -> str:
         notes.append("spec.suspend is true")
     elif view.held:
         notes.append(view.held)
+    elif view.budget_hold is not None and not view.budget_hold.lifts_itself:
+        notes.append("held by the budget: nothing more starts by itself, see Held")
     if notes:
         head += f" ({'; '.join(notes)})"
     items = f", {view.items_total} items" if view.items_total is not None else ""
@@ -377,8 +392,10 @@ def render_status(view: StatusView) -> str:
             if view.oldest_pending
             else "none pending"
         ),
-        f"Budget     {budget_line(view.budget)}",
+        f"Budget     {budget_line(view.budget, view.reserved)}",
     ]
+    if view.budget_hold is not None:
+        lines.append(f"Held       {view.budget_hold.describe(view.budget, view.name)}")
     if view.tokens.used:
         lines.append(f"Tokens     {view.tokens.describe()}")
     lines.append("")

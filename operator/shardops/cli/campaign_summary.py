@@ -15,7 +15,7 @@ from shardops.api.enums import ShardClass, ShardPhase
 from shardops.api.shard import Shard
 from shardops.cli.text import percent
 from shardops.logic.aggregate import Aggregate, CampaignFacts, aggregate
-from shardops.logic.budget import BudgetStatus
+from shardops.logic.budget import BudgetHold, BudgetStatus
 from shardops.logic.views import ShardView
 from shardops.state import observe, shardview
 
@@ -100,20 +100,32 @@ def phase_counts(counts: Mapping[ShardPhase, int], not_cut: int) -> str:
     return " · ".join(parts)
 
 
-def budget_dict(budget: BudgetStatus) -> JSON:
+def budget_dict(
+    budget: BudgetStatus, reserved: float = 0.0, hold: BudgetHold | None = None, campaign: str = ""
+) -> JSON:
+    """`reserved`: what the running shards may still spend under maxPerShard; `hold`: the planner's
+    budget hold (work left that the budget keeps from starting), with the fix in `message`."""
     return {
         "spent": budget.spent,
         "limit": budget.limit,
         "ratio": (budget.spent / budget.limit) if budget.limit else None,
         "warnRatio": budget.warn_ratio if budget.limit is not None else None,
+        "maxPerShard": budget.max_per_shard,
+        "reserved": reserved if budget.reserves else None,
         "gate": str(budget.gate),
+        "hold": None
+        if hold is None
+        else {**hold.as_dict(), "message": hold.describe(budget, campaign or None)},
     }
 
 
-def budget_line(budget: BudgetStatus) -> str:
+def budget_line(budget: BudgetStatus, reserved: float = 0.0) -> str:
     if budget.limit is None:
         return f"spent {budget.spent:g}, no budget limit"
-    return (
+    line = (
         f"spent {budget.spent:g} of {budget.limit:g} ({percent(budget.spent, budget.limit)}), "
         f"warn at {budget.warn_ratio:.0%}: gate {budget.gate}"
     )
+    if budget.max_per_shard is None:
+        return line
+    return f"{line}; {reserved:g} reserved by running shards (maxPerShard {budget.max_per_shard:g} each)"

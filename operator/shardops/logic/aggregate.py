@@ -37,6 +37,8 @@ class CampaignFacts:
     folded_cost: float = 0.0
     # What suspends the campaign when spec.suspend does not (the error threshold's hold), for texts.
     hold: str | None = None
+    # spec.budget.maxPerShard: with a limit, work shards reserve it at the claim (logic.budget).
+    budget_max_per_shard: float | None = None
 
     @property
     def uncut_shards(self) -> int:
@@ -69,7 +71,7 @@ def aggregate(shards: Sequence[ShardView], now: datetime, facts: CampaignFacts) 
     counts = count_phases(shards)
     counts[ShardPhase.DONE] += facts.folded_done
     spent = max(facts.previous_spent, facts.folded_cost + math.fsum(s.cost for s in shards))
-    budget = budget_status(spent, facts.budget_limit, facts.budget_warn_ratio)
+    budget = budget_status(spent, facts.budget_limit, facts.budget_warn_ratio, facts.budget_max_per_shard)
     phase = campaign_phase(shards, facts, budget.gate)
     total = len(shards) + facts.uncut_shards + facts.folded_done
     failed = _names_in(shards, ShardPhase.FAILED)

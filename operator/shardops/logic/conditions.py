@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from shardops.api.enums import CampaignPhase, ConditionReason, ConditionStatus, ConditionType
-from shardops.logic.budget import BudgetGate, BudgetStatus
+from shardops.logic.budget import BudgetGate, BudgetHold, BudgetStatus, HoldCause
 
 # Lists in messages are cut so a condition stays readable; counts carry the full numbers.
 MAX_LISTED_NAMES = 20
@@ -103,6 +103,39 @@ def budget(status: BudgetStatus) -> tuple[DesiredCondition, DesiredCondition]:
             if exhausted
             else text,
         ),
+    )
+
+
+_HOLD_REASONS = {
+    HoldCause.WARN_RATIO: ConditionReason.WARN_RATIO_REACHED,
+    HoldCause.LIMIT: ConditionReason.LIMIT_REACHED,
+}
+
+
+def budget_held(hold: BudgetHold | None, status: BudgetStatus, campaign: str = "") -> DesiredCondition:
+    """True while work is left that the budget keeps from starting (the planner's `budget_hold`),
+    with the fix: raise spec.budget.limit past the figure given, or accept the campaign as it is.
+    The phase stays Running (Paused at the limit): the shards wait in Pending, claimable the moment
+    the limit allows; this is what says that nothing more starts by itself."""
+    if status.limit is None:
+        return DesiredCondition(
+            ConditionType.BUDGET_HELD, ConditionStatus.FALSE, ConditionReason.NO_BUDGET, status.describe()
+        )
+    if hold is None:
+        return DesiredCondition(
+            ConditionType.BUDGET_HELD,
+            ConditionStatus.FALSE,
+            ConditionReason.NOTHING_HELD,
+            f"{status.describe()}: no work shard waits for the budget",
+        )
+    if hold.cause is HoldCause.NO_ROOM:
+        reason = (
+            ConditionReason.RESERVED_BY_RUNNING if hold.lifts_itself else ConditionReason.NO_ROOM_FOR_SHARD
+        )
+    else:
+        reason = _HOLD_REASONS[hold.cause]
+    return DesiredCondition(
+        ConditionType.BUDGET_HELD, ConditionStatus.TRUE, reason, hold.describe(status, campaign or "CAMPAIGN")
     )
 
 

@@ -1,7 +1,27 @@
 """PlanDispatch: what the operator should do this cycle, and the one reason it cannot do more.
 
 A pure function of what the operator observed. It also backs `kubectl campaign plan` (a dry run),
-so every shard it does not hand out gets a skip reason a person can read.
+so every shard it does not hand out gets a skip reason a person can read, and the workers' choice of
+a claim (`state.observe.claim_inputs`): the planner is the one place that decides what may start.
+
+The budget and the bound it gives (docs/user-guide.md, "The budget: how far over the limit can a
+campaign go"):
+
+* with `limit` and `maxPerShard`, a work shard is claimable only while
+  `spent + Σ max(0, maxPerShard - cost) over running shards + max(0, maxPerShard - its cost) ≤ limit`,
+  and the claimable list holds only as many as fit *together*, in claim order. Workers that look at
+  once therefore contend for the same shards, and the spend the shards report stays
+  `≤ limit` — plus, per shard stopped at its cap, the result lines read in the poll that passed it;
+  plus the finalize shard (it is not reserved for: it may start from the warn ratio up to the limit,
+  and spends at most maxPerShard); plus maxPerShard per claim decided on a view that disagreed with a
+  concurrent one about which ready shard comes first (a backoff running out between two looks).
+* without `maxPerShard` nothing bounds a shard's cost: work shards start while
+  `spent < warnRatio * limit`, and every shard running when it is crossed finishes whatever it
+  costs, so the spend is `< warnRatio * limit` + what those (at most maxConcurrency) shards spend
+  from then on + the finalize shard.
+* from `warnRatio * limit` only finalize shards start; at `limit` unclaimed shards are Paused.
+
+Spend no worker reported (an attempt fenced or killed after its last heartbeat) is not in `spent`.
 """
 
 from __future__ import annotations
@@ -21,7 +41,18 @@ from shardops.logic.backpressure import (
     workers_to_start,
 )
 from shardops.logic.breaker import CLOSED_BREAKER, Route, SourceBreaker, describe_blocked, effective, route
-from shardops.logic.budget import BudgetGate, BudgetStatus, allows
+from shardops.logic.budget import (
+    BudgetGate,
+    BudgetHold,
+    BudgetStatus,
+    HoldCause,
+    allows,
+    fits,
+    limit_to_start,
+    reservation,
+    reserved,
+    room,
+)
 from shardops.logic.timefmt import rfc3339
 from shardops.logic.views import ItemProgress, ShardView
 
@@ -113,6 +144,7 @@ class DispatchPlan:
     `claimable`: in claim order; `routes` gives the source each claimable shard must call (a fallback
     when its own breaker is open; `probe` marks the single HalfOpen trial).
     `skipped`: why every other unclaimed, non-terminal shard is not claimable now.
+    `budget_hold`: work is left that the budget keeps from starting (None when nothing is held so).
     """
 
     materialize: int
@@ -126,6 +158,7 @@ class DispatchPlan:
     limits: tuple[Limit, ...]
     reason: LimitReason
     message: str
+    budget_hold: BudgetHold | None = None
 
     def as_dict(self) -> dict[str, object]:
         """JSON-ready, for `kubectl campaign plan -o json`."""
@@ -141,6 +174,7 @@ class DispatchPlan:
             "limits": [{"reason": str(limit.reason), "message": limit.message} for limit in self.limits],
             "reason": str(self.reason),
             "message": self.message,
+            "budgetHold": self.budget_hold.as_dict() if self.budget_hold is not None else None,
         }
 
 
@@ -152,12 +186,16 @@ class _Skip:
 
 @dataclass(frozen=True)
 class _Census:
+    """`reserved`: what the running shards may still spend under maxPerShard (0 without it)."""
+
     running: int
     pending: tuple[ShardView, ...]
     queued: tuple[ShardView, ...]
     paused: tuple[ShardView, ...]
     running_sources: frozenset[str]
     unfinished_work: int
+    running_work: int
+    reserved: float
 
 
 @dataclass(frozen=True)
@@ -170,10 +208,13 @@ class _Growth:
 
 @dataclass
 class _Selection:
+    """`room`: the budget still unreserved after the shards claimable so far (None: no reservation)."""
+
     claimable: list[str] = field(default_factory=list)
     routes: dict[str, Route] = field(default_factory=dict)
     skipped: dict[str, _Skip] = field(default_factory=dict)
     probing: set[str] = field(default_factory=set)
+    room: float | None = None
 
 
 @dataclass(frozen=True)
@@ -192,7 +233,8 @@ class _Draft:
 def plan_dispatch(inputs: DispatchInputs) -> DispatchPlan:
     draft = _draft(inputs)
     skipped = _all_skips(inputs, draft)
-    limits = _collect_limits(inputs, draft, skipped)
+    hold = _budget_hold(inputs, draft, skipped)
+    limits = _collect_limits(inputs, draft, skipped, hold)
     selection, growth = draft.selection, draft.growth
     return DispatchPlan(
         materialize=growth.materialize,
@@ -206,6 +248,7 @@ def plan_dispatch(inputs: DispatchInputs) -> DispatchPlan:
         limits=limits,
         reason=limits[0].reason if limits else LimitReason.NONE,
         message=_message(limits, selection, growth),
+        budget_hold=hold,
     )
 
 
@@ -244,6 +287,10 @@ def _census(inputs: DispatchInputs) -> _Census:
         paused=in_phase(ShardPhase.PAUSED),
         running_sources=frozenset(s.source for s in running if s.source is not None),
         unfinished_work=open_work + inputs.items.uncut_shards,
+        running_work=sum(1 for s in running if s.shard_class is ShardClass.WORK),
+        # Every running shard holds its reservation, a finalize one and a zombie included: a zombie
+        # is reclaimed as the same shard, whose cost (and so its reservation) carries over.
+        reserved=reserved(inputs.budget.max_per_shard, (s.cost for s in running)),
     )
 
 
@@ -300,7 +347,9 @@ def _describe_backlog(inputs: DispatchInputs, census: _Census) -> str:
 
 
 def _select_claims(inputs: DispatchInputs, census: _Census) -> _Selection:
-    selection = _Selection(probing=set(_probes_in_flight(inputs, census)))
+    selection = _Selection(
+        probing=set(_probes_in_flight(inputs, census)), room=room(inputs.budget, census.reserved)
+    )
     free = max(0, inputs.limits.max_concurrency - census.running)
     for shard in census.pending:
         skip = _static_skip(shard, inputs, census) or _route_or_skip(shard, inputs, selection, free)
@@ -356,6 +405,12 @@ def _route_or_skip(
             f"source {found.source} cooling down until {rfc3339(cooling)} ({wait:.0f}s): it answered "
             "rate-limited with a Retry-After",
         )
+    # Finalize shards keep their own rule (they may start from the warn ratio): no reservation.
+    need = (
+        reservation(inputs.budget.max_per_shard, shard.cost) if shard.shard_class is ShardClass.WORK else 0.0
+    )
+    if shard.shard_class is ShardClass.WORK and not fits(need, selection.room):
+        return _Skip(LimitReason.BUDGET, _no_room_text(inputs.budget, need, selection.room))
     if len(selection.claimable) >= free:
         limit = inputs.limits.max_concurrency
         return _Skip(LimitReason.CAPACITY, f"ready; waits for a free slot (maxConcurrency {limit})")
@@ -363,7 +418,19 @@ def _route_or_skip(
         selection.routes[shard.name] = found
         if found.probe:
             selection.probing.add(found.source)
+    if selection.room is not None:
+        # Claimable shards reserve together: workers looking at once contend for these, and no
+        # more of them than fit.
+        selection.room -= need
     return None
+
+
+def _no_room_text(budget: BudgetStatus, need: float, room_left: float | None) -> str:
+    return (
+        f"budget: needs {need:g} (maxPerShard {budget.max_per_shard:g} less its cost so far), "
+        f"{max(room_left or 0.0, 0.0):g} of limit {budget.limit:g} is unreserved; "
+        "waits for running shards to finish or a higher spec.budget.limit"
+    )
 
 
 def _route(shard: ShardView, inputs: DispatchInputs, probing: set[str]) -> Route | None:
@@ -415,12 +482,14 @@ def _hold_text(inputs: DispatchInputs) -> str:
     return f"budget exhausted ({inputs.budget.describe()})"
 
 
-def _collect_limits(inputs: DispatchInputs, draft: _Draft, skipped: Mapping[str, _Skip]) -> tuple[Limit, ...]:
+def _collect_limits(
+    inputs: DispatchInputs, draft: _Draft, skipped: Mapping[str, _Skip], hold: BudgetHold | None
+) -> tuple[Limit, ...]:
     """Every limit that held something back this cycle, in precedence order."""
     found: dict[LimitReason, Limit] = {}
     if inputs.suspended:
         found[LimitReason.SUSPENDED] = Limit(LimitReason.SUSPENDED, f"{_hold_text(inputs)}: nothing starts")
-    budget_limit = _budget_limit(inputs, draft, skipped)
+    budget_limit = _budget_limit(inputs, draft, skipped, hold)
     if budget_limit is not None:
         found[LimitReason.BUDGET] = budget_limit
     if draft.worker_limit is not None:
@@ -433,10 +502,14 @@ def _collect_limits(inputs: DispatchInputs, draft: _Draft, skipped: Mapping[str,
     return tuple(found[r] for r in _PRECEDENCE if r in found)
 
 
-def _budget_limit(inputs: DispatchInputs, draft: _Draft, skipped: Mapping[str, _Skip]) -> Limit | None:
+def _budget_limit(
+    inputs: DispatchInputs, draft: _Draft, skipped: Mapping[str, _Skip], hold: BudgetHold | None
+) -> Limit | None:
     budget = inputs.budget
-    if budget.gate is BudgetGate.OPEN or inputs.suspended:
+    if inputs.suspended:
         return None
+    if budget.gate is BudgetGate.OPEN:
+        return Limit(LimitReason.BUDGET, hold.describe(budget)) if hold is not None else None
     withheld = inputs.items.uncut_shards
     affected = any(s.reason is LimitReason.BUDGET for s in skipped.values())
     if not (affected or withheld or draft.pause):
@@ -450,6 +523,43 @@ def _budget_limit(inputs: DispatchInputs, draft: _Draft, skipped: Mapping[str, _
     return Limit(
         LimitReason.BUDGET,
         f"budget at warn ({budget.describe()}): only finalize shards start, no new shards",
+    )
+
+
+def _budget_hold(inputs: DispatchInputs, draft: _Draft, skipped: Mapping[str, _Skip]) -> BudgetHold | None:
+    """Work is left and the budget keeps it from starting: the gate (warn, limit) or, with
+    maxPerShard, no room for the next shard's reservation. A suspended campaign is held by that.
+    The shards claimable this pass count as running: they hold their reservation from now on."""
+    budget, census = inputs.budget, draft.census
+    if inputs.suspended or budget.limit is None:
+        return None
+    views = {s.name: s for s in inputs.shards}
+    held = sorted(
+        (views[name] for name, skip in skipped.items() if skip.reason is LimitReason.BUDGET),
+        key=claim_order_key,
+    )
+    held_work = [s for s in held if s.shard_class is ShardClass.WORK]
+    # Shards not cut yet are held too once the gate is closed: none is cut from the warn ratio on.
+    uncut_held = inputs.items.uncut_shards if budget.gate is not BudgetGate.OPEN else 0
+    if not held_work and not uncut_held:
+        return None
+    cause = {
+        BudgetGate.EXHAUSTED: HoldCause.LIMIT,
+        BudgetGate.WARN: HoldCause.WARN_RATIO,
+        BudgetGate.OPEN: HoldCause.NO_ROOM,
+    }[budget.gate]
+    starting = [views[name] for name in draft.selection.claimable]
+    starting_work = sum(1 for s in starting if s.shard_class is ShardClass.WORK)
+    holding = census.reserved + reserved(budget.max_per_shard, (s.cost for s in starting))
+    # The next shard to start is the first held one in claim order, or a fresh one (cost 0).
+    need = reservation(budget.max_per_shard, held_work[0].cost if held_work else 0.0)
+    return BudgetHold(
+        cause=cause,
+        waiting=census.unfinished_work - census.running_work - starting_work,
+        running=census.running + len(starting),
+        reserved=holding,
+        next_needs=need,
+        raise_above=limit_to_start(budget, holding, need),
     )
 
 

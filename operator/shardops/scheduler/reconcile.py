@@ -42,6 +42,7 @@ from shardops.api.enums import (
     BreakerState,
     CampaignPhase,
     ConditionReason,
+    ConditionStatus,
     ConditionType,
     ErrorClass,
     ShardClass,
@@ -873,6 +874,7 @@ class Reconciler:
             conditions.backpressured(limits.get(LimitReason.BACKPRESSURE)),
             conditions.cluster_full(limits.get(LimitReason.CLUSTER_FULL)),
             *agg.conditions,
+            conditions.budget_held(plan.budget_hold, agg.budget, campaign.name),
             conditions.stalled(sorted(stuck)),
             conditions.breaker_open(sorted(open_sources)),
             conditions.scheduled(self.settings.identity, self.renewing()),
@@ -981,22 +983,9 @@ class Reconciler:
         self, seen: _Observed, before: list[Condition], after: list[Condition], now: dt.datetime
     ) -> None:
         """An Event when a condition a person should hear about turns True (or Ready turns False)."""
-        loud = {
-            str(ConditionType.BUDGET_WARNING),
-            str(ConditionType.BUDGET_EXHAUSTED),
-            str(ConditionType.CLUSTER_FULL),
-            str(ConditionType.SUSPENDED),
-            str(ConditionType.COMPLETE),
-            str(ConditionType.DEGRADED),
-            str(ConditionType.WORKERS_FAILING),
-            str(ConditionType.ERROR_THRESHOLD),
-        }
         old = {c.type: c for c in before}
         for condition in after:
-            was = old.get(condition.type)
-            if condition.type not in loud or condition.status != "True":
-                continue
-            if was is not None and was.status == condition.status:
+            if not _news(old.get(condition.type), condition):
                 continue
             warning = condition.type != str(ConditionType.COMPLETE) or condition.reason != "Succeeded"
             campaigns.record_event(
@@ -1094,6 +1083,37 @@ class _Sweep:
 
     stuck: list[str] = field(default_factory=list)
     to_announce: list[tuple[Shard, int, str]] = field(default_factory=list)
+
+
+# Conditions a person should hear about when they turn True.
+_LOUD = frozenset(
+    str(kind)
+    for kind in (
+        ConditionType.BUDGET_WARNING,
+        ConditionType.BUDGET_EXHAUSTED,
+        ConditionType.CLUSTER_FULL,
+        ConditionType.SUSPENDED,
+        ConditionType.COMPLETE,
+        ConditionType.DEGRADED,
+        ConditionType.WORKERS_FAILING,
+        ConditionType.ERROR_THRESHOLD,
+    )
+)
+# And those heard about only with one reason, when they take it. BudgetHeld: only when nothing
+# running can lift it (at the warn ratio and the limit the two budget conditions above speak, and
+# ReservedByRunning clears itself as running shards finish); it usually comes after
+# ReservedByRunning, True all along, hence "takes the reason" rather than "turns True".
+_LOUD_REASONS = frozenset({(str(ConditionType.BUDGET_HELD), str(ConditionReason.NO_ROOM_FOR_SHARD))})
+
+
+def _news(was: Condition | None, now: Condition) -> bool:
+    if now.status != str(ConditionStatus.TRUE):
+        return False
+    if now.type in _LOUD:
+        return was is None or was.status != now.status
+    if (now.type, now.reason) in _LOUD_REASONS:
+        return was is None or (was.status, was.reason) != (now.status, now.reason)
+    return False
 
 
 def _validation_message(error: ValidationError) -> str:

@@ -72,6 +72,7 @@ def campaign_facts(
         items=item_progress(campaign, shards, items_total),
         budget_limit=spec.budget.limit if spec.budget is not None else None,
         budget_warn_ratio=_warn_ratio(spec),
+        budget_max_per_shard=_max_per_shard(spec),
         finalize_pending=has_finalize
         and shardview.finalize_name(campaign.name) not in {s.name for s in shards},
         previous_spent=campaign.current_status.spent,
@@ -98,11 +99,15 @@ def campaign_budget(campaign: Campaign, views: Iterable[ShardView]) -> BudgetSta
     # Views are of live shards: the folded ones' cost is in status.folded.
     spent = max(status.spent, status.folded.cost + sum(v.cost for v in views))
     limit = spec.budget.limit if spec.budget is not None else None
-    return budget_status(spent, limit, _warn_ratio(spec))
+    return budget_status(spent, limit, _warn_ratio(spec), _max_per_shard(spec))
 
 
 def _warn_ratio(spec: CampaignSpec) -> float:
     return spec.budget.warn_ratio if spec.budget is not None else DEFAULT_WARN_RATIO
+
+
+def _max_per_shard(spec: CampaignSpec) -> float | None:
+    return spec.budget.max_per_shard if spec.budget is not None else None
 
 
 def breaker_states(campaign: Campaign, shards: Iterable[Shard]) -> dict[str, SourceBreaker]:
