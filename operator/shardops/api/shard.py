@@ -121,8 +121,11 @@ class ShardSpec(SpecModel):
     @property
     def item_count(self) -> int:
         """Number of items this shard covers (inline items win over the range)."""
-        if self._counted_items is not None:
-            return self._counted_items
+        # The private attribute read from pydantic's own dict: its __getattr__ for private attributes
+        # costs more than the rest of this property, and a worker's look counts every shard's items.
+        counted = (self.__pydantic_private__ or {}).get("_counted_items")
+        if counted is not None:
+            return int(counted)
         if self.items is not None:
             return len(self.items)
         if self.item_range is not None:

@@ -167,7 +167,9 @@ def was_claimed(shard: Shard) -> bool:
     A shard whose history was trimmed of its claims also counts as claimed: a guess either way only
     costs a request (`leases.acquire`)."""
     status = shard.current_status
-    return status.attempt > 1 or any(entry.reason != EventReason.MATERIALIZED for entry in status.history)
+    if status.phase is not ShardPhase.PENDING or status.attempt > 1:
+        return True  # a Running one (a zombie) is claimed by definition
+    return any(entry.reason != EventReason.MATERIALIZED for entry in status.history)
 
 
 def lease_owner_reference(shard: Shard) -> dict[str, Any]:
