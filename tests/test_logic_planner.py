@@ -336,7 +336,10 @@ def test_never_exceeds_max_concurrency(data: DispatchInputs) -> None:
     limit = data.limits.max_concurrency
     assert len(plan.claimable) <= max(0, limit - running)
     assert plan.start_workers <= max(0, limit - data.workers.alive_jobs)
-    assert plan.start_workers <= len(plan.claimable)
+    queued = sum(1 for s in data.shards if s.phase is P.QUEUED)
+    assert plan.start_workers <= len(plan.claimable) + data.items.uncut_shards + queued
+    if data.items.uncut_shards == 0 and queued == 0:
+        assert plan.start_workers <= len(plan.claimable)
 
 
 @PROPERTY
@@ -395,3 +398,36 @@ def test_at_most_one_probe_per_source(data: DispatchInputs) -> None:
     assert len(probes) == len(set(probes))
     running_sources = {s.source for s in data.shards if s.phase is P.RUNNING}
     assert not set(probes) & running_sources
+
+
+def test_workers_start_for_work_the_backlog_bound_keeps_uncut() -> None:
+    """A new campaign of 200 shards at maxConcurrency 20: the bound lets 5 be cut while nothing runs,
+    and the 20 workers start at once, ready when the rest is cut."""
+    fresh = plan_dispatch(inputs([], max_concurrency=20, total_items=200, shard_size=1, alive_jobs=0))
+    assert fresh.materialize == 5 and fresh.claimable == ()
+    assert fresh.start_workers == 20
+    some = plan_dispatch(inputs(pending(5), max_concurrency=20, total_items=200, cut_items=5, shard_size=1))
+    assert some.start_workers == 20
+    # Nothing more coming: as many as there is to claim.
+    last = plan_dispatch(inputs(pending(3), max_concurrency=20, total_items=3, cut_items=3, shard_size=1))
+    assert last.start_workers == 3
+
+
+def test_no_workers_start_for_uncut_work_while_something_else_holds_work_back() -> None:
+    broken = plan_dispatch(
+        inputs(
+            pending(2, source="a"),
+            max_concurrency=20,
+            total_items=200,
+            cut_items=2,
+            shard_size=1,
+            breakers=OPEN_A,
+        )
+    )
+    assert broken.claimable == () and broken.start_workers == 0
+    suspended = plan_dispatch(inputs([], max_concurrency=20, total_items=200, shard_size=1, suspended=True))
+    assert suspended.start_workers == 0
+    warn = plan_dispatch(
+        inputs([], max_concurrency=20, total_items=200, shard_size=1, budget=budget_status(0.9, 1.0, 0.8))
+    )
+    assert warn.start_workers == 0

@@ -118,7 +118,7 @@ def test_first_pass_materializes_within_the_backlog_bound_and_starts_workers(
     run(kube, clock)
     assert names(kube) == ["camp-00000", "camp-00001"], "ratio 2 * max(running 0, 1)"
     assert {shard_of(kube, n)["status"]["phase"] for n in names(kube)} == {"Pending"}
-    assert len(names(kube, JOBS)) == 2, "min(maxConcurrency, claimable + running) Jobs"
+    assert len(names(kube, JOBS)) == 3, "maxConcurrency Jobs: 98 items wait to be cut, only for the bound"
     status = status_of(kube)
     assert status["counts"]["pending"] == 2 and status["counts"]["queued"] == 98
     assert status["counts"]["total"] == 100 and status["counts"]["materialized"] == 2

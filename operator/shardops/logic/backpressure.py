@@ -79,7 +79,9 @@ def cluster_full(stuck_pending_pods: int, running_pods: int) -> bool:
 def workers_to_start(max_concurrency: int, claimable: int, running: int, alive: int) -> int:
     """Keep min(maxConcurrency, claimable + running) workers alive; never more than there is to claim.
 
-    Capping by `claimable` stops a dead worker's still-Running shard from spawning an idle Job.
+    `claimable` counts shards claimable now and those only the backlog bound keeps from being cut
+    yet (the planner's `_coming`). Capping by it stops a dead worker's still-Running shard from
+    spawning an idle Job.
     """
     wanted = min(max_concurrency, claimable + running) - alive
     return max(0, min(wanted, claimable))

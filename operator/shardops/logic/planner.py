@@ -255,7 +255,8 @@ def plan_dispatch(inputs: DispatchInputs) -> DispatchPlan:
 def _draft(inputs: DispatchInputs) -> _Draft:
     census = _census(inputs)
     selection = _select_claims(inputs, census)
-    start, worker_limit = _plan_workers(inputs, census, len(selection.claimable))
+    ready = len(selection.claimable) + _coming(inputs, census, selection)
+    start, worker_limit = _plan_workers(inputs, census, ready)
     return _Draft(
         census=census,
         growth=_plan_growth(inputs, census),
@@ -440,7 +441,26 @@ def _route(shard: ShardView, inputs: DispatchInputs, probing: set[str]) -> Route
     return route(shard.source, b.states, b.fallbacks, inputs.now, b.cooldown, probing=probing)
 
 
+def _coming(inputs: DispatchInputs, census: _Census, selection: _Selection) -> int:
+    """Work shards that are claimable as soon as they are cut (uncut items, Queued shards): only the
+    backlog bound keeps them back, so a worker started now is ready when they come instead of a pass
+    and a worker start later — a campaign reaches its cap at the pace of its workers' start, not of
+    the bound's ramp (ratio * max(running, 1)). Nothing is coming while anything else holds work
+    back: suspended, out of budget or at its warn ratio, or a Pending shard waiting for something
+    other than a free slot (a breaker, a cooldown, a backoff, the budget's room)."""
+    if _holding(inputs) or inputs.budget.gate is not BudgetGate.OPEN:
+        return 0
+    if any(skip.reason is not LimitReason.CAPACITY for skip in selection.skipped.values()):
+        return 0
+    # Only into free slots: a slot taken by a Running shard whose worker is gone (not an alive Job)
+    # is no room for another worker.
+    free = max(0, inputs.limits.max_concurrency - census.running - len(selection.claimable))
+    queued = sum(1 for s in census.queued if s.shard_class is ShardClass.WORK)
+    return min(free, inputs.items.uncut_shards + queued)
+
+
 def _plan_workers(inputs: DispatchInputs, census: _Census, claimable: int) -> tuple[int, Limit | None]:
+    """`claimable`: shards claimable now, and those claimable once cut (`_coming`)."""
     w = inputs.workers
     if w.recent_failures.holding(inputs.limits.max_concurrency, inputs.now):
         # Said even when no Job is wanted this cycle: the condition tells a person to read the logs.
