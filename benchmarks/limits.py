@@ -146,11 +146,13 @@ def _heartbeat(sections: Sequence[Section]) -> str:
 
 def _pending(ctx: Context) -> str:
     return (
-        "A Pending shard is claimed only when a worker's poll (SHARDOPS_POLL_SECONDS, 1 s) finds "
-        "it, and each worker claims one shard at a time after reading the Campaign and listing its "
-        "shards; while the claims queue behind the API server (see the CPU above) the wait grows. "
-        "What would close it: workers waiting on a watch instead of a poll, and a claim path of "
-        "O(1) requests"
+        "Workers wake on a watched change (a shard became Pending, a running one stopped), not on a "
+        "poll, and a claim is a Lease create and a status patch. But idle capacity here means running "
+        "< maxConcurrency, and in the zero-work run the 2 cores are the limit (see the CPU above): "
+        "running stays far below the cap while every worker is busy with its own shard or still "
+        "starting (a worker process costs the imports above, and a new campaign starts all of its "
+        "workers at once), so a Pending shard waits for a worker, not for a slot. What would close "
+        "it: less CPU per shard (the API server's share, botocore, the command's process start)"
     )
 
 
@@ -172,10 +174,10 @@ def _scale(check: Check, ctx: Context) -> str:
     profile = _profile(ctx, "the operator")
     return (
         (profile + ". " if profile else "")
-        + "Each reconcile pass lists every Shard of the campaign (and reads each Running shard's Lease), "
-        "and Done shards are never deleted, so a pass costs O(campaign) and slows as shards accumulate. "
-        "What would close it: the bounded window of the design (fold a Done shard into the Campaign's "
-        "status and delete its Shard and Lease), passes driven by the changed shard instead of a full list"
+        + "A run stopped at its time budget misses however its deciles compare (the figure needs the "
+        "whole campaign). Nothing on the per-shard path grows with the campaign: a pass lists the "
+        "window (Done shards are folded and deleted), workers look through watches of the window. "
+        "What would close it: less CPU per shard, so that the whole campaign fits the run's budget"
     )
 
 
@@ -207,12 +209,10 @@ def explain(sections: Sequence[Section], ctx: Context) -> list[str]:
             + " ".join(evidence)
             + (f" {startup}." if startup else "")
             + (f" {profile}." if profile else "")
-            + " What would close it: fewer API round trips on a shard's path (each look for work reads "
-            "the Campaign, lists its unfinished shards and reads a Lease before it creates or takes one "
-            "and patches the status, and every lost race or empty look repeats those reads: the reads "
-            "per shard above), workers that learn of claimable shards from a watch instead of a poll "
-            "and a fresh list, and a user command that serves many shards instead of one process per "
-            "shard."
+            + " What would close it: less CPU per shard on the 2 shared cores — a look for work already "
+            "reads nothing (workers watch the window), so what is left is each shard's own requests "
+            "(the API server's share above), the worker's four S3 calls (botocore) and the fork of the "
+            "command, and one process per shard where a user command could serve many."
         )
     groups: dict[str, list[Check]] = {}
     for check in missed:

@@ -29,7 +29,7 @@ from shardops.scheduler.settings import OperatorSettings
 from shardops.worker.metrics import ClaimOutcome, WorkerMetrics
 from shardops.worker.runtime import Worker
 from shardops.worker.settings import WorkerSettings
-from workerkit import NAMESPACE, add_campaign, campaign_body
+from workerkit import NAMESPACE, add_campaign, campaign_body, worker
 
 AGENT = [sys.executable, "-m", "shardops_example_agent.agent"]
 CAMPAIGN = f"{NAMESPACE}/camp"
@@ -37,16 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _worker(kube: FakeKube, tmp_path: Path, **overrides: Any) -> Worker:
-    values: dict[str, Any] = {
-        "namespace": NAMESPACE,
-        "pod_name": "w",
-        "tick_seconds": 0.01,
-        "poll_seconds": 0.01,
-        "idle_seconds": 0,
-        "work_dir": tmp_path,
-        **overrides,
-    }
-    return Worker(kube=kube, settings=WorkerSettings(**values), namespace=NAMESPACE, campaign_name="camp")  # type: ignore[arg-type]
+    return worker(kube, tmp_path, **overrides)
 
 
 def _agent_campaign(items: list[dict[str, Any]], **spec: Any) -> dict[str, Any]:

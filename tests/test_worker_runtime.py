@@ -25,29 +25,13 @@ from shardops.logic.idempotency import item_subkey
 from shardops.store.configmap import check_result, items_name, result_name, save_items, store_result
 from shardops.store.records import ItemRecord, ResultMeta, encode_result
 from shardops.worker.runtime import SystemClock, Worker
-from shardops.worker.settings import WorkerSettings
-from workerkit import NAMESPACE, add_campaign, campaign_body
+from workerkit import NAMESPACE, add_campaign, campaign_body, worker
 
 AGENT = [sys.executable, "-m", "shardops_example_agent.agent"]
 
 
-def _settings(tmp_path: Path, **overrides: Any) -> WorkerSettings:
-    values: dict[str, Any] = {
-        "namespace": NAMESPACE,
-        "pod_name": "w",
-        "tick_seconds": 0.01,
-        "poll_seconds": 0.01,
-        "idle_seconds": 0,
-        "work_dir": tmp_path,
-        **overrides,
-    }
-    return WorkerSettings(**values)
-
-
 def _worker(kube: FakeKube, tmp_path: Path, **overrides: Any) -> Worker:
-    return Worker(
-        kube=kube, settings=_settings(tmp_path, **overrides), namespace=NAMESPACE, campaign_name="camp"
-    )  # type: ignore[arg-type]
+    return worker(kube, tmp_path, **overrides)
 
 
 def _agent_campaign(items: list[dict[str, Any]], **spec: Any) -> dict[str, Any]:
@@ -426,19 +410,13 @@ def test_when_nothing_can_be_written_the_shard_is_left_to_its_lease(tmp_path: Pa
 
     kube.before.append(api_down)
     kube.calls.clear()
-    worker = Worker(
-        kube=kube,
-        settings=_settings(tmp_path, max_shards=1),
-        namespace=NAMESPACE,
-        campaign_name="camp",
-        clock=clock,
-    )  # type: ignore[arg-type]
-    assert worker.run() == 0
+    runner = worker(kube, tmp_path, max_shards=1, clock=clock)
+    assert runner.run() == 0
     stuck = _shard(kube, shard.name).current_status
     assert stuck.phase == "Running" and stuck.owner is not None
     assert ("create", "configmaps", _items_name(shard), 503) in kube.write_log()
     assert kube.writes_to("shards", ok=False) == [], "no attempt is charged for API trouble"
-    assert worker.metrics.sample("shardops_worker_fenced_total", reason="expired") == 1
+    assert runner.metrics.sample("shardops_worker_fenced_total", reason="expired") == 1
     assert _holder(kube, shard.name) == stuck.owner, "the claim stays until its lease runs out"
 
 

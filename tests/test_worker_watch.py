@@ -21,24 +21,10 @@ from shardops.k8s.api import CAMPAIGNS, SHARDS, Gone, watch_event
 from shardops.k8s.informer import Changes, Informer
 from shardops.k8s.shards import unfinished_query
 from shardops.worker.look import WatchedLooks, campaign_change_matters, shard_change_matters
-from shardops.worker.runtime import LOST_CLAIM_SECONDS, Outcome, Worker
-from shardops.worker.settings import WorkerSettings
-from workerkit import NAMESPACE, add_campaign, campaign_body
+from shardops.worker.runtime import LOST_CLAIM_SECONDS, Outcome
+from workerkit import NAMESPACE, add_campaign, campaign_body, worker
 
 AGENT = [sys.executable, "-m", "shardops_example_agent.agent"]
-
-
-def _settings(tmp_path: Path, **overrides: Any) -> WorkerSettings:
-    values: dict[str, Any] = {
-        "namespace": NAMESPACE,
-        "pod_name": "w",
-        "tick_seconds": 0.01,
-        "poll_seconds": 0.01,
-        "idle_seconds": 0,
-        "work_dir": tmp_path,
-        **overrides,
-    }
-    return WorkerSettings(**values)
 
 
 def _until(changes: Changes, seen: int, done: Any) -> None:
@@ -166,14 +152,8 @@ def test_a_worker_on_watches_runs_every_shard_and_exits_on_a_fresh_read(tmp_path
     shards = add_campaign(
         kube, campaign_body(items=[{"id": i} for i in range(6)], worker={"image": "x", "command": AGENT})
     )
-    worker = Worker(
-        kube=kube,  # type: ignore[arg-type]
-        settings=_settings(tmp_path),
-        namespace=NAMESPACE,
-        campaign_name="camp",
-        looks=WatchedLooks(kube, NAMESPACE, "camp"),  # type: ignore[arg-type]
-    )
-    assert worker.run() == 0
+    runner = worker(kube, tmp_path, looks=WatchedLooks(kube, NAMESPACE, "camp"))  # type: ignore[arg-type]
+    assert runner.run() == 0
     for shard in shards:
         stored = kube.obj(SHARDS, NAMESPACE, shard.name)
         assert stored is not None and stored["status"]["phase"] == ShardPhase.DONE
@@ -195,14 +175,8 @@ def test_a_worker_does_not_exit_on_a_copy_that_lags(tmp_path: Path) -> None:
     looks.look()
     looks.close()
     looks.campaign._objects.clear()  # stopped, the copy stays without its Campaign
-    worker = Worker(
-        kube=kube,  # type: ignore[arg-type]
-        settings=_settings(tmp_path),
-        namespace=NAMESPACE,
-        campaign_name="camp",
-        looks=looks,
-    )
-    assert worker._step() is Outcome.DONE
+    runner = worker(kube, tmp_path, looks=looks)
+    assert runner._step() is Outcome.DONE
     assert Shard.parse(kube.obj(SHARDS, NAMESPACE, shard.name) or {}).phase is ShardPhase.DONE
 
 
@@ -216,19 +190,13 @@ def test_a_lost_claim_is_not_tried_again_until_the_shard_changes(tmp_path: Path)
         # Another worker holds the shard's Lease (its claim write has not landed).
         now = dt.datetime.now(dt.UTC)
         assert leases.acquire(kube, NAMESPACE, shard.lease_name, "other", 30, now) is not None  # type: ignore[arg-type]
-        worker = Worker(
-            kube=kube,  # type: ignore[arg-type]
-            settings=_settings(tmp_path),
-            namespace=NAMESPACE,
-            campaign_name="camp",
-            looks=looks,
-        )
-        assert worker._step() is None
+        runner = worker(kube, tmp_path, looks=looks)
+        assert runner._step() is None
         lease_reads = lambda: [c for c in kube.calls if c.plural == "leases"]  # noqa: E731
         tried = len(lease_reads())
         assert tried >= 1
         for _ in range(5):
-            assert worker._step() is None
+            assert runner._step() is None
         assert len(lease_reads()) == tried, "the lost shard was tried again at the same version"
         assert Shard.parse(kube.obj(SHARDS, NAMESPACE, shard.name) or {}).phase is ShardPhase.PENDING
     finally:
@@ -272,18 +240,12 @@ def test_a_shard_whose_claimer_crashed_before_its_claim_write_is_claimed_once_it
     (shard,) = add_campaign(kube, campaign_body(items=[{"id": 0}], worker={"image": "x", "command": AGENT}))
     clock = SteppedClock()
     assert leases.acquire(kube, NAMESPACE, shard.lease_name, "crashed", 10, clock.now()) is not None  # type: ignore[arg-type]
-    worker = Worker(
-        kube=kube,  # type: ignore[arg-type]
-        settings=_settings(tmp_path),
-        namespace=NAMESPACE,
-        campaign_name="camp",
-        clock=clock,
-    )
-    assert worker._step() is None
+    runner = worker(kube, tmp_path, clock=clock)
+    assert runner._step() is None
     clock.advance(LOST_CLAIM_SECONDS + 1)
     kube.calls.clear()
-    assert worker._step() is None
+    assert runner._step() is None
     assert ("GET", "leases") in [(c.method, c.plural) for c in kube.calls], "the Lease was not read"
     clock.advance(10)
-    assert worker._step() is Outcome.DONE
+    assert runner._step() is Outcome.DONE
     assert Shard.parse(kube.obj(SHARDS, NAMESPACE, shard.name) or {}).phase is ShardPhase.DONE

@@ -4,6 +4,7 @@ makes them, stored in the in-memory API server (`fakekube.FakeKube`)."""
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 from typing import Any
 
 from fakekube import FakeKube
@@ -13,6 +14,8 @@ from shardops.k8s.api import CAMPAIGNS, SHARDS
 from shardops.k8s.shards import Actor, TransitionRequest, apply_transition
 from shardops.logic.idempotency import idempotency_key
 from shardops.logic.transitions import Action
+from shardops.worker.runtime import Worker
+from shardops.worker.settings import WorkerSettings
 
 JSON = dict[str, Any]
 
@@ -82,3 +85,33 @@ def add_campaign(kube: FakeKube, body: JSON) -> list[Shard]:
     status = {**(recorded.get("status") or {}), "cutShards": len(shards)}
     kube.put(CAMPAIGNS, NAMESPACE, {**recorded, "status": status})
     return shards
+
+
+# --- workers ----------------------------------------------------------------------------------------
+
+
+def worker_settings(tmp_path: Path, **overrides: Any) -> WorkerSettings:
+    """A worker under test: ticks and polls of 10 ms, no idle wait, attempt files under tmp_path."""
+    values: dict[str, Any] = {
+        "namespace": NAMESPACE,
+        "pod_name": "w",
+        "tick_seconds": 0.01,
+        "poll_seconds": 0.01,
+        "idle_seconds": 0,
+        "work_dir": tmp_path,
+        **overrides,
+    }
+    return WorkerSettings(**values)
+
+
+def worker(kube: FakeKube, tmp_path: Path, campaign: str = "camp", **overrides: Any) -> Worker:
+    """A Worker of `campaign` on the in-memory API server; `looks`, `clock` and `stop` go to the
+    Worker, everything else to its settings (`worker_settings`)."""
+    parts = {key: overrides.pop(key) for key in ("looks", "clock", "stop") if key in overrides}
+    return Worker(
+        kube=kube,  # type: ignore[arg-type]
+        settings=worker_settings(tmp_path, **overrides),
+        namespace=NAMESPACE,
+        campaign_name=campaign,
+        **parts,
+    )
