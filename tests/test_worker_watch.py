@@ -17,7 +17,7 @@ from fakekube import FakeKube
 from shardops.api.enums import ShardPhase
 from shardops.api.shard import Shard
 from shardops.k8s import leases
-from shardops.k8s.api import CAMPAIGNS, SHARDS, Gone, watch_event
+from shardops.k8s.api import CAMPAIGNS, SHARDS, Gone, json_lines, watch_event
 from shardops.k8s.informer import Changes, Informer
 from shardops.k8s.shards import unfinished_query
 from shardops.worker.look import WatchedLooks, campaign_change_matters, shard_change_matters
@@ -45,6 +45,13 @@ def _phase(kube: FakeKube, name: str, phase: str) -> None:
 def _phase_in(bodies: list[dict[str, Any]], name: str) -> object:
     found = [b for b in bodies if b["metadata"]["name"] == name]
     return (found[0].get("status") or {}).get("phase") if found else None
+
+
+def test_a_watch_stream_is_read_line_by_line_whatever_its_chunks_cut() -> None:
+    stream = b'{"type":"ADDED","object":{"metadata":{"name":"a"}}}\n{"type":"BOOKMARK","object":{}}\n'
+    chunks = [stream[:7], stream[7:40], stream[40:41], stream[41:]]
+    assert [line["type"] for line in json_lines(chunks)] == ["ADDED", "BOOKMARK"]
+    assert [line["type"] for line in json_lines([stream.rstrip(b"\n")])] == ["ADDED", "BOOKMARK"]
 
 
 def test_a_watch_error_line_raises_what_its_status_says() -> None:

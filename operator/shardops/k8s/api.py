@@ -15,7 +15,7 @@ import json
 import logging
 import random
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
@@ -117,6 +117,31 @@ class WatchEvent:
     @property
     def resource_version(self) -> str:
         return str((self.object.get("metadata") or {}).get("resourceVersion") or "")
+
+
+def _parsed(raw: bytes) -> tuple[str, JSON]:
+    """An answer's text and its JSON object ({} when it is none; a JSON list becomes its items)."""
+    text = raw.decode("utf-8", errors="replace")
+    if not text:
+        return text, {}
+    try:
+        loaded = json.loads(text)
+    except json.JSONDecodeError:
+        return text, {}
+    return text, loaded if isinstance(loaded, dict) else {"items": loaded}
+
+
+def json_lines(chunks: Iterable[bytes]) -> Iterator[JSON]:
+    """The JSON objects of a stream sent one per line, whatever its chunks cut (a watch's body)."""
+    pending = b""
+    for chunk in chunks:
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            if line.strip():
+                yield json.loads(line)
+    if pending.strip():
+        yield json.loads(pending)
 
 
 def watch_event(line: JSON) -> WatchEvent:
@@ -313,14 +338,7 @@ class Kube:
             raw: bytes = response.read() or b""  # type: ignore[no-untyped-call]
             if self.observer:
                 self.observer(method, path, response.status)
-            text = raw.decode("utf-8", errors="replace")
-            parsed: JSON = {}
-            if text:
-                try:
-                    loaded = json.loads(text)
-                    parsed = loaded if isinstance(loaded, dict) else {"items": loaded}
-                except json.JSONDecodeError:
-                    parsed = {}
+            text, parsed = _parsed(raw)
             if 200 <= response.status < 300:
                 return parsed
             if method in WRITE_METHODS and response.status >= 500:
@@ -403,22 +421,12 @@ class Kube:
         if self.observer:
             self.observer("WATCH", path, response.status)
         if not 200 <= response.status < 300:
-            raw: bytes = response.read() or b""  # type: ignore[no-untyped-call]
-            text = raw.decode("utf-8", errors="replace")
-            try:
-                parsed = json.loads(text) if text else {}
-            except json.JSONDecodeError:
-                parsed = {}
-            raise _error_for(response.status, parsed if isinstance(parsed, dict) else {}, text)
+            text, parsed = _parsed(response.read() or b"")  # type: ignore[no-untyped-call]
+            raise _error_for(response.status, parsed, text)
         stream = response.response
         try:
-            pending = b""
-            for chunk in stream.stream(64 * 1024, decode_content=True):
-                pending += chunk
-                *lines, pending = pending.split(b"\n")
-                for line in lines:
-                    if line.strip():
-                        yield watch_event(json.loads(line))
+            for line in json_lines(stream.stream(64 * 1024, decode_content=True)):
+                yield watch_event(line)
         finally:
             stream.release_conn()
 

@@ -227,8 +227,9 @@ class Worker:
         self.looks.close()
 
     def wait_for_work(self, seconds: float) -> None:
-        """Until something may have made a shard claimable (a watched change), or `seconds`. After a
-        change, a short random pause: the idle workers that all saw it do not race for one shard."""
+        """Until something may have made a shard claimable (a watched change), or `seconds`; then a
+        pause of up to SPREAD_SECONDS at random, so the idle workers that all saw one change do not
+        all race for one shard at once."""
         assert self.looks is not None
         if self.looks.wait(seconds, self.stop):
             return
