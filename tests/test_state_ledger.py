@@ -113,3 +113,21 @@ def test_folded_completions_still_break_a_run_of_failures_for_the_error_threshol
     body["status"] = {"folded": folded.to_dict()}
     kept = errors.error_threshold_condition(Campaign.parse(body), failures)
     assert kept.status == "False", "the folded completions at minutes 6 and 7 break the run"
+
+
+def test_shards_folded_past_a_status_that_never_recorded_their_cut_are_never_cut_again() -> None:
+    """A pass cut shards 2..4 and was killed before its status write (cutShards still 2); the shards
+    ran, and the next pass folded and deleted them. The cursor must not go back to 2: the shards
+    folded count as cut — both in the status that fold writes and in every pass after it."""
+    body = campaign(items=[{"id": i} for i in range(10)], shardSize=1)
+    body["status"] = {"cutShards": 2}
+    lagging = Campaign.parse(body)
+    done = [Shard.parse(shard("camp", i, "Done", result=RESULT)) for i in range(2, 5)]
+    folded = ledger.fold(FoldedShards(), done)
+    # The fold's own status write: no live shard shows index 4 any more.
+    assert observe.campaign_facts(lagging, [], 10, folded).items.cut_items == 5
+    # A pass after it, from a status whose folded ranges hold them but whose cutShards lags.
+    body["status"] = {"cutShards": 2, "folded": folded.to_dict()}
+    after = Campaign.parse(body)
+    assert observe.item_progress(after, [], 10).cut_items == 5
+    assert observe.item_progress(after, [], 10).uncut_shards == 5

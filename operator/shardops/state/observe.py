@@ -45,14 +45,21 @@ DEFAULT_PENDING_GRACE = dt.timedelta(seconds=120)
 DEFAULT_WARN_RATIO: float = Budget.model_fields["warn_ratio"].default
 
 
-def item_progress(campaign: Campaign, shards: Iterable[Shard], items_total: int) -> ItemProgress:
-    """How many of the campaign's `items_total` items are already cut into work shards: the larger of
-    what the status records (status.cutShards) and what the listed shards show, so a caller that lists
-    only the unfinished shards (a worker) and one whose status is a pass behind agree."""
+def item_progress(
+    campaign: Campaign, shards: Iterable[Shard], items_total: int, folded: FoldedShards | None = None
+) -> ItemProgress:
+    """How many of the campaign's `items_total` items are already cut into work shards: the largest of
+    what the status records (status.cutShards), what the listed shards show and what was folded
+    (`folded`, default the status's: the highest folded index + 1), so a caller that lists only the
+    unfinished shards (a worker) and one whose status is a pass behind agree — and shards cut by a
+    pass whose status write never came (the operator killed), then done and folded by the next,
+    are never cut again."""
     size = campaign.spec.shard_size
+    folded = folded if folded is not None else campaign.current_status.folded
     recorded = min(items_total, (campaign.current_status.cut_shards or 0) * size)
     listed = shardview.cut_items(shards, size, items_total)
-    return ItemProgress(items_total, max(recorded, listed), size)
+    done = min(items_total, max((r.end for r in folded.done_ranges), default=0) * size)
+    return ItemProgress(items_total, max(recorded, listed, done), size)
 
 
 def campaign_facts(
@@ -69,7 +76,7 @@ def campaign_facts(
     return CampaignFacts(
         campaign=campaign.name,
         suspended=spec.suspend or errors.held(campaign),
-        items=item_progress(campaign, shards, items_total),
+        items=item_progress(campaign, shards, items_total, folded),
         budget_limit=spec.budget.limit if spec.budget is not None else None,
         budget_warn_ratio=_warn_ratio(spec),
         budget_max_per_shard=_max_per_shard(spec),
