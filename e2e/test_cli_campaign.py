@@ -18,6 +18,7 @@ import select
 import socket
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ from shardops.cli.campaign_client import REPORTING_CONTROLLER, Client, connect
 from shardops.k8s import leases
 from shardops.k8s.api import CAMPAIGNS, EVENTS, SHARDS, Kube, Resource
 from shardops.k8s.shards import Actor, TransitionRequest, apply_transition
+from shardops.logic.leases import Renewals
 from shardops.logic.transitions import Action
 from shardops.scheduler import builders
 
@@ -173,7 +175,9 @@ def build_campaign(cluster: Cluster, namespace: str, name: str) -> Scenario:
     )
 
     running = claim(shards[1], 1, "worker-b")
-    leases.acquire(worker, namespace, running.lease_name, "worker-b", 60, _now())
+    leases.acquire(
+        worker, namespace, running.lease_name, "worker-b", 60, _now(), seen=Renewals(time.monotonic)
+    )
 
     blocked = shards[2]
     for attempt in (1, 2, 3):

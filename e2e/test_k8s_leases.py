@@ -1,16 +1,18 @@
-"""Lease claims against the real API server: one winner per race, takeover only after expiry,
-and a fencing token that never repeats."""
+"""Lease claims against the real API server: one winner per race, takeover only after expiry (judged
+on the taker's own clock from when it saw the claim renewed), and a fencing token that never repeats."""
 
 from __future__ import annotations
 
 import datetime as dt
 import threading
+import time
 
 import pytest
 
 from e2e.harness import Cluster
 from shardops.k8s import leases
 from shardops.k8s.api import LEASES, Kube
+from shardops.logic.leases import Renewals
 
 
 @pytest.fixture
@@ -25,7 +27,8 @@ def test_concurrent_acquire_has_exactly_one_winner(kube: Kube, namespace: str) -
 
     def contend(index: int) -> None:
         barrier.wait()
-        results.append(leases.acquire(kube, namespace, "shard-a", f"worker-{index}", 30, now))
+        seen = Renewals(time.monotonic)
+        results.append(leases.acquire(kube, namespace, "shard-a", f"worker-{index}", 30, now, seen=seen))
 
     threads = [threading.Thread(target=contend, args=(i,)) for i in range(8)]
     for thread in threads:
@@ -41,12 +44,18 @@ def test_concurrent_acquire_has_exactly_one_winner(kube: Kube, namespace: str) -
 
 def test_takeover_only_after_expiry_and_the_old_holder_is_fenced(kube: Kube, namespace: str) -> None:
     start = dt.datetime.now(dt.UTC)
-    first = leases.acquire(kube, namespace, "shard-b", "worker-1", 10, start)
+    first = leases.acquire(kube, namespace, "shard-b", "worker-1", 10, start, seen=Renewals(time.monotonic))
     assert first is not None and first.fencing_token == 1
 
-    assert leases.acquire(kube, namespace, "shard-b", "worker-2", 10, start + dt.timedelta(seconds=9)) is None
-    # Clocks are injected: "11 s later" is when worker-1's claim has run out without a renewal.
-    second = leases.acquire(kube, namespace, "shard-b", "worker-2", 10, start + dt.timedelta(seconds=11))
+    # Worker-2's monotonic clock is injected: it first sees the claim at 0 and is told 9, then 10
+    # seconds have passed without a renewal.
+    monotonic = [0.0]
+    seen = Renewals(lambda: monotonic[0])
+    for elapsed in (0.0, 9.0):
+        monotonic[0] = elapsed
+        assert leases.acquire(kube, namespace, "shard-b", "worker-2", 10, start, seen=seen) is None
+    monotonic[0] = 10.0
+    second = leases.acquire(kube, namespace, "shard-b", "worker-2", 10, start, seen=seen)
     assert second is not None and second.fencing_token == 2
 
     with pytest.raises(leases.LeaseLost):
@@ -60,7 +69,9 @@ def test_release_keeps_the_token_growing(kube: Kube, namespace: str) -> None:
     now = dt.datetime.now(dt.UTC)
     tokens = []
     for index in range(3):
-        claim = leases.acquire(kube, namespace, "shard-c", f"worker-{index}", 30, now)
+        claim = leases.acquire(
+            kube, namespace, "shard-c", f"worker-{index}", 30, now, seen=Renewals(time.monotonic)
+        )
         assert claim is not None
         tokens.append(claim.fencing_token)
         assert leases.release(kube, claim) is True

@@ -434,6 +434,25 @@ def test_a_stall_revoke_whose_shard_write_failed_is_a_live_claim_taken() -> None
     assert ("no-live-claim-taken", "lease ns/s2") in [(v.invariant, v.object) for v in violations]
 
 
+@pytest.mark.parametrize("taken_at", [10.0, 15.1])
+def test_a_claim_is_live_for_a_lease_duration_after_the_server_stored_its_renewal_whatever_the_holders_clock(
+    taken_at: float,
+) -> None:
+    """A's clock runs 30 s behind: every renewTime it writes is long past by the server's clock. Its
+    claim still lasts until 10 s after the server stored its last renewal (5 s): a takeover at 10 s
+    takes a live claim, one at 15.1 s does not."""
+    r = Recording()
+    r.lease("s0", A, 0, holderIdentity="worker-a", leaseTransitions=1, renewTime=stamp(-30))
+    r.lease("s0", A, 5, renewTime=stamp(-25))
+    r.acquire("s0", B, taken_at, token=2)
+    found = [
+        (v.invariant, v.object)
+        for v in checker.check(r.history(), IDENTITIES)
+        if v.invariant == "one-holder-at-a-time"
+    ]
+    assert found == ([("one-holder-at-a-time", "lease ns/s0")] if taken_at < 15 else [])
+
+
 def test_history_keeps_versions_in_server_order_and_ignores_reads_and_other_resources() -> None:
     r = run()
     shuffled = list(reversed(r.entries))

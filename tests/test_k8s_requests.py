@@ -28,6 +28,7 @@ from shardops.k8s.api import (
     resource_path,
 )
 from shardops.k8s.shards import TransitionRequest, planned_status
+from shardops.logic.leases import Renewals
 from shardops.logic.transitions import Action, IllegalTransition
 
 NOW = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.UTC)
@@ -216,10 +217,19 @@ def _lease(
     return {"metadata": {"name": "s", "resourceVersion": "1"}, "spec": spec}
 
 
-def test_lease_is_free_when_released_or_expired_but_not_while_held() -> None:
-    assert leases.is_free(_lease(None, NOW), NOW)
-    assert not leases.is_free(_lease("w1", NOW - dt.timedelta(seconds=9)), NOW)
-    assert leases.is_free(_lease("w1", NOW - dt.timedelta(seconds=10)), NOW)
+def test_lease_is_free_when_released_or_not_seen_renewed_for_its_duration_on_the_observers_clock() -> None:
+    monotonic = [0.0]
+    seen = Renewals(lambda: monotonic[0])
+    assert leases.is_free(_lease(None, NOW), seen)
+    # Its renewTime is an hour old by this machine's clock (the holder's clock runs behind): held.
+    stale_looking = _lease("w1", NOW - dt.timedelta(hours=1))
+    assert not leases.is_free(stale_looking, seen)
+    monotonic[0] = 9.9
+    assert not leases.is_free(stale_looking, seen)
+    monotonic[0] = 10.0
+    assert leases.is_free(stale_looking, seen)
+    # Renewed since (its mark rose): held again, timed from now.
+    assert not leases.is_free(_lease("w1", NOW - dt.timedelta(hours=1) + dt.timedelta(seconds=3)), seen)
 
 
 def test_holding_needs_both_identity_and_fencing_token() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import math
 import re
 
 import pytest
@@ -16,6 +17,7 @@ from shardops.logic import conditions
 from shardops.logic.aggregate import CampaignFacts, aggregate
 from shardops.logic.breaker import SourceBreaker, effective
 from shardops.logic.idempotency import idempotency_key
+from shardops.logic.leases import Renewals
 from shardops.logic.timefmt import micro_time
 from shardops.logic.views import ItemProgress
 from shardops.scheduler import builders
@@ -249,27 +251,35 @@ def _lease(holder: str | None, renewed: dt.datetime) -> dict:
     return {"metadata": {"name": "s"}, "spec": spec}
 
 
-def test_lease_observation_trusts_the_lease_of_the_owner() -> None:
+def test_a_claims_silence_is_timed_from_its_holders_renewals_on_the_observers_clock() -> None:
+    monotonic = [0.0]
+    seen = Renewals(lambda: monotonic[0])
+    # The holder's leaseUntil is an hour ahead of this machine's clock: it decides nothing.
     running = Shard.parse(
         shard("c", 0, "Running", owner="w1", leaseUntil=(T0 + dt.timedelta(hours=1)).isoformat())
     )
-    obs = shardview.lease_observation(running, _lease("w1", T0), 30, 10, T0)
-    assert obs.lease_until == T0 + dt.timedelta(seconds=30)
-    released = shardview.lease_observation(running, _lease(None, T0), 30, 10, T0)
-    assert released.lease_until == shardview.EPOCH, "a released lease on a Running shard: nobody works on it"
-    # Taken over by w2 after the shard was written: the live claim is the Lease's, never the shard's
-    # older record (judging w1's record would revoke w2's live claim).
-    foreign = shardview.lease_observation(running, _lease("w2", T0), 30, 10, T0)
-    assert foreign.lease_until == T0 + dt.timedelta(seconds=30)
+    assert shardview.claim_silence(seen, running, None) == 0.0
+    monotonic[0] = 12.0
+    assert shardview.claim_silence(seen, running, None) == 12.0
+    # The owner's Lease renewed past what the shard shows (its status write has not landed): renewed.
+    assert shardview.claim_silence(seen, running, _lease("w1", T0 + dt.timedelta(hours=1))) == 0.0
+    monotonic[0] = 15.0
+    assert shardview.claim_silence(seen, running, _lease("w1", T0 + dt.timedelta(hours=1))) == 3.0
+    # A released Lease on a Running shard: nobody works on it.
+    assert shardview.claim_silence(seen, running, _lease(None, T0)) == math.inf
+    # Taken over by w2 after the shard was written: w2's claim is first seen now, whatever its times.
+    assert shardview.claim_silence(seen, running, _lease("w2", T0 - dt.timedelta(days=1))) == 0.0
     assert shardview.taken_over(running, _lease("w2", T0)) and not shardview.taken_over(
         running, _lease("w1", T0)
     )
+    obs = shardview.lease_observation(running, _lease("w1", T0), 30, 10, T0, 3.0)
+    assert (obs.lease_until, obs.silent_seconds) == (T0 + dt.timedelta(seconds=30), 3.0)
 
 
-def test_lease_observation_without_any_record_counts_from_the_claim() -> None:
+def test_a_one_look_view_predicts_from_the_holders_timestamps() -> None:
     body = shard("c", 0, "Running", history=[entry("Running", T0, "Claimed")])
-    obs = shardview.lease_observation(Shard.parse(body), None, 30, 10, T0)
-    assert obs.lease_until == T0 + dt.timedelta(seconds=30)
+    silent = shardview.one_look_silence(Shard.parse(body), None, 30, T0 + dt.timedelta(seconds=40))
+    assert silent == 40.0  # claimed at T0, never renewed: by this machine's clock, 40 s
 
 
 def test_worker_counts() -> None:

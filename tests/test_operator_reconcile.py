@@ -35,6 +35,7 @@ from shardops.k8s.api import (
     AlreadyExists,
     Resource,
 )
+from shardops.scheduler.reconcile import Reconciler
 
 JSON = dict[str, Any]
 
@@ -51,6 +52,22 @@ def clock() -> Clock:
 
 def run(kube: OperatorKube, clock: Clock, name: str = "camp") -> None:
     reconciler(kube, clock).reconcile(NAMESPACE, name)
+
+
+def watching(kube: OperatorKube, clock: Clock, name: str = "camp") -> Reconciler:
+    """An operator that has made one pass: it has seen the claims as they are now. Expiry is judged on
+    its own clock from when it saw a claim renewed, so a fresh one never reclaims at once."""
+    operator = reconciler(kube, clock)
+    operator.reconcile(NAMESPACE, name)
+    return operator
+
+
+def beat(kube: OperatorKube, clock: Clock, shard_name: str = "camp-00000", seconds: int = 30) -> None:
+    """A heartbeat as a worker writes it: the Lease renewed, then lastHeartbeat and leaseUntil."""
+    put_lease(kube, shard_name, "w1", clock.now, seconds=seconds)
+    until = clock.now + dt.timedelta(seconds=seconds)
+    status = {"lastHeartbeat": clock.now.isoformat(), "leaseUntil": until.isoformat()}
+    kube.patch(SHARDS, NAMESPACE, shard_name, {"status": status}, subresource="status")
 
 
 def names(kube: OperatorKube, resource: object = SHARDS) -> list[str]:
@@ -263,6 +280,8 @@ def test_status_is_written_only_when_it_changed(kube: OperatorKube, clock: Clock
 
 
 def _running(kube: OperatorKube, attempt: int = 1, **status: object) -> None:
+    """Claimed by w1 at T0 for 30 s, as a claim writes it (the Lease is the caller's)."""
+    status.setdefault("leaseUntil", (T0 + dt.timedelta(seconds=30)).isoformat())
     claimed = entry("Running", T0, "Claimed", attempt, owner="w1")
     put_shard(
         kube,
@@ -282,7 +301,11 @@ def test_expired_lease_sends_the_shard_back_with_attempt_plus_one(kube: Operator
     put_campaign(kube, campaign(items=[{"id": 0}]))
     _running(kube)
     put_lease(kube, "camp-00000", "w1", T0, seconds=30)
-    run(kube, clock.advance(31))
+    operator = watching(kube, clock)
+    operator.reconcile(NAMESPACE, "camp")
+    assert shard_of(kube, "camp-00000")["status"]["phase"] == "Running", "first seen now: not expired yet"
+    clock.advance(30)
+    operator.reconcile(NAMESPACE, "camp")
     s = shard_of(kube, "camp-00000")["status"]
     assert (s["phase"], s["attempt"]) == ("Pending", 2)
     assert s["history"][-1]["reason"] == "LeaseExpired" and s["lastError"]["class"] == "unknown"
@@ -298,6 +321,35 @@ def test_live_lease_is_not_stolen(kube: OperatorKube, clock: Clock) -> None:
     assert shard_of(kube, "camp-00000")["status"]["phase"] == "Running"
 
 
+def test_a_holder_whose_clock_runs_behind_is_never_reclaimed_while_it_renews(
+    kube: OperatorKube, clock: Clock
+) -> None:
+    """Its clock is 30 s behind the operator's, as its leaseSeconds: every leaseUntil and renewTime it
+    writes has already passed by the operator's clock. Judged on the operator's own clock from when
+    it saw each renewal, it stays alive for as long as it renews — and is reclaimed a lease duration
+    after it stops."""
+    put_campaign(kube, campaign(items=[{"id": 0}]))
+    behind = dt.timedelta(seconds=30)
+    _running(kube, leaseUntil=T0.isoformat(), lastHeartbeat=(T0 - behind).isoformat())
+    put_lease(kube, "camp-00000", "w1", T0 - behind, seconds=30)
+    operator = watching(kube, clock)
+    for _ in range(12):
+        clock.advance(5)
+        if clock.now.second % 10 == 0:
+            holder_now = clock.now - behind
+            put_lease(kube, "camp-00000", "w1", holder_now, seconds=30)
+            until = holder_now + dt.timedelta(seconds=30)
+            status = {"lastHeartbeat": holder_now.isoformat(), "leaseUntil": until.isoformat()}
+            kube.patch(SHARDS, NAMESPACE, "camp-00000", {"status": status}, subresource="status")
+        operator.reconcile(NAMESPACE, "camp")
+        s = shard_of(kube, "camp-00000")["status"]
+        assert (s["phase"], s["attempt"]) == ("Running", 1), s.get("lastError")
+    clock.advance(31)  # it stopped renewing
+    operator.reconcile(NAMESPACE, "camp")
+    s = shard_of(kube, "camp-00000")["status"]
+    assert (s["phase"], s["attempt"], s["history"][-1]["reason"]) == ("Pending", 2, "LeaseExpired")
+
+
 def test_a_shard_whose_status_shows_a_live_lease_costs_no_lease_read(
     kube: OperatorKube, clock: Clock
 ) -> None:
@@ -305,13 +357,17 @@ def test_a_shard_whose_status_shows_a_live_lease_costs_no_lease_read(
     until = T0 + dt.timedelta(seconds=30)
     _running(kube, lastHeartbeat=T0.isoformat(), leaseUntil=until.isoformat())
     put_lease(kube, "camp-00000", "w1", T0, seconds=30)
-    run(kube, clock.advance(10))
+    operator = watching(kube, clock.advance(10))
+    clock.advance(29)
+    operator.reconcile(NAMESPACE, "camp")
     assert [c for c in kube.calls if c.plural == "leases"] == []
-    # Once the status says the lease ran out, the Lease is read, and it decides: renewed since.
+    # Not seen renewed for a lease duration, the Lease is read, and it decides: renewed since (the
+    # shard's own status write has not landed).
     kube.patch(
         LEASES, NAMESPACE, "camp-00000", {"spec": {"renewTime": (T0 + dt.timedelta(seconds=29)).isoformat()}}
     )
-    run(kube, clock.advance(21))
+    clock.advance(1)
+    operator.reconcile(NAMESPACE, "camp")
     assert [c.method for c in kube.calls if c.plural == "leases"][-1] == "GET"
     assert shard_of(kube, "camp-00000")["status"]["phase"] == "Running"
 
@@ -323,8 +379,10 @@ def test_a_lease_taken_over_since_the_shard_was_written_is_not_revoked(
     sweep judged A's claim, so it must leave B's live one alone (no revoke, no attempt charged)."""
     put_campaign(kube, campaign(items=[{"id": 0}]))
     _running(kube, leaseUntil=T0.isoformat())
+    operator = watching(kube, clock)
     put_lease(kube, "camp-00000", "w2", T0 + dt.timedelta(seconds=31), seconds=30)
-    run(kube, clock.advance(32))
+    clock.advance(32)
+    operator.reconcile(NAMESPACE, "camp")
     lease = kube.obj(LEASES, NAMESPACE, "camp-00000")
     assert lease is not None and lease["spec"].get("holderIdentity") == "w2", "B's live claim was revoked"
     s = shard_of(kube, "camp-00000")["status"]
@@ -342,8 +400,10 @@ def test_a_renewal_that_lands_first_wins(kube: OperatorKube, clock: Clock) -> No
             kube.before.clear()
             kube.patch(LEASES, NAMESPACE, name, {"spec": {"renewTime": "2026-03-01T12:00:31.000000Z"}})
 
+    operator = watching(kube, clock)
     kube.before.append(renew_first)
-    run(kube, clock.advance(31))
+    clock.advance(31)
+    operator.reconcile(NAMESPACE, "camp")
     assert shard_of(kube, "camp-00000")["status"]["phase"] == "Running"
 
 
@@ -363,7 +423,9 @@ def test_expiry_on_the_last_attempt_of_a_shard_whose_result_verifies_completes_i
     stored, _ = store_result(
         kube, NAMESPACE, key, text, ResultMeta("camp", "camp-00000", "w1", 2, 1), 1, 10_000
     )  # type: ignore[arg-type]
-    run(kube, clock.advance(31))
+    operator = watching(kube, clock)
+    clock.advance(31)
+    operator.reconcile(NAMESPACE, "camp")
     s = shard_of(kube, "camp-00000")["status"]
     assert (s["phase"], s["attempt"]) == ("Done", 2), s.get("lastError")
     assert s["result"] == {"ref": stored.name, "fingerprint": stored.fingerprint, "bytes": stored.bytes}
@@ -378,7 +440,9 @@ def test_expiry_on_the_last_attempt_blocks_with_the_error_and_its_event(
     put_campaign(kube, campaign(items=[{"id": 0}], maxAttempts=2))
     _running(kube, attempt=2)
     put_lease(kube, "camp-00000", "w1", T0, seconds=30)
-    run(kube, clock.advance(31))
+    operator = watching(kube, clock)
+    clock.advance(31)
+    operator.reconcile(NAMESPACE, "camp")
     s = shard_of(kube, "camp-00000")["status"]
     assert s["phase"] == "Blocked"
     event = kube.obj(EVENTS, NAMESPACE, s["lastError"]["event"])
@@ -394,14 +458,7 @@ def test_stall_is_reported_once_and_revoke_takes_the_claim_back(kube: OperatorKu
     operator = reconciler(kube, clock)
     for _ in range(3):
         clock.advance(10)
-        kube.patch(
-            SHARDS,
-            NAMESPACE,
-            "camp-00000",
-            {"status": {"lastHeartbeat": clock.now.isoformat()}},
-            subresource="status",
-        )
-        put_lease(kube, "camp-00000", "w1", clock.now, seconds=30)
+        beat(kube, clock)
         operator.reconcile(NAMESPACE, "camp")
     assert kube.event_reasons("camp-00000").count("Stalled") == 1
     assert condition(status_of(kube), "Stalled")["status"] == "True"
@@ -425,14 +482,7 @@ def test_a_heartbeat_already_on_its_way_does_not_turn_a_revoke_into_a_lease_expi
     operator = reconciler(kube, clock)
     operator.reconcile(NAMESPACE, "camp")
     clock.advance(25)
-    kube.patch(
-        SHARDS,
-        NAMESPACE,
-        "camp-00000",
-        {"status": {"lastHeartbeat": clock.now.isoformat()}},
-        subresource="status",
-    )
-    put_lease(kube, "camp-00000", "w1", clock.now, seconds=30)
+    beat(kube, clock)
 
     def late_heartbeat(fake: object, verb: str, resource: object, name: str) -> None:
         if verb == "patch" and resource is SHARDS:

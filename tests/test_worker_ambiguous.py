@@ -16,6 +16,7 @@ import pytest
 from fakekube import LOST_ANSWERS, Call, FakeKube, LostAnswer
 from shardops.k8s import leases
 from shardops.k8s.api import LEASES
+from shardops.logic.leases import Renewals
 from test_worker_runtime import _agent_campaign, _holder, _reasons, _shard, _worker
 from workerkit import NAMESPACE, add_campaign
 
@@ -102,7 +103,7 @@ def test_a_failure_write_whose_answer_was_lost_still_releases_the_lease(
 @pytest.mark.parametrize("answer", ANSWERS)
 def test_a_lease_release_whose_answer_was_lost_is_recognised(answer: LostAnswer) -> None:
     kube = FakeKube()
-    claim = leases.acquire(kube, NAMESPACE, "s", "w1", 10, NOW)  # type: ignore[arg-type]
+    claim = leases.acquire(kube, NAMESPACE, "s", "w1", 10, NOW, seen=Renewals(lambda: 0.0))  # type: ignore[arg-type]
     assert claim is not None
     kube.lose_answers(lambda call: call.plural == "leases" and call.verb == "patch", answer)
     assert leases.release(kube, claim)  # type: ignore[arg-type]
@@ -112,10 +113,14 @@ def test_a_lease_release_whose_answer_was_lost_is_recognised(answer: LostAnswer)
 @pytest.mark.parametrize("answer", ANSWERS)
 def test_a_lease_takeover_whose_answer_was_lost_is_recognised(answer: LostAnswer) -> None:
     kube = FakeKube()
-    old = leases.acquire(kube, NAMESPACE, "s", "dead", 10, NOW - dt.timedelta(minutes=1))  # type: ignore[arg-type]
+    monotonic = [0.0]
+    seen = Renewals(lambda: monotonic[0])
+    old = leases.acquire(kube, NAMESPACE, "s", "dead", 10, NOW - dt.timedelta(minutes=1), seen=seen)  # type: ignore[arg-type]
     assert old is not None
+    assert not leases.is_free(kube.obj(LEASES, NAMESPACE, "s"), seen)  # w1 sees it held, then silent
+    monotonic[0] = 10.0
     kube.lose_answers(lambda call: call.plural == "leases" and call.verb == "replace", answer)
-    claim = leases.acquire(kube, NAMESPACE, "s", "w1", 10, NOW)  # type: ignore[arg-type]
+    claim = leases.acquire(kube, NAMESPACE, "s", "w1", 10, NOW, seen=seen)  # type: ignore[arg-type]
     assert claim is not None and (claim.holder, claim.fencing_token) == ("w1", 2)
 
 
@@ -130,5 +135,5 @@ def test_a_write_that_was_not_applied_is_not_taken_for_ours() -> None:
         else None
     )
     with pytest.raises(ApiError):
-        leases.acquire(kube, NAMESPACE, "s", "w1", 10, NOW)  # type: ignore[arg-type]
+        leases.acquire(kube, NAMESPACE, "s", "w1", 10, NOW, seen=Renewals(lambda: 0.0))  # type: ignore[arg-type]
     assert kube.obj(LEASES, NAMESPACE, "s") is None

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import datetime as dt
+import math
 import random
 from typing import Any
 
 from fakekube import FakeKube
 from shardops.api.campaign import Campaign
+from shardops.api.enums import ShardPhase
 from shardops.api.shard import Shard
 from shardops.k8s import leases
+from shardops.logic.leases import Renewals
 from shardops.logic.planner import plan_dispatch
 from shardops.state import observe
 from shardops.worker.claim import (
+    Candidate,
     choose,
     expected_shards,
     is_zombie,
@@ -66,8 +70,22 @@ def _finalize_shard(phase: str) -> Shard:
     )
 
 
+def _silences(shards: list[Shard]) -> dict[str, float]:
+    """As a worker that watched them would have it: a Running shard whose leaseUntil passed has not been
+    seen renewed for ever so long, the others were just seen renewed."""
+    return {
+        s.name: math.inf if s.current_status.lease_until and s.current_status.lease_until <= NOW else 0.0
+        for s in shards
+        if s.phase is ShardPhase.RUNNING
+    }
+
+
+def _choose(campaign: Campaign, shards: list[Shard], k: int = 100, seed: int = 1) -> list[Candidate]:
+    return choose(campaign, shards, NOW, k, random.Random(seed), _silences(shards))
+
+
 def _names(campaign: Campaign, shards: list[Shard], k: int = 100, seed: int = 1) -> list[str]:
-    return [c.shard.name for c in choose(campaign, shards, NOW, k, random.Random(seed))]
+    return [c.shard.name for c in _choose(campaign, shards, k, seed)]
 
 
 def test_candidates_are_a_random_order_of_the_first_k_in_priority_then_fifo_order() -> None:
@@ -98,8 +116,10 @@ def test_an_expired_lease_makes_a_running_shard_a_candidate() -> None:
     campaign = _campaign(items=[{"id": i} for i in range(4)])
     zombie = _shard(0, "Running", owner="gone", leaseUntil=(NOW - dt.timedelta(seconds=1)).isoformat())
     alive = _shard(1, "Running", owner="w", leaseUntil=(NOW + dt.timedelta(seconds=5)).isoformat())
-    assert is_zombie(zombie, NOW) and not is_zombie(alive, NOW)
-    found = choose(campaign, [zombie, alive], NOW, 5, random.Random(0))
+    # This worker's silence decides, not the leaseUntil the holder wrote; only a Running shard can be one.
+    assert is_zombie(alive, 30, 30) and not is_zombie(zombie, 29.9, 30)
+    assert not is_zombie(_shard(2), 1e9, 30)
+    found = _choose(campaign, [zombie, alive], 5, 0)
     assert [(c.shard.name, c.zombie) for c in found] == [("camp-00000", True)]
 
 
@@ -125,7 +145,7 @@ def test_an_open_breaker_routes_to_the_fallback_or_holds_the_shard() -> None:
     ]
     campaign = _campaign(sources=sources, status={"breakers": breakers})
     shards = [_shard(0, source="big"), _shard(1, source="solo"), _shard(2, source="small")]
-    found = {c.shard.name: c.source for c in choose(campaign, shards, NOW, 10, random.Random(0))}
+    found = {c.shard.name: c.source for c in _choose(campaign, shards, 10, 0)}
     assert found == {"camp-00000": "small", "camp-00002": "small"}
 
 
@@ -165,13 +185,13 @@ def test_each_source_waits_for_its_own_cooldown_not_the_longest() -> None:
     campaign = _campaign(sources=sources, status={"breakers": breakers})
     shards = [_shard(0, source="quick"), _shard(1, source="quick"), _shard(2, source="slow")]
     # quick's cooldown ran out 50 s ago: HalfOpen, one probe. slow's has 540 s to go.
-    found = {c.shard.name: c.source for c in choose(campaign, shards, NOW, 10, random.Random(0))}
+    found = {c.shard.name: c.source for c in _choose(campaign, shards, 10, 0)}
     assert found == {"camp-00000": "quick"}
     # A zombie of an open source is not taken over either while that source cools down.
     zombie = _shard(
         3, "Running", source="slow", owner="gone", leaseUntil=(NOW - dt.timedelta(seconds=1)).isoformat()
     )
-    assert [c.shard.name for c in choose(campaign, [zombie], NOW, 10, random.Random(0))] == []
+    assert [c.shard.name for c in _choose(campaign, [zombie], 10, 0)] == []
 
 
 def test_the_budget_gate_counts_what_the_shards_spent_when_the_status_lags() -> None:
@@ -214,7 +234,7 @@ def test_the_worker_offers_exactly_what_the_operator_plans_as_claimable() -> Non
         _shard(6),
     ]
     plan = plan_dispatch(observe.dispatch_inputs(campaign, shards, [], [], NOW, items_total=20))
-    chosen = choose(campaign, shards, NOW, 100, random.Random(0))
+    chosen = _choose(campaign, shards, 100, 0)
     assert sorted(c.shard.name for c in chosen) == sorted(plan.claimable)
     assert {c.shard.name: c.source for c in chosen}["camp-00000"] == plan.routes["camp-00000"].source == "B"
 
@@ -235,7 +255,17 @@ def test_a_never_claimed_shard_gets_its_lease_by_one_create_and_no_read() -> Non
     (shard,) = add_campaign(kube, campaign_body(items=[{"id": 0}], shardSize=1))
     assert not was_claimed(shard)
     kube.calls.clear()
-    claim = leases.acquire(kube, NAMESPACE, shard.lease_name, "w1", 30, NOW, may_exist=was_claimed(shard))  # type: ignore[arg-type]
+    seen = Renewals(lambda: 0.0)
+    claim = leases.acquire(
+        kube,  # type: ignore[arg-type]
+        NAMESPACE,
+        shard.lease_name,
+        "w1",
+        30,
+        NOW,
+        seen=seen,
+        may_exist=was_claimed(shard),
+    )
     assert claim is not None and claim.fencing_token == 1
     assert [(c.method, c.plural) for c in kube.calls] == [("POST", "leases")]
 
@@ -246,13 +276,20 @@ def test_a_lease_left_by_a_claimer_that_crashed_before_its_claim_write_is_read_a
     decided on as usual — held: nobody else takes it; run out: taken over."""
     kube = FakeKube()
     (shard,) = add_campaign(kube, campaign_body(items=[{"id": 0}], shardSize=1))
-    assert leases.acquire(kube, NAMESPACE, shard.lease_name, "crashed", 30, NOW) is not None  # type: ignore[arg-type]
+    monotonic = [0.0]
+    crashed, w2 = Renewals(lambda: monotonic[0]), Renewals(lambda: monotonic[0])
+    name = shard.lease_name
+    assert leases.acquire(kube, NAMESPACE, name, "crashed", 30, NOW, seen=crashed) is not None  # type: ignore[arg-type]
     kube.calls.clear()
-    assert leases.acquire(kube, NAMESPACE, shard.lease_name, "w2", 30, NOW, may_exist=False) is None  # type: ignore[arg-type]
+    assert leases.acquire(kube, NAMESPACE, name, "w2", 30, NOW, seen=w2, may_exist=False) is None  # type: ignore[arg-type]
     assert [(c.method, c.plural, c.status) for c in kube.calls] == [("POST", "leases", 409)]
-    assert leases.acquire(kube, NAMESPACE, shard.lease_name, "w2", 30, NOW, may_exist=True) is None  # type: ignore[arg-type]
-    later = NOW + dt.timedelta(seconds=31)
-    taken = leases.acquire(kube, NAMESPACE, shard.lease_name, "w2", 30, later, may_exist=True)  # type: ignore[arg-type]
+    # Read and judged: first seen now, by w2's clock — however old its renewTime looks.
+    much_later = NOW + dt.timedelta(hours=1)
+    assert leases.acquire(kube, NAMESPACE, name, "w2", 30, much_later, seen=w2, may_exist=True) is None  # type: ignore[arg-type]
+    monotonic[0] = 29.0
+    assert leases.acquire(kube, NAMESPACE, name, "w2", 30, much_later, seen=w2, may_exist=True) is None  # type: ignore[arg-type]
+    monotonic[0] = 30.0
+    taken = leases.acquire(kube, NAMESPACE, name, "w2", 30, much_later, seen=w2, may_exist=True)  # type: ignore[arg-type]
     assert taken is not None and (taken.holder, taken.fencing_token) == ("w2", 2)
 
 

@@ -20,7 +20,7 @@ from shardops.logic.idempotency import item_subkey
 from shardops.store.configmap import result_name, store_result
 from shardops.store.records import ResultMeta, encode_result
 from test_worker_runtime import _agent_campaign, _on_its_last_attempt, _reasons, _shard, _worker, _zombie
-from workerkit import NAMESPACE, add_campaign
+from workerkit import NAMESPACE, ShiftedClock, add_campaign, watching_worker
 
 
 def _done_write(call: Call) -> bool:
@@ -115,7 +115,7 @@ def test_a_zombie_on_its_last_attempt_whose_result_verifies_is_completed_not_blo
     _zombie(kube, shard, attempt=2)
     # The dead worker stored its whole result, then lost its Done write.
     fingerprint = _store_result_of(kube, shard, "dead-worker")
-    assert _worker(kube, tmp_path).run() == 0
+    assert watching_worker(kube, tmp_path, 10).run() == 0
     done = _shard(kube, shard.name)
     status = done.current_status
     assert status.phase == "Done" and status.attempt == 2, "no attempt charged"
@@ -145,8 +145,10 @@ def test_a_zombie_whose_lost_claim_stored_its_s3_result_is_completed_with_that_o
     # The dead claim (fencing token 1) wrote its object; its Done write, and so the commit, never came.
     stored, _ = s3.store_result(key, text, ResultMeta("camp", shard.name, "dead-worker", 2, 1), 1)
     assert s3.read_result(key) is None
-    worker = _worker(kube, tmp_path)
+    worker = _worker(kube, tmp_path, clock=ShiftedClock())
     worker._stores[location.model_dump_json()] = s3
+    assert worker._step() is None, "first seen now: not a zombie yet"
+    worker.clock.skip(10)  # type: ignore[attr-defined]
     assert worker.run() == 0
     status = _shard(kube, shard.name).current_status
     assert status.phase == "Done" and status.attempt == 2 and status.result is not None
@@ -167,5 +169,5 @@ def test_a_zombie_whose_stored_result_does_not_verify_is_blocked_on_its_last_att
     configmap = kube.obj(CONFIGMAPS, NAMESPACE, result_name(shard.spec.idempotency_key))
     assert configmap is not None
     configmap["data"]["result.json"] += " "  # its fingerprint no longer matches
-    assert _worker(kube, tmp_path).run() == 0
+    assert watching_worker(kube, tmp_path, 10).run() == 0
     assert _shard(kube, shard.name).phase == "Blocked"

@@ -22,10 +22,11 @@ from shardops.api.shard import Shard
 from shardops.k8s import leases
 from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS, EVENTS, LEASES, SHARDS, ApiError, Resource
 from shardops.logic.idempotency import item_subkey
+from shardops.logic.leases import Renewals
 from shardops.store.configmap import check_result, items_name, result_name, save_items, store_result
 from shardops.store.records import ItemRecord, ResultMeta, encode_result
-from shardops.worker.runtime import SystemClock, Worker
-from workerkit import NAMESPACE, add_campaign, campaign_body, worker
+from shardops.worker.runtime import Worker
+from workerkit import NAMESPACE, ShiftedClock, add_campaign, campaign_body, watching_worker, worker
 
 AGENT = [sys.executable, "-m", "shardops_example_agent.agent"]
 
@@ -236,7 +237,7 @@ def test_a_conflicting_claim_reads_the_shard_once_then_gives_the_lease_back(
 
 def _zombie(kube: FakeKube, shard: Shard, attempt: int) -> None:
     past = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=60)
-    leases.acquire(kube, NAMESPACE, shard.name, "dead-worker", 10, past)  # type: ignore[arg-type]
+    leases.acquire(kube, NAMESPACE, shard.name, "dead-worker", 10, past, seen=Renewals(time.monotonic))  # type: ignore[arg-type]
     current = _shard(kube, shard.name)
     status = {**(kube.obj(SHARDS, NAMESPACE, shard.name) or {})["status"]}
     status.update(
@@ -253,7 +254,7 @@ def test_a_zombie_is_reclaimed_with_attempt_plus_one_then_claimed(tmp_path: Path
     kube = FakeKube()
     (shard,) = add_campaign(kube, _agent_campaign([{"id": 1}], shardSize=1))
     _zombie(kube, shard, attempt=1)
-    assert _worker(kube, tmp_path).run() == 0
+    assert watching_worker(kube, tmp_path, 10).run() == 0
     done = _shard(kube, shard.name)
     assert _reasons(done)[-3:] == [("LeaseExpired", 1), ("Claimed", 2), ("Completed", 2)]
     assert done.current_status.history[-3].owner == "dead-worker"
@@ -276,7 +277,7 @@ def test_a_zombie_on_its_last_attempt_is_blocked_not_run(tmp_path: Path) -> None
     body = _on_its_last_attempt(["touch", str(marker)])
     (shard,) = add_campaign(kube, body)
     _zombie(kube, shard, attempt=2)
-    assert _worker(kube, tmp_path).run() == 0
+    assert watching_worker(kube, tmp_path, 10).run() == 0
     blocked = _shard(kube, shard.name).current_status
     assert blocked.phase == "Blocked" and blocked.last_error is not None
     assert blocked.last_error.error_class == "unknown" and "attempt 2 of 2" in blocked.last_error.message
@@ -387,25 +388,15 @@ def test_an_api_failure_while_storing_the_result_is_retried_not_charged(tmp_path
     assert done.phase == "Done" and _reasons(done)[-2:] == [("Claimed", 1), ("Completed", 1)]
 
 
-class _SkewedClock(SystemClock):
-    """The system clock, moved on by `ahead` (a test makes the lease run out at once)."""
-
-    def __init__(self) -> None:
-        self.ahead = dt.timedelta(0)
-
-    def now(self) -> dt.datetime:
-        return super().now() + self.ahead
-
-
 def test_when_nothing_can_be_written_the_shard_is_left_to_its_lease(tmp_path: Path) -> None:
     kube = FakeKube()
     (shard,) = add_campaign(kube, _agent_campaign([{"id": 1}], shardSize=1))
-    clock = _SkewedClock()
+    clock = ShiftedClock()
 
     def api_down(fake: FakeKube, verb: str, resource: Resource, name: str) -> None:
         # From the first result write on, every write fails, and meanwhile the lease runs out.
         if resource is CONFIGMAPS or (resource is SHARDS and kube.writes_to("configmaps", ok=False)):
-            clock.ahead = dt.timedelta(minutes=5)
+            clock.offset = 300.0
             raise ApiError(503, "ServiceUnavailable", "down")
 
     kube.before.append(api_down)

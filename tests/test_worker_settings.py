@@ -49,3 +49,27 @@ def test_invalid_values_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SHARDOPS_CLAIM_CANDIDATES", "0")
     with pytest.raises(ValueError, match="claim_candidates"):
         WorkerSettings()
+
+
+def test_a_clock_offset_shifts_the_wall_clock_only_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    import datetime as dt
+    import random
+
+    from shardops.scheduler.settings import OperatorSettings
+    from shardops.skew import ClockSkewSettings
+
+    assert ClockSkewSettings().wall_clock()().tzinfo is dt.UTC
+    monkeypatch.setenv("SHARDOPS_CLOCK_OFFSET_SECONDS", "-30")
+    for settings in (WorkerSettings(), OperatorSettings()):
+        lag = dt.datetime.now(dt.UTC) - settings.wall_clock()()
+        assert dt.timedelta(seconds=29) < lag < dt.timedelta(seconds=31)
+    monkeypatch.setenv("SHARDOPS_CLOCK_OFFSET_SPREAD_SECONDS", "10")
+    offsets = set()
+    for seed in range(20):
+        lag = dt.datetime.now(dt.UTC) - WorkerSettings().wall_clock(random.Random(seed))()
+        assert dt.timedelta(seconds=19) < lag < dt.timedelta(seconds=41)
+        offsets.add(round(lag.total_seconds()))
+    assert len(offsets) > 5, "each process draws its own offset"
+    monkeypatch.setenv("SHARDOPS_CLOCK_OFFSET_SECONDS", "100000")
+    with pytest.raises(ValueError, match="clock_offset_seconds"):
+        WorkerSettings()

@@ -17,9 +17,10 @@ from fakekube import FakeKube
 from shardops.api.enums import ShardPhase
 from shardops.api.shard import Shard
 from shardops.k8s import leases
-from shardops.k8s.api import CAMPAIGNS, SHARDS, Gone, json_lines, watch_event
+from shardops.k8s.api import CAMPAIGNS, LEASES, SHARDS, Gone, json_lines, watch_event
 from shardops.k8s.informer import Changes, Informer
 from shardops.k8s.shards import unfinished_query
+from shardops.logic.leases import Renewals
 from shardops.worker.look import WatchedLooks, campaign_change_matters, shard_change_matters
 from shardops.worker.runtime import LOST_CLAIM_SECONDS, Outcome
 from workerkit import NAMESPACE, add_campaign, campaign_body, worker
@@ -196,7 +197,10 @@ def test_a_lost_claim_is_not_tried_again_until_the_shard_changes(tmp_path: Path)
         looks.close()  # the copy stops here: it never sees the winner's claim
         # Another worker holds the shard's Lease (its claim write has not landed).
         now = dt.datetime.now(dt.UTC)
-        assert leases.acquire(kube, NAMESPACE, shard.lease_name, "other", 30, now) is not None  # type: ignore[arg-type]
+        assert (
+            leases.acquire(kube, NAMESPACE, shard.lease_name, "other", 30, now, seen=Renewals(lambda: 0.0))
+            is not None
+        )  # type: ignore[arg-type]
         runner = worker(kube, tmp_path, looks=looks)
         assert runner._step() is None
         lease_reads = lambda: [c for c in kube.calls if c.plural == "leases"]  # noqa: E731
@@ -246,7 +250,11 @@ def test_a_shard_whose_claimer_crashed_before_its_claim_write_is_claimed_once_it
     kube = FakeKube()
     (shard,) = add_campaign(kube, campaign_body(items=[{"id": 0}], worker={"image": "x", "command": AGENT}))
     clock = SteppedClock()
-    assert leases.acquire(kube, NAMESPACE, shard.lease_name, "crashed", 10, clock.now()) is not None  # type: ignore[arg-type]
+    crashed = Renewals(clock.monotonic)
+    assert (
+        leases.acquire(kube, NAMESPACE, shard.lease_name, "crashed", 10, clock.now(), seen=crashed)
+        is not None
+    )  # type: ignore[arg-type]
     runner = worker(kube, tmp_path, clock=clock)
     assert runner._step() is None
     clock.advance(LOST_CLAIM_SECONDS + 1)
@@ -256,3 +264,56 @@ def test_a_shard_whose_claimer_crashed_before_its_claim_write_is_claimed_once_it
     clock.advance(10)
     assert runner._step() is Outcome.DONE
     assert Shard.parse(kube.obj(SHARDS, NAMESPACE, shard.name) or {}).phase is ShardPhase.DONE
+
+
+def test_a_worker_never_takes_over_a_holder_whose_clock_runs_behind_while_it_renews(tmp_path: Path) -> None:
+    """The holder's clock is 30 s behind the worker's (its leaseSeconds): every leaseUntil and renewTime
+    it writes has passed by the worker's clock the moment it is written. The worker judges on its own
+    clock from when it saw each renewal: no takeover while the holder renews, one a lease duration
+    after it stops."""
+    kube = FakeKube()
+    body = campaign_body(items=[{"id": 0}], leaseSeconds=30, worker={"image": "x", "command": AGENT})
+    (shard,) = add_campaign(kube, body)
+    clock = SteppedClock()
+    behind = dt.timedelta(seconds=30)
+
+    def holder_renews() -> None:
+        holder_now = clock.now() - behind
+        lease = kube.obj(LEASES, NAMESPACE, shard.lease_name)
+        assert lease is not None and lease["spec"]["holderIdentity"] == "slow-clock"
+        lease["spec"]["renewTime"] = leases.format_micro_time(holder_now)
+        kube.put(LEASES, NAMESPACE, lease)
+        current = kube.obj(SHARDS, NAMESPACE, shard.name) or {}
+        until = (holder_now + dt.timedelta(seconds=30)).isoformat()
+        status = {
+            **current["status"],
+            "phase": "Running",
+            "owner": "slow-clock",
+            "attempt": 1,
+            "leaseUntil": until,
+        }
+        kube.put(SHARDS, NAMESPACE, {**current, "status": status})
+
+    slow = Renewals(lambda: 0.0)
+    claim = leases.acquire(
+        kube, NAMESPACE, shard.lease_name, "slow-clock", 30, clock.now() - behind, seen=slow
+    )  # type: ignore[arg-type]
+    assert claim is not None
+    holder_renews()
+    runner = worker(kube, tmp_path, clock=clock, idle_seconds=3600)
+    for step in range(24):  # two minutes, a renewal every 10 s
+        assert runner._step() is None, f"took the live claim over at step {step}"
+        clock.advance(5)
+        if step % 2:
+            holder_renews()
+    final = Shard.parse(kube.obj(SHARDS, NAMESPACE, shard.name) or {}).current_status
+    assert (final.owner, final.attempt) == ("slow-clock", 1)
+    # It stops renewing: a lease duration after the worker last saw it renew, the worker reclaims and
+    # runs the shard.
+    assert runner._step() is None
+    clock.advance(29)
+    assert runner._step() is None
+    clock.advance(1)
+    assert runner._step() is Outcome.DONE
+    done = Shard.parse(kube.obj(SHARDS, NAMESPACE, shard.name) or {}).current_status
+    assert (done.phase, done.attempt) == (ShardPhase.DONE, 2)

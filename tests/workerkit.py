@@ -14,7 +14,7 @@ from shardops.k8s.api import CAMPAIGNS, SHARDS
 from shardops.k8s.shards import Actor, TransitionRequest, apply_transition
 from shardops.logic.idempotency import idempotency_key
 from shardops.logic.transitions import Action
-from shardops.worker.runtime import Worker
+from shardops.worker.runtime import SystemClock, Worker
 from shardops.worker.settings import WorkerSettings
 
 JSON = dict[str, Any]
@@ -115,3 +115,30 @@ def worker(kube: FakeKube, tmp_path: Path, campaign: str = "camp", **overrides: 
         campaign_name=campaign,
         **parts,
     )
+
+
+class ShiftedClock(SystemClock):
+    """The system's clocks, moved forward on demand: a test lets a lease duration pass at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.offset = 0.0
+
+    def now(self) -> dt.datetime:
+        return super().now() + dt.timedelta(seconds=self.offset)
+
+    def monotonic(self) -> float:
+        return super().monotonic() + self.offset
+
+    def skip(self, seconds: float) -> None:
+        self.offset += seconds
+
+
+def watching_worker(kube: FakeKube, tmp_path: Path, seconds: float, **overrides: Any) -> Worker:
+    """A worker (`worker`) that has looked once and then watched its campaign's claims for `seconds`
+    on its own clock: zombies are judged by how long a worker has not seen them renewed."""
+    clock = ShiftedClock()
+    runner = worker(kube, tmp_path, clock=clock, **overrides)
+    assert runner._step() is None, "the first look must find nothing to do"
+    clock.skip(seconds)
+    return runner

@@ -4,10 +4,12 @@
 below, named as its Violation's `invariant`. Times are the API server's (stageTimestamp); the order
 of versions is the server's (resourceVersion). docs/faults.md states each invariant in a sentence.
 
-A claim (a Lease version with a holder) is live until its renewTime plus leaseDurationSeconds —
-the holder's own promise, which is what the holder itself acts on (`k8s.leases.Claim.until`) —
-and never later than the server's time of the write that stored that renewTime plus the duration,
-so a holder's clock running ahead cannot stretch its claim.
+A claim (a Lease version with a holder) is live until a full leaseDurationSeconds after the API
+server stored its latest renewal (the write that changed holder, token or renewTime), on the
+server's clock. Observers judge expiry the same way — on their own clock, from when they saw the
+renewal (`logic.leases`, "Whose clock") — and they see a renewal only after the server stored it,
+so an honest takeover is never earlier. The holder's own timestamps are not used: a holder whose
+clock runs behind must not have its claim end early, nor one whose clock runs ahead stretch it.
 """
 
 from __future__ import annotations
@@ -123,10 +125,10 @@ def claim_ends(versions: Sequence[LeaseVersion]) -> list[dt.datetime | None]:
         if changed:
             renewed_at = version.write.stage
         previous = version
-        if version.holder is None or version.renew_time is None or renewed_at is None:
+        if version.holder is None or renewed_at is None:
             ends.append(None)
             continue
-        ends.append(min(version.renew_time, renewed_at) + version.duration)
+        ends.append(renewed_at + version.duration)
     return ends
 
 

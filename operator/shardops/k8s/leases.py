@@ -16,6 +16,7 @@ from typing import Any
 
 from shardops.k8s.ambiguous import write_recognised
 from shardops.k8s.api import LEASES, AlreadyExists, Conflict, Kube, NotFound
+from shardops.logic.leases import Renewals, is_expired
 from shardops.logic.timefmt import micro_time as format_micro_time
 from shardops.logic.timefmt import parse_rfc3339
 
@@ -53,10 +54,17 @@ def lease_expires_at(lease: JSON) -> dt.datetime | None:
     return renewed + dt.timedelta(seconds=int(spec.get("leaseDurationSeconds") or 0))
 
 
-def is_free(lease: JSON, now: dt.datetime) -> bool:
-    """Nobody holds it, or the holder stopped renewing before it ran out (a zombie's claim)."""
-    expires = lease_expires_at(lease)
-    return expires is None or expires <= now
+def is_free(lease: JSON, seen: Renewals) -> bool:
+    """Nobody holds it, or this process has not seen its holder renew it for a full lease duration
+    on its own clock (a zombie's claim). The holder's renewTime is compared only with what the same
+    holder wrote before, never with this process's clock (`logic.leases`, "Whose clock")."""
+    spec = lease.get("spec") or {}
+    holder = spec.get("holderIdentity")
+    if not holder:
+        return True
+    name = str((lease.get("metadata") or {}).get("name") or "")
+    silent = seen.observe(name, holder, lease_expires_at(lease))
+    return is_expired(silent, int(spec.get("leaseDurationSeconds") or 0))
 
 
 def _lease_body(
@@ -102,9 +110,12 @@ def acquire(
     now: dt.datetime,
     owner: JSON | None = None,
     *,
+    seen: Renewals,
     may_exist: bool = True,
 ) -> Claim | None:
     """Take the Lease if it is free; None when someone else holds it or won the race.
+
+    `seen`: this process's record of renewals (`is_free`); `now` only stamps the new claim.
 
     `may_exist=False`: the shard was never claimed, so its Lease most likely does not exist yet —
     create it without reading first (one request instead of two). When it exists after all, someone
@@ -140,7 +151,7 @@ def acquire(
         current = kube.get(LEASES, namespace, name)
     except NotFound:
         return create()
-    if not is_free(current, now):
+    if not is_free(current, seen):
         return None
     transitions = int((current.get("spec") or {}).get("leaseTransitions") or 0) + 1
     body = _lease_body(name, holder, duration_seconds, transitions, now, None)

@@ -7,7 +7,6 @@ its pod restarts as a fresh standby (client-go's rule: never keep going after lo
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import logging
 import signal
 import threading
@@ -109,7 +108,9 @@ def run_operator(settings: OperatorSettings) -> int:
         outcome["code"] = EXIT_LOST_LEADERSHIP
         stop.set()
 
-    elector = LeaderElector(kube, settings, metrics, loop_healthy=heartbeat.healthy, on_lost=lost)
+    # One wall clock for this process (shifted only by fault injection: `skew`).
+    wall = settings.wall_clock()
+    elector = LeaderElector(kube, settings, metrics, loop_healthy=heartbeat.healthy, on_lost=lost, wall=wall)
 
     def healthy() -> tuple[bool, str]:
         metrics.loop_lag.set(heartbeat.age())
@@ -146,7 +147,7 @@ def run_operator(settings: OperatorSettings) -> int:
         # Every write of a pass (shard, Job, Lease revoke, Event, status), and every retry of one, is
         # sent only while this replica leads (leader.py, guard_write); the election keeps `kube`.
         passes = kube.guarded(elector.guard_write) if settings.leader_election else kube
-        reconciler = Reconciler(passes, settings, metrics, is_leader=is_leader, renewing=renewing)
+        reconciler = Reconciler(passes, settings, metrics, is_leader=is_leader, renewing=renewing, clock=wall)
         sweeper = threading.Thread(
             target=_sweep_retention,
             args=(reconciler, settings, metrics, is_leader, stop),
@@ -185,7 +186,7 @@ def _sweep_retention(
         if not is_leader():
             continue
         try:
-            deleted = reconciler.retention.sweep(dt.datetime.now(dt.UTC))
+            deleted = reconciler.retention.sweep(reconciler.clock())
         except Exception:
             log.exception("retention sweep failed; the next one retries")
             continue

@@ -69,7 +69,7 @@ from shardops.logic.aggregate import aggregate
 from shardops.logic.breaker import SourceBreaker, effective
 from shardops.logic.budget import BudgetGate, allows
 from shardops.logic.conditions import DesiredCondition
-from shardops.logic.leases import LeaseVerdict, classify_lease, lease_action
+from shardops.logic.leases import LeaseVerdict, Renewals, classify_lease, lease_action
 from shardops.logic.planner import DispatchPlan, LimitReason, plan_dispatch
 from shardops.logic.transitions import Action
 from shardops.logic.views import ItemProgress
@@ -111,12 +111,16 @@ class _Progress:
 @dataclass
 class _Memory:
     """What one campaign's reconciles remember between passes. Losing it (restart, failover) only
-    delays stall detection and makes history folding fall back to the status watermark."""
+    delays stall and zombie detection (by up to a stall window, a lease duration) and makes history
+    folding fall back to the status watermark."""
 
     items_key: tuple[str, int, str] | None = None
     items: Sequence[Item] = field(default_factory=list)
     folded: dict[str, dt.datetime] = field(default_factory=dict)
     progress: dict[str, _Progress] = field(default_factory=dict)
+    # When each Running shard's claim was last seen renewed, on this process's clock: expiry is
+    # judged from it, never from the holder's timestamps (`logic.leases`, "Whose clock").
+    renewals: Renewals = field(default_factory=lambda: Renewals(time.monotonic))
     shard_seen: dict[str, tuple[str, float]] = field(default_factory=dict)
     # Coalescing of concurrent requests: one pass at a time, and one more if asked meanwhile.
     running: bool = False
@@ -148,6 +152,7 @@ class Reconciler:
         is_leader: Callable[[], bool] = lambda: True,
         renewing: Callable[[], bool] = lambda: True,
         clock: Callable[[], dt.datetime] = utcnow,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.kube = kube
         self.settings = settings
@@ -155,6 +160,8 @@ class Reconciler:
         self.is_leader = is_leader
         self.renewing = renewing
         self.clock = clock
+        # What renewals are timed on (`_Memory.renewals`): this process's own clock, never a holder's.
+        self.monotonic = monotonic
         self.actor = Actor(controller=REPORTING_CONTROLLER, instance=settings.identity)
         self._lock = threading.Lock()
         self._memory: dict[tuple[str, str], _Memory] = {}
@@ -244,7 +251,7 @@ class Reconciler:
 
     def _remember(self, namespace: str, name: str) -> _Memory:
         with self._lock:
-            return self._memory.setdefault((namespace, name), _Memory())
+            return self._memory.setdefault((namespace, name), _Memory(renewals=Renewals(self.monotonic)))
 
     def _once(self, namespace: str, name: str) -> bool:
         """One pass; False (and nothing done) when the Campaign is gone or being deleted."""
@@ -478,6 +485,8 @@ class Reconciler:
         running = {n for n, s in seen.shards.items() if shardview.phase_of(s) is ShardPhase.RUNNING}
         for gone in set(memory.progress) - running:
             del memory.progress[gone]
+        # Bounded by the window: the Running shards of this pass.
+        memory.renewals.keep_only({seen.shards[n].lease_name for n in running})
         for name in sorted(running):
             shard = seen.shards[name]
             status = shard.current_status
@@ -488,14 +497,21 @@ class Reconciler:
             # one per Running shard. A Lease released while its shard still says Running (a worker
             # whose release transition failed) is found when the shard's leaseUntil passes.
             lease: JSON | None = None
+            silent = shardview.claim_silence(memory.renewals, shard, None)
             observation = shardview.lease_observation(
-                shard, None, spec.lease_seconds, spec.effective_heartbeat_seconds, mark.changed_at
+                shard, None, spec.lease_seconds, spec.effective_heartbeat_seconds, mark.changed_at, silent
             )
             verdict = classify_lease(observation, now, spec.stall.heartbeats)
             if verdict.verdict in (LeaseVerdict.ZOMBIE, LeaseVerdict.STUCK):
                 lease = leases.read(self.kube, shard.namespace, shard.lease_name)
+                silent = shardview.claim_silence(memory.renewals, shard, lease)
                 observation = shardview.lease_observation(
-                    shard, lease, spec.lease_seconds, spec.effective_heartbeat_seconds, mark.changed_at
+                    shard,
+                    lease,
+                    spec.lease_seconds,
+                    spec.effective_heartbeat_seconds,
+                    mark.changed_at,
+                    silent,
                 )
                 verdict = classify_lease(observation, now, spec.stall.heartbeats)
             if verdict.verdict is not LeaseVerdict.ZOMBIE and shardview.taken_over(shard, lease):
@@ -585,10 +601,9 @@ class Reconciler:
         attempt = max(status.attempt, 1)
         mark = memory.progress.get(shard.name)
         if mark is None or mark.attempt != attempt:
-            # First sight of this attempt: without progress yet, it has been still since its claim.
-            claimed = shardview.claimed_at(shard)
-            start = claimed if (done == 0 and claimed is not None) else now
-            mark = _Progress(attempt, done, start)
+            # First sight of this attempt: still since now, on this process's clock — the claim's
+            # own time is the holder's clock, which may run behind (`logic.leases`, "Whose clock").
+            mark = _Progress(attempt, done, now)
             memory.progress[shard.name] = mark
         elif done > mark.done:
             mark.done, mark.changed_at, mark.reported = done, now, False

@@ -11,12 +11,13 @@ import socket
 from typing import Annotated
 
 from pydantic import AliasChoices, Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import NoDecode, SettingsConfigDict
 
 from shardops import API_GROUP
 from shardops.api.campaign import BUCKET_PATTERN, DEFAULT_S3_PREFIX, MAX_RETENTION_SECONDS, ResultStoreStatus
 from shardops.api.enums import StoreType
 from shardops.scheduler.builders import DEFAULT_WORKER_SERVICE_ACCOUNT, WorkerMetricsEndpoint
+from shardops.skew import ClockSkewSettings
 from shardops.state import observe
 
 REPORTING_CONTROLLER = f"{API_GROUP}/operator"
@@ -26,7 +27,7 @@ def _hostname() -> str:
     return socket.gethostname()
 
 
-class OperatorSettings(BaseSettings):
+class OperatorSettings(ClockSkewSettings):
     """Defaults suit a cluster; the e2e tests shorten the tick and the leader lease through the env."""
 
     model_config = SettingsConfigDict(env_prefix="SHARDOPS_", extra="ignore", populate_by_name=True)

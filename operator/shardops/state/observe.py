@@ -193,8 +193,10 @@ def expired_claims(
     """Zombies among the Running shards (no heartbeat and the lease expired), with what the
     sweep does about each: Reclaim (back to Pending, attempt+1) or Block on the last attempt.
 
-    `leases` maps a shard name to its Lease (None when it has none). Stalls are not predicted: they
-    depend on how long progress has stood still, which only the running operator remembers.
+    `leases` maps a shard name to its Lease (None when it has none). A prediction on this machine's
+    clock from the holders' timestamps (`shardview.one_look_silence`): the operator judges on its own
+    clock from when it saw each renewal. Stalls are not predicted: they depend on how long progress
+    has stood still, which only the running operator remembers.
     """
     spec = campaign.spec
     found: list[ExpiredClaim] = []
@@ -202,8 +204,10 @@ def expired_claims(
         if shardview.phase_of(shard) is not ShardPhase.RUNNING:
             continue
         # Progress timing does not matter for a zombie (the expiry is checked first).
+        lease = leases.get(shard.name)
+        silent = shardview.one_look_silence(shard, lease, spec.lease_seconds, now)
         observation = shardview.lease_observation(
-            shard, leases.get(shard.name), spec.lease_seconds, spec.effective_heartbeat_seconds, now
+            shard, lease, spec.lease_seconds, spec.effective_heartbeat_seconds, now, silent
         )
         verdict = classify_lease(observation, now, spec.stall.heartbeats)
         if verdict.verdict is not LeaseVerdict.ZOMBIE:

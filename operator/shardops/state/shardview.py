@@ -10,7 +10,7 @@ from shardops.api.campaign import Campaign
 from shardops.api.enums import ShardClass, ShardPhase
 from shardops.api.shard import Shard
 from shardops.k8s.leases import lease_expires_at
-from shardops.logic.leases import LeaseObservation
+from shardops.logic.leases import NOBODY_RENEWS, LeaseObservation, Renewals
 from shardops.logic.transitions import EventReason
 from shardops.logic.views import ShardView
 
@@ -87,32 +87,62 @@ def taken_over(shard: Shard, lease: JSON | None) -> bool:
     return bool(holder) and owner is not None and holder != owner
 
 
+def claim_silence(seen: Renewals, shard: Shard, lease: JSON | None) -> float:
+    """How long this process has not seen the shard's claim renewed, on its own clock: the shard's
+    leaseUntil (each heartbeat writes it) and, when read, the Lease (renewed first, so it may be
+    newer). A Lease without a holder: nobody renews the claim. A Lease held by someone other than the
+    shard's owner was taken over after the shard was last written: that holder's claim is the live
+    one, timed from when this process first saw it."""
+    status = shard.current_status
+    silent = seen.observe(shard.lease_name, status.owner, status.lease_until)
+    if lease is None:
+        return silent
+    spec = lease.get("spec") or {}
+    holder = spec.get("holderIdentity")
+    if not holder:
+        return NOBODY_RENEWS
+    return seen.observe(shard.lease_name, holder, lease_expires_at(lease))
+
+
+def one_look_silence(shard: Shard, lease: JSON | None, lease_seconds: int, now: dt.datetime) -> float:
+    """For a one-shot view with no memory of renewals (`kubectl campaign plan`): the silence the
+    holder's own timestamps imply on this machine's clock. A prediction only — the operator and the
+    workers judge on their own clocks (`claim_silence`)."""
+    until = _holder_until(shard, lease, lease_seconds)
+    if until is None:
+        return NOBODY_RENEWS
+    return (now - (until - dt.timedelta(seconds=lease_seconds))).total_seconds()
+
+
+def _holder_until(shard: Shard, lease: JSON | None, lease_seconds: int) -> dt.datetime | None:
+    status = shard.current_status
+    if lease is not None:
+        if not (lease.get("spec") or {}).get("holderIdentity"):
+            return None
+        found = lease_expires_at(lease)
+        if found is not None:
+            return found
+    if status.lease_until is not None:
+        return status.lease_until
+    start = claimed_at(shard) or shard.created_at or EPOCH
+    return start + dt.timedelta(seconds=lease_seconds)
+
+
 def lease_observation(
     shard: Shard,
     lease: JSON | None,
     lease_seconds: int,
     heartbeat_seconds: float,
     progress_changed_at: dt.datetime,
+    silent_seconds: float,
 ) -> LeaseObservation:
-    """The claim as the Lease records it; the shard's own leaseUntil only when there is no Lease.
-
-    A Lease held by someone other than the shard's owner was taken over after the shard was last
-    written (the new holder writes it next): the live claim is the Lease's, so its own expiry is what
-    counts, never the older claim the shard still shows."""
+    """The claim as judged by an observer that has not seen it renewed for `silent_seconds`
+    (`claim_silence`); the holder's leaseUntil (the Lease's when read) is quoted in messages."""
     status = shard.current_status
-    until: dt.datetime | None = None
-    if lease is not None:
-        spec = lease.get("spec") or {}
-        holder = spec.get("holderIdentity")
-        # No holder: released or revoked while the shard still says Running: nobody works on it.
-        until = lease_expires_at(lease) if holder else EPOCH
-    if until is None:
-        until = status.lease_until
-    if until is None:
-        start = claimed_at(shard) or shard.created_at or EPOCH
-        until = start + dt.timedelta(seconds=lease_seconds)
     return LeaseObservation(
-        lease_until=until,
+        lease_until=_holder_until(shard, lease, lease_seconds) or EPOCH,
+        silent_seconds=silent_seconds,
+        lease_seconds=lease_seconds,
         last_heartbeat=status.last_heartbeat,
         heartbeat_seconds=heartbeat_seconds,
         progress_changed_at=progress_changed_at,

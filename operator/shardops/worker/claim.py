@@ -36,7 +36,7 @@ from shardops.k8s.shards import Actor, TransitionRequest, apply_transition
 from shardops.logic.breaker import route
 from shardops.logic.budget import BudgetGate, allows
 from shardops.logic.idempotency import item_subkey
-from shardops.logic.leases import LeaseVerdict, lease_action
+from shardops.logic.leases import LeaseVerdict, Renewals, is_expired, lease_action
 from shardops.logic.planner import claim_order_key, plan_dispatch
 from shardops.logic.timefmt import rfc3339
 from shardops.logic.transitions import Action, EventReason
@@ -114,19 +114,25 @@ def stop_reason(campaign: Campaign, unfinished: Sequence[Shard]) -> str | None:
     return f"campaign is finished ({done} of {expected} shard(s) Done, the rest Failed or Blocked)"
 
 
-def is_zombie(shard: Shard, now: dt.datetime) -> bool:
-    """Running with a lease that ran out by the shard's own record. The Lease object decides at claim
-    time; this only says it is worth trying."""
-    status = shard.current_status
-    if status.phase is not ShardPhase.RUNNING:
+def is_zombie(shard: Shard, silent_seconds: float, lease_seconds: int) -> bool:
+    """Running, and this worker has not seen its claim renewed for a full lease duration on its own
+    clock (`shardview.claim_silence`). The Lease object decides at claim time; this only says it is
+    worth trying."""
+    if shard.current_status.phase is not ShardPhase.RUNNING:
         return False
-    return status.lease_until is None or status.lease_until <= now
+    return is_expired(silent_seconds, lease_seconds)
 
 
 def choose(
-    campaign: Campaign, shards: Sequence[Shard], now: dt.datetime, k: int, rng: random.Random
+    campaign: Campaign,
+    shards: Sequence[Shard],
+    now: dt.datetime,
+    k: int,
+    rng: random.Random,
+    silent: Mapping[str, float],
 ) -> list[Candidate]:
     """Candidates to try, in the order to try them: a random order of the first `k` in claim order.
+    `silent`: how long this worker has not seen each Running shard's claim renewed (none: just seen).
 
     The planner's inputs are the operator's (`observe.claim_inputs`), so per-source cooldowns,
     fallbacks, the budget gate (spent: the larger of the campaign's status and the shards' costs)
@@ -144,7 +150,8 @@ def choose(
     budget, breakers = inputs.budget, inputs.breakers
     if not inputs.suspended and budget.gate is not BudgetGate.EXHAUSTED:
         for shard in shards:
-            if not is_zombie(shard, now) or not allows(budget.gate, shard.spec.shard_class):
+            zombie = is_zombie(shard, silent.get(shard.name, 0.0), campaign.spec.lease_seconds)
+            if not zombie or not allows(budget.gate, shard.spec.shard_class):
                 continue
             # Reclaimed, it calls its own source again (or that source's fallback).
             source = shard.spec.source
@@ -198,6 +205,9 @@ class ClaimContext:
     stored_of: Callable[[Shard, Sequence[Item]], Mapping[str, ItemRecord]]
     # The campaign's result store: a zombie's stored result is looked up before it is charged.
     store: Callable[[], ResultStore]
+    # When this worker last saw each claim renewed: a held Lease is taken over only after a full
+    # lease duration without a renewal on this worker's own clock (`leases.is_free`).
+    seen: Renewals
     # This worker lost a claim of the shard before: its Lease exists, read it before taking it.
     lost_before: Callable[[Shard], bool] = lambda shard: False
 
@@ -213,6 +223,7 @@ def claim(ctx: ClaimContext, campaign: Campaign, candidate: Candidate) -> Claime
         campaign.spec.lease_seconds,
         ctx.now(),
         owner=lease_owner_reference(shard),
+        seen=ctx.seen,
         may_exist=was_claimed(shard) or ctx.lost_before(shard),
     )
     if lease is None:

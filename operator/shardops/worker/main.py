@@ -16,7 +16,7 @@ from shardops.api.names import WORKER_FIELD_MANAGER
 from shardops.k8s.api import Kube
 from shardops.worker.look import WatchedLooks
 from shardops.worker.metrics import METRICS_PATH, MetricsEndpoint
-from shardops.worker.runtime import Worker, emit
+from shardops.worker.runtime import SystemClock, Worker, emit
 from shardops.worker.settings import WorkerSettings
 
 
@@ -77,6 +77,7 @@ def run_worker(settings: WorkerSettings, campaign: str) -> int:
         campaign_name=campaign,
         stop=stop,
         looks=WatchedLooks(kube, namespace, campaign) if settings.watch else None,
+        clock=SystemClock(settings.wall_clock()),
     )
     if settings.metrics_port is None:
         return worker.run()

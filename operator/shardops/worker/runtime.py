@@ -39,7 +39,7 @@ import urllib3
 
 from shardops.api.campaign import Campaign, ResultStoreStatus, SourceCooldown
 from shardops.api.common import NO_TOKENS, Item, TokenCounts
-from shardops.api.enums import ErrorClass, ShardClass, StoreType
+from shardops.api.enums import ErrorClass, ShardClass, ShardPhase, StoreType
 from shardops.api.llm import COOLDOWN_FILE_ENV
 from shardops.api.shard import Progress, Shard, ShardError, ShardResult
 from shardops.k8s import leases
@@ -49,6 +49,7 @@ from shardops.k8s.shards import Actor, TransitionRequest, apply_transition, list
 from shardops.logic.backoff import retry_not_before
 from shardops.logic.errors import classify_failure, next_phase_after_failure
 from shardops.logic.idempotency import item_subkey
+from shardops.logic.leases import Renewals
 from shardops.logic.transitions import Action
 from shardops.state import cooldowns, ledger, results, shardview
 from shardops.store import ResultStore, location_of, open_store
@@ -109,9 +110,17 @@ class Clock(Protocol):
     def monotonic(self) -> float: ...
 
 
+def _utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+@dataclass
 class SystemClock:
+    # The wall clock (`skew.ClockSkewSettings.wall_clock` shifts it for fault injection).
+    wall: Callable[[], dt.datetime] = _utcnow
+
     def now(self) -> dt.datetime:
-        return dt.datetime.now(dt.UTC)
+        return self.wall()
 
     def monotonic(self) -> float:
         return time.monotonic()
@@ -158,10 +167,14 @@ class Worker:
     _lost: dict[str, tuple[str, float]] = field(default_factory=dict)
     # This worker's Prometheus figures (main serves them when SHARDOPS_METRICS_PORT is set).
     metrics: WorkerMetrics = field(init=False)
+    # When this worker last saw each claim of its window renewed, on its own clock: zombies are
+    # judged from it (`logic.leases`, "Whose clock").
+    renewals: Renewals = field(init=False)
 
     def __post_init__(self) -> None:
         # Labelled as the operator labels its campaign metrics, so one dashboard variable fits both.
         self.metrics = WorkerMetrics(f"{self.namespace}/{self.campaign_name}")
+        self.renewals = Renewals(self.clock.monotonic)
         if self.looks is None:
             self.looks = ReadLooks(self.kube, self.namespace, self.campaign_name)
 
@@ -264,12 +277,14 @@ class Worker:
             items_of=lambda shard: self.items_of(campaign, shard),
             stored_of=lambda shard, items: self.stored_of(self.store_for(campaign), shard, items),
             store=lambda: self.store_for(campaign),
+            seen=self.renewals,
             lost_before=lambda shard: shard.name in self._lost,
         )
         if len(self._lost) > len(shards):
             present = {shard.name for shard in shards}
             self._lost = {name: lost for name, lost in self._lost.items() if name in present}
-        chosen = choose(campaign, shards, self.clock.now(), self.settings.claim_candidates, self.rng)
+        silent = self._silences(shards)
+        chosen = choose(campaign, shards, self.clock.now(), self.settings.claim_candidates, self.rng, silent)
         candidates = [candidate for candidate in chosen if not self._lost_recently(candidate.shard)]
         if not candidates:
             self.metrics.observe_claim(ClaimOutcome.NONE)
@@ -306,6 +321,16 @@ class Worker:
             self.metrics.observe_shard(run.shard.spec.shard_class, outcome, error_class)
             return outcome
         return None
+
+    def _silences(self, shards: Sequence[Shard]) -> dict[str, float]:
+        """How long this worker has not seen each Running shard's claim renewed. Kept for every shard
+        of the look (bounded by the window): a Pending shard's Lease judged at a claim stays timed."""
+        self.renewals.keep_only([shard.lease_name for shard in shards])
+        return {
+            shard.name: shardview.claim_silence(self.renewals, shard, None)
+            for shard in shards
+            if shard.phase is ShardPhase.RUNNING
+        }
 
     @staticmethod
     def _look(how: Callable[[], Look]) -> Look | None:

@@ -9,7 +9,9 @@ from functools import cached_property
 from pathlib import Path
 
 from pydantic import AliasChoices, Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
+
+from shardops.skew import ClockSkewSettings
 
 # In-cluster, the namespace of the pod's service account: the usual fallback when the Job does not
 # set SHARDOPS_NAMESPACE.
@@ -18,7 +20,7 @@ IDENTITY_MAX = 253
 _SUFFIX_CHARS = 6
 
 
-class WorkerSettings(BaseSettings):
+class WorkerSettings(ClockSkewSettings):
     """Everything not taken from the Campaign. The campaign's own settings (lease, heartbeat, idle
     time, attempts, backoff) come from its spec, so all workers of a campaign agree on them."""
 
