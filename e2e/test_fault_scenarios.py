@@ -230,6 +230,56 @@ def test_workers_sigkilled_at_random_lose_nothing(
     assert tally["lost-holder charges"] >= 1, tally  # the faults were exercised
 
 
+@pytest.mark.long
+def test_clocks_thirty_seconds_apart_take_no_live_claim(
+    local_cluster: Cluster, history_namespace: str, object_store: lifecycle.ObjectStore, audit_tail: AuditTail
+) -> None:
+    """The operator's clock 30 s ahead, each worker's off by its own random amount within ±30 s,
+    leaseSeconds 30 and heartbeatSeconds 10 (the allowed extreme): every claim outlives several
+    heartbeats, and workers are killed so that expiry is judged under skew too. Judged by holders'
+    timestamps, the operator would reclaim each live claim seconds after it was renewed."""
+    kills = 3 if FULL else 1
+    namespace, kube = history_namespace, kube_for(local_cluster)
+    rng = random.Random(17)
+    env = {
+        **s3_store_env(local_cluster, namespace, object_store, f"e2e-{namespace}"),
+        "SHARDOPS_CLOCK_OFFSET_SECONDS": "30",
+    }
+    items = 120 if FULL else 16
+    body = campaign_body(
+        "skew",
+        [{"n": i, "latency": 12.0} for i in range(items)],
+        shardSize=1,
+        maxConcurrency=8,
+        leaseSeconds=30,
+        heartbeatSeconds=10,
+        worker_env={"SHARDOPS_CLOCK_OFFSET_SPREAD_SECONDS": "30"},
+    )
+    started = time.monotonic()
+    with operator_running(local_cluster, namespace, env=env):
+        create_campaign(kube, namespace, body)
+        for _ in range(kills):
+            held = wait_for(
+                "a worker holding a shard",
+                lambda: inject.held_shards(kube, local_cluster, namespace, "skew") or None,
+                120,
+                interval=0.2,
+            )
+            _, _, pid = rng.choice(held)
+            kill_group(pid)
+            time.sleep(rng.uniform(2.0, 6.0))  # a random moment for the next kill
+        _finished(kube, local_cluster, namespace, "skew", 900)
+    row = Row(
+        "clock skew",
+        f"operator +30 s, workers ±30 s at random; {kills} worker kill(s); leaseSeconds 30",
+    )
+    row.took = time.monotonic() - started
+    tally = _check(row, audit_tail, namespace)
+    assert not row.violations, "\n".join(map(str, row.violations))
+    assert tally["lost-holder charges"] >= 1, tally  # expiry was judged under skew
+    assert tally["lease renewals"] >= items, tally  # claims lived through heartbeats
+
+
 def _freeze_and_thaw(
     cluster: Cluster, kube: Kube, namespace: str, campaign: str, how_many: int, frozen_for: float
 ) -> list[str]:
