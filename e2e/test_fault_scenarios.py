@@ -10,6 +10,7 @@ writes the table to SHARDOPS_FAULTS_TABLE (docs/faults-results.md)."""
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import os
 import random
 import statistics
@@ -24,9 +25,11 @@ import pytest
 
 from e2e.cluster import lifecycle
 from e2e.faults import checker, inject
+from e2e.faults.history import History
 from e2e.faults.recording import AuditTail
 from e2e.harness import Cluster, wait_for
 from e2e.schedulerkit import (
+    LEADER_LEASE,
     Operator,
     campaign_body,
     continue_group,
@@ -278,6 +281,95 @@ def test_clocks_thirty_seconds_apart_take_no_live_claim(
     assert not row.violations, "\n".join(map(str, row.violations))
     assert tally["lost-holder charges"] >= 1, tally  # expiry was judged under skew
     assert tally["lease renewals"] >= items, tally  # claims lived through heartbeats
+
+
+def _standby_competes(operator: Operator, leader: str, paused: set[int]) -> bool:
+    """Every replica but `leader` runs a process that has started its leader election — not one
+    paused before (resumed, it finds it lost the Lease and exits) —: its log has one "competes
+    for Lease" line per container it ran."""
+    pids = operator.running_pids()
+    for pod in operator.pods():
+        name = pod.metadata.name
+        if name == leader:
+            continue
+        if name not in pids or pids[name] in paused:
+            return False
+        try:
+            os.kill(pids[name], 0)
+        except ProcessLookupError:
+            return False  # the kubelet's status still names the exited process
+        restarts = sum(s.restart_count for s in pod.status.container_statuses or [])
+        if operator.log(name).count("competes for Lease") < restarts + 1:
+            return False
+    return len(pids) == 2
+
+
+def _leader_takeover_gaps(history: History, lease_name: str) -> list[float]:
+    """For each change of holder of the leader Lease: seconds (server time) from the old holder's last
+    write of it to the new holder's first — how long the replicas were without a leader."""
+    gaps: list[float] = []
+    for key, versions in history.leases.items():
+        if key[1] != lease_name:
+            continue
+        stored = [v for v in versions if not v.deleted]
+        for before, after in itertools.pairwise(stored):
+            if before.holder and after.holder and before.holder != after.holder:
+                gaps.append((after.write.stage - before.write.stage).total_seconds())
+    return gaps
+
+
+@pytest.mark.skipif(not FULL, reason="make faults (SHARDOPS_FAULTS=full)")
+def test_a_leader_paused_past_its_lease_and_resumed_writes_nothing(
+    local_cluster: Cluster, history_namespace: str, object_store: lifecycle.ObjectStore, audit_tail: AuditTail
+) -> None:
+    """A forced split brain, three times: the leading replica SIGSTOPped past its leader lease (10 s)
+    while the campaign runs, the standby takes over, then the old leader is resumed. Whatever it
+    had in flight must be refused or never sent (`operator-writes-while-leading`)."""
+    pauses = 3
+    namespace, kube = history_namespace, kube_for(local_cluster)
+    env = s3_store_env(local_cluster, namespace, object_store, f"e2e-{namespace}")
+    started = time.monotonic()
+    failovers: list[float] = []
+    paused: set[int] = set()
+    with operator_running(local_cluster, namespace, replicas=2, lease_seconds=10, env=env) as operator:
+        wait_for("two operator replicas running", lambda: len(operator.running_pids()) == 2, timeout=90)
+        create_campaign(kube, namespace, _campaign("splitbrain", 200, 8, 1.0))
+        for _ in range(pauses):
+            leader = wait_for("a leader", operator.leader, 60)
+            # The paused one of the last round exits once resumed, and its container restarts after the
+            # kubelet's back-off: pause the leader only once the other replica competes again.
+            wait_for(
+                "the standby to compete",
+                lambda leader=leader: _standby_competes(operator, leader, paused),
+                120,
+            )
+            pids = operator.running_pids()
+            paused.add(pids[leader])
+            paused_at = time.monotonic()
+            stop_group(pids[leader])
+
+            def other_leads(leader: str = leader) -> str | None:
+                now = operator.leader()
+                return now if now and now != leader else None
+
+            try:
+                wait_for("the standby to take over", other_leads, 60, interval=0.1)
+                failovers.append(time.monotonic() - paused_at)
+                time.sleep(3.0)  # the new leader at work while the old one is still paused
+            finally:
+                continue_group(pids[leader])
+        _finished(kube, local_cluster, namespace, "splitbrain", 900)
+    gaps = _leader_takeover_gaps(audit_tail.history(namespace), LEADER_LEASE)
+    row = Row(
+        "split brain",
+        f"{pauses} pauses of the leading replica past its 10 s leader lease, then resumed (2 replicas)",
+        recovery=f"pause → standby leading: {_median(failovers)}; old leader's last renewal → "
+        f"takeover: {_median(gaps)}",
+    )
+    row.took = time.monotonic() - started
+    tally = _check(row, audit_tail, namespace)
+    assert not row.violations, "\n".join(map(str, row.violations))
+    assert tally["operator writes"] > 0, tally
 
 
 def _freeze_and_thaw(

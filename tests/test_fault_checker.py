@@ -44,6 +44,8 @@ class Writer:
 
 
 OPERATOR = Writer(f"system:serviceaccount:{NS}:shardops-operator", "shardops-operator/0.1 (operator-0)")
+# The standby replica, in the scenarios where it takes over.
+OPERATOR_B = Writer(f"system:serviceaccount:{NS}:shardops-operator", "shardops-operator/0.1 (operator-1)")
 ADMIN = Writer("shardops-admin", "kubectl/v1.31.0")
 GC = Writer("system:serviceaccount:kube-system:generic-garbage-collector", "kube-controller-manager/v1.31.0")
 
@@ -125,7 +127,7 @@ class Recording:
 
     # --- shards ---
 
-    def create_shard(self, name: str, index: int, seconds: float) -> None:
+    def create_shard(self, name: str, index: int, seconds: float, writer: Writer | None = None) -> None:
         self.shards[name] = {
             "metadata": {
                 "name": name,
@@ -135,7 +137,8 @@ class Recording:
             },
             "spec": {"campaign": CAMPAIGN, "index": index, "class": "work", "idempotencyKey": f"k{index}"},
         }
-        self._entry(OPERATOR, "create", "shards", name, seconds, response=self._stored(self.shards[name]))
+        stored = self._stored(self.shards[name])
+        self._entry(writer or OPERATOR, "create", "shards", name, seconds, response=stored)
 
     def status(
         self, name: str, writer: Writer, seconds: float, reason: str | None = None, **fields: Any
@@ -278,7 +281,8 @@ def run(plant: str | None = None) -> Recording:
     r.campaign_status(0.5, max_attempts=3)
     for index in range(3):
         r.materialize(f"s{index}", index, 1 + index * 0.2)
-    r.renew("shardops-operator", OPERATOR, 5)
+    for renewal in (5, 12, 19, 26):  # the operator leads throughout (leaseDurationSeconds 15)
+        r.renew("shardops-operator", OPERATOR, renewal)
 
     # s0: claimed by A, done.
     r.acquire("s0", A, 2, token=1)
@@ -357,6 +361,18 @@ def run(plant: str | None = None) -> Recording:
         r.renew("shardops-operator", OPERATOR, 28)
         del r.entries[-1]["responseObject"]
     r.clear("shardops-operator", OPERATOR, 30)
+    if plant == "write-after-leading":
+        # A replica that stopped leading (it released the leader Lease) still writes.
+        r.campaign_status(31, done=((0, 2),))
+    if plant in ("stale-recreation", "stale-recreation-claimed"):
+        # operator-1 leads; operator-0 had the create of s0 (folded at 21) in flight, and it lands.
+        r.lease("shardops-operator", OPERATOR_B, 30.5, holderIdentity="operator-1", renewTime=stamp(30.5),
+                acquireTime=stamp(30.5), leaseTransitions=2)  # fmt: skip
+        r.create_shard("s0", 0, 31)
+        if plant == "stale-recreation-claimed":
+            r.acquire("s0", A, 31.2, token=1)
+            r.claim("s0", A, 31.3, attempt=1, token=1)
+        r.delete_shard("s0", OPERATOR_B, 32)
     return r
 
 
@@ -377,6 +393,7 @@ PLANTED = {
     "foreign-writer": ("shardops-writers", "shard ns/s2"),
     "token-decrease": ("lease-transitions-monotonic", "lease ns/s1"),
     "without-body": ("complete-record", "leases ns/shardops-operator"),
+    "write-after-leading": ("operator-writes-while-leading", "campaigns/status ns/camp"),
 }
 
 
@@ -451,6 +468,21 @@ def test_a_claim_is_live_for_a_lease_duration_after_the_server_stored_its_renewa
         if v.invariant == "one-holder-at-a-time"
     ]
     assert found == ([("one-holder-at-a-time", "lease ns/s0")] if taken_at < 15 else [])
+
+
+def test_a_late_create_of_a_folded_shard_that_nobody_worked_on_and_the_leader_removed_is_harmless() -> None:
+    tally: Counter[str] = Counter()
+    assert checker.check(run("stale-recreation").history(), IDENTITIES, tally) == []
+    assert tally["late harmless operator creates"] == 1
+    assert tally["stale re-creations removed"] == 1
+
+
+def test_a_late_create_of_a_folded_shard_that_a_worker_claimed_is_a_violation() -> None:
+    found = {
+        (v.invariant, v.object) for v in checker.check(run("stale-recreation-claimed").history(), IDENTITIES)
+    }
+    assert ("operator-writes-while-leading", "shards ns/s0") in found
+    assert ("no-shard-lost", "shard ns/s0") in found
 
 
 def test_history_keeps_versions_in_server_order_and_ignores_reads_and_other_resources() -> None:

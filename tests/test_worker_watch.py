@@ -317,3 +317,17 @@ def test_a_worker_never_takes_over_a_holder_whose_clock_runs_behind_while_it_ren
     assert runner._step() is Outcome.DONE
     done = Shard.parse(kube.obj(SHARDS, NAMESPACE, shard.name) or {}).current_status
     assert (done.phase, done.attempt) == (ShardPhase.DONE, 2)
+
+
+def test_a_shard_whose_index_the_campaign_folded_is_never_worked_on(tmp_path: Path) -> None:
+    """A stale re-creation: an operator replica's create, in flight when it lost leadership, landed
+    after the new leader had folded and deleted that shard. Workers leave it to the leader."""
+    kube = FakeKube()
+    body = campaign_body(items=[{"id": 0}, {"id": 1}], shardSize=1, worker={"image": "x", "command": AGENT})
+    body["status"] = {"folded": {"shards": 1, "items": 1, "doneRanges": [{"start": 0, "end": 1}]}}
+    stale, live = add_campaign(kube, body)
+    runner = worker(kube, tmp_path)
+    assert runner._step() is Outcome.DONE
+    assert Shard.parse(kube.obj(SHARDS, NAMESPACE, live.name) or {}).phase is ShardPhase.DONE
+    assert Shard.parse(kube.obj(SHARDS, NAMESPACE, stale.name) or {}).phase is ShardPhase.PENDING
+    assert kube.obj(LEASES, NAMESPACE, stale.lease_name) is None, "never even tried"

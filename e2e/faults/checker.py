@@ -64,6 +64,8 @@ class Identities:
 
     operator_accounts: frozenset[str]
     worker_accounts: frozenset[str]
+    # The operator replicas' leader Lease (the chart's default name; SHARDOPS_LEADER_ELECTION_LEASE_NAME).
+    leader_lease: str = "shardops-operator"
 
     def role(self, write: Write) -> str | None:
         """The role of the writer: operator, worker, or None for anyone else."""
@@ -436,6 +438,21 @@ def _folded_before(run: _Run, key: ObjectKey, last: ShardVersion, delete: ShardV
     return False
 
 
+def _stale_recreation(run: _Run, key: ObjectKey, incarnation: Sequence[ShardVersion]) -> bool:
+    """A life of a shard made again after its campaign had folded it — a create an operator replica
+    had in flight when it lost leadership, landing late — that no worker ever wrote and an operator
+    deleted: workers never work on a folded index, and the leader removes such leftovers."""
+    stored = _stored(incarnation)
+    if not stored or not incarnation[-1].deleted:
+        return False
+    first = stored[0]
+    if any(run.identities.role(v.write) == "worker" for v in incarnation):
+        return False
+    if run.identities.role(incarnation[-1].write) != "operator":
+        return False
+    return _folded_before(run, key, first, first)
+
+
 def no_shard_lost(run: _Run) -> Iterator[Violation]:
     """Every materialized shard ends Done, Failed, Blocked or Paused; or was folded: deleted by the
     operator, Done, after its index entered its campaign's status.folded.doneRanges; or went with
@@ -452,6 +469,9 @@ def no_shard_lost(run: _Run) -> Iterator[Violation]:
                 continue
             campaign_gone = run.history.campaign_deletes.get((key[0], end.campaign or ""))
             if campaign_gone is not None and campaign_gone.stage <= end.write.stage:
+                continue
+            if _stale_recreation(run, key, incarnation):
+                run.tally["stale re-creations removed"] += 1
                 continue
             folded = (
                 last is not None
@@ -470,6 +490,84 @@ def no_shard_lost(run: _Run) -> Iterator[Violation]:
             )
 
 
+def _leadership_terms(run: _Run) -> dict[str, list[tuple[dt.datetime, dt.datetime | None]]]:
+    """Per operator replica (holder identity): when it led, by the server's clock — from the write
+    that made it the holder of the leader Lease until its claim ran out (`claim_ends`) or the write
+    that gave the Lease to someone else or cleared it. None: still leading at the end of the log."""
+    terms: dict[str, list[tuple[dt.datetime, dt.datetime | None]]] = {}
+    for key, versions in run.history.leases.items():
+        if key[1] != run.identities.leader_lease:
+            continue
+        for incarnation in _incarnations(versions):
+            stored = _stored(incarnation)
+            ends = claim_ends(stored)
+            term: tuple[str, dt.datetime, dt.datetime | None] | None = None
+            for version, end in zip(stored, ends, strict=True):
+                if term is not None and version.holder != term[0]:
+                    holder, began, ran_out = term
+                    finished = version.write.stage if ran_out is None else min(ran_out, version.write.stage)
+                    terms.setdefault(holder, []).append((began, finished))
+                    term = None
+                if version.holder is None:
+                    continue
+                began = version.write.stage if term is None else term[1]
+                term = (version.holder, began, end)
+            if term is not None:
+                terms.setdefault(term[0], []).append((term[1], term[2]))
+    return terms
+
+
+def _harmless_late_create(run: _Run, key: ObjectKey, version: Version) -> bool:
+    """A Shard create stored after its writer stopped leading, that changed nothing: the cut of an
+    index its campaign had not folded (the same Shard the leader cuts itself: a create of it is
+    idempotent), or a stale re-creation of a folded one (`_stale_recreation`)."""
+    if not isinstance(version, ShardVersion) or version.write.verb != "create" or version.deleted:
+        return False
+    if not _folded_before(run, key, version, version):
+        return True
+    incarnation = [v for v in run.history.shards.get(key, []) if v.uid == version.uid]
+    return _stale_recreation(run, key, incarnation)
+
+
+def operator_writes_while_leading(run: _Run) -> Iterator[Violation]:
+    """Every write an operator replica made to Shards, their Leases and Campaign status was stored
+    while that replica led: a replica that lost its leader Lease (paused past it, cut off) writes
+    nothing more — except a harmless late Shard create (`_harmless_late_create`): a request that
+    passed the leader check and was then held (a process paused between the check and the send)
+    lands whenever the process runs again. Checked when the history holds the leader Lease."""
+    terms = _leadership_terms(run)
+    if not terms:
+        return
+    groups: list[tuple[ObjectKey, Sequence[Version]]] = [
+        *run.history.shards.items(),
+        *((k, v) for k, v in run.history.leases.items() if k[1] != run.identities.leader_lease),
+        *run.history.campaigns.items(),
+    ]
+    for key, versions in groups:
+        for version in versions:
+            write = version.write
+            if run.identities.role(write) != "operator":
+                continue
+            run.tally["operator writes"] += 1
+            identity = write.agent_identity or ""
+            led = terms.get(identity, [])
+            if any(began <= write.stage and (end is None or write.stage <= end) for began, end in led):
+                continue
+            if _harmless_late_create(run, key, version):
+                run.tally["late harmless operator creates"] += 1
+                continue
+            when = (
+                ", ".join(f"{b.isoformat()} to {e.isoformat() if e else 'the end'}" for b, e in led)
+                or "never"
+            )
+            yield Violation(
+                "operator-writes-while-leading",
+                f"{write.resource} {key_text((write.namespace, write.name))}",
+                f"{write.describe()} was stored while {identity or 'an unnamed operator'} did not lead "
+                f"(it led: {when})",
+            )
+
+
 INVARIANTS: tuple[Invariant, ...] = (
     complete_record,
     one_holder_at_a_time,
@@ -483,6 +581,7 @@ INVARIANTS: tuple[Invariant, ...] = (
     done_has_result,
     shardops_writers,
     no_shard_lost,
+    operator_writes_while_leading,
 )
 
 

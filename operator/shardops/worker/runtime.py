@@ -334,14 +334,20 @@ class Worker:
 
     @staticmethod
     def _look(how: Callable[[], Look]) -> Look | None:
-        """A look with only the shards the Campaign controls (a deleted incarnation's are not its);
-        None when the campaign does not exist. Only the unfinished shards: what a look costs is
-        bounded by the window, not the campaign."""
+        """A look with only the shards the Campaign controls (a deleted incarnation's are not its)
+        and has not folded; None when the campaign does not exist. Only the unfinished shards: what a
+        look costs is bounded by the window, not the campaign.
+
+        A shard whose index the campaign has folded is never worked on: it can only be a stale
+        re-creation — a create an operator replica had in flight when it lost leadership, landing
+        after the new leader folded and deleted that shard — which the leader deletes as a leftover
+        (docs/architecture.md, "Leader election")."""
         try:
             look = how()
         except NotFound:
             return None
-        return Look(look.campaign, shardview.of_campaign(look.unfinished, look.campaign), look.fresh)
+        mine = shardview.of_campaign(look.unfinished, look.campaign)
+        return Look(look.campaign, ledger.unfolded(mine, look.campaign.current_status.folded), look.fresh)
 
     def _exit_reason(self, look: Look | None) -> str | None:
         """Why this worker should exit, judged on `look` (None: the campaign does not exist)."""
