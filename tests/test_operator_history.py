@@ -84,6 +84,19 @@ def test_folded_marks_follow_the_live_shards_and_never_go_back() -> None:
     assert history.folded_marks([Shard.parse(shard("c", 2, None))], {}) == {}, "no history, no entry"
 
 
+def test_a_recorded_sequence_above_a_new_shards_history_was_an_older_shards_of_that_name() -> None:
+    numbered = Shard.parse(
+        shard("c", 0, "Pending", history=[entry("Pending", T0, "Materialized", sequence=1)])
+    )
+    assert history.folded_sequence(numbered, {"c-00000": 7}) == 0, "cut again: nothing of it folded"
+    assert history.folded_sequence(numbered, {"c-00000": 1}) == 1
+    assert history.folded_sequence(numbered, None) == 0
+    # Numbered from what is there (no writer's numbers): the recorded sequence stands, never twice.
+    legacy = failed_shard(0, 10)
+    assert history.folded_sequence(legacy, {"c-00000": 7}) == 7
+    assert history.new_outcomes([legacy], {"c-00000": 7}) == []
+
+
 def test_the_watermark_still_written_is_the_newest_entry_time_folded() -> None:
     outcomes = history.new_outcomes([failed_shard(0, 10), failed_shard(1, 40)], {})
     assert history.watermark_after(at(45), outcomes) == at(45)

@@ -49,8 +49,8 @@ SOURCES = [{"name": "A", "cooldownSeconds": 600}]
 LAGGING = -30.0
 
 
-def _name(index: int) -> str:
-    return f"camp-{index:05d}"
+def _name(index: int | str) -> str:
+    return index if isinstance(index, str) else f"camp-{index:05d}"
 
 
 @dataclass
@@ -65,12 +65,17 @@ class Run:
     overrides: dict[str, object] = field(default_factory=dict)
 
     @classmethod
-    def start(cls, shards: int = 3, threshold: int = 3, **overrides: object) -> Run:
+    def start(
+        cls, shards: int = 3, threshold: int = 3, spec: dict[str, object] | None = None, **overrides: object
+    ) -> Run:
         run = cls(OperatorKube(), Clock(), overrides=dict(overrides))
         store = resolve_result_store(None, run.settings_location())
         sources = [{**SOURCES[0], "breakerThreshold": threshold}]
         body = campaign(
-            items=[{"id": i, "source": "A"} for i in range(shards)], sources=sources, maxAttempts=20
+            items=[{"id": i, "source": "A"} for i in range(shards)],
+            sources=sources,
+            maxAttempts=20,
+            **(spec or {}),
         )
         put_campaign(run.kube, {**body, "status": {"resultStore": store.to_dict()}})
         run.failover()
@@ -92,7 +97,7 @@ class Run:
         self.clock.advance(seconds)
         self.operator.reconcile(NAMESPACE, "camp")
 
-    def shard(self, index: int) -> Shard:
+    def shard(self, index: int | str) -> Shard:
         return Shard.parse(shard_of(self.kube, _name(index)))
 
     def _worker(self, skew: float) -> tuple[Actor, dt.datetime]:
@@ -100,7 +105,7 @@ class Run:
             seconds=skew
         )
 
-    def claim(self, index: int, skew: float, seconds: float = 1) -> Shard:
+    def claim(self, index: int | str, skew: float, seconds: float = 1) -> Shard:
         self.clock.advance(seconds)
         actor, now = self._worker(skew)
         current = self.shard(index)
@@ -120,7 +125,7 @@ class Run:
             shard_.current_status.attempt > 1
         )
 
-    def fail(self, index: int, skew: float, cls: str = "rate-limited", seconds: float = 1) -> None:
+    def fail(self, index: int | str, skew: float, cls: str = "rate-limited", seconds: float = 1) -> None:
         """A worker whose clock is `skew` seconds off the operator's claims the shard and fails."""
         claimed = self.claim(index, skew, seconds)
         actor, now = self._worker(skew)
@@ -133,14 +138,14 @@ class Run:
         apply_transition(self.kube, claimed, request, actor, now)
         self.written[f"AttemptFailed/{cls}"] += 1
 
-    def release(self, index: int, skew: float, seconds: float = 1) -> None:
+    def release(self, index: int | str, skew: float, seconds: float = 1) -> None:
         """A worker claims the shard and is shut down (SIGTERM): Released, no attempt charged."""
         claimed = self.claim(index, skew, seconds)
         actor, now = self._worker(skew)
         request = TransitionRequest(Action.RELEASE, "shutdown", updates={"owner": None, "lease_until": None})
         apply_transition(self.kube, claimed, request, actor, now)
 
-    def complete(self, index: int, skew: float, seconds: float = 1) -> None:
+    def complete(self, index: int | str, skew: float, seconds: float = 1) -> None:
         claimed = self.claim(index, skew, seconds)
         actor, now = self._worker(skew)
         result = ShardResult(ref=f"attempts/{index}", fingerprint="sha256:" + "0" * 64, bytes=2)
@@ -337,6 +342,29 @@ def test_shards_folded_into_the_ledger_leave_the_map() -> None:
     assert run.kube.obj(SHARDS, NAMESPACE, _name(0)) is None
     assert run.folded_map() == {_name(2): 1}, "the stored map dropped them (sent as null)"
     assert run.counted_failures("rate-limited") == 1 and run.counted("shardops_claims_total") == 3
+
+
+def test_a_shard_deleted_and_cut_again_under_its_name_folds_from_its_own_first_entry() -> None:
+    """The finalize shard, deleted by hand after it failed twice, is cut again under the same name:
+    the sequence recorded for the old object says nothing about the new one's entries."""
+    run = Run.start(shards=1, threshold=10, spec={"finalize": {"image": "img", "command": ["merge"]}})
+    run.reconcile()
+    run.complete(0, 0)
+    run.reconcile()
+    run.fail("camp-finalize", 0)
+    run.fail("camp-finalize", LAGGING)
+    run.reconcile()
+    assert run.folded_map()["camp-finalize"] == 5
+    run.kube.delete(SHARDS, NAMESPACE, "camp-finalize")
+    run.reconcile()
+    assert run.shard("camp-finalize").current_status.sequences() == [1]
+    assert run.folded_map()["camp-finalize"] == 1
+    run.fail("camp-finalize", LAGGING)
+    run.fail("camp-finalize", 0)
+    run.reconcile()
+    assert run.folded_map()["camp-finalize"] == 5
+    assert run.breaker()["consecutiveFailures"] == 4
+    run.assert_each_entry_folded_once()
 
 
 # --- upgrade from the time rule -------------------------------------------------------------------------

@@ -63,7 +63,7 @@ def new_outcomes(
     found: list[Outcome] = []
     for shard in shards:
         status = shard.current_status
-        mark = folded.get(shard.name, 0) if folded is not None else 0
+        mark = folded_sequence(shard, folded)
         by_time = legacy_until if folded is None else None
         for sequence, entry in zip(status.sequences(), status.history, strict=True):
             if sequence <= mark or (by_time is not None and entry.at <= by_time):
@@ -83,6 +83,25 @@ def new_outcomes(
     return found
 
 
+def folded_sequence(shard: Shard, folded: Mapping[str, int] | None) -> int:
+    """The sequence of `shard`'s history folded last: `folded`'s entry for its name, or 0.
+
+    A recorded sequence above the shard's newest one, on a history that still begins with the
+    entry numbered 1 by its writer, was another Shard's of the same name (deleted, then cut again:
+    the finalize shard of a campaign whose Done finalize shard was deleted by hand): this one has had
+    nothing folded. The operator reads the Campaign before it lists the Shards, so its copy of a
+    shard is never older than the sequence recorded for it; a reader whose copy of a shard lags
+    the Campaign (a worker's watch) may count that shard's entries a second time in its own view of
+    the breakers until its copy catches up. A history without that first entry (cut at
+    HISTORY_LIMIT, or rewritten by an earlier release without numbers) keeps the recorded sequence:
+    never counted twice."""
+    mark = (folded or {}).get(shard.name, 0)
+    status = shard.current_status
+    if mark > status.last_sequence and status.history and status.history[0].sequence == 1:
+        return 0
+    return mark
+
+
 def folded_marks(shards: Iterable[Shard], folded: Mapping[str, int] | None) -> dict[str, int]:
     """`status.historyFolded` once the new entries of `shards` are folded: each shard with history at
     its newest entry's sequence (never below the mark it had), and only `shards` — the live ones
@@ -90,7 +109,7 @@ def folded_marks(shards: Iterable[Shard], folded: Mapping[str, int] | None) -> d
     small as the window of live Shards."""
     marks: dict[str, int] = {}
     for shard in shards:
-        top = max(shard.current_status.last_sequence, (folded or {}).get(shard.name, 0))
+        top = max(shard.current_status.last_sequence, folded_sequence(shard, folded))
         if top > 0:
             marks[shard.name] = top
     return marks
