@@ -121,9 +121,9 @@ class Run:
 
     @staticmethod
     def _claimed_before(shard_: Shard) -> bool:
-        return any(e.reason == "Claimed" for e in shard_.current_status.history) or bool(
-            shard_.current_status.attempt > 1
-        )
+        """A claim after an attempt (the entries may be gone past HISTORY_LIMIT) starts the next one."""
+        status = shard_.current_status
+        return status.attempt > 1 or any(e.reason == "Claimed" for e in status.history)
 
     def fail(self, index: int | str, skew: float, cls: str = "rate-limited", seconds: float = 1) -> None:
         """A worker whose clock is `skew` seconds off the operator's claims the shard and fails."""
