@@ -128,6 +128,21 @@ def test_breaker_states_fold_history_after_the_watermark_only() -> None:
     assert "large" not in observe.breaker_states(later, shards)
 
 
+def test_breaker_states_fold_each_shards_history_above_its_folded_sequence() -> None:
+    """With status.historyFolded (this release's operator wrote it), sequences decide which entries
+    are new, not their times: historyFoldedUntil, however late, is no longer read."""
+    campaign, shards, _, _ = _scenario()
+
+    def folded(marks: dict[str, int]) -> Campaign:
+        update = {"history_folded": marks, "history_folded_until": NOW + dt.timedelta(hours=1)}
+        return campaign.model_copy(update={"status": campaign.current_status.model_copy(update=update)})
+
+    assert observe.breaker_states(folded({}), shards)["large"].state.value == "Open"
+    two = observe.breaker_states(folded({"papers-00001": 1}), shards)["large"]
+    assert two.state.value == "Closed" and two.consecutive_rate_limited == 2
+    assert "large" not in observe.breaker_states(folded({"papers-00001": 3}), shards)
+
+
 def test_breaker_policies_come_from_the_declared_sources() -> None:
     campaign, *_ = _scenario()
     assert observe.breaker_policies(campaign.spec) == {

@@ -8,6 +8,7 @@ import re
 
 import pytest
 
+from fakekube import merge_patch
 from schedulerkit import T0, campaign, entry, shard
 from shardops.api.campaign import Campaign, CampaignStatus, ResultStoreStatus
 from shardops.api.common import Condition
@@ -394,6 +395,7 @@ def test_campaign_status_counts_the_unmaterialized_as_queued() -> None:
             breakers=[],
             conditions=[],
             last_retry_generation=1,
+            history_folded={"c-00000": 2, "c-00001": 2},
             history_folded_until=T0,
             budget_limit=4.0,
         ),
@@ -403,6 +405,20 @@ def test_campaign_status_counts_the_unmaterialized_as_queued() -> None:
     assert status.cut_shards == 2
     assert status.shards_total == 11 and status.budget_ratio == 0.25 and status.observed_generation == 3
     assert status.progress_text == "2/11"
+    assert status.to_dict()["historyFolded"] == {"c-00000": 2, "c-00001": 2}
+
+
+def test_the_status_patch_removes_the_shards_the_fold_map_dropped() -> None:
+    """A merge patch merges maps key by key: a shard that left historyFolded is sent as null."""
+    previous = CampaignStatus(history_folded={"c-00000": 4, "c-00001": 2})
+    new = previous.model_copy(update={"history_folded": {"c-00001": 3, "c-00002": 1}})
+    patch = builders.status_patch(previous, new)
+    assert patch["historyFolded"] == {"c-00000": None, "c-00001": 3, "c-00002": 1}
+    stored = merge_patch({"historyFolded": previous.to_dict()["historyFolded"]}, patch)
+    assert stored["historyFolded"] == {"c-00001": 3, "c-00002": 1}
+    emptied = builders.status_patch(previous, previous.model_copy(update={"history_folded": {}}))
+    assert merge_patch(previous.to_dict(), emptied)["historyFolded"] == {}
+    assert builders.status_patch(CampaignStatus(), new)["historyFolded"] == {"c-00001": 3, "c-00002": 1}
 
 
 def test_a_job_that_never_got_a_pod_counts_as_stuck() -> None:

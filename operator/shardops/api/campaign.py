@@ -1014,11 +1014,26 @@ class CampaignStatus(StatusModel):
             "campaigns from before result stores were configurable: ConfigMap."
         ),
     )
+    # One entry per live Shard with history (the window: pending, running, the shards that need a
+    # person and a short tail of Done ones); a shard folded into the ledger and deleted leaves it.
+    history_folded: dict[str, Annotated[int, Field(ge=0)]] | None = Field(
+        default=None,
+        description=(
+            "For each live Shard, the sequence (status.history[].sequence) of its newest history "
+            "entry counted in the breakers: the operator counts the entries above it, each once, "
+            "whatever the clocks of their writers, and a new leader continues from here. Entries of "
+            "shards folded into the ledger and deleted are dropped, so it holds at most as many "
+            "entries as there are live Shards. Absent on statuses written by releases before it."
+        ),
+    )
     history_folded_until: AwareDatetime | None = Field(
         default=None,
         description=(
-            "Shard history entries up to this time are counted in breakers; a new operator leader "
-            "continues from here instead of counting them twice."
+            "Deprecated: historyFolded replaces it. The newest shard history entry time counted in "
+            "the breakers, by which releases before historyFolded chose the entries to count (an "
+            "entry written by a lagging clock could be missed). Still written for workers and "
+            "operators of those releases; read only from a status without historyFolded: a live "
+            "shard's entries up to this time are then taken as counted, once."
         ),
     )
 

@@ -6,7 +6,7 @@ code (operator and worker), which the chart enforces with a ValidatingAdmissionP
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any
 
 from pydantic import (
@@ -213,9 +213,47 @@ class HistoryEntry(StatusModel):
     error_class: ErrorClass | None = Field(
         default=None, description="Error class of a failed attempt (AttemptFailed, Failed, Blocked)."
     )
+    # The operator folds each shard's entries above the last sequence it folded, never by `at`: the
+    # writers' clocks differ (a worker's may lag by seconds), their order on one shard does not.
+    sequence: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "Number of the entry in the shard's whole history: 1 for its first transition, one more "
+            "for each after it, also once older entries were dropped. Written by whoever appends the "
+            "entry. Entries written by releases before this field have none: each counts as one above "
+            "the entry before it (entries before the first numbered one count back from it; a history "
+            "without numbers starts at 1)."
+        ),
+    )
 
 
 History = Annotated[list[HistoryEntry], BeforeValidator(keeping_last(HISTORY_LIMIT))]
+
+
+def history_sequences(history: Sequence[HistoryEntry]) -> list[int]:
+    """The sequence of each entry of a history (oldest first), its own where it has one.
+
+    Entries written before entries carried a sequence are numbered from what is there: an entry
+    without one is one above the entry before it; entries before the first numbered entry count
+    back from it; a history with no numbered entry counts from 1 at its oldest entry. So a history
+    that never reached HISTORY_LIMIT is numbered from 1 as if every writer had numbered it, and
+    once a writer of this release appends to an older history, the numbers of the older entries
+    no longer change as the oldest fall off (they count back from the newest numbered one).
+
+    What this cannot repair: a writer of an earlier release (a worker image not yet upgraded)
+    rewrites the whole history without the field; a shard of more than HISTORY_LIMIT transitions
+    that such a writer touched is numbered from 1 again, and its entries up to the sequence the
+    operator had already folded are not folded (a breaker misses them, it never counts one twice).
+    A number that does not rise (never written by shardops) is taken as one above the entry before.
+    """
+    first = next(((i, e.sequence) for i, e in enumerate(history) if e.sequence is not None), None)
+    number = first[1] - first[0] - 1 if first is not None and first[1] > first[0] else 0
+    numbers: list[int] = []
+    for entry in history:
+        number = entry.sequence if entry.sequence is not None and entry.sequence > number else number + 1
+        numbers.append(number)
+    return numbers
 
 
 class ShardStatus(StatusModel):
@@ -283,9 +321,22 @@ class ShardStatus(StatusModel):
             return None
         return f"{self.progress.done}/{self.progress.total}"
 
+    def sequences(self) -> list[int]:
+        """The sequence of each history entry, oldest first (`history_sequences`)."""
+        return history_sequences(self.history)
+
+    @property
+    def last_sequence(self) -> int:
+        """The sequence of the newest history entry; 0 for a shard without history."""
+        numbers = self.sequences()
+        return numbers[-1] if numbers else 0
+
     def with_history(self, entry: HistoryEntry) -> ShardStatus:
-        """A copy with `entry` appended and the history cut to the last HISTORY_LIMIT entries."""
-        return self.model_copy(update={"history": [*self.history, entry][-HISTORY_LIMIT:]})
+        """A copy with `entry` appended, numbered one above the newest entry (`last_sequence`), and
+        the history cut to the last HISTORY_LIMIT entries. The one way an entry is added: every
+        transition of the operator and of the workers goes through it (`k8s.shards.planned_status`)."""
+        numbered = entry.model_copy(update={"sequence": self.last_sequence + 1})
+        return self.model_copy(update={"history": [*self.history, numbered][-HISTORY_LIMIT:]})
 
 
 class Shard(ResourceModel):

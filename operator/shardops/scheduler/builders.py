@@ -363,6 +363,7 @@ class StatusFacts:
     breakers: list[BreakerStatus]
     conditions: list[Condition]
     last_retry_generation: int
+    history_folded: dict[str, int]
     history_folded_until: dt.datetime | None
     budget_limit: float | None
 
@@ -396,9 +397,21 @@ def campaign_status(agg: Aggregate, facts: StatusFacts, previous: CampaignStatus
             "blocked_shards": list(agg.blocked),
             "failed_shards": list(agg.failed),
             "last_retry_generation": facts.last_retry_generation,
+            "history_folded": facts.history_folded,
             "history_folded_until": facts.history_folded_until,
         }
     )
+
+
+def status_patch(previous: CampaignStatus, new: CampaignStatus) -> JSON:
+    """The merge patch that makes the stored status `new`. A merge patch merges maps key by key, so a
+    key `new` dropped from historyFolded (a shard folded into the ledger, or gone) is sent as null:
+    without it the API server would keep the old key, and the map would grow with every shard."""
+    patch = new.to_merge_patch()
+    dropped = set(previous.history_folded or {}) - set(new.history_folded or {})
+    if dropped:
+        patch["historyFolded"] = {**(patch.get("historyFolded") or {}), **dict.fromkeys(sorted(dropped))}
+    return patch
 
 
 def status_differs(old: CampaignStatus | None, new: CampaignStatus) -> bool:

@@ -111,12 +111,12 @@ class _Progress:
 @dataclass
 class _Memory:
     """What one campaign's reconciles remember between passes. Losing it (restart, failover) only
-    delays stall and zombie detection (by up to a stall window, a lease duration) and makes history
-    folding fall back to the status watermark."""
+    delays stall and zombie detection (by up to a stall window, a lease duration). Which history
+    entries are folded is not here: the status says it (status.historyFolded), per shard, and a new
+    leader reads it there."""
 
     items_key: tuple[str, int, str] | None = None
     items: Sequence[Item] = field(default_factory=list)
-    folded: dict[str, dt.datetime] = field(default_factory=dict)
     progress: dict[str, _Progress] = field(default_factory=dict)
     # When each Running shard's claim was last seen renewed, on this process's clock: expiry is
     # judged from it, never from the holder's timestamps (`logic.leases`, "Whose clock").
@@ -308,14 +308,14 @@ class Reconciler:
         # entries this pass wrote, so the next pass has nothing new to fold (and no status to rewrite).
         first = self._plan(seen, breakers.breakers_from_status(status), now)
         self._act(seen, first, now)
-        fold = self._fold(seen, memory, status, now)
+        fold = self._fold(seen, status)
         plan = self._plan(seen, fold.states, now)
         self._start_workers(seen, plan)
         self._write_status(seen, plan, fold, sweep.stuck, retried, now)
         # The status now records the fold, the retry and the stalls (or already did): only now does
         # this process remember them and say so. A pass whose write lost (Conflict, an error, the
         # leadership gone) left neither, and the pass that runs again folds and announces them once.
-        self._commit_fold(seen, memory, fold, now)
+        self._commit_fold(seen, fold, now)
         self._announce_retry(seen, retried, now)
         self._announce_stalls(seen, memory, sweep, now)
         self.metrics.dispatch.labels(campaign=key, reason=str(plan.reason)).inc()
@@ -636,13 +636,16 @@ class Reconciler:
 
     # --- history -> breakers --------------------------------------------------------------------------
 
-    def _fold(
-        self, seen: _Observed, memory: _Memory, status: CampaignStatus, now: dt.datetime
-    ) -> _FoldResult:
-        """Fold the history entries not folded yet into the breakers the status holds. Nothing is
-        remembered, counted or announced here: `_commit_fold` does that once the status write of
-        this pass has recorded the result."""
-        outcomes = history.new_outcomes(seen.shards.values(), memory.folded, status.history_folded_until)
+    def _fold(self, seen: _Observed, status: CampaignStatus) -> _FoldResult:
+        """Fold the history entries not folded yet into the breakers the status holds: per shard the
+        entries above the sequence the status says was folded (`state.history`). Nothing is counted
+        or announced here: the status write of this pass records the fold (the breakers and the new
+        sequences together), and `_commit_fold` counts and announces it once that write is in. A
+        pass whose write is lost leaves the status as it was, so the next pass (or the next leader)
+        folds the same entries again, once."""
+        outcomes = history.new_outcomes(
+            seen.shards.values(), status.history_folded, status.history_folded_until
+        )
         policies = breakers.breaker_policies(seen.campaign.spec)
         fold = history.fold_breakers(
             breakers.breakers_from_status(status), outcomes, policies, breakers.UNDECLARED_SOURCE_POLICY
@@ -650,17 +653,17 @@ class Reconciler:
         return _FoldResult(
             fold.states,
             fold.reasons,
+            history.folded_marks(seen.shards.values(), status.history_folded),
             history.watermark_after(status.history_folded_until, outcomes),
             outcomes,
             fold.opened,
             fold.closed,
         )
 
-    def _commit_fold(self, seen: _Observed, memory: _Memory, fold: _FoldResult, now: dt.datetime) -> None:
-        """The fold is in the status: remember it, count it, announce the breakers it turned."""
+    def _commit_fold(self, seen: _Observed, fold: _FoldResult, now: dt.datetime) -> None:
+        """The fold is in the status: count it, announce the breakers it turned."""
         spec = seen.campaign.spec
         key = f"{seen.campaign.namespace}/{seen.campaign.name}"
-        history.mark_folded(memory.folded, fold.watermark, fold.outcomes)
         counts = history.tally(fold.outcomes)
         if counts.claims:
             self.metrics.claims.labels(campaign=key).inc(counts.claims)
@@ -912,6 +915,7 @@ class Reconciler:
                 last_retry_generation=(
                     retried.generation if retried is not None else previous.last_retry_generation
                 ),
+                history_folded={name: seq for name, seq in fold.marks.items() if name not in gone},
                 history_folded_until=fold.watermark,
                 budget_limit=spec.budget.limit if spec.budget is not None else None,
             ),
@@ -930,7 +934,11 @@ class Reconciler:
             return
         resource_version = seen.body["metadata"].get("resourceVersion")
         campaigns.patch_status(
-            self.kube, campaign.namespace, campaign.name, new.to_merge_patch(), resource_version
+            self.kube,
+            campaign.namespace,
+            campaign.name,
+            builders.status_patch(previous, new),
+            resource_version,
         )
         # Recorded in the ledger and counted in the status: only now may the Shards go.
         failpoints.hit(failpoints.FOLD_RECORDED)
@@ -1077,6 +1085,10 @@ class _FoldResult:
 
     states: dict[str, SourceBreaker]
     reasons: dict[str, str]
+    # status.historyFolded after this fold, for every shard the pass saw; the status write keeps
+    # those still live (not folded into the ledger by the same write).
+    marks: dict[str, int]
+    # status.historyFoldedUntil (deprecated), still written for readers of earlier releases.
     watermark: dt.datetime | None
     outcomes: list[history.Outcome] = field(default_factory=list)
     opened: list[str] = field(default_factory=list)

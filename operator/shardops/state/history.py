@@ -1,16 +1,27 @@
 """Fold the shards' transition history into breakers and counters, each entry exactly once.
 
-Workers write failures and completions into shard history; the operator reads them back in time
-order and feeds `logic.breaker`. Entries already folded are skipped: per shard by the newest entry
-this process folded (exact while it leads), and across leaders by `status.historyFoldedUntil`, the
-newest entry time any leader folded (a new leader continues from there).
+Workers and the operator append transitions to shard history, each entry numbered one above the
+shard's previous entry (`HistoryEntry.sequence`, `ShardStatus.with_history`); the operator reads
+them back and feeds `logic.breaker`. Which entries are new is decided by sequence, never by time:
+per shard, the entries above the sequence folded last (`status.historyFolded`, written by the
+status write that records the fold, so a new leader continues from it and a fold whose write is
+lost is done again). The writers' clocks play no part in it, so an entry written by a worker whose
+clock lags, or around a failover, is folded like any other.
+
+A status written by a release before `historyFolded` has only `historyFoldedUntil`, the newest entry
+time folded: on the first fold after the upgrade a shard's entries up to that time are taken as
+folded (the old rule, applied once), and from then on its sequence decides.
+
+Across shards, the new entries are fed to the breakers in time order (ties by shard name, then
+sequence), so a breaker's consecutive-failure count follows the order the failures happened in as
+well as the clocks tell it; time orders the entries, it never skips one.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 from collections import Counter
-from collections.abc import Iterable, Mapping, MutableMapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from shardops.api.enums import BreakerState, ErrorClass
@@ -33,6 +44,7 @@ class Outcome:
 
     at: dt.datetime
     shard: str
+    sequence: int
     reason: str
     attempt: int
     source: str | None
@@ -40,47 +52,77 @@ class Outcome:
 
 
 def new_outcomes(
-    shards: Iterable[Shard], folded: Mapping[str, dt.datetime], watermark: dt.datetime | None
+    shards: Iterable[Shard], folded: Mapping[str, int] | None, legacy_until: dt.datetime | None = None
 ) -> list[Outcome]:
-    """Entries not folded yet, oldest first (ties broken by shard name, so the order is stable)."""
+    """The entries not folded yet, oldest first (ties by shard name, then sequence: a stable order).
+
+    `folded`: the sequence folded last per shard (`status.historyFolded`); a shard it does not name
+    has had nothing folded. None for a status from before sequences: then `legacy_until`
+    (`status.historyFoldedUntil`) says which entries the earlier release folded, by time.
+    """
     found: list[Outcome] = []
     for shard in shards:
-        since = folded.get(shard.name, watermark)
-        for entry in shard.current_status.history:
-            if since is not None and entry.at <= since:
+        status = shard.current_status
+        mark = folded_sequence(shard, folded)
+        by_time = legacy_until if folded is None else None
+        for sequence, entry in zip(status.sequences(), status.history, strict=True):
+            if sequence <= mark or (by_time is not None and entry.at <= by_time):
                 continue
             found.append(
                 Outcome(
                     at=entry.at,
                     shard=shard.name,
+                    sequence=sequence,
                     reason=entry.reason,
                     attempt=entry.attempt,
                     source=entry.source,
                     error_class=entry.error_class,
                 )
             )
-    found.sort(key=lambda o: (o.at, o.shard))
+    found.sort(key=lambda o: (o.at, o.shard, o.sequence))
     return found
 
 
+def folded_sequence(shard: Shard, folded: Mapping[str, int] | None) -> int:
+    """The sequence of `shard`'s history folded last: `folded`'s entry for its name, or 0.
+
+    A recorded sequence above the shard's newest one, on a history that still begins with the
+    entry numbered 1 by its writer, was another Shard's of the same name (deleted, then cut again:
+    the finalize shard of a campaign whose Done finalize shard was deleted by hand): this one has had
+    nothing folded. The operator reads the Campaign before it lists the Shards, so its copy of a
+    shard is never older than the sequence recorded for it; a reader whose copy of a shard lags
+    the Campaign (a worker's watch) may count that shard's entries a second time in its own view of
+    the breakers until its copy catches up. A history without that first entry (cut at
+    HISTORY_LIMIT, or rewritten by an earlier release without numbers) keeps the recorded sequence:
+    never counted twice."""
+    mark = (folded or {}).get(shard.name, 0)
+    status = shard.current_status
+    if mark > status.last_sequence and status.history and status.history[0].sequence == 1:
+        return 0
+    return mark
+
+
+def folded_marks(shards: Iterable[Shard], folded: Mapping[str, int] | None) -> dict[str, int]:
+    """`status.historyFolded` once the new entries of `shards` are folded: each shard with history at
+    its newest entry's sequence (never below the mark it had), and only `shards` — the live ones
+    the caller passes, so shards folded into the ledger and deleted leave the map and it stays as
+    small as the window of live Shards."""
+    marks: dict[str, int] = {}
+    for shard in shards:
+        top = max(shard.current_status.last_sequence, folded_sequence(shard, folded))
+        if top > 0:
+            marks[shard.name] = top
+    return marks
+
+
 def watermark_after(watermark: dt.datetime | None, outcomes: Iterable[Outcome]) -> dt.datetime | None:
-    """The campaign-wide watermark once `outcomes` are folded: the newest entry time, never back."""
+    """`status.historyFoldedUntil` (deprecated, for readers of earlier releases) once `outcomes` are
+    folded: the newest entry time, never back."""
     newest = watermark
     for outcome in outcomes:
         if newest is None or outcome.at > newest:
             newest = outcome.at
     return newest
-
-
-def mark_folded(
-    folded: MutableMapping[str, dt.datetime], watermark: dt.datetime | None, outcomes: Sequence[Outcome]
-) -> dt.datetime | None:
-    """Remember the newest folded entry per shard; the new campaign-wide watermark. The operator
-    calls it once the status recording the fold is written (a fold whose write is lost is redone)."""
-    for outcome in outcomes:
-        if outcome.shard not in folded or outcome.at > folded[outcome.shard]:
-            folded[outcome.shard] = outcome.at
-    return watermark_after(watermark, outcomes)
 
 
 @dataclass

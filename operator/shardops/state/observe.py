@@ -118,10 +118,10 @@ def _max_per_shard(spec: CampaignSpec) -> float | None:
 
 
 def breaker_states(campaign: Campaign, shards: Iterable[Shard]) -> dict[str, SourceBreaker]:
-    """The breakers a new leader would start from: the status, plus the shard history written after
-    status.historyFoldedUntil, folded in time order."""
+    """The breakers a new leader would start from: the status, plus the shard history it has not
+    folded yet (per shard, the entries above status.historyFolded), folded in time order."""
     status = campaign.current_status
-    outcomes = history.new_outcomes(shards, {}, status.history_folded_until)
+    outcomes = history.new_outcomes(shards, status.history_folded, status.history_folded_until)
     fold = history.fold_breakers(
         breakers_from_status(status),
         outcomes,

@@ -98,7 +98,16 @@ def shard_change_matters(old: JSON | None, new: JSON | None) -> bool:
 # Campaign status figures the operator rewrites as work goes on and that never make a shard
 # claimable (spend only grows: it can only close the budget gate).
 _RUNNING_FIGURES = frozenset(
-    {"counts", "spent", "tokens", "budgetRatio", "oldestPendingSeconds", "folded", "historyFoldedUntil"}
+    {
+        "counts",
+        "spent",
+        "tokens",
+        "budgetRatio",
+        "oldestPendingSeconds",
+        "folded",
+        "historyFolded",
+        "historyFoldedUntil",
+    }
 )
 
 
