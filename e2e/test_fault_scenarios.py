@@ -32,6 +32,7 @@ from e2e.faults.proxy import NO_FAULTS, ApiProxy, Fault, FaultRates, Traffic, by
 from e2e.faults.recording import AuditTail
 from e2e.harness import Cluster, wait_for
 from e2e.schedulerkit import (
+    LEADER_LEASE,
     OPERATOR_NAME,
     Operator,
     campaign_body,
@@ -319,9 +320,9 @@ API_FAULTS = FaultRates(
     retry_after_seconds=1,
 )
 # No retry storm: with faults, the busiest second — of all clients together, and of the busiest
-# client — stays within this multiple of the busiest second without them. Retries with backoff add
-# about the refusal rate (10 %) and the re-reads after a lost answer; a client retrying without
-# waiting multiplies it.
+# client of each kind (the operator's own client, kopf's, a worker's) — stays within this multiple
+# of the busiest second without them. Retries with backoff add about the refusal rate (10 %) and the
+# re-reads after a lost answer; a client retrying without waiting multiplies it.
 STORM_MULTIPLE = 2.0
 # Transitions that use up an attempt: with no process killed or frozen and no item failing, each is
 # an API fault taken for a failure.
@@ -341,10 +342,40 @@ def _charges(history: History) -> list[str]:
     found: dict[str, str] = {}
     for key, versions in history.shards.items():
         for version in versions:
+            if version.deleted:
+                continue
             for entry in version.status.get("history") or []:
                 if entry.get("reason") in CHARGES:
                     found.setdefault(f"{key_text(key)} {sorted(entry.items())}", f"{key_text(key)}: {entry}")
     return list(found.values())
+
+
+def _leader_changes(history: History, namespace: str) -> list[str]:
+    """Each write of the leader Lease by a process other than the one whose write came before (its
+    instance annotation: a restarted or another replica), with the writes of the Lease just before
+    it, refused ones included: the audit evidence of a leader that stepped down."""
+    versions = history.leases.get((namespace, LEADER_LEASE), [])
+    writes = sorted(
+        [(v.write, v.metadata.get("annotations", {}).get(LEADER_INSTANCE_ANNOTATION)) for v in versions]
+        + [(w, None) for w in history.failed_writes if (w.resource, w.name) == ("leases", LEADER_LEASE)],
+        key=lambda pair: pair[0].stage,
+    )
+    found = []
+    last_instance = None
+    for index, (write, instance) in enumerate(writes):
+        if instance is None:
+            continue
+        if last_instance is not None and instance != last_instance:
+            before = [
+                f"    {w.describe()} (rv {((w.response or {}).get('metadata') or {}).get('resourceVersion')})"
+                for w, _ in writes[max(0, index - 4) : index]
+            ]
+            found.append(
+                f"  instance {last_instance} -> {instance} at {write.describe()}; before it:\n"
+                + "\n".join(before)
+            )
+        last_instance = instance
+    return found
 
 
 def _traffic_figures(name: str, traffic: Traffic, start: float, end: float) -> str:
@@ -364,7 +395,7 @@ def test_api_errors_and_lost_answers_through_a_proxy(
     assert local is not None
     namespace, kube = history_namespace, kube_for(local_cluster)
     env = s3_store_env(local_cluster, namespace, object_store, f"e2e-{namespace}")
-    calm_items, faulty_items = (60, 400) if FULL else (24, 60)
+    calm_items, faulty_items = (60, 400) if FULL else (24, 90)
     pki = local.pki
     started = time.monotonic()
     with ApiProxy(local.server, pki.ca_cert, pki.proxy_cert, pki.proxy_key, seed=13) as proxy:
@@ -382,6 +413,14 @@ def test_api_errors_and_lost_answers_through_a_proxy(
             _finished(kube, local_cluster, namespace, "faulty", 1200)
             proxy.set_rates(NO_FAULTS)
             faulty_end = time.monotonic()
+            restarts = operator.restarts()
+            leader_log = [
+                line
+                for pod in operator.pods()
+                for line in operator.log(pod.metadata.name).splitlines()
+                if "leader election" in line
+                and (" ERROR " in line or " WARNING " in line or "was applied" in line)
+            ]
             # Stopped while the proxy still serves it: no operator left failing to reach it.
             local_cluster.kubectl("scale", "deployment", OPERATOR_NAME, "-n", namespace, "--replicas=0")
             wait_for("the operator to stop", lambda: not operator.pods(), 60)
@@ -394,6 +433,11 @@ def test_api_errors_and_lost_answers_through_a_proxy(
     faulty_rate = faulty.rate(start=calm_end, end=faulty_end)
     _, calm_busiest = calm.busiest_client()
     _, faulty_busiest = faulty.busiest_client()
+    # The busiest client of each kind, with faults and without: (kind, with, without).
+    kinds = [
+        (kind, faulty.busiest_client(kind), calm.busiest_client(kind))
+        for kind in sorted(faulty.products() | calm.products())
+    ]
     breaches = faulty.retry_after_breaches()
     row = Row(
         "API errors through a proxy",
@@ -416,18 +460,41 @@ def test_api_errors_and_lost_answers_through_a_proxy(
     print("  " + _traffic_figures("without faults", calm, calm_start, calm_end))
     print("  " + _traffic_figures("with faults", faulty, calm_end, faulty_end))
     print(f"  {summary(faulty, API_FAULTS)}; the proxy's own upstream failures: {upstream_failures}")
+    print(
+        f"  requests per shard: {len(calm.exchanges) / calm_items:.1f} without faults, "
+        f"{len(faulty.exchanges) / faulty_items:.1f} with; took {calm_end - calm_start:.0f} s and "
+        f"{faulty_end - calm_end:.0f} s"
+    )
+    for kind, (_, with_faults), (_, without) in kinds:
+        print(f"  busiest {kind} client: peak {with_faults.peak}/s with faults, {without.peak}/s without")
     for name, rate in sorted(by_client(faulty).items(), key=lambda item: -item[1].peak)[:8]:
         print(f"    {name}: {rate}")
     for breach in breaches[:20]:
         print(f"  Retry-After breach: {breach}")
     for charge in charges[:20]:
         print(f"  attempt charged: {charge}")
+    leader_changes = _leader_changes(history, namespace)
+    print(
+        f"  operator restarts: {restarts}; leader Lease taken by another process {len(leader_changes)} times"
+    )
+    print("\n".join(leader_changes[:5]))
+    print("\n".join(f"  {line}" for line in leader_log[-10:]))
     assert not row.violations, "\n".join(map(str, row.violations))
     # Every fault was injected, and lost answers of writes the API server applied were among them.
     assert all(faults[kind] for kind in Fault if kind != Fault.NONE), faults
     assert faulty.dropped_applied() >= 1
+    # An API fault is no reason for the operator to exit: it kept leading all along.
+    assert restarts == 0 and not leader_changes, "\n".join(leader_changes + leader_log[-10:])
     # Nothing failed for real, so nothing may be charged for it.
     assert not charges, "\n".join(charges)
     assert not breaches, "\n".join(map(str, breaches))
     assert faulty_rate.peak <= STORM_MULTIPLE * calm_rate.peak, (faulty_rate, calm_rate)
-    assert faulty_busiest.peak <= STORM_MULTIPLE * calm_busiest.peak, (faulty_busiest, calm_busiest)
+    for kind, (busiest, with_faults), (_, without) in kinds:
+        storm = "\n".join(
+            f"  {e.at - calm_end:8.3f} s {e.method} {e.target} -> {e.status} ({e.fault})"
+            for e in faulty.busiest_second(busiest)
+        )
+        assert with_faults.peak <= STORM_MULTIPLE * max(without.peak, 1), (
+            f"{kind}: {with_faults.peak} requests in one second with faults, {without.peak} without; "
+            f"{busiest}'s busiest second:\n{storm}"
+        )

@@ -263,14 +263,22 @@ class Rate:
         return f"{self.mean:.1f} req/s (peak {self.peak}/s, {self.requests} in {self.seconds:.0f} s)"
 
 
-def peak_in_a_second(times: Sequence[float]) -> int:
-    """The most of the sorted `times` inside any window [t, t + 1 s)."""
-    peak = start = 0
+def busiest_window(times: Sequence[float]) -> tuple[int, int]:
+    """[first, last] indexes of the most of the sorted `times` inside one window [t, t + 1 s)."""
+    best = (0, -1)
+    start = 0
     for end, at in enumerate(times):
         while at - times[start] >= 1.0:
             start += 1
-        peak = max(peak, end - start + 1)
-    return peak
+        if end - start > best[1] - best[0]:
+            best = (start, end)
+    return best
+
+
+def peak_in_a_second(times: Sequence[float]) -> int:
+    """The most of the sorted `times` inside any window [t, t + 1 s)."""
+    first, last = busiest_window(times)
+    return last - first + 1
 
 
 @dataclass(frozen=True)
@@ -298,13 +306,25 @@ class Traffic:
         last = chosen[-1] if end is None else end
         return Rate(len(chosen), max(last - first, 1.0), peak_in_a_second(chosen))
 
-    def busiest_client(self) -> tuple[str, Rate]:
-        """The client with the highest one-second peak (ties: the most requests)."""
-        rates = {client: self.rate(client) for client in self.clients()}
+    def products(self) -> set[str]:
+        """The kinds of client (their user agents' product: shardops-worker, kopf, ...)."""
+        return {client.rsplit(" ", 1)[-1] for client in self.clients()}
+
+    def busiest_client(self, product: str | None = None) -> tuple[str, Rate]:
+        """The client (of one product, or any) with the highest one-second peak (ties: the most
+        requests)."""
+        chosen = [c for c in self.clients() if product is None or c.rsplit(" ", 1)[-1] == product]
+        rates = {client: self.rate(client) for client in chosen}
         if not rates:
             return "", Rate(0, 0.0, 0)
         client = max(rates, key=lambda c: (rates[c].peak, rates[c].requests))
         return client, rates[client]
+
+    def busiest_second(self, client: str) -> list[Exchange]:
+        """The exchanges of `client`'s busiest second (what made its peak)."""
+        chosen = sorted((e for e in self.exchanges if e.client == client), key=lambda e: e.at)
+        first, last = busiest_window([e.at for e in chosen])
+        return chosen[first : last + 1]
 
     def throttled(self) -> list[Exchange]:
         return [e for e in self.exchanges if e.fault == Fault.THROTTLED]
