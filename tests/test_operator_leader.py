@@ -10,7 +10,18 @@ import urllib3
 
 from fakekube import LOST_ANSWERS, Call, LostAnswer
 from schedulerkit import NAMESPACE, T0, OperatorKube, campaign, put_campaign, settings
-from shardops.k8s.api import CAMPAIGNS, EVENTS, JOBS, LEASES, SHARDS, ApiError, Resource, WriteRefused
+from shardops.k8s.api import (
+    CAMPAIGNS,
+    EVENTS,
+    JOBS,
+    LEASES,
+    SHARDS,
+    AlreadyExists,
+    ApiError,
+    Conflict,
+    Resource,
+    WriteRefused,
+)
 from shardops.scheduler.leader import LeaderElector
 from shardops.scheduler.metrics import Metrics
 from shardops.scheduler.reconcile import Reconciler
@@ -331,9 +342,18 @@ def connection_closed(call: Call) -> BaseException:
     return urllib3.exceptions.ProtocolError("Connection aborted.", ConnectionResetError("closed"))
 
 
+def resent_by_urllib3(call: Call) -> BaseException:
+    """The connection closed after the write was applied; urllib3 sent it again on its own (its
+    default Retry does for PUT and DELETE), and `Kube` sees only the copy's answer: a plain 409."""
+    if call.verb == "create":
+        return AlreadyExists(409, "AlreadyExists", f"{call.plural} {call.name!r} already exists")
+    return Conflict(409, "Conflict", f"{call.plural} {call.name!r}: the object has been modified")
+
+
 LOST = [
     *(pytest.param(answer, id=name) for name, answer in LOST_ANSWERS.items()),
     pytest.param(connection_closed, id="connection closed"),
+    pytest.param(resent_by_urllib3, id="closed, sent again by urllib3: 409"),
 ]
 
 

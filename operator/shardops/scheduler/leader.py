@@ -23,11 +23,12 @@ Why not kopf peering: with equal priorities every replica pauses and none reconc
   pod runs one container of the operator at a time (the kubelet starts the next only after the last
   exited), so a holder with this pod's uid and another token is dead. Two pods never share a uid, so
   two replicas misconfigured with one name still wait (and are reported, below).
-* A write of the Lease whose answer was lost (applied, then answered with a 5xx, a timeout or a
-  closed connection) is recognised at the next look by what only this process writes: the
-  renewTime it sent, under its identity and its instance annotation. Taken for another process
-  renewing under its name, it would step down and exit; its lost acquisition would be waited out as
-  a live holder's. Leading counts from that write's request, as for an answered one.
+* A write of the Lease whose answer was lost (applied, then answered with a 5xx, a timeout, a
+  closed connection, or the 409 of a copy urllib3 sent again on its own) is recognised at the next
+  look by what only this process writes: the renewTime it sent, under its identity and its instance
+  annotation. Taken for another process renewing under its name, it would make the leader step down
+  and exit; a lost acquisition would be waited out as a live holder's. Leading counts from that
+  write's request, as for an answered one.
 * Nothing freezes silently: a leader that cannot renew, a replica that cannot read the Lease, a Lease
   renewed under our own identity by another process (two replicas with one name), and a blocked
   event loop are each logged, counted in `shardops_leader_election_problems_total`, reported as an
@@ -49,7 +50,6 @@ from typing import Any
 
 from shardops.api.names import LEADER_INSTANCE_ANNOTATION
 from shardops.k8s import events
-from shardops.k8s.ambiguous import may_have_applied
 from shardops.k8s.api import LEASES, AlreadyExists, Conflict, Kube, NotFound, WriteRefused
 from shardops.logic.timefmt import micro_time
 from shardops.scheduler.metrics import Metrics
@@ -258,16 +258,19 @@ class LeaderElector:
             return None
         return next((w for w in self._unanswered if w.renew_time == spec.get("renewTime")), None)
 
-    def _answer_lost(self, error: BaseException, body: JSON, sent: float, previous: str | None) -> None:
-        """Keep a write whose answer was lost, for the next look to recognise if it was applied."""
-        if may_have_applied(error):
-            renew_time = str((body.get("spec") or {}).get("renewTime") or "")
-            # The last few: a write whose answer was lost lands at once or not at all (the renew
-            # deadline, or the next acquisition, comes long before an older one could).
-            self._unanswered = [
-                *self._unanswered[-(UNANSWERED_KEPT - 1) :],
-                _Unanswered(renew_time, sent, previous),
-            ]
+    def _answer_lost(self, body: JSON, sent: float, previous: str | None) -> None:
+        """Keep a write that failed, for the next look to recognise if it was applied all the same.
+        Any failure may hide one: a 5xx, a timeout, a closed connection, and even a plain 409 — the
+        answer to the copy of a PUT that urllib3 sends again on its own after the connection closed
+        (`Kube` never sees the first). Recognition asks for the renewTime only this write sent, so
+        keeping a write that was refused costs nothing."""
+        renew_time = str((body.get("spec") or {}).get("renewTime") or "")
+        # The last few: a write whose answer was lost lands at once or not at all (the renew
+        # deadline, or the next acquisition, comes long before an older one could).
+        self._unanswered = [
+            *self._unanswered[-(UNANSWERED_KEPT - 1) :],
+            _Unanswered(renew_time, sent, previous),
+        ]
 
     def _as_leader(self, lease: JSON, holder: str | None, version: str) -> None:
         if version != self._my_version and (own := self._own_write(lease)) is not None:
@@ -299,14 +302,14 @@ class LeaderElector:
         patch = {"spec": {"renewTime": micro_time(self.wall()), "holderIdentity": self.identity}}
         try:
             renewed = self.kube.patch(LEASES, self.namespace, self.name, patch, resource_version=version)
-        except Conflict as error:
+        except Conflict:
             # Changed between our read and write (or our own write, its answer lost): the next look
             # decides who holds it.
-            self._answer_lost(error, patch, sent, self.identity)
+            self._answer_lost(patch, sent, self.identity)
             self._renewal_failed("the Lease changed under us", lease)
             return
         except Exception as error:
-            self._answer_lost(error, patch, sent, self.identity)
+            self._answer_lost(patch, sent, self.identity)
             self._renewal_failed(str(error), lease)
             return
         self._unanswered.clear()
@@ -362,11 +365,11 @@ class LeaderElector:
         sent = self.clock()
         try:
             taken = self.kube.replace(LEASES, self.namespace, self.name, body)
-        except Conflict as error:
-            self._answer_lost(error, body, sent, holder)
+        except Conflict:
+            self._answer_lost(body, sent, holder)
             return
         except Exception as error:
-            self._answer_lost(error, body, sent, holder)
+            self._answer_lost(body, sent, holder)
             log.warning("leader election: taking over the Lease failed: %s", error)
             return
         self._won(taken, previous=holder, sent=sent)
@@ -377,11 +380,11 @@ class LeaderElector:
         sent = self.clock()
         try:
             created = self.kube.create(LEASES, self.namespace, body)
-        except AlreadyExists as error:
-            self._answer_lost(error, body, sent, None)
+        except AlreadyExists:
+            self._answer_lost(body, sent, None)
             return
         except Exception as error:
-            self._answer_lost(error, body, sent, None)
+            self._answer_lost(body, sent, None)
             log.warning("leader election: creating the Lease failed: %s", error)
             return
         self._won(created, previous=None, sent=sent)
