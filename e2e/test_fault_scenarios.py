@@ -2,9 +2,10 @@
 API server's audit log and checked offline (e2e/faults/checker.py). Each scenario adds a row to the
 results table (docs/faults.md says what each column counts).
 
-Two sizes: `short` (the default, part of `make test`: a few operator kills and worker kills) and
-`full` (`make faults`, SHARDOPS_FAULTS=full: ≥ 20 operator kills in one campaign, worker kills,
-several stale writers at once, and the frozen-worker scenario 20 times in a row). `make faults`
+Two sizes: `short` (the default, part of `make test`: a few operator kills and worker kills, a minute
+of API faults through the proxy) and `full` (`make faults`, SHARDOPS_FAULTS=full: ≥ 20 operator
+kills in one campaign, worker kills, several stale writers at once, the frozen-worker scenario 20
+times in a row, and minutes of API faults). `make faults`
 writes the table to SHARDOPS_FAULTS_TABLE (docs/faults-results.md)."""
 
 from __future__ import annotations
@@ -22,14 +23,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes import client
 
 from e2e.cluster import lifecycle
+from e2e.cluster.kubelet.identity import API_SERVER_ANNOTATION
 from e2e.faults import checker, inject
-from e2e.faults.history import History
+from e2e.faults.history import History, key_text
+from e2e.faults.proxy import NO_FAULTS, ApiProxy, Fault, FaultRates, Traffic, by_client, summary
 from e2e.faults.recording import AuditTail
 from e2e.harness import Cluster, wait_for
 from e2e.schedulerkit import (
     LEADER_LEASE,
+    OPERATOR_NAME,
     Operator,
     campaign_body,
     continue_group,
@@ -44,6 +49,7 @@ from e2e.schedulerkit import (
 from e2e.test_fault_history import IDENTITIES
 from shardops.api.names import LEADER_INSTANCE_ANNOTATION
 from shardops.k8s.api import Kube
+from shardops.logic.transitions import EventReason
 
 pytestmark = pytest.mark.usefixtures("crds_installed")
 
@@ -439,3 +445,201 @@ def test_one_worker_frozen_past_its_lease_among_twelve(
     tally = _check(row, audit_tail, namespace)
     assert not row.violations, "\n".join(map(str, row.violations))
     assert tally["lost-holder charges"] >= 1, tally
+
+
+# The API faults of issue 13: 10 % of requests refused (429 with Retry-After 1 s, 500, 503: never
+# forwarded), 3 % delayed 1 s, and 5 % of writes applied by the API server with their answer lost
+# (half answered 504, half a closed connection).
+API_FAULTS = FaultRates(
+    throttled=0.04,
+    error_500=0.03,
+    unavailable=0.03,
+    spike=0.03,
+    dropped=0.05,
+    spike_seconds=1.0,
+    retry_after_seconds=1,
+)
+# No retry storm: with faults, the busiest second — of all clients together, and of the busiest
+# client of each kind (the operator's own client, kopf's, a worker's) — stays within this multiple
+# of the busiest second without them, and so do the requests per shard. Retries with backoff add
+# about the refusal rate (10 %) and the re-reads after a lost answer; a client retrying without
+# waiting multiplies it. A kind that makes a handful of requests a second is judged against at
+# least STORM_FLOOR: one more request in a second is noise there, not a storm.
+STORM_MULTIPLE = 2.0
+STORM_FLOOR = 5
+# Transitions that use up an attempt: with no process killed or frozen and no item failing, each is
+# an API fault taken for a failure.
+CHARGES = frozenset(
+    {
+        EventReason.ATTEMPT_FAILED,
+        EventReason.FAILED,
+        EventReason.BLOCKED,
+        EventReason.LEASE_EXPIRED,
+        EventReason.REVOKED,
+    }
+)
+
+
+def _charges(history: History) -> list[str]:
+    """Every attempt-charging transition the shards' histories record, once each."""
+    found: dict[str, str] = {}
+    for key, versions in history.shards.items():
+        for version in versions:
+            if version.deleted:
+                continue
+            for entry in version.status.get("history") or []:
+                if entry.get("reason") in CHARGES:
+                    found.setdefault(f"{key_text(key)} {sorted(entry.items())}", f"{key_text(key)}: {entry}")
+    return list(found.values())
+
+
+def _leader_changes(history: History, namespace: str) -> list[str]:
+    """Each write of the leader Lease by a process other than the one whose write came before (its
+    instance annotation: a restarted or another replica), with the writes of the Lease just before
+    it, refused ones included: the audit evidence of a leader that stepped down."""
+    versions = history.leases.get((namespace, LEADER_LEASE), [])
+    writes = sorted(
+        [(v.write, v.metadata.get("annotations", {}).get(LEADER_INSTANCE_ANNOTATION)) for v in versions]
+        + [(w, None) for w in history.failed_writes if (w.resource, w.name) == ("leases", LEADER_LEASE)],
+        key=lambda pair: pair[0].stage,
+    )
+    found = []
+    last_instance = None
+    for index, (write, instance) in enumerate(writes):
+        if instance is None:
+            continue
+        if last_instance is not None and instance != last_instance:
+            before = [
+                f"    {w.describe()} (rv {((w.response or {}).get('metadata') or {}).get('resourceVersion')})"
+                for w, _ in writes[max(0, index - 4) : index]
+            ]
+            found.append(
+                f"  instance {last_instance} -> {instance} at {write.describe()}; before it:\n"
+                + "\n".join(before)
+            )
+        last_instance = instance
+    return found
+
+
+def _traffic_figures(name: str, traffic: Traffic, start: float, end: float) -> str:
+    rate = traffic.rate(start=start, end=end)
+    client, busiest = traffic.busiest_client()
+    return f"{name}: {rate}; busiest client {client}: peak {busiest.peak}/s, {busiest.requests} requests"
+
+
+@pytest.mark.long
+def test_api_errors_and_lost_answers_through_a_proxy(
+    local_cluster: Cluster, history_namespace: str, object_store: lifecycle.ObjectStore, audit_tail: AuditTail
+) -> None:
+    """The operator and its workers reach the API server through the fault proxy
+    (e2e/faults/proxy.py): a campaign without faults first (the baseline request rate), then one
+    under API_FAULTS. Every invariant holds, no attempt is charged, no retry storm."""
+    local = local_cluster.local
+    assert local is not None
+    namespace, kube = history_namespace, kube_for(local_cluster)
+    env = s3_store_env(local_cluster, namespace, object_store, f"e2e-{namespace}")
+    calm_items, faulty_items = (60, 600) if FULL else (24, 90)
+    pki = local.pki
+    started = time.monotonic()
+    with ApiProxy(local.server, pki.ca_cert, pki.proxy_cert, pki.proxy_key, seed=13) as proxy:
+        # The operator's and the workers' pods get kubeconfigs naming the proxy (the process-kubelet).
+        client.CoreV1Api(local_cluster.api).patch_namespace(
+            namespace, {"metadata": {"annotations": {API_SERVER_ANNOTATION: proxy.url}}}
+        )
+        with operator_running(local_cluster, namespace, env=env) as operator:
+            calm_start = time.monotonic()
+            create_campaign(kube, namespace, _campaign("calm", calm_items, 6, 1.0))
+            _finished(kube, local_cluster, namespace, "calm", 300)
+            calm_end = time.monotonic()
+            proxy.set_rates(API_FAULTS)
+            create_campaign(kube, namespace, _campaign("faulty", faulty_items, 6, 1.0))
+            _finished(kube, local_cluster, namespace, "faulty", 1200)
+            proxy.set_rates(NO_FAULTS)
+            faulty_end = time.monotonic()
+            restarts = operator.restarts()
+            leader_log = [
+                line
+                for pod in operator.pods()
+                for line in operator.log(pod.metadata.name).splitlines()
+                if "leader election" in line
+                and (" ERROR " in line or " WARNING " in line or "was applied" in line)
+            ]
+            # Stopped while the proxy still serves it: no operator left failing to reach it.
+            local_cluster.kubectl("scale", "deployment", OPERATOR_NAME, "-n", namespace, "--replicas=0")
+            wait_for("the operator to stop", lambda: not operator.pods(), 60)
+        traffic = proxy.traffic()
+        upstream_failures = proxy.upstream_failures
+    calm = traffic.between(calm_start, calm_end)
+    faulty = traffic.between(calm_end, faulty_end)
+    faults = faulty.faults()
+    calm_rate = calm.rate(start=calm_start, end=calm_end)
+    faulty_rate = faulty.rate(start=calm_end, end=faulty_end)
+    _, calm_busiest = calm.busiest_client()
+    _, faulty_busiest = faulty.busiest_client()
+    # The busiest client of each kind, with faults and without: (kind, with, without).
+    kinds = [
+        (kind, faulty.busiest_client(kind), calm.busiest_client(kind))
+        for kind in sorted(faulty.products() | calm.products())
+    ]
+    breaches = faulty.retry_after_breaches()
+    row = Row(
+        "API errors through a proxy",
+        f"429 {faults[Fault.THROTTLED]}, 500 {faults[Fault.ERROR_500]}, 503 {faults[Fault.UNAVAILABLE]}, "
+        f"{faults[Fault.SPIKE]} 1 s spikes, {faults[Fault.DROPPED_504] + faults[Fault.DROPPED_CLOSE]} "
+        f"answers of writes lost ({faulty.dropped_applied()} of them applied; "
+        f"{faults[Fault.DROPPED_504]} 504, {faults[Fault.DROPPED_CLOSE]} closed) "
+        f"in {len(faulty.exchanges)} requests over {faulty_end - calm_end:.0f} s",
+        recovery=(
+            f"{faulty_rate.mean:.1f} req/s, peak {faulty_rate.peak}/s, "
+            f"busiest client {faulty_busiest.peak}/s (without faults {calm_rate.mean:.1f}, "
+            f"{calm_rate.peak}/s, {calm_busiest.peak}/s); "
+            f"Retry-After breaches {len(breaches)}"
+        ),
+    )
+    row.took = time.monotonic() - started
+    _check(row, audit_tail, namespace)
+    history = audit_tail.history(namespace)
+    charges = _charges(history)
+    print("  " + _traffic_figures("without faults", calm, calm_start, calm_end))
+    print("  " + _traffic_figures("with faults", faulty, calm_end, faulty_end))
+    print(f"  {summary(faulty, API_FAULTS)}; the proxy's own upstream failures: {upstream_failures}")
+    print(
+        f"  requests per shard: {len(calm.exchanges) / calm_items:.1f} without faults, "
+        f"{len(faulty.exchanges) / faulty_items:.1f} with; took {calm_end - calm_start:.0f} s and "
+        f"{faulty_end - calm_end:.0f} s"
+    )
+    for kind, (_, with_faults), (_, without) in kinds:
+        print(f"  busiest {kind} client: peak {with_faults.peak}/s with faults, {without.peak}/s without")
+    for name, rate in sorted(by_client(faulty).items(), key=lambda item: -item[1].peak)[:8]:
+        print(f"    {name}: {rate}")
+    for breach in breaches[:20]:
+        print(f"  Retry-After breach: {breach}")
+    for charge in charges[:20]:
+        print(f"  attempt charged: {charge}")
+    leader_changes = _leader_changes(history, namespace)
+    print(
+        f"  operator restarts: {restarts}; leader Lease taken by another process {len(leader_changes)} times"
+    )
+    print("\n".join(leader_changes[:5]))
+    print("\n".join(f"  {line}" for line in leader_log[-10:]))
+    assert not row.violations, "\n".join(map(str, row.violations))
+    # Every fault was injected, and lost answers of writes the API server applied were among them.
+    assert all(faults[kind] for kind in Fault if kind != Fault.NONE), faults
+    assert faulty.dropped_applied() >= 1
+    # An API fault is no reason for the operator to exit: it kept leading all along.
+    assert restarts == 0 and not leader_changes, "\n".join(leader_changes + leader_log[-10:])
+    # Nothing failed for real, so nothing may be charged for it.
+    assert not charges, "\n".join(charges)
+    assert not breaches, "\n".join(map(str, breaches))
+    assert faulty_rate.peak <= STORM_MULTIPLE * calm_rate.peak, (faulty_rate, calm_rate)
+    per_shard = (len(faulty.exchanges) / faulty_items, len(calm.exchanges) / calm_items)
+    assert per_shard[0] <= STORM_MULTIPLE * per_shard[1], f"requests per shard {per_shard}"
+    for kind, (busiest, with_faults), (_, without) in kinds:
+        storm = "\n".join(
+            f"  {e.at - calm_end:8.3f} s {e.method} {e.target} -> {e.status} ({e.fault})"
+            for e in faulty.busiest_second(busiest)
+        )
+        assert with_faults.peak <= STORM_MULTIPLE * max(without.peak, STORM_FLOOR), (
+            f"{kind}: {with_faults.peak} requests in one second with faults, {without.peak} without; "
+            f"{busiest}'s busiest second:\n{storm}"
+        )

@@ -25,7 +25,13 @@ from e2e.cluster.kubelet.container_config import (
     resource_field_value,
 )
 from e2e.cluster.kubelet.host import node_labels
-from e2e.cluster.kubelet.identity import ClusterInfo, cluster_info, service_account_kubeconfig
+from e2e.cluster.kubelet.identity import (
+    API_SERVER_ANNOTATION,
+    ClusterInfo,
+    cluster_info,
+    server_for,
+    service_account_kubeconfig,
+)
 from e2e.cluster.kubelet.node import Kubelet
 from e2e.cluster.kubelet.pod_status import (
     RUNNING,
@@ -666,6 +672,26 @@ def test_service_account_kubeconfig_from_admin_kubeconfig(tmp_path: Path) -> Non
     assert kubeconfig["current-context"] == context["name"]
     assert context["context"]["namespace"] == "team-a"
     assert "client-key" not in str(kubeconfig)
+
+
+def test_a_namespace_annotation_points_its_pods_at_another_api_server() -> None:
+    info = ClusterInfo(server="https://127.0.0.1:6443", ca_pem=b"PEM", tls_server_name="kubernetes")
+
+    def namespace(annotations: dict[str, str] | None) -> dict[str, object]:
+        return {"metadata": {"name": "ns", **({"annotations": annotations} if annotations else {})}}
+
+    proxied = server_for(namespace({API_SERVER_ANNOTATION: "https://127.0.0.1:7000"}), info)
+    # Only the address changes: the pods still verify it with the cluster CA.
+    assert proxied == ClusterInfo(
+        server="https://127.0.0.1:7000", ca_pem=b"PEM", tls_server_name="kubernetes"
+    )
+    assert service_account_kubeconfig(proxied, "t", "ns", "u")["clusters"][0]["cluster"]["server"] == (
+        "https://127.0.0.1:7000"
+    )
+    assert server_for(namespace(None), info) == info
+    assert server_for(namespace({"other": "x"}), info) == info
+    # Not an https URL: ignored, the pods reach the API server directly.
+    assert server_for(namespace({API_SERVER_ANNOTATION: "127.0.0.1:7000"}), info) == info
 
 
 def test_cluster_info_with_inline_ca() -> None:

@@ -6,9 +6,22 @@ import datetime as dt
 from collections.abc import Callable
 
 import pytest
+import urllib3
 
+from fakekube import LOST_ANSWERS, Call, LostAnswer
 from schedulerkit import NAMESPACE, T0, OperatorKube, campaign, put_campaign, settings
-from shardops.k8s.api import CAMPAIGNS, EVENTS, JOBS, LEASES, SHARDS, ApiError, Resource, WriteRefused
+from shardops.k8s.api import (
+    CAMPAIGNS,
+    EVENTS,
+    JOBS,
+    LEASES,
+    SHARDS,
+    AlreadyExists,
+    ApiError,
+    Conflict,
+    Resource,
+    WriteRefused,
+)
 from shardops.scheduler.leader import LeaderElector
 from shardops.scheduler.metrics import Metrics
 from shardops.scheduler.reconcile import Reconciler
@@ -319,3 +332,125 @@ def test_a_pass_stops_writing_once_the_leadership_is_lost(kube: OperatorKube, cl
         )
         == 1
     )
+
+
+# --- writes of the leader Lease whose answer was lost ------------------------------------------------
+
+
+def connection_closed(call: Call) -> BaseException:
+    """The connection closed after the write was sent, with no answer (not retried for a PATCH)."""
+    return urllib3.exceptions.ProtocolError("Connection aborted.", ConnectionResetError("closed"))
+
+
+def resent_by_urllib3(call: Call) -> BaseException:
+    """The connection closed after the write was applied; urllib3 sent it again on its own (its
+    default Retry does for PUT and DELETE), and `Kube` sees only the copy's answer: a plain 409."""
+    if call.verb == "create":
+        return AlreadyExists(409, "AlreadyExists", f"{call.plural} {call.name!r} already exists")
+    return Conflict(409, "Conflict", f"{call.plural} {call.name!r}: the object has been modified")
+
+
+LOST = [
+    *(pytest.param(answer, id=name) for name, answer in LOST_ANSWERS.items()),
+    pytest.param(connection_closed, id="connection closed"),
+    pytest.param(resent_by_urllib3, id="closed, sent again by urllib3: 409"),
+]
+
+
+def _leader_lease_write(verb: str) -> Callable[[Call], bool]:
+    return lambda call: call.plural == LEASES.plural and call.verb == verb
+
+
+@pytest.mark.parametrize("answer", LOST)
+def test_a_renewal_applied_whose_answer_was_lost_keeps_the_leadership(
+    kube: OperatorKube, clock: Clock, answer: LostAnswer
+) -> None:
+    """The renewal landed; only its answer was lost. At the next look the Lease shows the renewTime
+    this process sent, under its own instance: its own write, not another process renewing under its
+    name (which would make it step down and exit)."""
+    lost: list[bool] = []
+    a = elector(kube, clock, "a", on_lost=lambda: lost.append(True))
+    a.step()
+    answered = kube.lose_answers(_leader_lease_write("patch"), answer)
+    clock.t = 5
+    a.step()
+    assert len(answered) == 1
+    # Renewals fail from here on, so it leads on the applied renewal alone.
+    kube.before.append(lambda _k, v, r, _n: _refuse_renewals_of(a, v, r))
+    clock.t = 7
+    a.step()
+    assert a.is_leader() and not lost
+    assert "DuplicateIdentity" not in problems(kube) and "LeadershipLost" not in problems(kube)
+    # Sent at t=5, it leads until 15 (two thirds of the lease after it), and no longer.
+    clock.t = 14.9
+    a.step()
+    assert a.is_leader() and not lost
+    clock.t = 15.0
+    a.step()
+    assert not a.is_leader() and lost == [True]
+
+
+def test_after_a_recognised_renewal_the_leader_renews_on(kube: OperatorKube, clock: Clock) -> None:
+    a, b = elector(kube, clock, "a"), elector(kube, clock, "b")
+    a.step()
+    kube.lose_answers(_leader_lease_write("patch"), LOST_ANSWERS["504"])
+    for t in range(5, 60, 2):
+        clock.t = t
+        a.step()
+        b.step()
+    assert a.is_leader() and a.renewing() and holder(kube) == "a" and not b.is_leader()
+    assert sorted(problems(kube)) == ["LeaderElected", "RenewalFailed"]
+
+
+@pytest.mark.parametrize("answer", LOST)
+def test_a_renewal_that_was_not_applied_is_not_taken_for_ours(
+    kube: OperatorKube, clock: Clock, answer: LostAnswer
+) -> None:
+    """The same error without the write landing: the Lease still shows the renewal before, so the
+    leader keeps counting from that one and stops at its deadline."""
+    a = elector(kube, clock, "a")
+    a.step()
+
+    def refuse(_: object, verb: str, resource: Resource, name: str) -> None:
+        if verb == "patch" and resource is LEASES:
+            raise answer(Call("PATCH", "", None, {}, verb=verb, plural=LEASES.plural, name=name))
+
+    kube.before.append(refuse)
+    for t in (5, 7, 9.9):
+        clock.t = t
+        a.step()
+        assert a.is_leader() and not a.renewing()
+    clock.t = 10
+    a.step()
+    assert not a.is_leader()
+
+
+@pytest.mark.parametrize("verb", ["create", "replace"], ids=["acquisition", "takeover"])
+@pytest.mark.parametrize("answer", LOST)
+def test_an_acquisition_applied_whose_answer_was_lost_is_recognised(
+    kube: OperatorKube, clock: Clock, answer: LostAnswer, verb: str
+) -> None:
+    """The Lease was taken under this process's instance and renewTime: it leads at the next look,
+    instead of waiting out its own lease as a holder that may be alive."""
+    if verb == "replace":
+        elector(kube, clock, "old").step()
+        clock.t = 1
+    a = elector(kube, clock, "a")
+    if verb == "replace":
+        a.step()  # first sight of the old leader's Lease
+        clock.t = 1 + LEASE
+    answered = kube.lose_answers(_leader_lease_write(verb), answer)
+    sent = clock.t
+    a.step()
+    assert len(answered) == 1 and holder(kube) == "a"
+    kube.before.append(lambda _k, v, r, _n: _refuse_renewals_of(a, v, r))
+    clock.t = sent + 2
+    a.step()
+    assert a.is_leader(), "its own acquisition, recognised"
+    assert "DuplicateIdentity" not in problems(kube)
+    assert problems(kube).count("LeaderElected") == (2 if verb == "replace" else 1)
+    # With no renewal since, it leads for the renew deadline from the acquisition's request.
+    clock.t = sent + 9.9
+    assert a.is_leader()
+    clock.t = sent + 10
+    assert not a.is_leader()

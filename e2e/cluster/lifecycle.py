@@ -263,6 +263,11 @@ class LocalCluster:
         return f"https://127.0.0.1:{self.apiserver_port}"
 
     @property
+    def pki(self) -> pki_mod.Pki:
+        """The cluster's CA, certificates and keys (made by `start`, read back after)."""
+        return pki_mod.generate(self.directory / "pki")
+
+    @property
     def seaweedfs_data(self) -> Path:
         return self.directory / "seaweedfs"
 
@@ -337,7 +342,7 @@ class LocalCluster:
         self.directory.mkdir(parents=True, exist_ok=True)
         # The S3 server needs nothing from the others: it comes up while they do.
         self._start_seaweedfs()
-        pki = pki_mod.generate(self.directory / "pki")
+        pki = self.pki
         etcd_client, etcd_peer = free_port(), free_port()
         self.apiserver_port = free_port()
         controller_manager_port = free_port()

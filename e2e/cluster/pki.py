@@ -35,6 +35,10 @@ class Pki:
     kubelet_key: Path
     apiserver_kubelet_client_cert: Path
     apiserver_kubelet_client_key: Path
+    # The fault proxy's serving certificate (e2e/faults/proxy.py): 127.0.0.1 and localhost, signed by
+    # the cluster CA, so a pod's kubeconfig pointed at the proxy verifies it with the CA it has.
+    proxy_cert: Path
+    proxy_key: Path
 
 
 def _write_key(path: Path, key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> None:
@@ -102,8 +106,10 @@ def generate(directory: Path) -> Pki:
         kubelet_key=directory / "kubelet.key",
         apiserver_kubelet_client_cert=directory / "apiserver-kubelet-client.crt",
         apiserver_kubelet_client_key=directory / "apiserver-kubelet-client.key",
+        proxy_cert=directory / "api-proxy.crt",
+        proxy_key=directory / "api-proxy.key",
     )
-    if pki.sa_public_key.exists() and pki.apiserver_kubelet_client_key.exists():
+    if pki.sa_public_key.exists() and pki.proxy_key.exists():
         return pki
 
     now = dt.datetime.now(dt.UTC)
@@ -171,6 +177,20 @@ def generate(directory: Path) -> Pki:
             usage=ExtendedKeyUsageOID.SERVER_AUTH,
             # The Node's addresses: kube-apiserver dials its InternalIP.
             sans=[x509.DNSName("local-node"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))],
+        ),
+    )
+
+    proxy_key = ec.generate_private_key(ec.SECP256R1())
+    _write_key(pki.proxy_key, proxy_key)
+    _write_cert(
+        pki.proxy_cert,
+        _issue(
+            ca_key,
+            ca_name,
+            _subject("shardops-api-fault-proxy"),
+            proxy_key,
+            usage=ExtendedKeyUsageOID.SERVER_AUTH,
+            sans=[x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))],
         ),
     )
 

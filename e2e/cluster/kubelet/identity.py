@@ -5,12 +5,18 @@ The token comes from the TokenRequest API, bound to the pod, and is written as a
 ($SHARDOPS_SA_DIR, DIR/pods/<uid>/serviceaccount/), refreshed at 80% of its lifetime, so RBAC
 applies to pods exactly as in a real cluster. ClusterInfo and the kubeconfig document are pure;
 PodCredentials does the API calls and files.
+
+Test infrastructure can put the pods of one namespace behind another address of the API server: a
+namespace annotated `e2e.shardops.dev/api-server: https://127.0.0.1:<port>` (the fault proxy of
+e2e/faults/proxy.py) gets kubeconfigs naming that server, read when each pod starts; the CA stays
+the cluster's, so whatever listens there must serve a certificate the cluster CA signed.
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import datetime as dt
 import logging
 import time
@@ -30,6 +36,8 @@ log = logging.getLogger(__name__)
 
 TOKEN_EXPIRATION_SECONDS = 3600
 TOKEN_REFRESH_FRACTION = 0.8
+# A namespace annotation: the API server address its pods' kubeconfigs name (module docstring).
+API_SERVER_ANNOTATION = "e2e.shardops.dev/api-server"
 
 
 @dataclass(frozen=True)
@@ -61,6 +69,16 @@ def cluster_info(kubeconfig: Mapping[str, Any], base_dir: Path) -> ClusterInfo:
         insecure=bool(cluster.get("insecure-skip-tls-verify")),
         tls_server_name=cluster.get("tls-server-name"),
     )
+
+
+def server_for(namespace: Mapping[str, Any], cluster: ClusterInfo) -> ClusterInfo:
+    """`cluster`, with the server the namespace's API_SERVER_ANNOTATION names, if it names an
+    https URL (anything else is ignored: the pods reach the API server directly)."""
+    annotations = (namespace.get("metadata") or {}).get("annotations") or {}
+    server = str(annotations.get(API_SERVER_ANNOTATION) or "")
+    if not server.startswith("https://"):
+        return cluster
+    return dataclasses.replace(cluster, server=server)
 
 
 def service_account_kubeconfig(info: ClusterInfo, token: str, namespace: str, user: str) -> dict[str, Any]:
@@ -99,6 +117,8 @@ class PodCredentials:
         # own user and read them as a kubelet's projected token, mode 0644.
         self.file_mode = file_mode
         self.core = core
+        # The admin kubeconfig's server; `cluster` may name another one (API_SERVER_ANNOTATION).
+        self.default_cluster = cluster
         self.cluster = cluster
         self.pod_dir = pod_dir
         self.namespace = namespace
@@ -126,6 +146,16 @@ class PodCredentials:
             raise
         if automount is None and account.get("automountServiceAccountToken") is False:
             return {}
+        namespace = call_json(self.core.read_namespace, self.namespace)
+        self.cluster = server_for(namespace, self.default_cluster)
+        if self.cluster.server != self.default_cluster.server:
+            log.info(
+                "pod %s/%s: API server %s (annotation %s of its namespace)",
+                self.namespace,
+                self.pod_name,
+                self.cluster.server,
+                API_SERVER_ANNOTATION,
+            )
         self.issue()
         return {
             "KUBECONFIG": str(self.kube_dir / "config"),

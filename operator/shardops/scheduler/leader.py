@@ -23,6 +23,12 @@ Why not kopf peering: with equal priorities every replica pauses and none reconc
   pod runs one container of the operator at a time (the kubelet starts the next only after the last
   exited), so a holder with this pod's uid and another token is dead. Two pods never share a uid, so
   two replicas misconfigured with one name still wait (and are reported, below).
+* A write of the Lease whose answer was lost (applied, then answered with a 5xx, a timeout, a
+  closed connection, or the 409 of a copy urllib3 sent again on its own) is recognised at the next
+  look by what only this process writes: the renewTime it sent, under its identity and its instance
+  annotation. Taken for another process renewing under its name, it would make the leader step down
+  and exit; a lost acquisition would be waited out as a live holder's. Leading counts from that
+  write's request, as for an answered one.
 * Nothing freezes silently: a leader that cannot renew, a replica that cannot read the Lease, a Lease
   renewed under our own identity by another process (two replicas with one name), and a blocked
   event loop are each logged, counted in `shardops_leader_election_problems_total`, reported as an
@@ -60,6 +66,20 @@ class Problem(StrEnum):
     DUPLICATE_IDENTITY = "DuplicateIdentity"
     LOOP_STALLED = "EventLoopStalled"
     LEADERSHIP_LOST = "LeadershipLost"
+
+
+# How many writes of the Lease whose answer was lost are kept for recognition.
+UNANSWERED_KEPT = 8
+
+
+@dataclass(frozen=True)
+class _Unanswered:
+    """A write of the Lease by this process whose outcome is open: the renewTime it sent, when it
+    was sent (monotonic), and who held the Lease before it (for an acquisition's Event)."""
+
+    renew_time: str
+    sent: float
+    previous: str | None = None
 
 
 @dataclass
@@ -142,6 +162,8 @@ class LeaderElector:
         self._last_read_ok = clock()
         self._last_step = clock()
         self._renewal_failing = False
+        # Writes of the Lease sent since the last answered one whose answer was lost.
+        self._unanswered: list[_Unanswered] = []
         self._reported: set[Problem] = set()
         self.became_leader = threading.Event()
         metrics.is_leader.labels(identity=self.identity).set(0)
@@ -225,7 +247,38 @@ class LeaderElector:
             return self.settings.leader_election_renew_seconds
         return self.settings.leader_election_retry_seconds
 
+    def _own_write(self, lease: JSON) -> _Unanswered | None:
+        """The write of ours whose answer was lost that `lease` shows (None: it shows none): our
+        identity, our instance, and the renewTime only that write sent."""
+        spec = lease.get("spec") or {}
+        annotations = (lease.get("metadata") or {}).get("annotations") or {}
+        if spec.get("holderIdentity") != self.identity:
+            return None
+        if annotations.get(LEADER_INSTANCE_ANNOTATION) != self.instance:
+            return None
+        return next((w for w in self._unanswered if w.renew_time == spec.get("renewTime")), None)
+
+    def _answer_lost(self, body: JSON, sent: float, previous: str | None) -> None:
+        """Keep a write that failed, for the next look to recognise if it was applied all the same.
+        Any failure may hide one: a 5xx, a timeout, a closed connection, and even a plain 409 — the
+        answer to the copy of a PUT that urllib3 sends again on its own after the connection closed
+        (`Kube` never sees the first). Recognition asks for the renewTime only this write sent, so
+        keeping a write that was refused costs nothing."""
+        renew_time = str((body.get("spec") or {}).get("renewTime") or "")
+        # The last few: a write whose answer was lost lands at once or not at all (the renew
+        # deadline, or the next acquisition, comes long before an older one could).
+        self._unanswered = [
+            *self._unanswered[-(UNANSWERED_KEPT - 1) :],
+            _Unanswered(renew_time, sent, previous),
+        ]
+
     def _as_leader(self, lease: JSON, holder: str | None, version: str) -> None:
+        if version != self._my_version and (own := self._own_write(lease)) is not None:
+            log.info("leader election: the renewal whose answer was lost was applied (%s)", version)
+            with self._lock:
+                self._my_version = version
+                self._leader_until = max(self._leader_until, own.sent + self.settings.renew_deadline_seconds)
+            self._unanswered.clear()
         if holder != self.identity or version != self._my_version:
             if holder == self.identity:
                 self._problem(
@@ -246,21 +299,20 @@ class LeaderElector:
             return
         # The deadline counts from now, before the request: see the module docstring.
         sent = self.clock()
+        patch = {"spec": {"renewTime": micro_time(self.wall()), "holderIdentity": self.identity}}
         try:
-            renewed = self.kube.patch(
-                LEASES,
-                self.namespace,
-                self.name,
-                {"spec": {"renewTime": micro_time(self.wall()), "holderIdentity": self.identity}},
-                resource_version=version,
-            )
+            renewed = self.kube.patch(LEASES, self.namespace, self.name, patch, resource_version=version)
         except Conflict:
-            # Changed between our read and write: the next look decides who holds it.
+            # Changed between our read and write (or our own write, its answer lost): the next look
+            # decides who holds it.
+            self._answer_lost(patch, sent, self.identity)
             self._renewal_failed("the Lease changed under us", lease)
             return
         except Exception as error:
+            self._answer_lost(patch, sent, self.identity)
             self._renewal_failed(str(error), lease)
             return
+        self._unanswered.clear()
         with self._lock:
             self._my_version = str(renewed["metadata"]["resourceVersion"])
             self._leader_until = sent + self.settings.renew_deadline_seconds
@@ -271,6 +323,11 @@ class LeaderElector:
 
     def _as_standby(self, lease: JSON, holder: str | None, version: str) -> None:
         now = self.clock()
+        own = self._own_write(lease)
+        if own is not None:
+            log.info("leader election: the acquisition whose answer was lost was applied")
+            self._won(lease, previous=own.previous, sent=own.sent)
+            return
         if held_by_dead_predecessor(lease, holder, self.identity, self.instance):
             log.info("leader election: the Lease is held by this pod's previous container; taking it over")
             self._take_over(lease, holder)
@@ -309,8 +366,10 @@ class LeaderElector:
         try:
             taken = self.kube.replace(LEASES, self.namespace, self.name, body)
         except Conflict:
+            self._answer_lost(body, sent, holder)
             return
         except Exception as error:
+            self._answer_lost(body, sent, holder)
             log.warning("leader election: taking over the Lease failed: %s", error)
             return
         self._won(taken, previous=holder, sent=sent)
@@ -322,14 +381,17 @@ class LeaderElector:
         try:
             created = self.kube.create(LEASES, self.namespace, body)
         except AlreadyExists:
+            self._answer_lost(body, sent, None)
             return
         except Exception as error:
+            self._answer_lost(body, sent, None)
             log.warning("leader election: creating the Lease failed: %s", error)
             return
         self._won(created, previous=None, sent=sent)
 
     def _won(self, lease: JSON, previous: str | None, sent: float) -> None:
         """The Lease is ours, written by the request sent at `sent` (monotonic)."""
+        self._unanswered.clear()
         with self._lock:
             self.leading = True
             self._my_version = str(lease["metadata"]["resourceVersion"])
@@ -354,6 +416,7 @@ class LeaderElector:
             self._lose("no successful renewal within the renew deadline")
 
     def _lose(self, why: str) -> None:
+        self._unanswered.clear()
         with self._lock:
             was = self.leading
             self.leading = False
