@@ -300,3 +300,58 @@ def test_a_guarded_client_checks_every_write_and_every_retry_of_one() -> None:
     assert asked == [("PATCH", "/api/v1/namespaces/ns/pods/p")] * 2
     # Reads are not guarded, and the client it came from has no guard.
     assert kube.get(PODS, "ns", "p") == {} and base.write_guard is None
+
+
+def test_the_transport_never_sends_a_write_again_after_its_answer_was_lost(tmp_path: Any) -> None:
+    """A connection that closes after the request arrived: urllib3 would send a PUT again by itself
+    (its copy meets 409 when the first was applied, and the write reads as a lost race). Only reads
+    are repeated by the transport; the write's caller gets the transport error and re-reads."""
+    import http.server
+    import socketserver
+    import threading
+
+    import urllib3
+
+    arrived: list[str] = []
+
+    class HangUp(http.server.BaseHTTPRequestHandler):
+        def _drop(self) -> None:
+            arrived.append(self.command)
+            length = int(self.headers.get("Content-Length") or 0)
+            self.rfile.read(length)
+            self.close_connection = True  # no answer at all
+
+        do_PUT = do_GET = _drop
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), HangUp)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        kubeconfig = tmp_path / "config"
+        kubeconfig.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [
+                        {"name": "c", "cluster": {"server": f"http://127.0.0.1:{server.server_address[1]}"}}
+                    ],
+                    "users": [{"name": "u", "user": {"token": "t"}}],
+                    "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                    "current-context": "x",
+                }
+            )
+        )
+        kube = Kube.from_environment("test", kubeconfig=str(kubeconfig), timeout=5)
+        with pytest.raises(urllib3.exceptions.HTTPError):
+            kube.request("PUT", "/api/v1/namespaces/ns/configmaps/x", body={"a": 1})
+        assert arrived == ["PUT"], "the transport sent the write again"
+        arrived.clear()
+        with pytest.raises(urllib3.exceptions.HTTPError):
+            kube.request("GET", "/api/v1/namespaces/ns/configmaps/x")
+        assert arrived == ["GET"] * 4, "reads are still repeated by the transport (3 retries)"
+    finally:
+        server.shutdown()
+        server.server_close()

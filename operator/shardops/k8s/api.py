@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
+import urllib3
 from kubernetes import client, config
 
 from shardops import API_GROUP, API_VERSION
@@ -35,6 +36,8 @@ RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
 THROTTLED = 429
 # Requests that change something: answered with a server error, they may have been applied anyway.
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+# What the HTTP transport itself may send again after a connection failed mid-answer: reads only.
+REPEATABLE_BY_TRANSPORT = frozenset({"GET", "HEAD", "OPTIONS"})
 # How long one request may wait for the API server's answer; 0 waits as long as it takes.
 DEFAULT_TIMEOUT_SECONDS = 30.0
 # The header that makes the API server act as another user (kubectl --as); the caller needs the
@@ -240,7 +243,6 @@ class RetryPolicy:
 RequestObserver = Callable[[str, str, int], None]
 # Called with (method, path) before each attempt of a write; raises WriteRefused to stop it unsent.
 WriteGuard = Callable[[str, str], None]
-WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
 class Kube:
@@ -286,6 +288,12 @@ class Kube:
         `connections`: the most kept open at once, for a caller with that many threads (the
         client's default, 5 per CPU of the node, is unrelated to how many threads call it)."""
         configuration = client.Configuration()
+        # urllib3 would send a PUT or DELETE again on its own after a connection closed mid-answer;
+        # if the first one was applied, the copy meets 409 and the write reads as a lost race. Only
+        # reads are repeated down there; a write's lost answer reaches `Kube.request`'s caller, which
+        # re-reads and recognises its own write (`k8s.ambiguous`). Connect errors (nothing was sent)
+        # are still retried for every method.
+        configuration.retries = urllib3.util.Retry(total=3, allowed_methods=REPEATABLE_BY_TRANSPORT)
         if connections is not None:
             configuration.connection_pool_maxsize = connections
         try:
