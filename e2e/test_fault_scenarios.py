@@ -48,10 +48,11 @@ from e2e.schedulerkit import (
 )
 from e2e.test_fault_history import IDENTITIES
 from shardops.api.names import LEADER_INSTANCE_ANNOTATION
-from shardops.k8s.api import Kube
+from shardops.k8s.api import CAMPAIGNS, SHARDS, Kube
 from shardops.logic.transitions import EventReason
 
 pytestmark = pytest.mark.usefixtures("crds_installed")
+JSON = dict[str, Any]
 
 FULL = os.environ.get("SHARDOPS_FAULTS", "short") == "full"
 TABLE = os.environ.get("SHARDOPS_FAULTS_TABLE")
@@ -376,6 +377,117 @@ def test_a_leader_paused_past_its_lease_and_resumed_writes_nothing(
     tally = _check(row, audit_tail, namespace)
     assert not row.violations, "\n".join(map(str, row.violations))
     assert tally["operator writes"] > 0, tally
+
+
+@pytest.mark.long
+def test_a_hostile_workload_under_a_budget_loses_nothing(
+    local_cluster: Cluster, history_namespace: str, object_store: lifecycle.ObjectStore, audit_tail: AuditTail
+) -> None:
+    """Poison items that crash their command on every attempt, an item that hangs without progress
+    on its first attempt, a source that answers 429 to every call (its breaker opens, its shards go
+    to the fallback), and a budget that runs out mid-flight (the campaign is held; the limit is
+    raised, as a person would, and it finishes). Poison shards end Blocked at exactly maxAttempts,
+    the hang is revoked by the stall policy and done on its retry, every other shard Done once, and
+    spend stays within the documented margin of the limit."""
+    namespace, kube = history_namespace, kube_for(local_cluster)
+    env = s3_store_env(local_cluster, namespace, object_store, f"e2e-{namespace}")
+    plain, storm = (120, 30) if FULL else (30, 8)
+    items: list[dict[str, Any]] = [{"n": i, "latency": 0.3} for i in range(plain)]
+    items += [{"n": f"poison-{i}", "fault": "crash"} for i in range(3)]
+    items += [{"n": "hang", "fault": "hang", "faultAttempts": [1]}]
+    items += [{"n": f"storm-{i}", "source": "storm", "latency": 0.3} for i in range(storm)]
+    cost, cap, per_shard = 0.01, 6, 0.02
+    limit = round(cost * len(items) / 2, 2)  # runs out about half way
+    body = campaign_body(
+        "hostile",
+        items,
+        shardSize=1,
+        maxConcurrency=cap,
+        maxAttempts=3,
+        backoff={"baseSeconds": 1, "capSeconds": 2},
+        stall={"policy": "Revoke", "heartbeats": 3},
+        budget={"limit": limit, "maxPerShard": per_shard},
+        sources=[
+            {"name": "storm", "fallback": "calm", "breakerThreshold": 2, "cooldownSeconds": 30},
+            {"name": "calm"},
+        ],
+        worker_env={"SHARDOPS_AGENT_RATE_LIMITED_SOURCES": "storm", "SHARDOPS_AGENT_COST": cost},
+    )
+    started = time.monotonic()
+    with operator_running(local_cluster, namespace, env=env):
+        create_campaign(kube, namespace, body)
+
+        def held() -> JSON | None:
+            status = kube.get(CAMPAIGNS, namespace, "hostile").get("status") or {}
+            found = [c for c in status.get("conditions") or [] if c["type"] == "BudgetHeld"]
+            return status if found and found[0]["status"] == "True" else None
+
+        at_hold = wait_for("the budget to hold the campaign", held, 300, interval=0.5)
+        # Whatever was running when the hold began finishes; then the spend stands still.
+        wait_for(
+            "nothing running under the hold",
+            lambda: (
+                not (kube.get(CAMPAIGNS, namespace, "hostile")["status"].get("counts") or {}).get("running")
+            ),
+            120,
+        )
+        spent_held = float(kube.get(CAMPAIGNS, namespace, "hostile")["status"].get("spent") or 0)
+        kube.patch(CAMPAIGNS, namespace, "hostile", {"spec": {"budget": {"limit": 100}}})
+        _finished(kube, local_cluster, namespace, "hostile", 600)
+        final = kube.get(CAMPAIGNS, namespace, "hostile")["status"]
+    row = Row(
+        "hostile workload",
+        f"3 poison items, 1 hang, a source answering 429 to all {storm} of its shards, the budget "
+        f"({limit:g}) run out mid-flight then raised",
+        recovery=f"spent when held {spent_held:g} of {limit:g} (margin {cap} x maxPerShard {per_shard:g})",
+    )
+    row.took = time.monotonic() - started
+    tally = _check(row, audit_tail, namespace)
+    assert not row.violations, "\n".join(map(str, row.violations))
+    assert spent_held <= limit + cap * per_shard, (spent_held, at_hold.get("conditions"))
+    assert final["phase"] == "Completed" and final["counts"]["blocked"] == 3, final["counts"]
+    assert final["counts"]["done"] == len(items) - 3, final["counts"]
+    shards = {s["metadata"]["name"]: s for s in kube.list(SHARDS, namespace)}
+    poison = [
+        s for s in shards.values() if str((s["spec"]["items"][0] or {}).get("n", "")).startswith("poison")
+    ]
+    assert len(poison) == 3 and all(s["status"]["attempt"] == 3 for s in poison), poison
+    breakers = {b["source"]: b for b in final.get("breakers") or []}
+    assert breakers["storm"]["state"] in ("Open", "HalfOpen"), breakers
+    assert tally["Done writes"] == len(items) - 3, tally
+
+
+@pytest.mark.skipif(not FULL, reason="make faults (SHARDOPS_FAULTS=full)")
+def test_the_api_server_and_etcd_restarted_mid_campaign_lose_nothing(
+    local_cluster: Cluster, history_namespace: str, object_store: lifecycle.ObjectStore, audit_tail: AuditTail
+) -> None:
+    """kube-apiserver stopped and started again (3 s down), then etcd (3 s down; it keeps its data),
+    twice each, while a campaign runs: every client (operator, workers, the kubelet) sees the API go
+    away and come back. Nothing lost, nothing done twice, no live claim taken."""
+    local = local_cluster.local
+    assert local is not None
+    namespace, kube = history_namespace, kube_for(local_cluster)
+    env = s3_store_env(local_cluster, namespace, object_store, f"e2e-{namespace}")
+    started = time.monotonic()
+    outages: list[str] = []
+    with operator_running(local_cluster, namespace, env=env):
+        create_campaign(kube, namespace, _campaign("restarts", 200, 8, 1.0))
+        for process in ("kube-apiserver", "etcd", "kube-apiserver", "etcd"):
+            wait_for(
+                "shards running",
+                lambda: inject.held_shards(kube, local_cluster, namespace, "restarts") or None,
+                180,
+                interval=0.5,
+            )
+            down = time.monotonic()
+            local.restart(process, down_seconds=3.0)
+            outages.append(f"{process} {time.monotonic() - down:.1f} s")
+            time.sleep(5.0)  # the campaign runs on between two outages: a clock, not a synchronization
+        _finished(kube, local_cluster, namespace, "restarts", 900)
+    row = Row("control plane restarted", "; ".join(outages) + " (down, until /readyz)")
+    row.took = time.monotonic() - started
+    _check(row, audit_tail, namespace)
+    assert not row.violations, "\n".join(map(str, row.violations))
 
 
 def _freeze_and_thaw(

@@ -116,18 +116,20 @@ class Recording:
     # --- campaigns ---
 
     def campaign_status(
-        self, seconds: float, done: tuple[tuple[int, int], ...] = (), max_attempts: int = 3
+        self, seconds: float, done: tuple[tuple[int, int], ...] = (), max_attempts: int = 3, **status: Any
     ) -> None:
         obj = {
             "metadata": {"name": CAMPAIGN, "namespace": NS, "uid": CAMPAIGN_UID},
-            "spec": {"maxAttempts": max_attempts, "leaseSeconds": LEASE_SECONDS},
-            "status": {"folded": {"doneRanges": [{"start": s, "end": e} for s, e in done]}},
+            "spec": {"maxAttempts": max_attempts, "leaseSeconds": LEASE_SECONDS, "maxConcurrency": 2},
+            "status": {"folded": {"doneRanges": [{"start": s, "end": e} for s, e in done]}, **status},
         }
         self._entry(OPERATOR, "patch", "campaigns/status", CAMPAIGN, seconds, response=self._stored(obj))
 
     # --- shards ---
 
-    def create_shard(self, name: str, index: int, seconds: float, writer: Writer | None = None) -> None:
+    def create_shard(
+        self, name: str, index: int, seconds: float, writer: Writer | None = None, planned: str | None = None
+    ) -> None:
         self.shards[name] = {
             "metadata": {
                 "name": name,
@@ -137,6 +139,8 @@ class Recording:
             },
             "spec": {"campaign": CAMPAIGN, "index": index, "class": "work", "idempotencyKey": f"k{index}"},
         }
+        if planned is not None:
+            self.shards[name]["metadata"]["annotations"] = {"shardops.dev/planned-from": planned}
         stored = self._stored(self.shards[name])
         self._entry(writer or OPERATOR, "create", "shards", name, seconds, response=stored)
 
@@ -166,8 +170,8 @@ class Recording:
             status.setdefault("history", []).append(entry)
         self._entry(writer, "patch", "shards/status", name, seconds, response=self._stored(shard))
 
-    def materialize(self, name: str, index: int, seconds: float) -> None:
-        self.create_shard(name, index, seconds)
+    def materialize(self, name: str, index: int, seconds: float, planned: str | None = None) -> None:
+        self.create_shard(name, index, seconds, planned=planned)
         self.status(name, OPERATOR, seconds + 0.05, "Materialized", phase="Pending", attempt=1)
 
     def claim(self, name: str, writer: Writer, seconds: float, attempt: int, token: int) -> None:
@@ -280,7 +284,10 @@ def run(plant: str | None = None) -> Recording:
             acquireTime=stamp(0), leaseDurationSeconds=15)  # fmt: skip
     r.campaign_status(0.5, max_attempts=3)
     for index in range(3):
-        r.materialize(f"s{index}", index, 1 + index * 0.2)
+        # Cut in one batch from a snapshot of nothing pending or running: 1..3 <= 5 * max(0, 1).
+        position = 6 if (plant == "over-backlog" and index == 1) else index + 1
+        planned = f"pending=0,running=0,position={position}"
+        r.materialize(f"s{index}", index, 1 + index * 0.2, planned=planned)
     for renewal in (5, 12, 19, 26):  # the operator leads throughout (leaseDurationSeconds 15)
         r.renew("shardops-operator", OPERATOR, renewal)
 
@@ -313,9 +320,12 @@ def run(plant: str | None = None) -> Recording:
         r.renew("s1", A, 16.5)
     r.renew("s1", B, 17)
     done_overrides: JSON = {
-        "decreasing-attempt": {"attempt": 1},
-        "over-max-attempts": {"attempt": 4},
-    }.get(plant or "", {})
+        "cost": 1.5,
+        **{
+            "decreasing-attempt": {"attempt": 1},
+            "over-max-attempts": {"attempt": 4},
+        }.get(plant or "", {}),
+    }
     r.done("s1", A if plant == "done-by-another" else B, 18, **done_overrides)
     if plant == "live-claim-cleared":
         # The operator clears B's claim (live until 27 s) and its shard write loses.
@@ -348,6 +358,9 @@ def run(plant: str | None = None) -> Recording:
     r.delete_shard("s1", OPERATOR, 22.1)
     r.delete_lease("s0", 23)
     r.delete_lease("s1", 23.1)
+    # Finished: every shard Done, what they spent (s1's 1.5) summed.
+    spent = 4.0 if plant == "spend-mismatch" else 1.5
+    r.campaign_status(23.5, done=((0, 2),), phase="Succeeded", counts={"done": 3}, spent=spent)
     if plant == "second-done":
         # s0 made again after it was folded, and run again.
         r.materialize("s0", 0, 24)
@@ -394,6 +407,8 @@ PLANTED = {
     "token-decrease": ("lease-transitions-monotonic", "lease ns/s1"),
     "without-body": ("complete-record", "leases ns/shardops-operator"),
     "write-after-leading": ("operator-writes-while-leading", "campaigns/status ns/camp"),
+    "over-backlog": ("backlog-bound", "shard ns/s1"),
+    "spend-mismatch": ("counts-and-spend-match", "campaign ns/camp"),
 }
 
 
@@ -410,6 +425,8 @@ def test_a_clean_run_passes_and_the_tally_says_what_was_checked() -> None:
     assert tally["lost-holder charges"] == 1
     assert tally["folded shards"] == 2
     assert tally["shard lives"] == 3
+    assert tally["cuts audited"] == 3 and tally["most Pending + Running"] == 3
+    assert tally["finished campaigns checked"] == 1
 
 
 @pytest.mark.parametrize("plant", sorted(PLANTED))

@@ -241,6 +241,10 @@ class LocalCluster:
     object_store: ObjectStore | None = None
     # Audit the bodies of the writes a fault run's history is made of (`audit_policy`).
     record_history: bool = False
+    # How each process was started (argv, env, death signal): `restart` starts it again the same way.
+    started_as: dict[str, tuple[list[str], dict[str, str] | None, signal.Signals]] = field(
+        default_factory=dict
+    )
 
     @property
     def kubeconfig(self) -> Path:
@@ -292,6 +296,7 @@ class LocalCluster:
         death_signal: signal.Signals = signal.SIGKILL,
         env: dict[str, str] | None = None,
     ) -> None:
+        self.started_as[name] = (argv, env, death_signal)
         self.logs.mkdir(parents=True, exist_ok=True)
         log = (self.logs / f"{name}.log").open("ab")
         self.processes[name] = subprocess.Popen(
@@ -592,6 +597,20 @@ class LocalCluster:
         # Keep it first, so that stop() still ends it last.
         self.processes.update(others)
         self._wait_object_store()
+
+    def restart(self, name: str, down_seconds: float = 0.0, timeout: float = 60.0) -> None:
+        """Stop one process of the control plane ("kube-apiserver", "etcd") and start it again the same
+        way, on the same ports and data, `down_seconds` later; back once the API server is ready
+        again. A fault: etcd keeps its data, every client sees the outage."""
+        argv, env, death_signal = self.started_as[name]
+        order = list(self.processes)
+        _terminate(self.processes[name], timeout)
+        # Down for a while: a clock, not a synchronization.
+        time.sleep(down_seconds)
+        self._spawn(name, argv, death_signal, env)
+        self.processes = {key: self.processes[key] for key in order}
+        pki = self.pki
+        self._wait("kube-apiserver /readyz", lambda: self._get(pki, "/readyz")[0] == 200, timeout=timeout)
 
     def _cluster_usable(self, pki: pki_mod.Pki) -> bool:
         status, body = self._get(pki, f"/api/v1/nodes/{NODE_NAME}")

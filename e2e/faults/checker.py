@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from e2e.faults.history import (
+    CampaignVersion,
     History,
     LeaseVersion,
     ObjectKey,
@@ -568,6 +569,136 @@ def operator_writes_while_leading(run: _Run) -> Iterator[Violation]:
             )
 
 
+DEFAULT_BACKLOG_RATIO = 5  # spec.backlogRatio when unset (shardops.api.campaign)
+DEFAULT_MAX_CONCURRENCY = 6  # spec.maxConcurrency when unset
+FINISHED_PHASES = frozenset({"Succeeded", "Completed"})
+
+
+def _spec_number(campaign: CampaignVersion | None, field_name: str, default: int) -> int:
+    value = ((campaign.obj.get("spec") or {}) if campaign else {}).get(field_name)
+    return int(value) if value is not None else default
+
+
+def _planned_from(version: ShardVersion) -> dict[str, int] | None:
+    text = (version.metadata.get("annotations") or {}).get("shardops.dev/planned-from")
+    if not text:
+        return None
+    return {k: int(v) for k, v in (part.split("=", 1) for part in text.split(","))}
+
+
+def _server_ordered(run: _Run, campaign_uid: str) -> list[ShardVersion]:
+    """Every version of the campaign's shards in server order: stored ones by resourceVersion, a
+    delete (answered without one) after everything stored before its time."""
+    stored: list[ShardVersion] = []
+    deletes: list[ShardVersion] = []
+    for versions in run.history.shards.values():
+        for version in versions:
+            if version.campaign_uid != campaign_uid:
+                continue
+            (deletes if version.resource_version is None else stored).append(version)
+    stored.sort(key=lambda v: v.resource_version or 0)
+    ordered = list(stored)
+    for delete in sorted(deletes, key=lambda v: v.write.stage):
+        at = len(ordered)
+        while at > 0 and ordered[at - 1].write.stage > delete.write.stage:
+            at -= 1
+        ordered.insert(at, delete)
+    return ordered
+
+
+def backlog_bound(run: _Run) -> Iterator[Violation]:
+    """Each cut keeps the bound of the snapshot it was planned from (its shardops.dev/planned-from
+    annotation: pending + its place in the batch <= backlogRatio * max(running, 1)), and at every
+    instant of the server's order Pending + Running <= (backlogRatio + 1) * maxConcurrency: the
+    bound docs/architecture.md states ("The backlog bound, exactly")."""
+    for key, versions in run.history.campaigns.items():
+        for uid in {v.uid for v in versions}:
+            campaign = run.history.campaign_in_force(key, uid, None)
+            ratio = _spec_number(campaign, "backlogRatio", DEFAULT_BACKLOG_RATIO)
+            cap = _spec_number(campaign, "maxConcurrency", DEFAULT_MAX_CONCURRENCY)
+            phases: dict[tuple[ObjectKey, str], str | None] = {}
+            worst = 0
+            for version in _server_ordered(run, uid):
+                life = ((version.write.namespace, version.write.name), version.uid)
+                if version.deleted:
+                    phases.pop(life, None)
+                    continue
+                if life not in phases and version.write.verb == "create":
+                    planned = _planned_from(version)
+                    if planned is not None:
+                        run.tally["cuts audited"] += 1
+                        limit = ratio * max(planned["running"], 1)
+                        if planned["pending"] + planned["position"] > limit:
+                            yield Violation(
+                                "backlog-bound",
+                                _shard(life[0]),
+                                f"cut at {version.where()} from a snapshot of {planned['pending']} "
+                                f"pending and {planned['running']} running as number "
+                                f"{planned['position']} of its batch: past backlogRatio {ratio} * "
+                                f"max(running, 1) = {limit}",
+                            )
+                phases[life] = version.phase
+                live = sum(1 for p in phases.values() if p in ("Pending", "Running"))
+                worst = max(worst, live)
+                if live > (ratio + 1) * cap:
+                    yield Violation(
+                        "backlog-bound",
+                        f"campaign {key_text(key)}",
+                        f"{live} shards Pending or Running after {version.where()}: past "
+                        f"(backlogRatio {ratio} + 1) * maxConcurrency {cap} = {(ratio + 1) * cap}",
+                    )
+            run.tally["most Pending + Running"] = max(run.tally["most Pending + Running"], worst)
+
+
+def _final_lives(run: _Run, campaign_uid: str) -> list[ShardVersion]:
+    """The last stored version of each life of the campaign's shards, stale re-creations left out."""
+    found: list[ShardVersion] = []
+    for key, versions in run.history.shards.items():
+        for incarnation in _incarnations(versions):
+            stored = _stored(incarnation)
+            if not stored or stored[-1].campaign_uid != campaign_uid:
+                continue
+            if _stale_recreation(run, key, incarnation):
+                continue
+            found.append(stored[-1])
+    return found
+
+
+def counts_and_spend_match(run: _Run) -> Iterator[Violation]:
+    """A finished campaign's last status, stored after its shards' last writes, says what its shards
+    say: counts.done, failed and blocked
+    equal the shards that ended in each phase (folded ones as Done), and `spent` equals the sum of
+    the shards' costs."""
+    for key, versions in run.history.campaigns.items():
+        for uid in {v.uid for v in versions}:
+            last = [v for v in versions if v.uid == uid][-1]
+            status = last.obj.get("status") or {}
+            if status.get("phase") not in FINISHED_PHASES:
+                continue
+            lives = _final_lives(run, uid)
+            if any((v.resource_version or 0) > (last.resource_version or 0) for v in lives):
+                continue  # shards changed after its last word: nothing final to compare
+            run.tally["finished campaigns checked"] += 1
+            ended = Counter(str(v.phase) for v in lives)
+            counts = status.get("counts") or {}
+            for phase, field_name in (("Done", "done"), ("Failed", "failed"), ("Blocked", "blocked")):
+                if int(counts.get(field_name) or 0) != ended[phase]:
+                    yield Violation(
+                        "counts-and-spend-match",
+                        f"campaign {key_text(key)}",
+                        f"status.counts.{field_name} is {counts.get(field_name)} at {last.where()}, but "
+                        f"{ended[phase]} shard(s) ended {phase}",
+                    )
+            costs = sum(float((v.status.get("cost")) or 0) for v in lives)
+            spent = float(status.get("spent") or 0)
+            if abs(spent - costs) > 1e-6 * max(1.0, costs):
+                yield Violation(
+                    "counts-and-spend-match",
+                    f"campaign {key_text(key)}",
+                    f"status.spent is {spent:g} at {last.where()}, the shards' costs sum to {costs:g}",
+                )
+
+
 INVARIANTS: tuple[Invariant, ...] = (
     complete_record,
     one_holder_at_a_time,
@@ -582,6 +713,8 @@ INVARIANTS: tuple[Invariant, ...] = (
     shardops_writers,
     no_shard_lost,
     operator_writes_while_leading,
+    backlog_bound,
+    counts_and_spend_match,
 )
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from typing import Annotated, Any
 
@@ -1058,6 +1059,9 @@ class CampaignStatus(StatusModel):
         return next((b for b in self.breakers if b.source == source), None)
 
 
+_LABEL = re.compile(rules.CAMPAIGN_NAME_PATTERN)
+
+
 class Campaign(ResourceModel):
     """A Campaign: a body of long, flaky work that shardops splits into leased shards."""
 
@@ -1066,6 +1070,13 @@ class Campaign(ResourceModel):
     kind: str = Field(default=CAMPAIGN_KIND, description="Always Campaign.")
     spec: CampaignSpec = Field(description="Desired state.")
     status: CampaignStatus | None = Field(default=None, description="Observed state.")
+
+    @model_validator(mode="after")
+    def _name_is_a_label(self) -> Campaign:
+        name = self.metadata.name
+        if name is not None and (len(name) > rules.CAMPAIGN_NAME_MAX or not _LABEL.match(name)):
+            raise ValueError(rules.CAMPAIGN_NAME_IS_A_LABEL.message)
+        return self
 
     @classmethod
     def parse_items_counted(cls, body: Mapping[str, Any]) -> Campaign:

@@ -30,6 +30,7 @@ import yaml
 from pydantic import BaseModel
 
 from shardops import API_GROUP, API_VERSION
+from shardops.api import rules
 from shardops.api.campaign import Campaign, CampaignSpec, CampaignStatus
 from shardops.api.names import (
     CAMPAIGN_KIND,
@@ -43,6 +44,7 @@ from shardops.api.names import (
     SHARD_SHORT_NAME,
     SHARD_SINGULAR,
 )
+from shardops.api.rules import CelRule
 from shardops.api.shard import Shard, ShardSpec, ShardStatus
 
 HEADER = (
@@ -148,14 +150,18 @@ def _convert(
 
 
 def _object_schema(
-    resource: type[BaseModel], spec: type[BaseModel], status: type[BaseModel], kind: str
+    resource: type[BaseModel],
+    spec: type[BaseModel],
+    status: type[BaseModel],
+    kind: str,
+    root_rules: tuple[CelRule, ...] = (),
 ) -> dict[str, Any]:
     spec_schema = structural(spec.model_json_schema(mode="validation"), keep_defaults=True)
     # Serialization mode includes the computed fields (progressText) that printer columns read.
     status_schema = structural(status.model_json_schema(mode="serialization"), keep_defaults=False)
     spec_schema.pop("nullable", None)
     status_schema.pop("nullable", None)
-    return {
+    schema: dict[str, Any] = {
         "type": "object",
         "description": (resource.__doc__ or kind).strip(),
         "required": ["spec"],
@@ -170,6 +176,10 @@ def _object_schema(
             "status": status_schema,
         },
     }
+    if root_rules:
+        # Rules on the whole object: the only place CEL may read metadata.name.
+        schema["x-kubernetes-validations"] = [rule.schema() for rule in root_rules]
+    return schema
 
 
 def _column(
@@ -237,7 +247,9 @@ def campaign_crd(
         plural=CAMPAIGN_PLURAL,
         singular=CAMPAIGN_SINGULAR,
         short_name=CAMPAIGN_SHORT_NAME,
-        schema=_object_schema(Campaign, spec_model, status_model, CAMPAIGN_KIND),
+        schema=_object_schema(
+            Campaign, spec_model, status_model, CAMPAIGN_KIND, (rules.CAMPAIGN_NAME_IS_A_LABEL,)
+        ),
         columns=[
             _column("Phase", ".status.phase", "string", "Where the campaign is in its life."),
             _column("Done/Total", ".status.progressText", "string", "Shards done out of all shards."),

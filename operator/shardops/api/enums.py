@@ -119,7 +119,6 @@ class ConditionReason(StrEnum):
     # Ready
     SPEC_VALID = "SpecValid"
     INVALID_SPEC = "InvalidSpec"
-    NAME_TOO_LONG = "NameTooLong"
     NO_ITEMS = "NoItems"
     ITEMS_NOT_FOUND = "ItemsNotFound"
     ITEMS_KEY_NOT_FOUND = "ItemsKeyNotFound"

@@ -191,6 +191,23 @@ def _unchanged(field: str, because: str) -> CelRule:
     )
 
 
+# A Campaign's name is the value of the label that selects its Shards and the start of its
+# workers' Job names: a label value (at most 63 characters, no dots), where the API server alone
+# would take any DNS subdomain (253, dots) and the campaign could then cut no shard at all.
+CAMPAIGN_NAME_MAX: Final = 63
+CAMPAIGN_NAME_PATTERN: Final = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+CAMPAIGN_NAME_IS_A_LABEL: Final = CelRule(
+    rule=(
+        f"size(self.metadata.name) <= {CAMPAIGN_NAME_MAX} "
+        f"&& self.metadata.name.matches('{CAMPAIGN_NAME_PATTERN}')"
+    ),
+    message=(
+        f"metadata.name of a Campaign must be a DNS-1123 label: at most {CAMPAIGN_NAME_MAX} characters, "
+        "lower-case letters, digits and hyphens, no dots, since it becomes the label that selects the "
+        "campaign's Shards and the start of its workers' Job names; choose a shorter name"
+    ),
+)
+
 # The inputs of a campaign that its shards, their item ranges and idempotency keys were cut from: a
 # change mid-campaign would skip or repeat items while the campaign reports Succeeded. The chart's
 # campaign-inputs admission policy names the same fields (tests/test_chart.py holds them equal), for

@@ -268,15 +268,6 @@ class Reconciler:
         except ValidationError as error:
             self._invalid(body, ConditionReason.INVALID_SPEC, _validation_message(error), now)
             return True
-        if len(campaign.name) > builders.LABEL_VALUE_MAX:
-            self._invalid(
-                body,
-                ConditionReason.NAME_TOO_LONG,
-                f"campaign name has {len(campaign.name)} characters; shards and workers are labelled with it "
-                f"and label values stop at {builders.LABEL_VALUE_MAX}: recreate it with a shorter name",
-                now,
-            )
-            return True
         memory = self._remember(namespace, name)
         try:
             items = self._items(campaign, memory)
