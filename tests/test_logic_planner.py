@@ -179,6 +179,19 @@ def test_paused_shards_resume_when_the_gate_reopens() -> None:
     assert plan.skipped["x0"].startswith("resuming now")
 
 
+def test_shards_resumed_in_a_pass_count_against_the_backlog_bound_of_that_pass() -> None:
+    """The budget raised after a hold: 12 Paused shards go back to Pending in this pass. With nothing
+    running the bound is 5 (ratio 5 * max(0, 1)): nothing more may be cut or promoted (the fault
+    suite's backlog-bound check found 5 cut on top of the 12)."""
+    shards = [shard(f"x{i}", P.PAUSED, index=i) for i in range(12)] + [shard("q0", P.QUEUED, index=12)]
+    plan = plan_dispatch(inputs(shards, budget=budget_status(100.0, 200.0, 0.8), total_items=100))
+    assert len(plan.resume) == 12
+    assert (plan.materialize, plan.promote) == (0, ())
+    few = [shard("x0", P.PAUSED, index=0), shard("q0", P.QUEUED, index=1)]
+    plan = plan_dispatch(inputs(few, budget=budget_status(100.0, 200.0, 0.8), total_items=100))
+    assert plan.resume == ("x0",) and plan.promote == ("q0",) and plan.materialize == 3
+
+
 def test_suspended_starts_nothing_and_loses_nothing() -> None:
     shards = [*running(1), *pending(3), shard("q0", P.QUEUED), shard("x0", P.PAUSED)]
     plan = plan_dispatch(inputs(shards, suspended=True, total_items=100))

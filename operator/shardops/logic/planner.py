@@ -318,7 +318,8 @@ def _plan_growth(inputs: DispatchInputs, census: _Census) -> _Growth:
         return _Growth((), 0, {}, None)
     gate = inputs.budget.gate
     eligible = [s for s in census.queued if allows(gate, s.shard_class)]
-    room = backlog_room(len(census.pending), inputs.limits.backlog_ratio, census.running)
+    # Paused shards go back to Pending in this same pass (`_to_resume`): they count against the bound.
+    room = backlog_room(len(census.pending) + len(census.paused), inputs.limits.backlog_ratio, census.running)
     promote = tuple(s.name for s in eligible[:room])
     remaining = inputs.items.uncut_shards
     # At warn no new shards are cut: only finalize work may start.
