@@ -393,6 +393,23 @@ def test_what_is_left_names_the_action_for_each_kind_of_leftover() -> None:
     assert [g.name for g in report.gave_up] == ["papers-00000"]
 
 
+def test_what_is_left_says_the_budget_holds_the_campaign_and_how_to_go_on() -> None:
+    held = {
+        "type": "BudgetHeld",
+        "status": "True",
+        "reason": "LimitReached",
+        "message": "spent 1 of limit 1: raise spec.budget.limit or kubectl campaign cancel papers",
+        "lastTransitionTime": t(0),
+    }
+    status = {"spent": 1.0, "conditions": [held]}
+    report = _report([shard_body("papers", 0, "Pending")], items=1, budget={"limit": 1.0}, status=status)
+    assert "held by budget: spent 1 of limit 1: raise spec.budget.limit" in "\n".join(report.left)
+    # Held only while running shards keep their reservations: that lifts by itself, nothing to say.
+    held |= {"reason": "ReservedByRunning"}
+    report = _report([shard_body("papers", 0, "Pending")], items=1, budget={"limit": 1.0}, status=status)
+    assert not any(line.startswith("held by budget") for line in report.left)
+
+
 def test_parse_shards_names_a_shard_that_does_not_parse() -> None:
     bad = shard_body("papers", 0, "Done")
     bad["spec"]["unknownField"] = 1

@@ -70,13 +70,20 @@ def seconds_between(later: dt.datetime | None, earlier: dt.datetime | None) -> f
     return (later - earlier).total_seconds()
 
 
-def held_by_budget(status: JSON) -> bool:
-    """BudgetHeld True for a reason no running shard lifts (ReservedByRunning clears itself)."""
+def budget_hold(status: JSON) -> str | None:
+    """The BudgetHeld condition's message (it names the fix) while it is True for a reason no running
+    shard lifts (ReservedByRunning clears itself); None otherwise."""
     for condition in status.get("conditions") or []:
         if condition.get("type") == str(ConditionType.BUDGET_HELD):
-            held: bool = condition.get("status") == str(ConditionStatus.TRUE)
-            return held and condition.get("reason") != str(ConditionReason.RESERVED_BY_RUNNING)
-    return False
+            held = condition.get("status") == str(ConditionStatus.TRUE)
+            if held and condition.get("reason") != str(ConditionReason.RESERVED_BY_RUNNING):
+                return str(condition.get("message") or "held by the budget")
+            return None
+    return None
+
+
+def held_by_budget(status: JSON) -> bool:
+    return budget_hold(status) is not None
 
 
 def campaign_rows(bodies: Iterable[JSON], now: dt.datetime) -> list[CampaignRow]:

@@ -22,6 +22,7 @@ from shardops.api.enums import ShardPhase
 from shardops.api.names import SHARDOPS_FIELD_MANAGERS
 from shardops.api.shard import Shard
 from shardops.cli.campaign_client import EXIT_BAD_STATE, EXIT_OK
+from shardops.cli.campaign_list import budget_hold
 from shardops.cli.campaign_summary import (
     budget_dict,
     budget_line,
@@ -229,6 +230,9 @@ def what_is_left(
             f"{counts[ShardPhase.BLOCKED]} blocked and {counts[ShardPhase.FAILED]} failed shard(s) are "
             f"not done: fix the cause, then kubectl campaign retry {name} (recorded; attempts reset)"
         )
+    hold = budget_hold(campaign.to_dict().get("status") or {})
+    if hold is not None:
+        lines.append(f"held by budget: {hold}")
     if budget.limit is not None:
         left = max(budget.limit - budget.spent, 0.0)
         lines.append(f"budget left: {left:g} of {budget.limit:g}")
