@@ -650,7 +650,7 @@ def test_api_errors_and_lost_answers_through_a_proxy(
     assert local is not None
     namespace, kube = history_namespace, kube_for(local_cluster)
     env = s3_store_env(local_cluster, namespace, object_store, f"e2e-{namespace}")
-    calm_items, faulty_items = (60, 600) if FULL else (24, 90)
+    calm_items, faulty_items = (60, 600) if FULL else (24, 150)
     pki = local.pki
     started = time.monotonic()
     with ApiProxy(local.server, pki.ca_cert, pki.proxy_cert, pki.proxy_key, seed=13) as proxy:
