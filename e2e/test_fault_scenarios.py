@@ -27,7 +27,7 @@ from kubernetes import client
 
 from e2e.cluster import lifecycle
 from e2e.cluster.kubelet.identity import API_SERVER_ANNOTATION
-from e2e.faults import checker, inject
+from e2e.faults import checker, inject, results
 from e2e.faults.history import History, key_text
 from e2e.faults.proxy import NO_FAULTS, ApiProxy, Fault, FaultRates, Traffic, by_client, summary
 from e2e.faults.recording import AuditTail
@@ -47,9 +47,11 @@ from e2e.schedulerkit import (
     wait_phase,
 )
 from e2e.test_fault_history import IDENTITIES
+from shardops.api.campaign import ResultStoreStatus
 from shardops.api.names import LEADER_INSTANCE_ANNOTATION
 from shardops.k8s.api import CAMPAIGNS, SHARDS, Kube
 from shardops.logic.transitions import EventReason
+from shardops.store.s3 import S3Store
 
 pytestmark = pytest.mark.usefixtures("crds_installed")
 JSON = dict[str, Any]
@@ -122,16 +124,30 @@ def results_table() -> Iterator[None]:
         Path(TABLE).write_text("\n".join(lines))
 
 
-def _check(row: Row, audit_tail: AuditTail, namespace: str) -> Counter[str]:
+def _check(
+    row: Row, audit_tail: AuditTail, namespace: str, store: lifecycle.ObjectStore | None = None
+) -> Counter[str]:
     history = audit_tail.history(namespace)
     tally: Counter[str] = Counter()
     row.violations = checker.check(history, IDENTITIES, tally)
+    if store is not None:
+        row.violations += list(
+            results.check_results(history, _result_store(history, namespace, store), tally)
+        )
     row.shards = len(history.shards)
     ROWS.append(row)
     print(f"\n{row.markdown()}\n  checked: " + ", ".join(f"{k} {n}" for k, n in sorted(tally.items())))
     for violation in row.violations:
         print(f"  {violation}")
     return tally
+
+
+def _result_store(history: History, namespace: str, store: lifecycle.ObjectStore) -> S3Store:
+    """The S3 store the run's campaigns wrote to (`s3_store_env`; their status names it), read with
+    the store's own keys."""
+    statuses = [v.obj.get("status") or {} for versions in history.campaigns.values() for v in versions]
+    location = next(s["resultStore"] for s in reversed(statuses) if s.get("resultStore"))
+    return S3Store(ResultStoreStatus.model_validate(location), namespace, client=store.client())
 
 
 def _campaign(
@@ -206,7 +222,7 @@ def test_operator_sigkilled_again_and_again_loses_nothing(
         recovery=f"process start → leading: {_median(restart_to_lead)}",
     )
     row.took = time.monotonic() - started
-    _check(row, audit_tail, namespace)
+    _check(row, audit_tail, namespace, object_store)
     assert not row.violations, "\n".join(map(str, row.violations))
 
 
@@ -235,7 +251,7 @@ def test_workers_sigkilled_at_random_lose_nothing(
         _finished(kube, local_cluster, namespace, "workerkills", 600)
     row = Row("workers SIGKILLed", f"{kills} kills of a worker holding a shard")
     row.took = time.monotonic() - started
-    tally = _check(row, audit_tail, namespace)
+    tally = _check(row, audit_tail, namespace, object_store)
     assert not row.violations, "\n".join(map(str, row.violations))
     assert tally["lost-holder charges"] >= 1, tally  # the faults were exercised
 
@@ -284,7 +300,7 @@ def test_clocks_thirty_seconds_apart_take_no_live_claim(
         f"operator +30 s, workers ±30 s at random; {kills} worker kill(s); leaseSeconds 30",
     )
     row.took = time.monotonic() - started
-    tally = _check(row, audit_tail, namespace)
+    tally = _check(row, audit_tail, namespace, object_store)
     assert not row.violations, "\n".join(map(str, row.violations))
     assert tally["lost-holder charges"] >= 1, tally  # expiry was judged under skew
     assert tally["lease renewals"] >= items, tally  # claims lived through heartbeats
@@ -374,7 +390,7 @@ def test_a_leader_paused_past_its_lease_and_resumed_writes_nothing(
         f"takeover: {_median(gaps)}",
     )
     row.took = time.monotonic() - started
-    tally = _check(row, audit_tail, namespace)
+    tally = _check(row, audit_tail, namespace, object_store)
     assert not row.violations, "\n".join(map(str, row.violations))
     assert tally["operator writes"] > 0, tally
 
@@ -442,7 +458,7 @@ def test_a_hostile_workload_under_a_budget_loses_nothing(
         recovery=f"spent when held {spent_held:g} of {limit:g} (margin {cap} x maxPerShard {per_shard:g})",
     )
     row.took = time.monotonic() - started
-    tally = _check(row, audit_tail, namespace)
+    tally = _check(row, audit_tail, namespace, object_store)
     assert not row.violations, "\n".join(map(str, row.violations))
     assert spent_held <= limit + cap * per_shard, (spent_held, at_hold.get("conditions"))
     assert final["phase"] == "Completed" and final["counts"]["blocked"] == 3, final["counts"]
@@ -486,7 +502,7 @@ def test_the_api_server_and_etcd_restarted_mid_campaign_lose_nothing(
         _finished(kube, local_cluster, namespace, "restarts", 900)
     row = Row("control plane restarted", "; ".join(outages) + " (down, until /readyz)")
     row.took = time.monotonic() - started
-    _check(row, audit_tail, namespace)
+    _check(row, audit_tail, namespace, object_store)
     assert not row.violations, "\n".join(map(str, row.violations))
 
 
@@ -529,7 +545,7 @@ def test_several_stale_writers_at_once_are_fenced(
         _finished(kube, local_cluster, namespace, "stale", 600)
     row = Row("stale writers", f"{len(owners)} workers SIGSTOPped 22 s past their 10 s leases, resumed")
     row.took = time.monotonic() - started
-    tally = _check(row, audit_tail, namespace)
+    tally = _check(row, audit_tail, namespace, object_store)
     assert not row.violations, "\n".join(map(str, row.violations))
     assert tally["lost-holder charges"] >= len(owners), tally
 
@@ -554,7 +570,7 @@ def test_one_worker_frozen_past_its_lease_among_twelve(
         _finished(kube, local_cluster, namespace, "frozen", 600)
     row = Row(f"one frozen worker among 12, run {run} of {FROZEN_REPEATS}", "1 worker SIGSTOPped 22 s")
     row.took = time.monotonic() - started
-    tally = _check(row, audit_tail, namespace)
+    tally = _check(row, audit_tail, namespace, object_store)
     assert not row.violations, "\n".join(map(str, row.violations))
     assert tally["lost-holder charges"] >= 1, tally
 
@@ -709,7 +725,7 @@ def test_api_errors_and_lost_answers_through_a_proxy(
         ),
     )
     row.took = time.monotonic() - started
-    _check(row, audit_tail, namespace)
+    _check(row, audit_tail, namespace, object_store)
     history = audit_tail.history(namespace)
     charges = _charges(history)
     print("  " + _traffic_figures("without faults", calm, calm_start, calm_end))
