@@ -502,6 +502,27 @@ def test_a_late_create_of_a_folded_shard_that_a_worker_claimed_is_a_violation() 
     assert ("no-shard-lost", "shard ns/s0") in found
 
 
+@pytest.mark.parametrize("token_of_result", [1, 2])
+def test_a_zombie_completed_with_its_lost_claims_own_result_is_fenced_rightly(token_of_result: int) -> None:
+    """A's claim (token 1) stored its result, then ran out (the API was away); B took the expired
+    Lease over (token 2) and completed the shard with A's object: fine. With an object of another
+    token, the Done would not be the result of the claim the shard recorded: a fencing violation."""
+    r = Recording()
+    r.campaign_status(0.5, max_attempts=3)
+    r.materialize("s0", 0, 1, planned="pending=0,running=0,position=1")
+    r.acquire("s0", A, 2, token=1)
+    r.claim("s0", A, 2.1, attempt=1, token=1)
+    r.acquire("s0", B, 15, token=2)
+    ref = f"attempts/k0/t{token_of_result}.json"
+    r.done("s0", B, 15.2, result={"ref": ref, "fingerprint": FINGERPRINT, "bytes": 10})
+    tally: Counter[str] = Counter()
+    found = [(v.invariant, v.object) for v in checker.check(r.history(), IDENTITIES, tally)]
+    if token_of_result == 1:
+        assert found == [] and tally["zombies completed from their stored result"] == 1
+    else:
+        assert found == [("fencing", "shard ns/s0")]
+
+
 def test_history_keeps_versions_in_server_order_and_ignores_reads_and_other_resources() -> None:
     r = run()
     shuffled = list(reversed(r.entries))

@@ -436,6 +436,38 @@ def test_expiry_on_the_last_attempt_of_a_shard_whose_result_verifies_completes_i
     assert status_of(kube)["phase"] == "Succeeded"
 
 
+def test_a_zombie_the_operator_completes_from_its_stored_s3_result_is_committed_for_reuse(
+    kube: OperatorKube, clock: Clock
+) -> None:
+    """The worker stored its attempt object, then the API went away and its claim ran out before its
+    Done write. The sweep completes the shard with that object, and commits it as the key's result,
+    as a worker completing a zombie does: re-applying the campaign reuses it (found by the fault
+    suite's control-plane restart scenario: 5 results left uncommitted)."""
+    from fakes3 import FakeS3
+    from shardops.logic.idempotency import item_subkey
+    from shardops.store.records import ResultMeta, encode_result
+    from shardops.store.s3 import S3Store
+
+    put_campaign(kube, campaign(items=[{"id": 0}], maxAttempts=2))
+    _running(kube, attempt=1, fencingToken=1)
+    put_lease(kube, "camp-00000", "w1", T0, seconds=30)
+    operator = reconciler(kube, clock, result_store="S3", s3_bucket="results")
+    location = operator.settings.result_store_location()
+    s3 = S3Store(location, NAMESPACE, client=FakeS3())
+    operator._stores[(NAMESPACE, location.model_dump_json())] = s3
+    operator.reconcile(NAMESPACE, "camp")
+    key = shard_of(kube, "camp-00000")["spec"]["idempotencyKey"]
+    text = encode_result(key, [(0, item_subkey({"id": 0}), "the answer")])
+    stored, _ = s3.store_result(key, text, ResultMeta("camp", "camp-00000", "w1", 1, 1), 1)
+    assert s3.read_result(key) is None, "written by the claim, not committed: its Done never landed"
+    clock.advance(31)
+    operator.reconcile(NAMESPACE, "camp")
+    # Done, then folded into the ledger and deleted in the same pass (an S3 store folds).
+    assert status_of(kube)["folded"]["shards"] == 1 and kube.obj(SHARDS, NAMESPACE, "camp-00000") is None
+    committed = s3.read_result(key)
+    assert committed is not None and committed.name == stored.name
+
+
 def test_expiry_on_the_last_attempt_blocks_with_the_error_and_its_event(
     kube: OperatorKube, clock: Clock
 ) -> None:

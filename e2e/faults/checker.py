@@ -261,10 +261,29 @@ def _done_writes(run: _Run) -> Iterator[tuple[ObjectKey, ShardVersion | None, Sh
             yield key, before, after
 
 
+def _lost_claim_completed(run: _Run, before: ShardVersion, done: ShardVersion, lease: LeaseVersion) -> bool:
+    """A zombie completed with the result its lost claim stored (`store.finished`): the Done records
+    that claim's own object (the attempt object of its token, `attempts/<key>/t<token>.json`), and
+    it was written by whoever ended the claim — the worker that took the expired Lease over (a
+    higher token), or the operator's sweep that cleared it. Whether the claim had run out when it
+    was ended is `one-holder-at-a-time`'s and `no-live-claim-taken`'s to check."""
+    token = before.fencing_token
+    ref = str((done.result or {}).get("ref") or "")
+    if token is None or not ref.endswith(f"/t{token}.json"):
+        return False
+    writer = done.write.agent_identity
+    taken_over = lease.holder is not None and lease.holder == writer and lease.transitions > token
+    cleared = (
+        lease.holder is None and lease.transitions == token and run.identities.role(done.write) == "operator"
+    )
+    return taken_over or cleared
+
+
 def fencing(run: _Run) -> Iterator[Violation]:
     """Every Done write completes the claim in force: the owner and fencingToken the shard recorded
     before it (a Done write clears them) are the holder and leaseTransitions of the Lease when the
-    server stored the Done, and that owner wrote it."""
+    server stored the Done, and that owner wrote it — or it completes a lost claim with that claim's
+    own stored result (`_lost_claim_completed`)."""
     for key, before, done in _done_writes(run):
         run.tally["Done writes"] += 1
         if before is None or before.phase != ShardPhase.RUNNING:
@@ -275,6 +294,11 @@ def fencing(run: _Run) -> Iterator[Violation]:
         lease = run.history.lease_in_force(key, done.resource_version or 0)
         if lease is None:
             yield Violation("fencing", _shard(key), f"Done at {done.where()} with no Lease in force")
+            continue
+        if (lease.holder, lease.transitions) != (owner, token) and _lost_claim_completed(
+            run, before, done, lease
+        ):
+            run.tally["zombies completed from their stored result"] += 1
             continue
         if (lease.holder, lease.transitions) != (owner, token):
             yield Violation(

@@ -79,7 +79,7 @@ from shardops.scheduler.retention import Retention
 from shardops.scheduler.settings import REPORTING_CONTROLLER, OperatorSettings
 from shardops.state import breakers, cooldowns, errors, history, ledger, observe, shardview, workers
 from shardops.store import ResultStore
-from shardops.store.finished import completion, stored_result_of
+from shardops.store.finished import commit_for_reuse, completion, stored_result_of
 from shardops.store.items import StreamedItems, object_items
 from shardops.store.records import StoredResult, StoreUnavailable
 from shardops.store.s3 import S3Store
@@ -520,18 +520,23 @@ class Reconciler:
                 continue
             zombie = verdict.verdict is LeaseVerdict.ZOMBIE
             try:
-                stored = self._finished_result(seen.campaign, shard) if zombie else None
+                finished = self._finished_result(seen.campaign, shard) if zombie else None
             except StoreUnavailable as unavailable:
                 log.warning("%s: cannot look for its stored result, judging it later: %s", name, unavailable)
                 continue
             held = lease is not None and bool((lease.get("spec") or {}).get("holderIdentity"))
             if held and lease is not None and not leases.revoke(self.kube, lease):
                 continue  # renewed since we read it: alive after all
-            if stored is not None:
-                # A zombie whose result verifies finished its work: Done, never charged or Blocked.
+            if finished is not None:
+                # A zombie whose result verifies finished its work: Done, never charged or Blocked;
+                # then its result is committed for reuse, as the worker that completes one does.
+                found, stored = finished
                 done = completion(shard, stored, f"{verdict.reason}; completed by the operator")
-                if not self._transition(seen, shard, done, now) and held:
-                    self._transition_claim(seen, shard, done, now)
+                completed = self._transition(seen, shard, done, now)
+                if not completed and held:
+                    completed = self._transition_claim(seen, shard, done, now)
+                if completed:
+                    commit_for_reuse(found, shard, stored)
                 continue
             error = ShardError(
                 error_class=ErrorClass.UNKNOWN if zombie else ErrorClass.TIMEOUT,
@@ -557,16 +562,18 @@ class Reconciler:
                 self._transition_claim(seen, shard, request, now)
         return sweep
 
-    def _finished_result(self, campaign: Campaign, shard: Shard) -> StoredResult | None:
-        """The zombie's result if it is stored and verifies (at most two store reads); None also when
-        the operator cannot read the campaign's store (its own credentialsSecret): a worker taking
-        the expired Lease over looks it up then (`store.finished`)."""
+    def _finished_result(self, campaign: Campaign, shard: Shard) -> tuple[ResultStore, StoredResult] | None:
+        """The zombie's result, with its store, if it is stored and verifies (at most two store
+        reads); None also when the operator cannot read the campaign's store (its own
+        credentialsSecret): a worker taking the expired Lease over looks it up then
+        (`store.finished`)."""
         location = store.location_of(campaign)
         if location.type is StoreType.S3:
             found: ResultStore | None = self._s3(campaign.namespace, location)
         else:
             found = store.open_store(self.kube, campaign.namespace, location)
-        return None if found is None else stored_result_of(found, shard)
+        stored = None if found is None else stored_result_of(found, shard)
+        return None if found is None or stored is None else (found, stored)
 
     def _transition_claim(
         self, seen: _Observed, shard: Shard, request: TransitionRequest, now: dt.datetime
