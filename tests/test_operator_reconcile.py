@@ -124,7 +124,7 @@ def test_a_name_too_long_for_labels_is_reported(kube: OperatorKube, clock: Clock
     put_campaign(kube, campaign(long_name))
     run(kube, clock, long_name)
     ready = condition(status_of(kube, long_name), "Ready")
-    assert ready["reason"] == "InvalidSpec" and "at most 63 characters" in ready["message"]
+    assert ready["reason"] == "InvalidSpec" and "has at most 63 characters" in ready["message"]
 
 
 # --- materialization and workers --------------------------------------------------------------------

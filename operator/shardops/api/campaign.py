@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Mapping
 from typing import Annotated, Any
 
@@ -1059,9 +1058,6 @@ class CampaignStatus(StatusModel):
         return next((b for b in self.breakers if b.source == source), None)
 
 
-_LABEL = re.compile(rules.CAMPAIGN_NAME_PATTERN)
-
-
 class Campaign(ResourceModel):
     """A Campaign: a body of long, flaky work that shardops splits into leased shards."""
 
@@ -1072,10 +1068,10 @@ class Campaign(ResourceModel):
     status: CampaignStatus | None = Field(default=None, description="Observed state.")
 
     @model_validator(mode="after")
-    def _name_is_a_label(self) -> Campaign:
+    def _name_fits_a_label(self) -> Campaign:
         name = self.metadata.name
-        if name is not None and (len(name) > rules.CAMPAIGN_NAME_MAX or not _LABEL.match(name)):
-            raise ValueError(rules.CAMPAIGN_NAME_IS_A_LABEL.message)
+        if name is not None and len(name) > rules.CAMPAIGN_NAME_MAX:
+            raise ValueError(rules.CAMPAIGN_NAME_FITS_A_LABEL.message)
         return self
 
     @classmethod

@@ -248,7 +248,7 @@ def campaign_crd(
         singular=CAMPAIGN_SINGULAR,
         short_name=CAMPAIGN_SHORT_NAME,
         schema=_object_schema(
-            Campaign, spec_model, status_model, CAMPAIGN_KIND, (rules.CAMPAIGN_NAME_IS_A_LABEL,)
+            Campaign, spec_model, status_model, CAMPAIGN_KIND, (rules.CAMPAIGN_NAME_FITS_A_LABEL,)
         ),
         columns=[
             _column("Phase", ".status.phase", "string", "Where the campaign is in its life."),

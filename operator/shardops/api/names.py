@@ -45,7 +45,8 @@ _DERIVED_HASH_LENGTH: Final = 8
 def derived_name(base: str, suffix: str, limit: int = DNS_LABEL_MAX) -> str:
     """`base` + `suffix`, or, when that is longer than `limit`, `base` cut short followed by a hash
     of the whole of it, then `suffix`: two long bases that share their start still get two names,
-    and a base always derives the same name. `base` is a DNS-1123 label (a campaign's name)."""
+    and a base always derives the same name. `base` is a campaign's name (at most 63 characters:
+    the Campaign CRD refuses longer ones)."""
     whole = f"{base}{suffix}"
     if len(whole) <= limit:
         return whole

@@ -191,20 +191,16 @@ def _unchanged(field: str, because: str) -> CelRule:
     )
 
 
-# A Campaign's name is the value of the label that selects its Shards and the start of its
-# workers' Job names: a label value (at most 63 characters, no dots), where the API server alone
-# would take any DNS subdomain (253, dots) and the campaign could then cut no shard at all.
+# A Campaign's name is the value of the label that selects its Shards (label values stop at 63
+# characters) and the start of its workers' Job names, where the API server alone would take any
+# DNS subdomain of up to 253: such a campaign could then cut no shard at all.
 CAMPAIGN_NAME_MAX: Final = 63
-CAMPAIGN_NAME_PATTERN: Final = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
-CAMPAIGN_NAME_IS_A_LABEL: Final = CelRule(
-    rule=(
-        f"size(self.metadata.name) <= {CAMPAIGN_NAME_MAX} "
-        f"&& self.metadata.name.matches('{CAMPAIGN_NAME_PATTERN}')"
-    ),
+CAMPAIGN_NAME_FITS_A_LABEL: Final = CelRule(
+    rule=f"size(self.metadata.name) <= {CAMPAIGN_NAME_MAX}",
     message=(
-        f"metadata.name of a Campaign must be a DNS-1123 label: at most {CAMPAIGN_NAME_MAX} characters, "
-        "lower-case letters, digits and hyphens, no dots, since it becomes the label that selects the "
-        "campaign's Shards and the start of its workers' Job names; choose a shorter name"
+        f"metadata.name of a Campaign has at most {CAMPAIGN_NAME_MAX} characters: it becomes the label "
+        "value that selects the campaign's Shards and the start of its workers' Job names; choose a "
+        "shorter name"
     ),
 )
 
