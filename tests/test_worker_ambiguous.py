@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 
+import workerkit
 from fakekube import LOST_ANSWERS, Call, FakeKube, LostAnswer
 from shardops.k8s import leases
 from shardops.k8s.api import LEASES
 from shardops.logic.leases import Renewals
-from test_worker_runtime import _agent_campaign, _holder, _reasons, _shard, _worker
+from test_worker_runtime import _agent_campaign, _holder, _reasons, _shard
 from workerkit import NAMESPACE, add_campaign
 
 ANSWERS = [pytest.param(answer, id=name) for name, answer in LOST_ANSWERS.items()]
@@ -44,7 +45,7 @@ def test_a_claim_whose_answer_was_lost_is_recognised_and_run_on_the_same_attempt
     kube = FakeKube()
     (shard,) = add_campaign(kube, _agent_campaign([{"id": 1}], shardSize=1))
     lost = kube.lose_answers(_status_write("Running"), answer)  # type: ignore[arg-type]
-    worker = _worker(kube, tmp_path, max_shards=1)
+    worker = workerkit.worker(kube, tmp_path, max_shards=1)
     assert worker.run() == 0
     assert len(lost) == 1
     done = _shard(kube, shard.name)
@@ -61,7 +62,7 @@ def test_a_lease_create_whose_answer_was_lost_is_recognised_as_our_claim(
     kube = FakeKube()
     (shard,) = add_campaign(kube, _agent_campaign([{"id": 1}], shardSize=1))
     lost = kube.lose_answers(lambda call: call.plural == "leases" and call.verb == "create", answer)
-    assert _worker(kube, tmp_path, max_shards=1).run() == 0
+    assert workerkit.worker(kube, tmp_path, max_shards=1).run() == 0
     assert len(lost) == 1
     done = _shard(kube, shard.name)
     assert done.phase == "Done" and _reasons(done)[-2:] == [("Claimed", 1), ("Completed", 1)]
@@ -75,7 +76,7 @@ def test_a_done_write_whose_answer_was_lost_completes_the_shard_not_fences_it(
     kube = FakeKube()
     (shard,) = add_campaign(kube, _agent_campaign([{"id": 1}], shardSize=1))
     lost = kube.lose_answers(_status_write("Done"), answer)  # type: ignore[arg-type]
-    worker = _worker(kube, tmp_path, max_shards=1)
+    worker = workerkit.worker(kube, tmp_path, max_shards=1)
     assert worker.run() == 0
     assert len(lost) == 1
     done = _shard(kube, shard.name)
@@ -91,7 +92,7 @@ def test_a_failure_write_whose_answer_was_lost_still_releases_the_lease(
     kube = FakeKube()
     (shard,) = add_campaign(kube, _agent_campaign([{"id": 1, "fault": "rate-limited"}], shardSize=1))
     lost = kube.lose_answers(_status_write("Pending"), answer)  # type: ignore[arg-type]
-    worker = _worker(kube, tmp_path, max_shards=1)
+    worker = workerkit.worker(kube, tmp_path, max_shards=1)
     assert worker.run() == 0
     assert len(lost) == 1
     failed = _shard(kube, shard.name)

@@ -13,13 +13,14 @@ from pathlib import Path
 import pytest
 import urllib3
 
+import workerkit
 from fakekube import Call, FakeKube
 from shardops.api.shard import Shard
 from shardops.k8s.api import CONFIGMAPS, ApiError, Invalid
 from shardops.logic.idempotency import item_subkey
 from shardops.store.configmap import result_name, store_result
 from shardops.store.records import ResultMeta, encode_result
-from test_worker_runtime import _agent_campaign, _on_its_last_attempt, _reasons, _shard, _worker, _zombie
+from test_worker_runtime import _agent_campaign, _on_its_last_attempt, _reasons, _shard, _zombie
 from workerkit import NAMESPACE, ShiftedClock, add_campaign, watching_worker
 
 
@@ -62,7 +63,7 @@ def test_a_done_write_refused_for_a_transient_reason_is_retried_while_the_lease_
     kube = FakeKube()
     (shard,) = add_campaign(kube, _agent_campaign([{"id": 1}], shardSize=1, maxAttempts=1))
     kube.fail = _failing(_done_write, list(errors))  # type: ignore[assignment]
-    assert _worker(kube, tmp_path, max_shards=1).run() == 0
+    assert workerkit.worker(kube, tmp_path, max_shards=1).run() == 0
     _completed_on_the_first_attempt(kube, shard)
     refused = [c for c in kube.calls if _done_write(c) and c.status != 200]
     assert len(refused) == len(errors)
@@ -73,7 +74,7 @@ def test_a_renewal_on_the_way_to_done_refused_for_a_transient_reason_is_retried(
     (shard,) = add_campaign(kube, _agent_campaign([{"id": 1}], shardSize=1, maxAttempts=1))
     errors: list[BaseException] = [ApiError(500, "InternalError", "etcd")] * 3
     kube.fail = _failing(lambda c: c.plural == "leases" and c.verb == "patch", errors)  # type: ignore[assignment]
-    assert _worker(kube, tmp_path, max_shards=1).run() == 0
+    assert workerkit.worker(kube, tmp_path, max_shards=1).run() == 0
     assert errors == []
     _completed_on_the_first_attempt(kube, shard)
 
@@ -87,7 +88,7 @@ def test_an_error_after_the_result_was_stored_completes_the_shard_not_fails_it(
     (shard,) = add_campaign(kube, _agent_campaign([{"id": 1}], shardSize=1, maxAttempts=1))
     errors: list[BaseException] = [Invalid(422, "Invalid", "surprise")]
     kube.fail = _failing(_done_write, errors)  # type: ignore[assignment]
-    assert _worker(kube, tmp_path, max_shards=1).run() == 0
+    assert workerkit.worker(kube, tmp_path, max_shards=1).run() == 0
     assert errors == []
     _completed_on_the_first_attempt(kube, shard)
 
@@ -145,7 +146,7 @@ def test_a_zombie_whose_lost_claim_stored_its_s3_result_is_completed_with_that_o
     # The dead claim (fencing token 1) wrote its object; its Done write, and so the commit, never came.
     stored, _ = s3.store_result(key, text, ResultMeta("camp", shard.name, "dead-worker", 2, 1), 1)
     assert s3.read_result(key) is None
-    worker = _worker(kube, tmp_path, clock=ShiftedClock())
+    worker = workerkit.worker(kube, tmp_path, clock=ShiftedClock())
     worker._stores[location.model_dump_json()] = s3
     assert worker._step() is None, "first seen now: not a zombie yet"
     worker.clock.skip(10)  # type: ignore[attr-defined]

@@ -21,23 +21,19 @@ import yaml
 from e2e.harness import wait_for
 from prometheus_client.parser import text_string_to_metric_families
 
+import workerkit
 from fakekube import FakeKube
 from shardops.api.campaign import Campaign
 from shardops.k8s.api import LEASES, SHARDS, ApiError, Resource
 from shardops.scheduler import builders
 from shardops.scheduler.settings import OperatorSettings
 from shardops.worker.metrics import ClaimOutcome, WorkerMetrics
-from shardops.worker.runtime import Worker
 from shardops.worker.settings import WorkerSettings
-from workerkit import NAMESPACE, add_campaign, campaign_body, worker
+from workerkit import NAMESPACE, add_campaign, campaign_body
 
 AGENT = [sys.executable, "-m", "shardops_example_agent.agent"]
 CAMPAIGN = f"{NAMESPACE}/camp"
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _worker(kube: FakeKube, tmp_path: Path, **overrides: Any) -> Worker:
-    return worker(kube, tmp_path, **overrides)
 
 
 def _agent_campaign(items: list[dict[str, Any]], **spec: Any) -> dict[str, Any]:
@@ -52,7 +48,7 @@ def test_won_claims_heartbeats_command_durations_and_done_shards_are_counted(tmp
     kube = FakeKube()
     # Two shards; one item each runs 1.3 s, past the 1 s heartbeat, so each shard heartbeats once.
     add_campaign(kube, _agent_campaign([{"id": i, "latency": 1.3} for i in range(2)], shardSize=1))
-    worker = _worker(kube, tmp_path)
+    worker = workerkit.worker(kube, tmp_path)
     assert worker.run() == 0
     m = worker.metrics
     assert m.campaign == CAMPAIGN, "labelled <namespace>/<name>, as the operator labels campaigns"
@@ -84,7 +80,7 @@ def test_a_lost_claim_race_is_counted_apart_from_the_won_claims(tmp_path: Path) 
             raced.append(name)
 
     kube.before.append(operator_writes_first)
-    worker = _worker(kube, tmp_path, claim_candidates=1, idle_seconds=10)
+    worker = workerkit.worker(kube, tmp_path, claim_candidates=1, idle_seconds=10)
     assert worker.run() == 0
     assert len(raced) == 2
     assert _count(worker.metrics, "shardops_worker_claims_total", outcome="lost") == 1
@@ -99,7 +95,7 @@ def test_a_look_that_finds_nothing_claimable_counts_as_none(tmp_path: Path) -> N
     assert body is not None
     later = (dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)).isoformat()
     kube.put(SHARDS, NAMESPACE, {**body, "status": {**body["status"], "notBefore": later}})
-    worker = _worker(kube, tmp_path)
+    worker = workerkit.worker(kube, tmp_path)
     assert worker.run() == 0
     assert _count(worker.metrics, "shardops_worker_claims_total", outcome="none") >= 1
     assert _count(worker.metrics, "shardops_worker_claims_total", outcome="won") == 0
@@ -128,7 +124,7 @@ def test_a_refused_renewal_counts_a_fenced_run_a_fenced_heartbeat_and_a_fenced_c
             stolen.append(name)
 
     kube.before.append(thief)
-    worker = _worker(kube, tmp_path, max_shards=1)
+    worker = workerkit.worker(kube, tmp_path, max_shards=1)
     assert worker.run() == 0
     assert stolen == [shard.name]
     m = worker.metrics
@@ -152,7 +148,7 @@ def test_a_heartbeat_that_fails_for_a_transient_reason_is_counted_and_retried(tm
             raise ApiError(503, "ServiceUnavailable", "the API server is restarting")
 
     kube.before.append(api_down_once)
-    worker = _worker(kube, tmp_path)
+    worker = workerkit.worker(kube, tmp_path)
     assert worker.run() == 0
     assert broken
     m = worker.metrics
@@ -164,7 +160,7 @@ def test_a_heartbeat_that_fails_for_a_transient_reason_is_counted_and_retried(tm
 def test_a_failed_shard_is_counted_by_error_class_and_its_command_as_failed(tmp_path: Path) -> None:
     kube = FakeKube()
     add_campaign(kube, _agent_campaign([{"id": 1, "fault": "rate-limited"}], shardSize=1))
-    worker = _worker(kube, tmp_path, max_shards=1)
+    worker = workerkit.worker(kube, tmp_path, max_shards=1)
     assert worker.run() == 0
     m = worker.metrics
     failed = {"shard_class": "work", "outcome": "failed", "error_class": "rate-limited"}

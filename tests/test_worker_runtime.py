@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+import workerkit
 from fakekube import FakeKube
 from shardops.api.campaign import Campaign
 from shardops.api.shard import Shard
@@ -25,14 +26,9 @@ from shardops.logic.idempotency import item_subkey
 from shardops.logic.leases import Renewals
 from shardops.store.configmap import check_result, items_name, result_name, save_items, store_result
 from shardops.store.records import ItemRecord, ResultMeta, encode_result
-from shardops.worker.runtime import Worker
 from workerkit import NAMESPACE, ShiftedClock, add_campaign, campaign_body, watching_worker, worker
 
 AGENT = [sys.executable, "-m", "shardops_example_agent.agent"]
-
-
-def _worker(kube: FakeKube, tmp_path: Path, **overrides: Any) -> Worker:
-    return worker(kube, tmp_path, **overrides)
 
 
 def _agent_campaign(items: list[dict[str, Any]], **spec: Any) -> dict[str, Any]:
@@ -58,7 +54,7 @@ def _holder(kube: FakeKube, name: str) -> str | None:
 def test_runs_every_shard_to_done_stores_verified_results_and_exits(tmp_path: Path) -> None:
     kube = FakeKube()
     shards = add_campaign(kube, _agent_campaign([{"id": i} for i in range(4)]))
-    worker = _worker(kube, tmp_path)
+    worker = workerkit.worker(kube, tmp_path)
     assert worker.run() == 0
     for shard in shards:
         done = _shard(kube, shard.name)
@@ -97,7 +93,7 @@ def test_a_stored_result_is_reused_and_the_command_never_runs(tmp_path: Path) ->
     previous, _ = store_result(
         kube, NAMESPACE, key, text, ResultMeta("camp", shard.name, "old", 1), 1, 10_000
     )  # type: ignore[arg-type]
-    assert _worker(kube, tmp_path).run() == 0
+    assert workerkit.worker(kube, tmp_path).run() == 0
     done = _shard(kube, shard.name).current_status
     assert done.phase == "Done" and done.result is not None
     assert (done.result.ref, done.result.fingerprint) == (previous.name, previous.fingerprint)
@@ -113,7 +109,7 @@ def test_stored_item_results_are_skipped_on_resume(tmp_path: Path) -> None:
     )
     earlier = {item_subkey(items[i]): ItemRecord({"from": "earlier"}, 0.01) for i in (0, 2)}
     save_items(kube, NAMESPACE, shard.spec.idempotency_key, "camp", earlier, 10_000)  # type: ignore[arg-type]
-    assert _worker(kube, tmp_path / "w").run() == 0
+    assert workerkit.worker(kube, tmp_path / "w").run() == 0
     ran = [json.loads(line)["index"] for line in ledger.read_text().splitlines() if '"done"' in line]
     assert ran == [1, 3], "only the items without a stored result run"
     done = _shard(kube, shard.name)
@@ -127,7 +123,7 @@ def test_stored_item_results_are_skipped_on_resume(tmp_path: Path) -> None:
 def test_retryable_failure_backs_off_charges_an_attempt_and_records_the_error(tmp_path: Path) -> None:
     kube = FakeKube()
     (shard,) = add_campaign(kube, _agent_campaign([{"id": 1, "fault": "rate-limited"}], shardSize=1))
-    assert _worker(kube, tmp_path, max_shards=1).run() == 0
+    assert workerkit.worker(kube, tmp_path, max_shards=1).run() == 0
     status = _shard(kube, shard.name).current_status
     assert status.phase == "Pending" and status.attempt == 2
     assert _reasons(_shard(kube, shard.name))[-1] == ("AttemptFailed", 1)
@@ -145,7 +141,7 @@ def test_exit_zero_with_items_missing_is_bad_output(tmp_path: Path) -> None:
     kube = FakeKube()
     body = campaign_body(items=[{"id": 1}], worker={"image": "x", "command": ["true"]})
     (shard,) = add_campaign(kube, body)
-    assert _worker(kube, tmp_path).run() == 0
+    assert workerkit.worker(kube, tmp_path).run() == 0
     status = _shard(kube, shard.name).current_status
     assert status.phase == "Failed" and status.last_error is not None
     assert status.last_error.error_class == "bad-output"
@@ -155,7 +151,7 @@ def test_exit_zero_with_items_missing_is_bad_output(tmp_path: Path) -> None:
 def test_a_result_over_the_cap_fails_and_stores_nothing(tmp_path: Path) -> None:
     kube = FakeKube()
     (shard,) = add_campaign(kube, _agent_campaign([{"id": 1, "fault": "big", "bytes": 5000}], shardSize=1))
-    assert _worker(kube, tmp_path, result_max_bytes=2000).run() == 0
+    assert workerkit.worker(kube, tmp_path, result_max_bytes=2000).run() == 0
     status = _shard(kube, shard.name).current_status
     assert status.phase == "Failed" and status.last_error is not None
     assert status.last_error.error_class == "result-too-large"
@@ -188,7 +184,7 @@ def test_a_lost_lease_stops_the_command_and_nothing_more_is_written(tmp_path: Pa
 
     kube.before.append(thief)
     started = time.monotonic()
-    assert _worker(kube, tmp_path / "w", max_shards=1).run() == 0
+    assert workerkit.worker(kube, tmp_path / "w", max_shards=1).run() == 0
     assert stolen, "the worker never renewed its lease"
     # Fenced at the first heartbeat (1 s), well before the command's 6 items of 0.4 s.
     assert time.monotonic() - started < 2.3
@@ -227,7 +223,7 @@ def test_a_conflicting_claim_reads_the_shard_once_then_gives_the_lease_back(
 
     kube.before.append(operator_writes_first)
     # Idle time lets the worker come back for the shard it lost; it exits once both are Done.
-    assert _worker(kube, tmp_path, claim_candidates=1, idle_seconds=10).run() == 0
+    assert workerkit.worker(kube, tmp_path, claim_candidates=1, idle_seconds=10).run() == 0
     assert len(raced) == races and len(set(raced)) == 1
     for shard in shards:
         assert _shard(kube, shard.name).phase == "Done"
@@ -289,7 +285,7 @@ def test_sigterm_releases_the_shard_with_its_partial_results_and_no_attempt_char
     kube = FakeKube()
     items = [{"id": 0, "latency": 0}, {"id": 1, "latency": 30}]
     (shard,) = add_campaign(kube, _agent_campaign(items, shardSize=2))
-    worker = _worker(kube, tmp_path, term_grace_seconds=5)
+    worker = workerkit.worker(kube, tmp_path, term_grace_seconds=5)
 
     def stop_after_first_result() -> None:
         deadline = time.monotonic() + 20
@@ -314,7 +310,7 @@ def test_sigterm_releases_the_shard_with_its_partial_results_and_no_attempt_char
 
 
 def test_worker_exits_when_the_campaign_is_missing_suspended_or_out_of_budget(tmp_path: Path) -> None:
-    assert _worker(FakeKube(), tmp_path).run() == 0
+    assert workerkit.worker(FakeKube(), tmp_path).run() == 0
     for spec in ({"suspend": True}, {"budget": {"limit": 1}}):
         kube = FakeKube()
         body = _agent_campaign([{"id": 1}], **spec)
@@ -322,7 +318,7 @@ def test_worker_exits_when_the_campaign_is_missing_suspended_or_out_of_budget(tm
             body["status"] = {"spent": 5}
         add_campaign(kube, body)
         kube.calls.clear()
-        assert _worker(kube, tmp_path).run() == 0
+        assert workerkit.worker(kube, tmp_path).run() == 0
         assert [w for w in kube.write_log() if w[1] in ("shards", "leases")] == []
 
 
@@ -343,7 +339,7 @@ def test_a_deleted_campaigns_shards_are_never_claimed_by_the_new_one(tmp_path: P
         assert stored is not None
         stored["metadata"]["ownerReferences"] = [old]
     kube.calls.clear()
-    assert _worker(kube, tmp_path).run() == 0
+    assert workerkit.worker(kube, tmp_path).run() == 0
     assert [w for w in kube.write_log() if w[1] in ("shards", "leases")] == []
 
 
@@ -351,9 +347,9 @@ def test_a_worker_of_a_deleted_campaign_leaves_the_new_one_alone(tmp_path: Path)
     kube = FakeKube()
     add_campaign(kube, _agent_campaign([{"id": 1}]))
     kube.calls.clear()
-    assert _worker(kube, tmp_path, campaign_uid="uid-deleted").run() == 0
+    assert workerkit.worker(kube, tmp_path, campaign_uid="uid-deleted").run() == 0
     assert [w for w in kube.write_log() if w[1] in ("shards", "leases")] == []
-    assert _worker(kube, tmp_path, campaign_uid="uid-camp").run() == 0
+    assert workerkit.worker(kube, tmp_path, campaign_uid="uid-camp").run() == 0
     assert kube.writes_to("shards"), "its own campaign's worker claims"
 
 
@@ -362,7 +358,7 @@ def test_local_trouble_preparing_the_attempt_is_a_retryable_failure(tmp_path: Pa
     (shard,) = add_campaign(kube, _agent_campaign([{"id": 1}], shardSize=1))
     not_a_directory = tmp_path / "file"
     not_a_directory.write_text("")
-    assert _worker(kube, tmp_path, work_dir=not_a_directory, max_shards=1).run() == 0
+    assert workerkit.worker(kube, tmp_path, work_dir=not_a_directory, max_shards=1).run() == 0
     status = _shard(kube, shard.name).current_status
     assert status.phase == "Pending" and status.attempt == 2 and status.last_error is not None
     assert (
@@ -382,7 +378,7 @@ def test_an_api_failure_while_storing_the_result_is_retried_not_charged(tmp_path
             raise ApiError(503, "ServiceUnavailable", "etcd is having a bad day")
 
     kube.before.append(store_down_once)
-    assert _worker(kube, tmp_path, max_shards=1).run() == 0
+    assert workerkit.worker(kube, tmp_path, max_shards=1).run() == 0
     assert broken
     done = _shard(kube, shard.name)
     assert done.phase == "Done" and _reasons(done)[-2:] == [("Claimed", 1), ("Completed", 1)]
@@ -435,7 +431,7 @@ def test_with_the_s3_store_a_shard_costs_three_worker_writes_and_no_configmap(tm
     location = ResultStoreStatus(type=StoreType.S3, endpoint="http://127.0.0.1:1", bucket="results")
     body["status"] = {"resultStore": location.to_dict()}
     (shard,) = add_campaign(kube, body)
-    worker = _worker(kube, tmp_path)
+    worker = workerkit.worker(kube, tmp_path)
     s3 = FakeS3()
     worker._stores[location.model_dump_json()] = S3Store(location, NAMESPACE, client=s3)
     before = len(kube.write_log())
@@ -469,11 +465,11 @@ def test_the_finalize_shard_reads_every_finished_item_in_item_order(tmp_path: Pa
     )
     work = add_campaign(kube := FakeKube(), body)
     work_dir = tmp_path / "work"
-    assert _worker(kube, work_dir).run() == 0
+    assert workerkit.worker(kube, work_dir).run() == 0
     campaign = Campaign.parse(kube.obj(CAMPAIGNS, NAMESPACE, "camp") or {})
     created = kube.put(SHARDS, NAMESPACE, builders.finalize_shard_body(campaign, campaign.spec.items or []))
     apply_transition(kube, Shard.parse(created), TransitionRequest(Action.MATERIALIZE, "test"), OPERATOR, T0)  # type: ignore[arg-type]
-    assert _worker(kube, work_dir).run() == 0
+    assert workerkit.worker(kube, work_dir).run() == 0
     assert _shard(kube, "camp-finalize").phase == "Done"
     lines = [json.loads(line) for line in copy.read_text().splitlines()]
     assert [line["index"] for line in lines] == list(range(5))
