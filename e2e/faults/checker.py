@@ -244,9 +244,9 @@ def no_live_claim_taken(run: _Run) -> Iterator[Violation]:
         )
 
 
-def _shard_pairs(run: _Run) -> Iterator[tuple[ObjectKey, ShardVersion | None, ShardVersion]]:
+def _shard_pairs(history: History) -> Iterator[tuple[ObjectKey, ShardVersion | None, ShardVersion]]:
     """(key, previous or None, current) for every stored version of each Shard incarnation."""
-    for key, versions in run.history.shards.items():
+    for key, versions in history.shards.items():
         for incarnation in _incarnations(versions):
             previous: ShardVersion | None = None
             for version in _stored(incarnation):
@@ -254,9 +254,9 @@ def _shard_pairs(run: _Run) -> Iterator[tuple[ObjectKey, ShardVersion | None, Sh
                 previous = version
 
 
-def _done_writes(run: _Run) -> Iterator[tuple[ObjectKey, ShardVersion | None, ShardVersion]]:
+def done_writes(history: History) -> Iterator[tuple[ObjectKey, ShardVersion | None, ShardVersion]]:
     """(key, the version before, the version) of every write that moved a shard into Done."""
-    for key, before, after in _shard_pairs(run):
+    for key, before, after in _shard_pairs(history):
         if after.phase == ShardPhase.DONE and (before is None or before.phase != ShardPhase.DONE):
             yield key, before, after
 
@@ -284,7 +284,7 @@ def fencing(run: _Run) -> Iterator[Violation]:
     before it (a Done write clears them) are the holder and leaseTransitions of the Lease when the
     server stored the Done, and that owner wrote it — or it completes a lost claim with that claim's
     own stored result (`_lost_claim_completed`)."""
-    for key, before, done in _done_writes(run):
+    for key, before, done in done_writes(run.history):
         run.tally["Done writes"] += 1
         if before is None or before.phase != ShardPhase.RUNNING:
             phase = before.phase if before is not None else "nothing recorded"
@@ -322,7 +322,7 @@ def one_done(run: _Run) -> Iterator[Violation]:
     """A shard of one campaign incarnation moves into Done at most once (a folded shard is never
     made again and run twice)."""
     dones: dict[tuple[ObjectKey, str | None], list[ShardVersion]] = {}
-    for key, _, done in _done_writes(run):
+    for key, _, done in done_writes(run.history):
         dones.setdefault((key, done.campaign_uid), []).append(done)
     for (key, _), versions in dones.items():
         if len(versions) > 1:
@@ -347,7 +347,7 @@ def lease_transitions_monotonic(run: _Run) -> Iterator[Violation]:
 
 def attempts_monotonic(run: _Run) -> Iterator[Violation]:
     """A shard's attempt never decreases, except by an explicit retry (Retried resets it to 1)."""
-    for key, before, after in _shard_pairs(run):
+    for key, before, after in _shard_pairs(run.history):
         if before is None or not before.status or not after.status:
             continue
         entry = _transition(before, after) or {}
@@ -391,7 +391,7 @@ def _charges_for_lost_holder(entry: dict[str, object], version: ShardVersion) ->
 def attempt_charged_rightly(run: _Run) -> Iterator[Violation]:
     """A shard is charged for a lost holder (LeaseExpired, or blocked as a zombie) only after the
     claim it judged — the owner and fencingToken of the version before — ran out by its Lease."""
-    for key, before, after in _shard_pairs(run):
+    for key, before, after in _shard_pairs(run.history):
         entry = _transition(before, after)
         if before is None or entry is None or not _charges_for_lost_holder(entry, after):
             continue
@@ -427,7 +427,7 @@ def attempt_charged_rightly(run: _Run) -> Iterator[Violation]:
 
 def done_has_result(run: _Run) -> Iterator[Violation]:
     """Every Done shard names its stored result and the result's SHA-256 fingerprint."""
-    for key, _, done in _done_writes(run):
+    for key, _, done in done_writes(run.history):
         result = done.result or {}
         if not result.get("ref") or not FINGERPRINT.match(str(result.get("fingerprint") or "")):
             yield Violation("done-has-result", _shard(key), f"Done at {done.where()} with result {result}")
@@ -435,7 +435,7 @@ def done_has_result(run: _Run) -> Iterator[Violation]:
 
 def shardops_writers(run: _Run) -> Iterator[Violation]:
     """Every change of a shard's status is written by the operator or a worker."""
-    for key, _, version in _shard_pairs(run):
+    for key, _, version in _shard_pairs(run.history):
         if version.write.resource != "shards/status":
             continue
         run.tally["shard status writes"] += 1

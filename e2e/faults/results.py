@@ -14,28 +14,16 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator
 
-from e2e.faults.checker import Violation
-from e2e.faults.history import History, ShardVersion, key_text
+from e2e.faults.checker import Violation, done_writes
+from e2e.faults.history import History, key_text
 from shardops.store.records import StoreCorrupt
 from shardops.store.s3 import S3Store
 
 
-def _done_writes(history: History) -> Iterator[tuple[str, ShardVersion | None, ShardVersion]]:
-    for key, versions in history.shards.items():
-        previous: ShardVersion | None = None
-        for version in versions:
-            if version.deleted:
-                previous = None
-                continue
-            if version.phase == "Done" and (previous is None or previous.phase != "Done"):
-                yield key_text(key), previous, version
-            previous = version
-
-
 def check_results(history: History, store: S3Store, tally: Counter[str]) -> Iterator[Violation]:
     """Every Done write's result as the store holds it (module docstring)."""
-    for name, before, done in _done_writes(history):
-        where = f"shard {name}"
+    for key_of_shard, before, done in done_writes(history):
+        where = f"shard {key_text(key_of_shard)}"
         recorded = done.result or {}
         key = str(done.spec.get("idempotencyKey") or "")
         try:
