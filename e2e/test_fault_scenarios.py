@@ -226,6 +226,35 @@ def test_operator_sigkilled_again_and_again_loses_nothing(
     assert not row.violations, "\n".join(map(str, row.violations))
 
 
+def _held(
+    kube: Kube, cluster: Cluster, namespace: str, campaign: str, timeout: float = 120
+) -> list[tuple[str, str, int]]:
+    """The campaign's Running shards whose worker runs, once there is one (`inject.held_shards`)."""
+    return wait_for(
+        "a worker holding a shard",
+        lambda: inject.held_shards(kube, cluster, namespace, campaign) or None,
+        timeout,
+        interval=0.2,
+    )
+
+
+def _kill_holders(
+    kube: Kube,
+    cluster: Cluster,
+    namespace: str,
+    campaign: str,
+    kills: int,
+    rng: random.Random,
+    pause: tuple[float, float],
+) -> None:
+    """SIGKILL `kills` workers of `campaign`, each one holding a shard at the time, a random pause
+    within `pause` seconds apart."""
+    for _ in range(kills):
+        _, _, pid = rng.choice(_held(kube, cluster, namespace, campaign))
+        kill_group(pid)
+        time.sleep(rng.uniform(*pause))  # a random moment for the next kill, not a synchronization
+
+
 @pytest.mark.long
 def test_workers_sigkilled_at_random_lose_nothing(
     local_cluster: Cluster, history_namespace: str, object_store: lifecycle.ObjectStore, audit_tail: AuditTail
@@ -238,16 +267,7 @@ def test_workers_sigkilled_at_random_lose_nothing(
     started = time.monotonic()
     with operator_running(local_cluster, namespace, env=env):
         create_campaign(kube, namespace, body)
-        for _ in range(kills):
-            held = wait_for(
-                "a worker holding a shard",
-                lambda: inject.held_shards(kube, local_cluster, namespace, "workerkills") or None,
-                120,
-                interval=0.2,
-            )
-            _, _, pid = rng.choice(held)
-            kill_group(pid)
-            time.sleep(rng.uniform(0.5, 2.0))  # a random moment for the next kill
+        _kill_holders(kube, local_cluster, namespace, "workerkills", kills, rng, (0.5, 2.0))
         _finished(kube, local_cluster, namespace, "workerkills", 600)
     row = Row("workers SIGKILLed", f"{kills} kills of a worker holding a shard")
     row.took = time.monotonic() - started
@@ -284,16 +304,7 @@ def test_clocks_thirty_seconds_apart_take_no_live_claim(
     started = time.monotonic()
     with operator_running(local_cluster, namespace, env=env):
         create_campaign(kube, namespace, body)
-        for _ in range(kills):
-            held = wait_for(
-                "a worker holding a shard",
-                lambda: inject.held_shards(kube, local_cluster, namespace, "skew") or None,
-                120,
-                interval=0.2,
-            )
-            _, _, pid = rng.choice(held)
-            kill_group(pid)
-            time.sleep(rng.uniform(2.0, 6.0))  # a random moment for the next kill
+        _kill_holders(kube, local_cluster, namespace, "skew", kills, rng, (2.0, 6.0))
         _finished(kube, local_cluster, namespace, "skew", 900)
     row = Row(
         "clock skew",
@@ -489,12 +500,7 @@ def test_the_api_server_and_etcd_restarted_mid_campaign_lose_nothing(
     with operator_running(local_cluster, namespace, env=env):
         create_campaign(kube, namespace, _campaign("restarts", 200, 8, 1.0))
         for process in ("kube-apiserver", "etcd", "kube-apiserver", "etcd"):
-            wait_for(
-                "shards running",
-                lambda: inject.held_shards(kube, local_cluster, namespace, "restarts") or None,
-                180,
-                interval=0.5,
-            )
+            _held(kube, local_cluster, namespace, "restarts", timeout=180)
             down = time.monotonic()
             local.restart(process, down_seconds=3.0)
             outages.append(f"{process} {time.monotonic() - down:.1f} s")
