@@ -4,11 +4,12 @@ operator-specific questions, and a Reconciler wired to it with an injected clock
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from typing import Any
 
 from fakekube import FakeKube
 from shardops.api.names import CAMPAIGN_LABEL, CLASS_LABEL
-from shardops.k8s.api import CAMPAIGNS, EVENTS, LEASES, SHARDS
+from shardops.k8s.api import CAMPAIGNS, EVENTS, LEASES, SHARDS, ApiError, Resource
 from shardops.logic.idempotency import idempotency_key
 from shardops.logic.timefmt import micro_time
 from shardops.scheduler.metrics import Metrics
@@ -150,3 +151,43 @@ def shard_of(kube: OperatorKube, name: str) -> JSON:
 
 def condition(status: JSON, type_: str) -> JSON:
     return next(c for c in status.get("conditions") or [] if c["type"] == type_)
+
+
+def is_status_write(verb: str, resource: Resource) -> bool:
+    """A write of a Campaign's status, as the operator's reconcile makes it."""
+    return verb == "patch" and resource is CAMPAIGNS
+
+
+def conflict_status_writes(
+    kube: OperatorKube, times: int, then: list[Callable[[], None]] | None = None
+) -> list[int]:
+    """The next `times` campaign-status writes lose: just before each, another writer changes the
+    Campaign (a label), so its resourceVersion precondition fails as the API server's would.
+    `then`: steps run once, right after the first write is made to lose (what else happened meanwhile)."""
+    lost: list[int] = []
+
+    def change_first(fake: OperatorKube, verb: str, resource: Resource, name: str) -> None:
+        if not is_status_write(verb, resource) or len(lost) >= times:
+            return
+        stored = fake.obj(CAMPAIGNS, NAMESPACE, name)
+        assert stored is not None
+        stored["metadata"].setdefault("labels", {})["touched"] = str(len(lost))
+        fake.put(CAMPAIGNS, NAMESPACE, stored)
+        lost.append(1)
+        if then and len(lost) == 1:
+            for step in then:
+                step()
+
+    kube.before.append(change_first)
+    return lost
+
+
+def fail_status_writes(kube: OperatorKube, why: str) -> None:
+    """From now on every campaign-status write fails with 503 `why` and is not applied (until the
+    caller clears `kube.before`)."""
+
+    def unavailable(fake: OperatorKube, verb: str, resource: Resource, name: str) -> None:
+        if is_status_write(verb, resource):
+            raise ApiError(503, "ServiceUnavailable", why)
+
+    kube.before.append(unavailable)

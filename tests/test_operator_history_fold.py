@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import itertools
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -27,7 +26,9 @@ from schedulerkit import (
     Clock,
     OperatorKube,
     campaign,
+    conflict_status_writes,
     entry,
+    fail_status_writes,
     put_campaign,
     put_shard,
     reconciler,
@@ -38,7 +39,7 @@ from schedulerkit import (
 from shardops.api.campaign import ResultStoreStatus, resolve_result_store
 from shardops.api.enums import StoreType
 from shardops.api.shard import HISTORY_LIMIT, Shard, ShardError, ShardResult
-from shardops.k8s.api import CAMPAIGNS, SHARDS, ApiError, Resource
+from shardops.k8s.api import SHARDS, ApiError
 from shardops.k8s.shards import Actor, TransitionRequest, apply_transition
 from shardops.logic.transitions import Action
 from shardops.scheduler.reconcile import CONFLICT_ROUNDS, Reconciler
@@ -181,31 +182,6 @@ class Run:
         assert self.folded_map() == self.last_sequences()
 
 
-_TOUCHES = itertools.count()
-
-
-def _is_status_write(verb: str, resource: Resource) -> bool:
-    return verb == "patch" and resource is CAMPAIGNS
-
-
-def lose_status_writes(run: Run, times: int) -> list[int]:
-    """The next `times` campaign-status writes lose to another writer (409), as in
-    test_operator_status_commit."""
-    lost: list[int] = []
-
-    def change_first(fake: OperatorKube, verb: str, resource: Resource, name: str) -> None:
-        if not _is_status_write(verb, resource) or len(lost) >= times:
-            return
-        stored = fake.obj(CAMPAIGNS, NAMESPACE, name)
-        assert stored is not None
-        stored["metadata"].setdefault("labels", {})["touched"] = str(next(_TOUCHES))
-        fake.put(CAMPAIGNS, NAMESPACE, stored)
-        lost.append(1)
-
-    run.kube.before.append(change_first)
-    return lost
-
-
 # --- the defect: a lagging clock ------------------------------------------------------------------------
 
 
@@ -269,7 +245,7 @@ def test_a_status_write_that_conflicts_loses_nothing_and_counts_nothing_twice(lo
     run.fail(1, 0)
     run.reconcile()
     run.fail(2, LAGGING)
-    made_to_lose = lose_status_writes(run, lost)
+    made_to_lose = conflict_status_writes(run.kube, lost)
     run.reconcile()
     assert len(made_to_lose) == lost
     if lost == CONFLICT_ROUNDS:
@@ -290,11 +266,7 @@ def test_a_status_write_that_errors_leaves_the_sequences_where_they_were() -> No
     before = run.folded_map()
     run.fail(0, LAGGING, seconds=5)
 
-    def unavailable(fake: OperatorKube, verb: str, resource: Resource, name: str) -> None:
-        if _is_status_write(verb, resource):
-            raise ApiError(503, "ServiceUnavailable", "etcd is down")
-
-    run.kube.before.append(unavailable)
+    fail_status_writes(run.kube, "etcd is down")
     with pytest.raises(ApiError):
         run.reconcile()
     run.kube.before.clear()
@@ -475,18 +447,13 @@ def test_any_interleaving_of_writers_leaders_and_lost_writes_folds_each_entry_on
         elif kind == "failover":
             run.failover()
         elif kind == "conflict":
-            lose_status_writes(run, number)
+            conflict_status_writes(run.kube, number)
             run.reconcile()
             run.kube.before.clear()
             if number < CONFLICT_ROUNDS:
                 unread.clear()
         else:
-
-            def unavailable(fake: OperatorKube, verb: str, resource: Resource, name: str) -> None:
-                if _is_status_write(verb, resource):
-                    raise ApiError(503, "ServiceUnavailable", "the write never lands")
-
-            run.kube.before.append(unavailable)
+            fail_status_writes(run.kube, "the write never lands")
             # Raises when the pass had a status to write (nothing new: no write, nothing to lose).
             with contextlib.suppress(ApiError):
                 run.reconcile()

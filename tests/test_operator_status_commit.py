@@ -10,7 +10,6 @@ no counter counted, and a retry request applied again must not retry a shard twi
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
 
 import pytest
 
@@ -21,7 +20,10 @@ from schedulerkit import (
     OperatorKube,
     campaign,
     condition,
+    conflict_status_writes,
     entry,
+    fail_status_writes,
+    is_status_write,
     put_campaign,
     put_lease,
     put_shard,
@@ -32,7 +34,7 @@ from schedulerkit import (
     status_of,
 )
 from shardops.api.campaign import resolve_result_store
-from shardops.k8s.api import CAMPAIGNS, EVENTS, SHARDS, ApiError, Resource
+from shardops.k8s.api import EVENTS, SHARDS, ApiError, Resource
 from shardops.scheduler.reconcile import CONFLICT_ROUNDS
 
 SOURCES = [{"name": "A", "fallback": "B", "cooldownSeconds": 60}, {"name": "B"}]
@@ -77,34 +79,6 @@ def _breaker_campaign(kube: OperatorKube) -> None:
         put_shard(kube, _rate_limited(index, 10 + index))
 
 
-def _is_status_write(verb: str, resource: Resource) -> bool:
-    return verb == "patch" and resource is CAMPAIGNS
-
-
-def conflict_status_writes(
-    kube: OperatorKube, times: int, then: list[Callable[[], None]] | None = None
-) -> list[int]:
-    """The next `times` campaign-status writes lose: just before each, another writer changes the
-    Campaign (a label), so its resourceVersion precondition fails as the API server's would.
-    `then`: steps run once, right after the first write is made to lose (what else happened meanwhile)."""
-    lost: list[int] = []
-
-    def change_first(fake: OperatorKube, verb: str, resource: Resource, name: str) -> None:
-        if not _is_status_write(verb, resource) or len(lost) >= times:
-            return
-        stored = fake.obj(CAMPAIGNS, NAMESPACE, name)
-        assert stored is not None
-        stored["metadata"].setdefault("labels", {})["touched"] = str(len(lost))
-        fake.put(CAMPAIGNS, NAMESPACE, stored)
-        lost.append(1)
-        if then and len(lost) == 1:
-            for step in then:
-                step()
-
-    kube.before.append(change_first)
-    return lost
-
-
 def breakers(kube: OperatorKube) -> dict[str, dict]:
     return {b["source"]: b for b in status_of(kube).get("breakers") or []}
 
@@ -147,7 +121,7 @@ def test_a_status_write_that_errors_leaves_the_fold_to_the_next_pass(
     down = [True]
 
     def unavailable(fake: OperatorKube, verb: str, resource: Resource, name: str) -> None:
-        if _is_status_write(verb, resource) and down[0]:
+        if is_status_write(verb, resource) and down[0]:
             raise ApiError(503, "ServiceUnavailable", "etcd is down")
 
     kube.before.append(unavailable)
@@ -234,11 +208,7 @@ def test_a_retry_cut_short_by_a_failover_is_not_applied_twice(kube: OperatorKube
     put_shard(kube, shard("camp", 0, "Blocked", attempt=3))
     put_shard(kube, shard("camp", 1, "Failed"))
 
-    def leader_gone(fake: OperatorKube, verb: str, resource: Resource, name: str) -> None:
-        if _is_status_write(verb, resource):
-            raise ApiError(503, "ServiceUnavailable", "the old leader's last write never lands")
-
-    kube.before.append(leader_gone)
+    fail_status_writes(kube, "the old leader's last write never lands")
     with pytest.raises(ApiError):
         reconciler(kube, clock).reconcile(NAMESPACE, "camp")
     kube.before.clear()
