@@ -23,6 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
+from shardops.api.names import DNS_LABEL_MAX
+
 
 @dataclass(frozen=True)
 class CelRule:
@@ -194,7 +196,7 @@ def _unchanged(field: str, because: str) -> CelRule:
 # A Campaign's name is the value of the label that selects its Shards (label values stop at 63
 # characters) and the start of its workers' Job names, where the API server alone would take any
 # DNS subdomain of up to 253: such a campaign could then cut no shard at all.
-CAMPAIGN_NAME_MAX: Final = 63
+CAMPAIGN_NAME_MAX: Final = DNS_LABEL_MAX
 CAMPAIGN_NAME_FITS_A_LABEL: Final = CelRule(
     rule=f"size(self.metadata.name) <= {CAMPAIGN_NAME_MAX}",
     message=(

@@ -230,7 +230,7 @@ def what_is_left(
             f"{counts[ShardPhase.BLOCKED]} blocked and {counts[ShardPhase.FAILED]} failed shard(s) are "
             f"not done: fix the cause, then kubectl campaign retry {name} (recorded; attempts reset)"
         )
-    hold = budget_hold(campaign.to_dict().get("status") or {})
+    hold = budget_hold(campaign.current_status.to_dict())
     if hold is not None:
         lines.append(f"held by budget: {hold}")
     if budget.limit is not None:

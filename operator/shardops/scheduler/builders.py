@@ -46,8 +46,6 @@ DEFAULT_WORKER_SERVICE_ACCOUNT = "shardops-worker"
 JOB_TTL_SECONDS = 300
 # The worker gets SIGTERM, releases its claim (not charged as an attempt) and stops its command.
 WORKER_GRACE_SECONDS = 30
-# Labels carry the campaign's name (docs/architecture.md, "Objects"), and label values stop at 63.
-LABEL_VALUE_MAX = 63
 # oldestPendingSeconds changes every second; rewriting the status only for it would turn an idle
 # campaign into a stream of writes. It is refreshed with any other change, or once it is this stale.
 OLDEST_PENDING_SLACK_SECONDS = 30.0

@@ -51,6 +51,7 @@ from typing import Any
 from shardops.api.names import LEADER_INSTANCE_ANNOTATION
 from shardops.k8s import events
 from shardops.k8s.api import LEASES, AlreadyExists, Conflict, Kube, NotFound, WriteRefused
+from shardops.logic.leases import is_expired
 from shardops.logic.timefmt import micro_time
 from shardops.scheduler.metrics import Metrics
 from shardops.scheduler.settings import REPORTING_CONTROLLER, OperatorSettings
@@ -109,8 +110,9 @@ def lease_body(
 
 
 def lease_expired(seen: _Seen, holder: str | None, duration: float, mono_now: float) -> bool:
-    """Free when nobody holds it, or when it has not changed for a whole lease duration."""
-    return not holder or mono_now - seen.since >= duration
+    """Free when nobody holds it, or when it has not changed for a whole lease duration (the one
+    expiry rule, `logic.leases.is_expired`, on this process's clock)."""
+    return not holder or is_expired(mono_now - seen.since, duration)
 
 
 def process_instance(pod_uid: str | None) -> str:
