@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from shardops.api.enums import ErrorClass
+from shardops.worker import runner
 from shardops.worker.runner import (
     AttemptFiles,
     Command,
@@ -214,3 +216,43 @@ def test_the_command_dies_with_the_worker(tmp_path: Path) -> None:
                 break
         assert time.monotonic() < deadline, "the command outlived its worker"
         time.sleep(0.02)
+
+
+_PARENT = """
+import sys, time
+from pathlib import Path
+from shardops.worker import runner
+if sys.argv[1] == "preexec":
+    runner._SETPRIV = None
+command = runner.Command([sys.executable, "-c", "import time; time.sleep(600)"], {}, Path(sys.argv[2]))
+command.start()
+print(command.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def _gone(pid: int) -> bool:
+    """Ended: no such process, or a zombie waiting for whoever adopted it to reap it."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+@pytest.mark.parametrize("launcher", ["setpriv", "preexec"])
+def test_a_command_dies_with_its_worker(launcher: str, tmp_path: Path) -> None:
+    if launcher == "setpriv" and runner._SETPRIV is None:
+        pytest.skip("setpriv is not installed")
+    parent = subprocess.Popen(
+        [sys.executable, "-c", _PARENT, launcher, str(tmp_path)], stdout=subprocess.PIPE, text=True
+    )
+    assert parent.stdout is not None
+    child = int(parent.stdout.readline())
+    assert not _gone(child)
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while not _gone(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _gone(child), f"command {child} outlived its worker ({launcher})"

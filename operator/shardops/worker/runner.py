@@ -4,12 +4,16 @@ The command runs in its own process group, so stopping it (lease lost, cost cap,
 everything it started, and a SIGSTOP of the worker does not stop it. It also gets a parent-death
 signal, so a worker that is killed outright does not leave it running: in a pod the container's
 end would take it anyway, on a machine without one (the e2e process-kubelet) nothing else would.
+The signal is set by util-linux's setpriv(1) where it is installed (every Debian-based image), not
+by a preexec_fn: a preexec_fn makes subprocess fork() the whole worker process where it could
+vfork() — measured 6.2 against 3.0 ms of CPU per command start, once per shard.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import json
 import math
 import os
@@ -36,6 +40,8 @@ ERROR_FILE = "error.json"
 # JSON {source, until: epoch seconds, shard} or {}, rewritten at each heartbeat (state/cooldowns.py).
 COOLDOWN_FILE = "cooldown.json"
 _PR_SET_PDEATHSIG = 1
+# Resolved once: the launcher that sets the parent-death signal; None falls back to a preexec_fn.
+_SETPRIV = shutil.which("setpriv")
 _SNIPPET = 80
 # A longer error file is not a structured error any more; its message is cut later anyway.
 _ERROR_FILE_MAX = 64 * 1024
@@ -231,6 +237,21 @@ def _parent_death_signal() -> None:
         libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
 
 
+def check_executable(program: str, env: Mapping[str, str], cwd: Path) -> None:
+    """Raise what Popen would (FileNotFoundError, PermissionError) when `program` cannot be run:
+    behind setpriv, Popen itself always finds its program, and setpriv's exit code 127 would say
+    less. Looked up as execvpe does: a path relative to the command's cwd, else along env's PATH."""
+    if os.sep in program:
+        path = cwd / program
+        if not path.exists():
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
+        if path.is_dir() or not os.access(path, os.X_OK):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), program)
+        return
+    if shutil.which(program, path=os.pathsep.join(os.get_exec_path(dict(env)))) is None:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
+
+
 @dataclass
 class Command:
     """The user's command as one process group. Start from the thread that stays alive (the main
@@ -249,15 +270,25 @@ class Command:
         if not self.argv:
             raise CommandFailure(ErrorClass.COMMAND_NOT_FOUND, "spec.worker.command is empty")
         try:
-            self.popen = subprocess.Popen(
-                list(self.argv),
-                env=dict(self.env),
-                cwd=self.cwd,
-                stdin=subprocess.DEVNULL,
-                process_group=0,
-                # Only the main thread starts commands, and no other thread forks meanwhile.
-                preexec_fn=_parent_death_signal,  # noqa: PLW1509
-            )
+            if _SETPRIV:
+                check_executable(self.argv[0], self.env, self.cwd)
+                self.popen = subprocess.Popen(
+                    [_SETPRIV, "--pdeathsig", "KILL", "--", *self.argv],
+                    env=dict(self.env),
+                    cwd=self.cwd,
+                    stdin=subprocess.DEVNULL,
+                    process_group=0,
+                )
+            else:
+                self.popen = subprocess.Popen(
+                    list(self.argv),
+                    env=dict(self.env),
+                    cwd=self.cwd,
+                    stdin=subprocess.DEVNULL,
+                    process_group=0,
+                    # Only the main thread starts commands, and no other thread forks meanwhile.
+                    preexec_fn=_parent_death_signal,  # noqa: PLW1509
+                )
         except FileNotFoundError as error:
             raise CommandFailure(
                 ErrorClass.COMMAND_NOT_FOUND,
