@@ -329,6 +329,20 @@ def commit(kube: Kube, namespace: str, key: str, stored: StoredResult) -> None:
         kube.create(CONFIGMAPS, namespace, pointer_body(key, stored))
 
 
+def purge_names(kube: Kube, namespace: str, key: str, campaign: str) -> list[str]:
+    """The ConfigMaps under `key` that purging `campaign` deletes: the key's committed result and
+    item results (by name), and the attempt ConfigMaps of the campaign's claims, found by their
+    labels (one LIST; their names hold tokens no one keeps). Other campaigns' attempts of the key
+    stay: their Done shards may name them."""
+    selector = f"{IDEMPOTENCY_KEY_LABEL}={store_label(key)},{CAMPAIGN_LABEL}={campaign}"
+    found = (c["metadata"]["name"] for c in kube.list(CONFIGMAPS, namespace, label_selector=selector))
+    return [
+        result_name(key),
+        items_name(key),
+        *sorted(n for n in found if n.startswith(attempts_prefix(key))),
+    ]
+
+
 def read_items(
     kube: Kube, namespace: str, key: str, wanted: Iterable[str]
 ) -> tuple[dict[str, ItemRecord], list[str]]:
