@@ -125,15 +125,17 @@ def test_store_result_replaces_a_corrupt_attempt_of_its_claim_at_its_version() -
     assert kube.writes_to("configmaps") == [("replace", "configmaps", attempt_name(KEY, 5), 200)]
 
 
-def test_an_attempt_another_claim_stored_under_the_same_token_is_refused_not_returned() -> None:
-    # Another Shard with this key whose Lease gave the same token: another campaign's, say.
+def test_an_attempt_another_shard_stored_under_the_same_token_is_kept_as_a_result_of_the_input() -> None:
+    # Another Shard with this key whose Lease gave the same token: another campaign's, or a leftover
+    # of a deleted Campaign of the same name. Same key, same input: kept, as the S3 store keeps it,
+    # not refused (which would charge this shard an attempt per leftover token).
     kube = FakeKube()
     store = ConfigMapStore(kube, NAMESPACE)  # type: ignore[arg-type]
     other = ResultMeta("other", "other-00000", "w", 2, 5)
     theirs, _ = store.store_result(KEY, encode_result(KEY, [(0, "k", "theirs")]), other, 1)
-    with pytest.raises(StoreCorrupt, match="another claim of token 5 stored"):
-        store.store_result(KEY, encode_result(KEY, [(0, "k", "ours")]), META, 1)
-    assert store.find_result(KEY, 5) == theirs, "left as it was"
+    ours, reused = store.store_result(KEY, encode_result(KEY, [(0, "k", "ours")]), META, 1)
+    assert ours == theirs and not reused
+    assert kube.writes_to("configmaps") == [("create", "configmaps", attempt_name(KEY, 5), 200)]
 
 
 def test_commit_creates_a_small_pointer_to_the_claims_configmap() -> None:

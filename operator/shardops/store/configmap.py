@@ -148,11 +148,6 @@ def attempt_body(key: str, text: str, meta: ResultMeta, item_count: int) -> JSON
     }
 
 
-def written_by(stored: StoredResult, meta: ResultMeta) -> bool:
-    """Whether a stored attempt is the one the claim `meta` describes wrote."""
-    return all(stored.annotations.get(k) == v for k, v in _claim_annotations(meta).items())
-
-
 def pointer_body(key: str, stored: StoredResult) -> JSON:
     """The key's committed result: a pointer to the attempt ConfigMap `stored`, not a copy of it.
     A copy would spare one GET when a re-applied campaign reuses the result, but store every result
@@ -279,14 +274,15 @@ def store_result(
     kube: Kube, namespace: str, key: str, text: str, meta: ResultMeta, item_count: int, cap: int
 ) -> tuple[StoredResult, bool]:
     """Store `text` as the claim `meta`'s own result, its attempt ConfigMap; not the key's result yet
-    (`commit` makes it that, after the claim's Done write). Never another claim's: (stored, False).
+    (`commit` makes it that, after the claim's Done write): (stored, False).
 
     Create-if-absent. The name holds the claim's fencing token, so a ConfigMap already there is this
     claim's own, from a create retried after its answer was lost: kept if it verifies. One that does
     not verify is replaced, with its resourceVersion as precondition. One that verifies but another
-    claim wrote (a Shard of the same key and the same token: another campaign, or an earlier Campaign
-    of the same name) is refused with StoreCorrupt: the attempt fails and the next claim, with the
-    next token, stores its own.
+    Shard's claim wrote (the same key and the same token, since tokens count per Lease: another
+    campaign, or an earlier Campaign of the same name) is a result of the same input and is kept, as
+    the S3 store keeps such an object: refusing it would charge this shard an attempt per leftover
+    token. The stale holders this store fences are claims of the same Shard, whose tokens differ.
     """
     check_size(f"the result of shard {meta.shard} would", len(text.encode("utf-8")), cap, CAP_FIX)
     body = attempt_body(key, text, meta, item_count)
@@ -313,12 +309,6 @@ def store_result(
                 return check_result(replaced, key), False
             except (Conflict, NotFound):
                 continue
-        if not written_by(stored, meta):
-            shard, owner = (stored.annotations.get(k) for k in (SHARD_ANNOTATION, OWNER_ANNOTATION))
-            raise StoreCorrupt(
-                f"ConfigMap {name} holds the result another claim of token {meta.token} stored "
-                f"(shard {shard}, owner {owner}), not this claim's"
-            )
         return stored, False
     raise Conflict(409, "Conflict", f"result ConfigMap {name} kept changing while storing it")
 
