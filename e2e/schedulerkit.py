@@ -37,7 +37,8 @@ from shardops.api.names import API_GROUP_VERSION
 from shardops.k8s.api import CAMPAIGNS, LEASES, SHARDS, Kube, NotFound
 from shardops.logic.idempotency import key_label
 from shardops.logic.timefmt import parse_rfc3339 as parse_time
-from shardops.store.configmap import ITEMS_PREFIX, RESULT_PREFIX
+from shardops.store.configmap import ITEMS_PREFIX, RESULT_PREFIX, ConfigMapStore, attempts_prefix
+from shardops.store.records import StoredResult
 
 JSON = dict[str, Any]
 GROUP, VERSION = API_GROUP_VERSION.split("/")
@@ -508,22 +509,38 @@ def audit_entries(cluster: Cluster, namespace: str) -> list[JSON]:
 
 
 def result_names(shard: JSON) -> dict[str, str]:
-    """The result ConfigMaps of a shard's idempotency key -> the shard's name."""
+    """The result ConfigMaps of a shard's idempotency key -> the shard's name (its claims' own
+    results are named by fencing token too: `attempts_prefix`)."""
     label = key_label(shard["spec"]["idempotencyKey"])
     name = str(shard["metadata"]["name"])
     return {f"{RESULT_PREFIX}{label}": name, f"{ITEMS_PREFIX}{label}": name}
+
+
+def committed_result(kube: Kube, namespace: str, shard: JSON) -> StoredResult:
+    """The committed result of the shard's key (ConfigMap store), verified. The worker commits it
+    right after its Done write, so it may trail the Done shard by a moment: waited for."""
+    store = ConfigMapStore(kube, namespace)
+    key = str(shard["spec"]["idempotencyKey"])
+    found: StoredResult = wait_for(
+        f"the result of {shard['metadata']['name']} to be committed",
+        lambda: store.read_result(key),
+        timeout=30,
+    )
+    return found
 
 
 def writes_by_shard(entries: Sequence[JSON], shards: Sequence[JSON]) -> dict[str, Counter[str]]:
     """Successful writes per shard, keyed `<who> <verb> <resource>[/<subresource>]`.
 
     A write belongs to a shard when it is on the Shard or its status, on its claim Lease (same
-    name), creates an Event about it (Events are named `<object>.<random>`), or stores its result
-    (ConfigMaps named after its idempotency key)."""
+    name), creates an Event about it (Events are named `<object>.<random>`), or stores or commits its
+    result (ConfigMaps named after its idempotency key)."""
     names = {str(s["metadata"]["name"]) for s in shards}
     stores: dict[str, str] = {}
+    attempts: dict[str, str] = {}
     for shard in shards:
         stores.update(result_names(shard))
+        attempts[attempts_prefix(shard["spec"]["idempotencyKey"])] = str(shard["metadata"]["name"])
     per: dict[str, Counter[str]] = defaultdict(Counter)
     for entry in entries:
         if entry.get("verb") not in WRITE_VERBS:
@@ -540,6 +557,8 @@ def writes_by_shard(entries: Sequence[JSON], shards: Sequence[JSON]) -> dict[str
             owner = name
         elif resource == "configmaps" and name in stores:
             owner = stores[name]
+        elif resource == "configmaps" and name.startswith(tuple(attempts)):
+            owner = next(shard for prefix, shard in attempts.items() if name.startswith(prefix))
         else:
             continue
         if owner not in names:

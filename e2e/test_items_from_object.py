@@ -29,7 +29,7 @@ from e2e.schedulerkit import (
 )
 from e2e.test_cli_campaign import kc
 from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS
-from shardops.store.configmap import ITEMS_PREFIX, RESULT_PREFIX
+from shardops.store.configmap import PREFIXES
 
 pytestmark = pytest.mark.usefixtures("crds_installed")
 
@@ -103,7 +103,7 @@ def test_a_hundred_thousand_items_from_a_local_file_run_with_no_result_configmap
         configmaps = [
             c["metadata"]["name"]
             for c in kube.list(CONFIGMAPS, namespace)
-            if c["metadata"]["name"].startswith((RESULT_PREFIX, ITEMS_PREFIX))
+            if c["metadata"]["name"].startswith(PREFIXES)
         ]
         assert configmaps == [], "every result is in S3"
         # The window: at most backlogRatio x maxConcurrency pending + maxConcurrency running + the

@@ -28,7 +28,7 @@ from e2e.schedulerkit import (
     shards_of,
     wait_phase,
 )
-from e2e.workerkit import result_configmaps
+from e2e.workerkit import attempt_configmaps
 from shardops.api.llm import ModelPrice
 from shardops.k8s.api import Kube
 from shardops.logic.timefmt import parse_rfc3339
@@ -255,7 +255,7 @@ def test_refused_keys_bad_requests_and_json_schema_mode(local_cluster: Cluster, 
     structured_shards = by_item(of["structured"])
     assert structured_shards["two words"]["status"]["phase"] == "Done"
     ref = structured_shards["two words"]["status"]["result"]["ref"]
-    stored = next(c for c in result_configmaps(kube, namespace) if c["metadata"]["name"] == ref)
+    stored = next(c for c in attempt_configmaps(kube, namespace) if c["metadata"]["name"] == ref)
     result = json.loads(stored["data"]["result.json"])["items"][0]["result"]
     assert result["json"] == {"answer": "answer: sdrow owt", "words": 2}
     off_schema = structured_shards["FAULT:schema"]

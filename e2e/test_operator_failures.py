@@ -14,6 +14,7 @@ from e2e.harness import Cluster, wait_for
 from e2e.schedulerkit import (
     LEASE_SECONDS,
     campaign_body,
+    committed_result,
     condition,
     create_campaign,
     get_campaign,
@@ -26,10 +27,9 @@ from e2e.schedulerkit import (
     phase_of,
     reasons,
     recording,
-    result_names,
     wait_phase,
 )
-from shardops.k8s.api import CONFIGMAPS, EVENTS, LEASES, SHARDS, NotFound
+from shardops.k8s.api import EVENTS, LEASES, SHARDS, NotFound
 from shardops.logic.backoff import backoff_bounds
 
 pytestmark = pytest.mark.usefixtures("crds_installed")
@@ -96,11 +96,9 @@ def test_killed_worker_shard_is_reclaimed_after_lease_expiry_and_finishes_once(
     assert event["reason"] == "LeaseExpired" and event["regarding"]["name"] == shard_name
     reclaimer = event["reportingController"]
 
-    # One result, not two: one stored result under the key, one entry per item in it.
-    stored = [cm for cm in kube.list(CONFIGMAPS, namespace) if cm["metadata"]["name"] in result_names(shard)]
-    result_maps = [cm for cm in stored if cm["metadata"]["name"].startswith("shardops-result-")]
-    assert len(result_maps) == 1, [cm["metadata"]["name"] for cm in stored]
-    assert shard["status"]["result"]["ref"] == result_maps[0]["metadata"]["name"]
+    # One result, not two: the key's committed result is the one the shard's Done write recorded.
+    committed = committed_result(kube, namespace, shard)
+    assert shard["status"]["result"]["ref"] == committed.name
     calls = Counter(
         (line["index"], line["attempt"])
         for line in map(json.loads, ledger.read_text().splitlines())

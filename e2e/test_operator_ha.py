@@ -16,6 +16,7 @@ from e2e.harness import Cluster, wait_for
 from e2e.schedulerkit import (
     JSON,
     campaign_body,
+    committed_result,
     create_campaign,
     kill_group,
     kube_for,
@@ -26,13 +27,12 @@ from e2e.schedulerkit import (
     phase_of,
     reasons,
     recording,
-    result_names,
     running_intervals,
     shards_of,
     stop_group,
     wait_phase,
 )
-from shardops.k8s.api import CONFIGMAPS, EVENTS, Kube
+from shardops.k8s.api import EVENTS, Kube
 
 pytestmark = pytest.mark.usefixtures("crds_installed")
 
@@ -54,10 +54,8 @@ def _exactly_once(kube: Kube, namespace: str, shards: list[JSON], ledger: Path, 
     assert all(reasons(s).count("Completed") == 1 for s in shards), [reasons(s) for s in shards]
     calls = _ledger_done(ledger)
     assert sum(calls.values()) == items and set(calls.values()) == {1}, calls.most_common(3)
-    stored = {cm["metadata"]["name"] for cm in kube.list(CONFIGMAPS, namespace)}
     for shard in shards:
-        results = [name for name in result_names(shard) if name.startswith("shardops-result-")]
-        assert all(name in stored for name in results)
+        assert committed_result(kube, namespace, shard).name == shard["status"]["result"]["ref"]
 
 
 def _finished(job: JSON) -> bool:

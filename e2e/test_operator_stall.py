@@ -25,6 +25,7 @@ from e2e.schedulerkit import (
     LEASE_SECONDS,
     Recorder,
     campaign_body,
+    committed_result,
     condition,
     create_campaign,
     get_campaign,
@@ -35,10 +36,9 @@ from e2e.schedulerkit import (
     parse_time,
     reasons,
     recording,
-    result_names,
     wait_phase,
 )
-from shardops.k8s.api import CONFIGMAPS, EVENTS, LEASES, SHARDS, Kube, NotFound
+from shardops.k8s.api import EVENTS, LEASES, SHARDS, Kube, NotFound
 
 pytestmark = pytest.mark.usefixtures("crds_installed")
 
@@ -252,17 +252,14 @@ def test_revoke_takes_the_lease_fences_the_hung_worker_and_attempt_two_finishes(
     assert calls == Counter({(0, 1): 1, (1, 2): 1, (2, 2): 1}), calls
 
     # One result: attempt 1's stored item plus attempt 2's two, under one key.
-    names = result_names(shard)
-    stored = [cm for cm in kube.list(CONFIGMAPS, namespace) if cm["metadata"]["name"] in names]
-    result_maps = [cm for cm in stored if cm["metadata"]["name"].startswith("shardops-result-")]
-    assert len(result_maps) == 1
-    assert shard["status"]["result"]["ref"] == result_maps[0]["metadata"]["name"]
-    result = json.loads(result_maps[0]["data"]["result.json"])
+    committed = committed_result(kube, namespace, shard)
+    assert shard["status"]["result"]["ref"] == committed.name
+    result = json.loads(committed.text)
     assert [item["result"]["attempt"] for item in result["items"]] == [1, 2, 2]
     print(
         f"\nRevoke: progress stopped at 1/3; revoked {took:.1f}s later (window {WINDOW}s), "
         f"{(revoked_at - last_beat).total_seconds():.1f}s after the last heartbeat of attempt 1 "
         f"(lease {LEASE_SECONDS}s never ran out); fencing token {first['fencingToken']} -> {min(tokens)}; "
         f"hung command pid(s) {sorted(hung)} gone; item calls by (index, attempt): "
-        f"{dict(sorted(calls.items()))}; result {result_maps[0]['metadata']['name']}"
+        f"{dict(sorted(calls.items()))}; result {committed.name}"
     )

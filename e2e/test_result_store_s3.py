@@ -36,7 +36,7 @@ from shardops.api.enums import ShardPhase
 from shardops.api.shard import Shard
 from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS, SHARDS, NotFound
 from shardops.state import ledger
-from shardops.store.configmap import ITEMS_PREFIX, RESULT_PREFIX
+from shardops.store.configmap import PREFIXES
 from shardops.store.records import sha256_of, store_label
 from shardops_example_agent.agent import answer
 
@@ -70,7 +70,7 @@ def _result_configmaps(cluster: Cluster, namespace: str) -> list[str]:
     return [
         c["metadata"]["name"]
         for c in kube.list(CONFIGMAPS, namespace)
-        if c["metadata"]["name"].startswith((RESULT_PREFIX, ITEMS_PREFIX))
+        if c["metadata"]["name"].startswith(PREFIXES)
     ]
 
 

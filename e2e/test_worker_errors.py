@@ -89,6 +89,7 @@ def test_each_failure_has_its_class_message_and_event_and_nothing_is_half_writte
 
     # Nothing half-written: no shard result at all; item results only where an item really finished.
     assert kit.result_configmaps(kube, namespace) == []
+    assert kit.attempt_configmaps(kube, namespace) == []
     with_items = {
         c["metadata"]["annotations"]["shardops.dev/idempotency-key"]
         for c in kit.items_configmaps(kube, namespace)

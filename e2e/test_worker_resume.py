@@ -96,9 +96,10 @@ def test_killed_after_30_of_50_items_the_retry_runs_only_the_remaining_20(
         ("Completed", 2),
     ]
     assert status.progress is not None and (status.progress.done, status.progress.total) == (TOTAL, TOTAL)
-    configmap = kit.stored_result(kube, namespace, key)
-    assert configmap is not None
-    document = json.loads(configmap["data"]["result.json"])
+    stored = kit.stored_result(kube, namespace, key)
+    assert stored is not None and done.current_status.result is not None
+    assert stored.name == done.current_status.result.ref
+    document = json.loads(stored.text)
     assert [entry["index"] for entry in document["items"]] == list(range(TOTAL))
     assert len({entry["key"] for entry in document["items"]}) == TOTAL
     by_attempt = Counter(entry["result"]["attempt"] for entry in document["items"])

@@ -45,12 +45,12 @@ from shardops.logic.transitions import Action
 from shardops.scheduler import builders
 from shardops.store import ResultStore
 from shardops.store.configmap import (
+    ATTEMPT_PREFIX,
     ITEMS_PREFIX,
     OWNER_ANNOTATION,
     RESULT_PREFIX,
     ConfigMapStore,
     items_name,
-    result_name,
 )
 from shardops.store.records import StoredResult
 from shardops.store.s3 import S3Store
@@ -289,17 +289,22 @@ def delete_campaign(kube: Kube, namespace: str, campaign: str, timeout: float = 
 
 
 def result_configmaps(kube: Kube, namespace: str) -> list[dict[str, Any]]:
+    """The keys' committed results (pointers to attempt ConfigMaps): one per key with a result."""
     return [c for c in kube.list(CONFIGMAPS, namespace) if c["metadata"]["name"].startswith(RESULT_PREFIX)]
+
+
+def attempt_configmaps(kube: Kube, namespace: str) -> list[dict[str, Any]]:
+    """The results claims stored, one per claim that got that far; a Done shard's ref names one."""
+    return [c for c in kube.list(CONFIGMAPS, namespace) if c["metadata"]["name"].startswith(ATTEMPT_PREFIX)]
 
 
 def items_configmaps(kube: Kube, namespace: str) -> list[dict[str, Any]]:
     return [c for c in kube.list(CONFIGMAPS, namespace) if c["metadata"]["name"].startswith(ITEMS_PREFIX)]
 
 
-def stored_result(kube: Kube, namespace: str, key: str) -> dict[str, Any] | None:
-    with contextlib.suppress(NotFound):
-        return kube.get(CONFIGMAPS, namespace, result_name(key))
-    return None
+def stored_result(kube: Kube, namespace: str, key: str) -> StoredResult | None:
+    """The key's committed result in the ConfigMap store, verified."""
+    return ConfigMapStore(kube, namespace).read_result(key)
 
 
 def stored_items(kube: Kube, namespace: str, key: str) -> dict[str, str]:

@@ -29,6 +29,8 @@ from shardops.cli.campaign_client import REPORTING_CONTROLLER, Client, connect, 
 from shardops.cli.campaign_status import watch_status
 from shardops.cli.command import Context
 from shardops.k8s.api import CONFIGMAPS, Conflict, Forbidden
+from shardops.store.configmap import ConfigMapStore
+from shardops.store.records import ItemRecord, ResultMeta, StoredResult, encode_result
 
 
 def papers(*, fail: Any = None, **spec: Any) -> FakeKube:
@@ -429,3 +431,24 @@ def test_a_forbidden_action_is_exit_4_and_changes_nothing() -> None:
     assert "patch campaign papers needs that permission" in result.err
     assert kube.objects[("campaigns", "ns", "papers")]["spec"].get("suspend") is None
     assert _events(kube) == []
+
+
+def test_purge_with_the_configmap_store_deletes_the_keys_results_and_the_campaigns_attempts() -> None:
+    kube = papers()
+    store = ConfigMapStore(kube, "ns")  # type: ignore[arg-type]
+
+    def stored(key: str, campaign: str, token: int) -> StoredResult:
+        text = encode_result(key, [(0, "k", token)])
+        return store.store_result(key, text, ResultMeta(campaign, f"{campaign}-00000", "w", 1, token), 1)[0]
+
+    live = stored("key-0", "papers", 2)
+    stored("key-0", "papers", 1)  # a stale holder's: committed by nothing, purged all the same
+    store.commit("key-0", live)
+    store.save_items("key-0", "papers", {"k": ItemRecord(1)}, "papers-00000", 2)
+    others = stored("key-0", "other", 7)  # another campaign's claim of the same key: its Done may name it
+    unrelated = stored("key-9", "papers", 1)  # not a key of the campaign's shards
+    result = run(kube, "-n", "ns", "purge", "papers", "--yes")
+    assert result.code == 0, result.err
+    assert "4 stored object(s) of 3 shard key(s)" in result.out, result.out
+    left = sorted(name for (plural, _, name) in kube.objects if plural == "configmaps")
+    assert left == sorted([others.name, unrelated.name])

@@ -9,7 +9,7 @@ from pathlib import Path
 from clikit import campaign_body, cluster, done_status, run, shard_body
 from shardops.k8s.api import CONFIGMAPS
 from shardops.logic.idempotency import item_subkey
-from shardops.store.configmap import result_body, result_name
+from shardops.store.configmap import attempt_body, attempt_name
 from shardops.store.records import ResultMeta, encode_result, sha256_of
 
 
@@ -32,10 +32,10 @@ def _campaign_with_results() -> tuple[object, list[dict[str, object]]]:
         shards.append(shard)
     key = shards[0]["spec"]["idempotencyKey"]
     text = encode_result(key, [(0, item_subkey(items[0]), {"answer": "a0"})], {item_subkey(items[0]): 0.5})
-    configmap = result_body(key, text, ResultMeta("papers", "papers-00000", "w-1", 1), 1)
+    configmap = attempt_body(key, text, ResultMeta("papers", "papers-00000", "w-1", 1, 3), 1)
     configmap["metadata"]["namespace"] = "ns"
     shards[0]["status"]["result"] = {
-        "ref": result_name(key),
+        "ref": attempt_name(key, 3),
         "fingerprint": sha256_of(text),
         "bytes": len(text),
     }

@@ -414,7 +414,7 @@ def test_expiry_on_the_last_attempt_of_a_shard_whose_result_verifies_completes_i
 ) -> None:
     # The worker stored the whole result, then its Done write never landed before the lease ran out.
     from shardops.logic.idempotency import item_subkey
-    from shardops.store.configmap import store_result
+    from shardops.store.configmap import read_result, store_result
     from shardops.store.records import ResultMeta, encode_result
 
     put_campaign(kube, campaign(items=[{"id": 0}], maxAttempts=2))
@@ -434,6 +434,7 @@ def test_expiry_on_the_last_attempt_of_a_shard_whose_result_verifies_completes_i
     assert s["history"][-1]["reason"] == "Completed" and "owner" not in s
     assert "Blocked" not in kube.event_reasons("camp-00000")
     assert status_of(kube)["phase"] == "Succeeded"
+    assert read_result(kube, NAMESPACE, key) == stored, "committed for reuse, as a worker would"  # type: ignore[arg-type]
 
 
 def test_a_zombie_the_operator_completes_from_its_stored_s3_result_is_committed_for_reuse(

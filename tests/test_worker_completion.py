@@ -8,6 +8,7 @@ wrongly is a Blocked shard, which is what the defect looked like.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from fakekube import Call, FakeKube
 from shardops.api.shard import Shard
 from shardops.k8s.api import CONFIGMAPS, ApiError, Invalid
 from shardops.logic.idempotency import item_subkey
-from shardops.store.configmap import result_name, store_result
+from shardops.store.configmap import OWNER_ANNOTATION, ConfigMapStore, attempt_name, store_result
 from shardops.store.records import ResultMeta, encode_result
 from test_worker_runtime import _agent_campaign, _on_its_last_attempt, _reasons, _shard, _zombie
 from workerkit import NAMESPACE, ShiftedClock, add_campaign, watching_worker
@@ -45,7 +46,10 @@ def _completed_on_the_first_attempt(kube: FakeKube, shard: Shard) -> None:
     assert done.phase == "Done", done.current_status.last_error
     assert _reasons(done) == [("Materialized", 1), ("Claimed", 1), ("Completed", 1)]
     result = done.current_status.result
-    assert result is not None and result.ref == result_name(shard.spec.idempotency_key)
+    key = shard.spec.idempotency_key
+    assert result is not None and result.ref == attempt_name(key, 1), "the claim's own result"
+    committed = ConfigMapStore(kube, NAMESPACE).read_result(key)  # type: ignore[arg-type]
+    assert committed is not None and committed.name == result.ref, "committed after the Done write"
 
 
 @pytest.mark.parametrize(
@@ -167,8 +171,45 @@ def test_a_zombie_whose_stored_result_does_not_verify_is_blocked_on_its_last_att
     (shard,) = add_campaign(kube, body)
     _zombie(kube, shard, attempt=2)
     _store_result_of(kube, shard, "dead-worker")
-    configmap = kube.obj(CONFIGMAPS, NAMESPACE, result_name(shard.spec.idempotency_key))
+    configmap = kube.obj(CONFIGMAPS, NAMESPACE, attempt_name(shard.spec.idempotency_key, 1))
     assert configmap is not None
     configmap["data"]["result.json"] += " "  # its fingerprint no longer matches
     assert watching_worker(kube, tmp_path, 10).run() == 0
     assert _shard(kube, shard.name).phase == "Blocked"
+
+
+def test_a_stale_holders_result_stored_during_the_live_claim_is_never_the_shards_result(
+    tmp_path: Path,
+) -> None:
+    """The zombie's holder was only frozen: it thaws while the live claim (token 2) runs and stores its
+    own result (token 1) before its next renewal fences it. The live claim completes the shard with
+    the result it computed, and that is the key's result, not the stale one (whose content differs:
+    commands are often nondeterministic)."""
+    kube = FakeKube()
+    (shard,) = add_campaign(kube, _agent_campaign([{"id": 1}], shardSize=1))
+    _zombie(kube, shard, attempt=1)
+    key = shard.spec.idempotency_key
+    stale: list[str] = []
+
+    def stale_holder_stores_first(fake: FakeKube, verb: str, resource: object, name: str) -> None:
+        if (
+            verb == "create"
+            and resource is CONFIGMAPS
+            and name.startswith(("shardops-result-", "shardops-attempt-"))
+        ):
+            fake.before.clear()  # once: the stale holder's own create comes through here too
+            stale.append(_store_result_of(kube, shard, "dead-worker"))
+
+    kube.before.append(stale_holder_stores_first)
+    assert watching_worker(kube, tmp_path, 10).run() == 0
+    assert stale, "the stale holder stored its result while the live claim ran"
+    done = _shard(kube, shard.name)
+    assert _reasons(done)[-3:] == [("LeaseExpired", 1), ("Claimed", 2), ("Completed", 2)]
+    result = done.current_status.result
+    assert result is not None and result.fingerprint != stale[0]
+    store = ConfigMapStore(kube, NAMESPACE)  # type: ignore[arg-type]
+    recorded = store.read_ref(result.ref, key)
+    assert recorded.annotations[OWNER_ANNOTATION] != "dead-worker"
+    assert [entry["result"]["attempt"] for entry in json.loads(recorded.text)["items"]] == [2]
+    committed = store.read_result(key)
+    assert committed == recorded, "the key's result is the live claim's, for every later reuse"

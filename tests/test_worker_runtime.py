@@ -24,7 +24,15 @@ from shardops.k8s import leases
 from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS, EVENTS, LEASES, SHARDS, ApiError, Resource
 from shardops.logic.idempotency import item_subkey
 from shardops.logic.leases import Renewals
-from shardops.store.configmap import check_result, items_name, result_name, save_items, store_result
+from shardops.store.configmap import (
+    PREFIXES,
+    attempt_name,
+    check_result,
+    commit,
+    items_name,
+    save_items,
+    store_result,
+)
 from shardops.store.records import ItemRecord, ResultMeta, encode_result
 from workerkit import NAMESPACE, ShiftedClock, add_campaign, campaign_body, watching_worker, worker
 
@@ -67,7 +75,7 @@ def test_runs_every_shard_to_done_stores_verified_results_and_exits(tmp_path: Pa
         assert status.owner is None and status.lease_until is None and status.fencing_token is None
         assert status.progress is not None and (status.progress.done, status.progress.total) == (2, 2)
         assert status.cost == pytest.approx(0.02)
-        assert status.result is not None and status.result.ref == result_name(shard.spec.idempotency_key)
+        assert status.result is not None and status.result.ref == attempt_name(shard.spec.idempotency_key, 1)
         configmap = kube.obj(CONFIGMAPS, NAMESPACE, status.result.ref)
         assert configmap is not None
         stored = check_result(configmap, shard.spec.idempotency_key)
@@ -93,6 +101,7 @@ def test_a_stored_result_is_reused_and_the_command_never_runs(tmp_path: Path) ->
     previous, _ = store_result(
         kube, NAMESPACE, key, text, ResultMeta("camp", shard.name, "old", 1), 1, 10_000
     )  # type: ignore[arg-type]
+    commit(kube, NAMESPACE, key, previous)  # type: ignore[arg-type]
     assert workerkit.worker(kube, tmp_path).run() == 0
     done = _shard(kube, shard.name).current_status
     assert done.phase == "Done" and done.result is not None
@@ -114,7 +123,9 @@ def test_stored_item_results_are_skipped_on_resume(tmp_path: Path) -> None:
     assert ran == [1, 3], "only the items without a stored result run"
     done = _shard(kube, shard.name)
     assert done.current_status.history[1].reason == "Claimed"
-    configmap = kube.obj(CONFIGMAPS, NAMESPACE, result_name(shard.spec.idempotency_key))
+    result = done.current_status.result
+    assert result is not None
+    configmap = kube.obj(CONFIGMAPS, NAMESPACE, result.ref)
     assert configmap is not None
     results = [e["result"] for e in json.loads(configmap["data"]["result.json"])["items"]]
     assert results[0] == results[2] == {"from": "earlier"} and results[1]["attempt"] == 1
@@ -155,8 +166,8 @@ def test_a_result_over_the_cap_fails_and_stores_nothing(tmp_path: Path) -> None:
     status = _shard(kube, shard.name).current_status
     assert status.phase == "Failed" and status.last_error is not None
     assert status.last_error.error_class == "result-too-large"
-    assert kube.obj(CONFIGMAPS, NAMESPACE, result_name(shard.spec.idempotency_key)) is None
-    assert kube.obj(CONFIGMAPS, NAMESPACE, items_name(shard.spec.idempotency_key)) is None
+    stored = [c["metadata"]["name"] for c in kube.list(CONFIGMAPS, NAMESPACE)]
+    assert [name for name in stored if name.startswith(PREFIXES)] == [], "no result, attempt or items"
 
 
 def test_a_lost_lease_stops_the_command_and_nothing_more_is_written(tmp_path: Path) -> None:

@@ -59,9 +59,9 @@ CONFIGMAP_KEY_PATTERN = r"^[-._a-zA-Z0-9]+$"
 BUCKET_PATTERN = r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"
 PREFIX_PATTERN = r"^[A-Za-z0-9!_.*'()/-]*$"
 DEFAULT_S3_PREFIX = "shardops"
-# The ConfigMap store's ceiling: two ConfigMaps per shard in etcd, which has a 2 GiB default quota
-# for the whole cluster and keeps every object in the API server's memory. Beyond this many work
-# shards a campaign needs an S3 store.
+# The ConfigMap store's ceiling: two ConfigMaps of results (and a small pointer) per shard in etcd,
+# which has a 2 GiB default quota for the whole cluster and keeps every object in the API server's
+# memory. Beyond this many work shards a campaign needs an S3 store.
 CONFIGMAP_STORE_MAX_SHARDS = 1000
 # Ten years: longer is "forever", which is what leaving the retention unset says.
 MAX_RETENTION_SECONDS = 10 * 365 * 24 * 3600

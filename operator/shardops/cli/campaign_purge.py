@@ -16,7 +16,7 @@ from shardops.cli.campaign_results import cli_store
 from shardops.cli.command import Context, load
 from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS, NotFound
 from shardops.state import ledger
-from shardops.store.configmap import items_name, result_name
+from shardops.store.configmap import purge_names
 from shardops.store.records import StoreUnavailable
 from shardops.store.s3 import S3Store
 
@@ -66,7 +66,7 @@ def run_purge(ctx: Context) -> int:
             deleted += store.delete_prefix(store.input_prefix(campaign.name))
         else:
             for key in sorted(keys):
-                for name in (result_name(key), items_name(key)):
+                for name in purge_names(kube, campaign.namespace, key, campaign.name):
                     try:
                         kube.delete(CONFIGMAPS, campaign.namespace, name)
                         deleted += 1

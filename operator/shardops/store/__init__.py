@@ -85,9 +85,9 @@ def capacity_problem(location: ResultStoreStatus, work_shards: int) -> str | Non
     if location.type is StoreType.CONFIG_MAP and work_shards > CONFIGMAP_STORE_MAX_SHARDS:
         return (
             f"the campaign has {work_shards} work shards and its result store is ConfigMap, which holds "
-            f"at most {CONFIGMAP_STORE_MAX_SHARDS} (two ConfigMaps per shard in etcd, which has a 2 GiB "
-            "quota for the whole cluster): configure object storage (spec.resultStore.type: S3, or the "
-            "chart's resultStore.type: S3) or use a larger spec.shardSize"
+            f"at most {CONFIGMAP_STORE_MAX_SHARDS} (two ConfigMaps of results per shard in etcd, which has "
+            "a 2 GiB quota for the whole cluster): configure object storage (spec.resultStore.type: S3, or "
+            "the chart's resultStore.type: S3) or use a larger spec.shardSize"
         )
     if location.type is StoreType.S3 and not location.bucket:
         return (

@@ -1,14 +1,27 @@
 """The default result store: ConfigMaps in the campaign's namespace, named by idempotency key.
 
-Two ConfigMaps per shard key, neither owned by anything, so results outlive a deleted Campaign and
-a re-applied one finds them (docs/architecture.md, "Objects"):
+Three kinds of ConfigMap per shard key, none owned by anything, so results outlive a deleted
+Campaign and a re-applied one finds them (docs/architecture.md, "Objects"). The layout is the S3
+store's, so a result is tied to the claim that computed it in both:
 
 * `shardops-items-<key label>`: one entry per finished item, keyed by the item's sub-key. Workers
   add entries as they heartbeat, so a retry resumes where the last flush left off. An entry that
   is there and verifies is never overwritten: its sub-key says the input is the same.
-* `shardops-result-<key label>`: the shard's result, written once (create-if-absent), with the
-  SHA-256 of its exact bytes and their length in annotations. A reader trusts it only when both
-  check, so a half-written or edited result is recomputed, never returned.
+* `shardops-attempt-<key label>-t<token>`: the shard result one claim computed, written once
+  (create-if-absent), with the SHA-256 of its exact bytes and their length in annotations. The
+  token is the claim's Lease fencing token, so two claims of a shard never write the same one.
+  A reader trusts it only when both check, so a half-written or edited result is recomputed, never
+  returned.
+* `shardops-result-<key label>`: the key's committed result, a small pointer {ref, fingerprint,
+  bytes} to one attempt ConfigMap, created once and only after the fenced Done write of that
+  claim succeeded (`commit`). A stale holder (its Lease taken over while it was frozen) can create
+  its attempt ConfigMap, but its Done write is refused, so nothing ever points at it: it never
+  becomes a result. Earlier releases wrote the whole result here instead (data `result.json`, as
+  an attempt ConfigMap holds it); those are still read and stay the key's result.
+
+Calls per shard: one write more than before results were tied to claims — the commit, after the
+Done write — accepted for it; reusing a result on re-apply reads two ConfigMaps (the pointer, then
+the attempt it names) instead of one. Both O(1) per shard.
 
 Body builders and checks are pure; the I/O functions are a few calls each through `Kube`.
 A result over the size cap is refused with `ResultTooLarge` before anything is written: the
@@ -17,22 +30,28 @@ store holds whole results or none.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import contextlib
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import urllib3
 
 from shardops import API_GROUP
 from shardops.api.enums import StoreType
 from shardops.api.names import CAMPAIGN_LABEL, IDEMPOTENCY_KEY_LABEL
-from shardops.k8s.api import CONFIGMAPS, AlreadyExists, Conflict, Kube, NotFound
+from shardops.k8s.api import CONFIGMAPS, AlreadyExists, ApiError, Conflict, Kube, NotFound
 from shardops.store.records import (
     ItemRecord,
     ResultMeta,
     StoreCorrupt,
     StoredResult,
+    StoreUnavailable,
     check_document,
     check_size,
     decode_item,
+    encode_pointer,
+    follow_pointer,
     sha256_of,
     store_label,
 )
@@ -41,8 +60,12 @@ JSON = dict[str, Any]
 
 API_PREFIX = API_GROUP
 RESULT_PREFIX = "shardops-result-"
+ATTEMPT_PREFIX = "shardops-attempt-"
 ITEMS_PREFIX = "shardops-items-"
+# Every ConfigMap this store writes starts with one of these.
+PREFIXES = (RESULT_PREFIX, ATTEMPT_PREFIX, ITEMS_PREFIX)
 RESULT_DATA_KEY = "result.json"
+POINTER_DATA_KEY = "pointer.json"
 FINGERPRINT_ANNOTATION = f"{API_PREFIX}/fingerprint"
 BYTES_ANNOTATION = f"{API_PREFIX}/bytes"
 KEY_ANNOTATION = f"{API_PREFIX}/idempotency-key"
@@ -50,6 +73,10 @@ ITEMS_ANNOTATION = f"{API_PREFIX}/items"
 SHARD_ANNOTATION = f"{API_PREFIX}/shard"
 OWNER_ANNOTATION = f"{API_PREFIX}/owner"
 ATTEMPT_ANNOTATION = f"{API_PREFIX}/attempt"
+TOKEN_ANNOTATION = f"{API_PREFIX}/fencing-token"
+# The campaign label's key as an annotation too: a StoredResult carries the annotations only, and
+# `commit` labels the key's pointer with the campaign of the claim it names.
+CAMPAIGN_ANNOTATION = CAMPAIGN_LABEL
 # A ConfigMap is at most 1 MiB including metadata; 900 KiB of data leaves room for the rest.
 DEFAULT_MAX_BYTES = 900 * 1024
 # What a user does when a campaign outgrows this store.
@@ -60,7 +87,18 @@ _WRITE_ROUNDS = 5
 
 
 def result_name(key: str) -> str:
+    """The key's committed result (a pointer; the whole result when an earlier release wrote it)."""
     return RESULT_PREFIX + store_label(key)
+
+
+def attempts_prefix(key: str) -> str:
+    return f"{ATTEMPT_PREFIX}{store_label(key)}-t"
+
+
+def attempt_name(key: str, token: int) -> str:
+    """The result the claim with fencing token `token` computed. At most 17 + 63 + 2 + 20
+    characters, well inside a ConfigMap name's 253, and a DNS subdomain like the key label."""
+    return f"{attempts_prefix(key)}{token}"
 
 
 def items_name(key: str) -> str:
@@ -72,29 +110,59 @@ def item_data_key(subkey: str) -> str:
     return subkey.replace(":", "-", 1)
 
 
-def _labels(key: str, campaign: str) -> dict[str, str]:
-    return {IDEMPOTENCY_KEY_LABEL: store_label(key), CAMPAIGN_LABEL: campaign}
+def _labels(key: str, campaign: str | None) -> dict[str, str]:
+    labels = {IDEMPOTENCY_KEY_LABEL: store_label(key)}
+    if campaign:
+        labels[CAMPAIGN_LABEL] = campaign
+    return labels
 
 
-def result_body(key: str, text: str, meta: ResultMeta, item_count: int) -> JSON:
-    """The result ConfigMap. No ownerReferences: the result must outlive its Campaign."""
+def _claim_annotations(meta: ResultMeta) -> dict[str, str]:
+    """Which claim wrote an attempt ConfigMap: for audits, and to recognise our own on a retry."""
+    return {
+        SHARD_ANNOTATION: meta.shard,
+        OWNER_ANNOTATION: meta.owner,
+        ATTEMPT_ANNOTATION: str(meta.attempt),
+        TOKEN_ANNOTATION: str(meta.token),
+    }
+
+
+def attempt_body(key: str, text: str, meta: ResultMeta, item_count: int) -> JSON:
+    """One claim's result ConfigMap. No ownerReferences: the result must outlive its Campaign."""
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {
-            "name": result_name(key),
+            "name": attempt_name(key, meta.token),
             "labels": _labels(key, meta.campaign),
             "annotations": {
                 FINGERPRINT_ANNOTATION: sha256_of(text),
                 BYTES_ANNOTATION: str(len(text.encode("utf-8"))),
                 KEY_ANNOTATION: key,
                 ITEMS_ANNOTATION: str(item_count),
-                SHARD_ANNOTATION: meta.shard,
-                OWNER_ANNOTATION: meta.owner,
-                ATTEMPT_ANNOTATION: str(meta.attempt),
+                CAMPAIGN_ANNOTATION: meta.campaign,
+                **_claim_annotations(meta),
             },
         },
         "data": {RESULT_DATA_KEY: text},
+    }
+
+
+def pointer_body(key: str, stored: StoredResult) -> JSON:
+    """The key's committed result: a pointer to the attempt ConfigMap `stored`, not a copy of it.
+    A copy would spare one GET when a re-applied campaign reuses the result, but store every result
+    twice in etcd, whose quota (2 GiB for the whole cluster) is what caps this store at
+    CONFIGMAP_STORE_MAX_SHARDS; the pointer is a few hundred bytes. It also keeps one name per
+    result: a reused result's ref is the attempt ConfigMap the first Done shard recorded."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": result_name(key),
+            "labels": _labels(key, stored.annotations.get(CAMPAIGN_ANNOTATION)),
+            "annotations": {KEY_ANNOTATION: key},
+        },
+        "data": {POINTER_DATA_KEY: encode_pointer(key, stored)},
     }
 
 
@@ -117,6 +185,18 @@ def check_result(configmap: Mapping[str, Any], key: str) -> StoredResult:
         )
     check_document(text, key, f"ConfigMap {name}: {RESULT_DATA_KEY}")
     return StoredResult(name, actual, size, text, dict(annotations))
+
+
+def check_committed(
+    configmap: Mapping[str, Any], key: str, read_ref: Callable[[str], StoredResult]
+) -> StoredResult:
+    """The result the key's committed ConfigMap holds: the attempt its pointer names (read with
+    `read_ref`), or the whole result when an earlier release wrote it. StoreCorrupt when invalid."""
+    data = configmap.get("data") or {}
+    if RESULT_DATA_KEY in data:
+        return check_result(configmap, key)
+    where = f"ConfigMap {(configmap.get('metadata') or {}).get('name')}"
+    return follow_pointer(data.get(POINTER_DATA_KEY, ""), where, read_ref)
 
 
 def decode_items(data: Mapping[str, str], wanted: Iterable[str]) -> tuple[dict[str, ItemRecord], list[str]]:
@@ -168,9 +248,23 @@ def items_body(key: str, campaign: str, data: Mapping[str, str]) -> JSON:
 
 
 def read_result(kube: Kube, namespace: str, key: str) -> StoredResult | None:
-    """The verified result under `key`; None when absent. StoreCorrupt when present but invalid."""
+    """The key's committed result, verified; None when none was committed. StoreCorrupt when
+    present but invalid. Two reads (the pointer, the attempt it names); one for an earlier release's."""
     try:
         configmap = kube.get(CONFIGMAPS, namespace, result_name(key))
+    except NotFound:
+        return None
+    return check_committed(configmap, key, lambda ref: read_ref(kube, namespace, ref, key))
+
+
+def find_result(kube: Kube, namespace: str, key: str, token: int | None) -> StoredResult | None:
+    """The key's committed result, else the claim `token`'s own attempt (stored whole before its Done
+    write; committed only after it), verified. At most two reads."""
+    committed = read_result(kube, namespace, key)
+    if committed is not None or token is None:
+        return committed
+    try:
+        configmap = kube.get(CONFIGMAPS, namespace, attempt_name(key, token))
     except NotFound:
         return None
     return check_result(configmap, key)
@@ -179,14 +273,20 @@ def read_result(kube: Kube, namespace: str, key: str) -> StoredResult | None:
 def store_result(
     kube: Kube, namespace: str, key: str, text: str, meta: ResultMeta, item_count: int, cap: int
 ) -> tuple[StoredResult, bool]:
-    """Store `text` under `key` unless a valid result is there already; (result, True) when reused.
+    """Store `text` as the claim `meta`'s own result, its attempt ConfigMap; not the key's result yet
+    (`commit` makes it that, after the claim's Done write): (stored, False).
 
-    Create-if-absent: a worker never overwrites a valid result of the same key, whoever wrote it
-    (any result stored under a key is a result of that input). Only a result that fails its
-    fingerprint check is replaced, with its resourceVersion as precondition.
+    Create-if-absent. The name holds the claim's fencing token, so a ConfigMap already there is this
+    claim's own, from a create retried after its answer was lost: kept if it verifies. One that does
+    not verify is replaced, with its resourceVersion as precondition. One that verifies but another
+    Shard's claim wrote (the same key and the same token, since tokens count per Lease: another
+    campaign, or an earlier Campaign of the same name) is a result of the same input and is kept, as
+    the S3 store keeps such an object: refusing it would charge this shard an attempt per leftover
+    token. The stale holders this store fences are claims of the same Shard, whose tokens differ.
     """
     check_size(f"the result of shard {meta.shard} would", len(text.encode("utf-8")), cap, CAP_FIX)
-    body = result_body(key, text, meta, item_count)
+    body = attempt_body(key, text, meta, item_count)
+    name = body["metadata"]["name"]
     for _ in range(_WRITE_ROUNDS):
         try:
             created = kube.create(CONFIGMAPS, namespace, body)
@@ -194,23 +294,43 @@ def store_result(
         except AlreadyExists:
             pass
         try:
-            current = kube.get(CONFIGMAPS, namespace, result_name(key))
+            current = kube.get(CONFIGMAPS, namespace, name)
         except NotFound:
             continue
         try:
-            return check_result(current, key), True
+            stored = check_result(current, key)
         except StoreCorrupt:
-            pass
-        replacement = {
-            **body,
-            "metadata": {**body["metadata"], "resourceVersion": current["metadata"]["resourceVersion"]},
-        }
-        try:
-            replaced = kube.replace(CONFIGMAPS, namespace, result_name(key), replacement)
-            return check_result(replaced, key), False
-        except (Conflict, NotFound):
-            continue
-    raise Conflict(409, "Conflict", f"result ConfigMap {result_name(key)} kept changing while storing it")
+            replacement = {
+                **body,
+                "metadata": {**body["metadata"], "resourceVersion": current["metadata"]["resourceVersion"]},
+            }
+            try:
+                replaced = kube.replace(CONFIGMAPS, namespace, name, replacement)
+                return check_result(replaced, key), False
+            except (Conflict, NotFound):
+                continue
+        return stored, False
+    raise Conflict(409, "Conflict", f"result ConfigMap {name} kept changing while storing it")
+
+
+def commit(kube: Kube, namespace: str, key: str, stored: StoredResult) -> None:
+    """Make `stored` the key's result, unless one was committed before (that one stays)."""
+    with contextlib.suppress(AlreadyExists):
+        kube.create(CONFIGMAPS, namespace, pointer_body(key, stored))
+
+
+def purge_names(kube: Kube, namespace: str, key: str, campaign: str) -> list[str]:
+    """The ConfigMaps under `key` that purging `campaign` deletes: the key's committed result and
+    item results (by name), and the attempt ConfigMaps of the campaign's claims, found by their
+    labels (one LIST; their names hold tokens no one keeps). Other campaigns' attempts of the key
+    stay: their Done shards may name them."""
+    selector = f"{IDEMPOTENCY_KEY_LABEL}={store_label(key)},{CAMPAIGN_LABEL}={campaign}"
+    found = (c["metadata"]["name"] for c in kube.list(CONFIGMAPS, namespace, label_selector=selector))
+    return [
+        result_name(key),
+        items_name(key),
+        *sorted(n for n in found if n.startswith(attempts_prefix(key))),
+    ]
 
 
 def read_items(
@@ -299,11 +419,16 @@ class ConfigMapStore:
         return store_result(self.kube, self.namespace, key, text, meta, item_count, self.max_bytes)
 
     def commit(self, key: str, stored: StoredResult) -> None:
-        """Nothing to do: the result ConfigMap is the key's result from its creation on."""
+        # Its callers (`store.finished.commit_for_reuse`) treat a failed commit as the store's
+        # trouble: the shard is Done all the same. So API trouble here is StoreUnavailable, as the
+        # S3 store's is, never an error that would take the worker or the operator's sweep off course.
+        try:
+            commit(self.kube, self.namespace, key, stored)
+        except (ApiError, urllib3.exceptions.HTTPError, OSError) as error:
+            raise StoreUnavailable(f"committing ConfigMap {result_name(key)}: {error}") from error
 
     def find_result(self, key: str, token: int | None) -> StoredResult | None:
-        # A result ConfigMap is the key's result the moment it is created, whoever's claim it was.
-        return self.read_result(key)
+        return find_result(self.kube, self.namespace, key, token)
 
     def read_ref(self, ref: str, key: str) -> StoredResult:
         return read_ref(self.kube, self.namespace, ref, key)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -130,6 +130,28 @@ def check_document(text: str, key: str, where: str) -> None:
     if stored_key != key:
         # Two keys sharing a 224-bit label prefix would land here; so would a hand-made object.
         raise StoreCorrupt(f"{where} holds the result of {stored_key!r}, not {key!r}")
+
+
+def encode_pointer(key: str, stored: StoredResult) -> str:
+    """A key's committed result: a small document naming the object one claim stored (`stored`),
+    written once after that claim's fenced Done write."""
+    return canonical_json(
+        {"idempotencyKey": key, "ref": stored.name, "fingerprint": stored.fingerprint, "bytes": stored.bytes}
+    )
+
+
+def follow_pointer(text: str | bytes, where: str, read_ref: Callable[[str], StoredResult]) -> StoredResult:
+    """The verified result the pointer `text` (at `where`) names, read with `read_ref`; StoreCorrupt
+    when `text` is not a pointer or the object it names is not the result it committed."""
+    try:
+        target = json.loads(text)
+        ref = str(target["ref"])
+    except (ValueError, KeyError, TypeError):
+        raise StoreCorrupt(f"{where} is not a result pointer") from None
+    stored = read_ref(ref)
+    if stored.fingerprint != target.get("fingerprint"):
+        raise StoreCorrupt(f"{ref} is not the result {where} committed")
+    return stored
 
 
 def check_size(what: str, size: int, cap: int, fix: str) -> None:

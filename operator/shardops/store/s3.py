@@ -45,6 +45,8 @@ from shardops.store.records import (
     check_document,
     check_size,
     decode_item,
+    encode_pointer,
+    follow_pointer,
     sha256_of,
     store_label,
 )
@@ -312,15 +314,8 @@ class S3Store:
         pointer = self._get(self.pointer_name(key))
         if pointer is None:
             return None
-        try:
-            target = json.loads(pointer[0])
-            ref = str(target["ref"])
-        except (ValueError, KeyError, TypeError):
-            raise StoreCorrupt(f"object {self.pointer_name(key)} is not a result pointer") from None
-        stored = self.read_ref(ref, key)
-        if stored.fingerprint != target.get("fingerprint"):
-            raise StoreCorrupt(f"object {ref} is not the result {self.pointer_name(key)} committed")
-        return stored
+        where = f"object {self.pointer_name(key)}"
+        return follow_pointer(pointer[0], where, lambda ref: self.read_ref(ref, key))
 
     def find_result(self, key: str, token: int | None) -> StoredResult | None:
         """The key's committed result, else the claim `token`'s own object (written whole, before its
@@ -359,14 +354,7 @@ class S3Store:
 
     def commit(self, key: str, stored: StoredResult) -> None:
         """Make `stored` the key's result, unless one was committed before (that one stays)."""
-        pointer = canonical_json(
-            {
-                "idempotencyKey": key,
-                "ref": stored.name,
-                "fingerprint": stored.fingerprint,
-                "bytes": stored.bytes,
-            }
-        ).encode("utf-8")
+        pointer = encode_pointer(key, stored).encode("utf-8")
         self._put_once(self.pointer_name(key), pointer, {}, "application/json")
 
     # --- purge -------------------------------------------------------------------------------------

@@ -869,11 +869,12 @@ class ShardRun:
     def renew_before_completing(self) -> None:
         """Renew the Lease on the way to Done where it matters.
 
-        ConfigMap store: always, first — a result created there is the key's result at once, so the
-        claim must be proven ours before. S3 store: only when less than half the lease is left — a
-        stale holder's object never becomes a result (the commit follows the fenced Done write, and
-        that write re-checks owner and token on the shard), so a renewal only keeps the lease from
-        running out meanwhile. Two fewer writes per shard."""
+        Neither store needs it to fence the result: a stale holder's result never becomes one (each
+        claim stores its own, and the commit follows the fenced Done write, which re-checks owner and
+        token on the shard). S3 store: only when less than half the lease is left, so the lease does
+        not run out meanwhile; two fewer writes per shard. ConfigMap store: always, first — the claim
+        is proven before the final flush into the key's items ConfigMap, which every claim of the
+        key adds to and whose entries are never replaced."""
         if self.store.type is StoreType.S3:
             left = self.lease.until - self.clock.now()
             if left > dt.timedelta(seconds=self.campaign.spec.lease_seconds / 2):
