@@ -9,6 +9,7 @@ from pathlib import Path
 from clikit import campaign_body, cluster, done_status, run, shard_body
 from shardops.k8s.api import CONFIGMAPS
 from shardops.logic.idempotency import item_subkey
+from shardops.state.results import json_line
 from shardops.store.configmap import attempt_body, attempt_name
 from shardops.store.records import ResultMeta, encode_result, sha256_of
 
@@ -90,3 +91,11 @@ def test_an_output_format_is_refused_with_what_o_means_here() -> None:
     kube, _ = _campaign_with_results()
     answer = run(kube, "-o", "json", "results", "papers")  # type: ignore[arg-type]
     assert answer.code == 2 and "writes JSONL" in answer.err
+
+
+def test_a_result_line_holds_line_and_paragraph_separators_escaped_so_no_line_reader_splits_it() -> None:
+    item = {"text": "one\u2028two\u2029three", "emoji": "🧪", "cjk": "中文"}
+    line = json_line({"index": 0, "item": item})
+    assert line.splitlines() == [line], "one line for every line reader"
+    assert "\\u2028" in line and "\\u2029" in line and "🧪" in line and "中文" in line
+    assert json.loads(line)["item"] == item

@@ -109,6 +109,24 @@ def test_malformed_jsonl_names_the_line(kube: OperatorKube, clock: Clock) -> Non
     assert names(kube) == []
 
 
+def test_items_too_big_for_a_shard_are_reported_before_any_shard_is_cut(
+    kube: OperatorKube, clock: Clock
+) -> None:
+    # Each item fits; three of them in one shard would not fit its Shard object (the API server
+    # would refuse its create, 413, pass after pass). Said up front, with the shardSize that fits.
+    body = campaign(items=[{"n": i, "pad": "x" * 400_000} for i in range(4)], shardSize=3)
+    put_campaign(kube, body)
+    run(kube, clock)
+    run(kube, clock.advance(5))
+    status = status_of(kube)
+    ready = condition(status, "Ready")
+    assert status["phase"] == "Invalid" and ready["reason"] == "ItemsInvalid"
+    assert "spec.items: the items of shard 0 pass 1,048,576 bytes at item 2" in ready["message"]
+    assert "lower spec.shardSize (about 2 items of this size fit)" in ready["message"]
+    assert names(kube) == [] and names(kube, JOBS) == []
+    assert kube.event_reasons("camp") == ["ItemsInvalid"]
+
+
 def test_spec_invalid_past_admission_is_reported(kube: OperatorKube, clock: Clock) -> None:
     body = campaign(shardSize=0)
     put_campaign(kube, body)

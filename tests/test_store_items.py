@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from fakekube import FakeKube
 from shardops.api.campaign import Campaign
 from shardops.api.names import API_GROUP_VERSION
+from shardops.logic.shard_items import MAX_SHARD_ITEMS_BYTES, ShardItemsTooLarge
 from shardops.store.items import StreamedItems, campaign_items
 
 
@@ -40,6 +42,15 @@ def test_a_bad_line_is_named_with_its_number() -> None:
     broken = StreamedItems(Source(['{"n": 1}\n', "\n", "{oops\n"]), "s3://b/k")
     with pytest.raises(ValueError, match="line 3: not valid JSON"):
         broken.total()
+
+
+def test_counting_with_a_shard_size_checks_each_shard_fits_its_shard_object() -> None:
+    blob = "h" * (MAX_SHARD_ITEMS_BYTES + 1)
+    lines = ['{"n": 0}\n', json.dumps({"n": 1, "blob": blob}) + "\n", '{"n": 2}\n']
+    assert StreamedItems(Source(lines), "s3://b/k").total() == 3, "without a shard size: counted only"
+    huge = StreamedItems(Source(lines), "s3://b/k", shard_size=1)
+    with pytest.raises(ShardItemsTooLarge, match=r"s3://b/k: the items of shard 1 .* item 1 alone is"):
+        huge.total()
 
 
 def test_a_campaign_parsed_without_its_items_is_refused_not_read_as_empty() -> None:

@@ -71,6 +71,7 @@ from shardops.logic.budget import BudgetGate, allows
 from shardops.logic.conditions import DesiredCondition
 from shardops.logic.leases import LeaseVerdict, Renewals, classify_lease, lease_action
 from shardops.logic.planner import DispatchPlan, LimitReason, plan_dispatch
+from shardops.logic.shard_items import ShardItemsTooLarge, check_shard_items
 from shardops.logic.transitions import Action
 from shardops.logic.views import ItemProgress
 from shardops.scheduler import builders, failpoints
@@ -379,23 +380,37 @@ class Reconciler:
     # --- items -------------------------------------------------------------------------------------------
 
     def _items(self, campaign: Campaign, memory: _Memory) -> Sequence[Item]:
-        if campaign.spec.items is not None:
-            return campaign.spec.items
         source = campaign.spec.items_from
-        if source is None:  # pragma: no cover - the model requires one of the two
+        if campaign.spec.items is None and source is None:  # pragma: no cover - the model requires one
             raise campaigns.ItemsUnavailable(ConditionReason.NO_ITEMS, "set spec.items or spec.itemsFrom")
-        # The input is read once per spec generation: items are the campaign's input and are not
-        # expected to change under a running campaign; a fixed spec (new generation) reads them again.
-        cache_key = (campaign.metadata.uid or "", campaign.generation, source.describe())
+        # The input is read (and checked) once per spec generation: items are the campaign's input
+        # and are not expected to change under a running campaign; a fixed spec (new generation)
+        # reads them again.
+        cache_key = (
+            campaign.metadata.uid or "",
+            campaign.generation,
+            source.describe() if source else "items",
+        )
         if memory.items_key == cache_key:
             return memory.items
         items: Sequence[Item]
-        if source.object is not None:
-            items = self._streamed_items(campaign, source.object)
+        if source is None:
+            items = campaign.spec.items or []
+            self._check_shard_items(items, campaign, "spec.items")
+        elif source.object is not None:
+            items = self._streamed_items(campaign, source.object)  # checked as it is counted
         else:
             items, _ = campaigns.read_items(self.kube, campaign.namespace, source)
+            self._check_shard_items(items, campaign, f"ConfigMap {source.config_map_name}")
         memory.items_key, memory.items = cache_key, items
         return items
+
+    @staticmethod
+    def _check_shard_items(items: Sequence[Item], campaign: Campaign, where: str) -> None:
+        try:
+            check_shard_items(items, campaign.spec.shard_size, where)
+        except ShardItemsTooLarge as error:
+            raise campaigns.ItemsUnavailable(ConditionReason.ITEMS_INVALID, str(error)) from None
 
     def _streamed_items(self, campaign: Campaign, source: ItemsObject) -> StreamedItems:
         """The items of an object in the campaign's S3 store, counted (every line checked) now and
@@ -404,9 +419,11 @@ class Reconciler:
             campaign.spec.result_store, self.settings.result_store_location()
         )
         s3 = self._s3(campaign.namespace, location) if location.type is StoreType.S3 else None
-        items = object_items(source, s3)
+        items = object_items(source, s3, campaign.spec.shard_size)
         try:
             items.total()
+        except ShardItemsTooLarge as error:
+            raise campaigns.ItemsUnavailable(ConditionReason.ITEMS_INVALID, str(error)) from None
         except ValueError as error:
             raise campaigns.ItemsUnavailable(
                 ConditionReason.ITEMS_INVALID, f"{error}; fix that line in {items.where}"

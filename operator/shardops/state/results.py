@@ -178,5 +178,8 @@ def ledger_of(store: ResultStore, campaign: Campaign) -> Callable[[], Iterable[J
 
 
 def json_line(value: JSON) -> str:
-    """One JSONL line (no newline): compact, UTF-8 kept."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    """One JSONL line (no newline): compact, UTF-8 kept — but U+2028 and U+2029 escaped: JSON lets
+    them stand raw in a string, yet line readers split on them (Python's str.splitlines, JavaScript
+    before ES2019), cutting an item in two. Escaped, they decode to the same string."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")

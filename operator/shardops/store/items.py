@@ -12,6 +12,7 @@ from shardops.api.common import Item
 from shardops.api.enums import ConditionReason
 from shardops.k8s import campaigns
 from shardops.k8s.api import Kube
+from shardops.logic.shard_items import ShardItemsSize
 from shardops.store.s3 import S3Store
 
 NEEDS_S3 = (
@@ -28,9 +29,13 @@ class StreamedItems(Sequence[Item]):
     once).
     """
 
-    def __init__(self, open_lines: Callable[[], Iterator[str]], where: str) -> None:
+    def __init__(
+        self, open_lines: Callable[[], Iterator[str]], where: str, shard_size: int | None = None
+    ) -> None:
         self._open = open_lines
         self.where = where
+        # When set, the counting pass also checks that each shard's items fit its Shard object.
+        self.shard_size = shard_size
         self._total: int | None = None
         self._stream: Iterator[Item] | None = None
         self._position = 0  # index of the next item the open stream yields
@@ -42,9 +47,16 @@ class StreamedItems(Sequence[Item]):
                 yield item
 
     def total(self) -> int:
-        """Read the whole object once: the number of items; ValueError at the first bad line."""
+        """Read the whole object once: the number of items; ValueError at the first bad line, and
+        ShardItemsTooLarge (with a `shard_size`) at the first shard whose items would not fit."""
         if self._total is None:
-            self._total = sum(1 for _ in self._items())
+            sizes = ShardItemsSize(self.shard_size, self.where) if self.shard_size else None
+            count = 0
+            for item in self._items():
+                if sizes is not None:
+                    sizes.add(item)
+                count += 1
+            self._total = count
         return self._total
 
     def __len__(self) -> int:
@@ -78,12 +90,13 @@ class StreamedItems(Sequence[Item]):
         return taken
 
 
-def object_items(source: ItemsObject, s3: S3Store | None) -> StreamedItems:
-    """The items of `spec.itemsFrom.object`, streamed from the campaign's S3 store (not read yet)."""
+def object_items(source: ItemsObject, s3: S3Store | None, shard_size: int | None = None) -> StreamedItems:
+    """The items of `spec.itemsFrom.object`, streamed from the campaign's S3 store (not read yet);
+    with a `shard_size`, counting them also checks that each shard's items fit its Shard."""
     if s3 is None:
         raise campaigns.ItemsUnavailable(ConditionReason.ITEMS_NOT_FOUND, NEEDS_S3)
     where = f"s3://{source.bucket or s3.location.bucket}/{source.key}"
-    return StreamedItems(lambda: s3.open_lines(source.key, source.bucket), where)
+    return StreamedItems(lambda: s3.open_lines(source.key, source.bucket), where, shard_size)
 
 
 def campaign_items(kube: Kube, campaign: Campaign, s3: S3Store | None) -> Sequence[Item]:
