@@ -279,6 +279,16 @@ def test_results_version_is_optional_text_never_empty() -> None:
         spec(worker={**WORKER, "resultsVersion": ""})
 
 
+def test_persistent_is_spec_worker_s_alone_and_unset_by_default() -> None:
+    """Unset by default (no CRD default written into every Campaign, which workers of earlier
+    releases could not read); the finalize step runs once, so it has no such field."""
+    assert spec().worker.persistent is None
+    assert spec(worker={**WORKER, "persistent": True}).worker.persistent is True
+    assert "persistent" not in spec().to_dict()["worker"]
+    with pytest.raises(ValidationError, match=r"finalize\.persistent"):
+        spec(finalize={**WORKER, "persistent": True})
+
+
 def test_expected_shards_and_inline_counts() -> None:
     s = spec(items=[{"n": n} for n in range(25)])
     assert s.inline_items_total == 25

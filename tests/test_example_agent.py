@@ -116,3 +116,86 @@ def test_hang_stops_progress_and_sigterm_ends_it_between_writes(tmp_path: Path) 
     process.send_signal(signal.SIGTERM)
     assert process.wait(10) == 143
     assert len(results.read_text().splitlines()) == 1
+
+
+def _request(tmp_path: Path, shard: str, items: list[Any], **env: str) -> str:
+    """A persistent run's request line for `shard`, its files under tmp_path/shard."""
+    directory = tmp_path / shard
+    directory.mkdir()
+    items_file = directory / "items.jsonl"
+    items_file.write_text(
+        "".join(json.dumps({"key": f"k{i}", "index": i, "item": item}) + "\n" for i, item in enumerate(items))
+    )
+    (directory / "results.jsonl").write_text("")
+    shard_env = {
+        "SHARDOPS_ITEMS_FILE": str(items_file),
+        "SHARDOPS_RESULTS_FILE": str(directory / "results.jsonl"),
+        "SHARDOPS_ERROR_FILE": str(directory / "error.json"),
+        "SHARDOPS_SHARD": shard,
+        "SHARDOPS_ATTEMPT": "1",
+        **env,
+    }
+    return json.dumps({"shard": shard, "env": shard_env}) + "\n"
+
+
+def _results(tmp_path: Path, shard: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (tmp_path / shard / "results.jsonl").read_text().splitlines()]
+
+
+def _serve(tmp_path: Path, requests: list[str], **env: str) -> tuple[int, list[Any], int]:
+    """The agent as a persistent command given `requests`, then the end of input: its exit code, its
+    answers and its pid."""
+    environment = {**os.environ, "SHARDOPS_PERSISTENT": "1", "SHARDOPS_AGENT_LATENCY": "0", **env}
+    process = subprocess.Popen(AGENT, env=environment, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    out, _ = process.communicate("".join(requests).encode(), timeout=30)
+    return process.returncode, [json.loads(line) for line in out.splitlines()], process.pid
+
+
+def test_persistent_runs_each_request_as_its_own_run_and_answers_its_exit_code(tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger.jsonl"
+    requests = [
+        _request(tmp_path, "a", [{"q": 1}, {"q": 2}], SHARDOPS_SOURCE="A"),
+        _request(tmp_path, "b", [{"q": 3}], SHARDOPS_SOURCE="B"),
+        _request(tmp_path, "c", [{"q": 1}], SHARDOPS_SOURCE="A", SHARDOPS_ATTEMPT="2"),
+    ]
+    code, answers, pid = _serve(
+        tmp_path, requests, SHARDOPS_AGENT_RATE_LIMITED_SOURCES="B", SHARDOPS_AGENT_LEDGER=str(ledger)
+    )
+    assert code == 0, "the end of input ends it"
+    assert answers == [{"exit": 0}, {"exit": 75}, {"exit": 0}]
+    first, third = _results(tmp_path, "a"), _results(tmp_path, "c")
+    assert [(r["key"], r["result"]["source"], r["result"]["attempt"]) for r in first] == [
+        ("k0", "A", 1),
+        ("k1", "A", 1),
+    ]
+    assert third[0]["result"] == {**first[0]["result"], "attempt": 2}, "the same answer, its own attempt"
+    classified = classify_failure(75, read_error_file(tmp_path / "b" / "error.json"), None)
+    assert classified is not None and classified.error_class == "rate-limited" and classified.source == "B"
+    assert _results(tmp_path, "b") == [] and not (tmp_path / "a" / "error.json").exists()
+    assert {json.loads(line)["pid"] for line in ledger.read_text().splitlines()} == {pid}
+
+
+def test_persistent_a_crash_knob_in_a_request_kills_the_process_in_that_shard(tmp_path: Path) -> None:
+    requests = [
+        _request(tmp_path, "a", [{"q": 1}]),
+        _request(tmp_path, "b", [{"q": 2}, {"q": 3}], SHARDOPS_AGENT_CRASH_AFTER="1"),
+        _request(tmp_path, "c", [{"q": 4}]),
+    ]
+    code, answers, _ = _serve(tmp_path, requests)
+    assert code == -signal.SIGKILL and answers == [{"exit": 0}], "killed in b, before answering it"
+    assert len(_results(tmp_path, "b")) == 1 and _results(tmp_path, "c") == []
+
+
+def test_persistent_sigterm_ends_the_process_not_just_the_shard(tmp_path: Path) -> None:
+    environment = {**os.environ, "SHARDOPS_PERSISTENT": "1", "SHARDOPS_AGENT_LATENCY": "0"}
+    process = subprocess.Popen(AGENT, env=environment, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert process.stdin is not None
+    process.stdin.write(_request(tmp_path, "a", [{"q": 1}, {"fault": "hang"}]).encode())
+    process.stdin.flush()
+    deadline = time.monotonic() + 10
+    while not _results(tmp_path, "a"):
+        assert time.monotonic() < deadline and process.poll() is None
+        time.sleep(0.02)
+    process.send_signal(signal.SIGTERM)
+    out, _ = process.communicate(timeout=10)
+    assert process.returncode == 143 and out == b"", "no answer: the process ended"

@@ -85,6 +85,21 @@ def test_results_version_forces_new_keys_for_unchanged_work() -> None:
     assert work_key(resultsVersion="2") == work_key(resultsVersion="2")
 
 
+def test_persistent_is_not_in_the_keys_it_computes_what_a_process_per_shard_does() -> None:
+    assert work_key(persistent=True) == work_key() == work_key(persistent=False)
+
+    def finalize_key(**work: object) -> str:
+        camp = parsed(
+            worker={"image": "img", "command": ["agent"], **work}, finalize={"image": "i", "command": ["m"]}
+        )
+        return str(builders.finalize_shard_body(camp, camp.spec.items or [])["spec"]["idempotencyKey"])
+
+    assert finalize_key(persistent=True) == finalize_key()
+    assert finalize_key(persistent=True) != finalize_key(persistent=True, env=env(MODEL="b")), (
+        "the key still moves"
+    )
+
+
 def test_shard_source_is_the_first_named_else_the_default() -> None:
     assert builders.shard_source([{"a": 1}, {"source": "B"}, {"source": "C"}], "A") == "B"
     assert builders.shard_source([{"a": 1}], "A") == "A"

@@ -208,6 +208,7 @@ def test_the_command_dies_with_the_worker(tmp_path: Path) -> None:
         assert time.monotonic() < deadline
         time.sleep(0.02)
     command_pid = int(marker.read_text())
+    _wait_for_the_exec(command_pid)
     parent.kill()
     deadline = time.monotonic() + 5
     while os.path.exists(f"/proc/{command_pid}"):
@@ -231,6 +232,18 @@ time.sleep(600)
 """
 
 
+def _wait_for_the_exec(pid: int) -> None:
+    """setpriv arms the parent-death signal, then execs the command: a worker killed before that
+    leaves the command running (a window of about a millisecond per start), so a test of the signal
+    kills the worker only once the command runs."""
+    if runner._SETPRIV is None:
+        return
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0] == runner._SETPRIV.encode():
+        assert time.monotonic() < deadline, "setpriv did not exec the command"
+        time.sleep(0.01)
+
+
 def _gone(pid: int) -> bool:
     """Ended: no such process, or a zombie waiting for whoever adopted it to reap it."""
     try:
@@ -250,6 +263,7 @@ def test_a_command_dies_with_its_worker(launcher: str, tmp_path: Path) -> None:
     assert parent.stdout is not None
     child = int(parent.stdout.readline())
     assert not _gone(child)
+    _wait_for_the_exec(child)
     parent.kill()
     parent.wait()
     deadline = time.monotonic() + 10

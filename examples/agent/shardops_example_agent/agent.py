@@ -29,6 +29,13 @@ Behaviour is set by environment variables (for the whole run) and by item fields
 the result to the item's `bytes` field (default 1 MiB).
 
 SIGTERM ends the run between two writes (exit 143): every result line already written is whole.
+
+With SHARDOPS_PERSISTENT=1 (spec.worker.persistent) one process serves shard after shard: it reads
+one request line `{"shard": name, "env": {...}}` from stdin, runs that shard with its environment
+at start plus the request's env (the variables above included, so a fault applies to the shards
+whose env sets it), answers `{"exit": code}` on stdout with the code a run of its own would have
+exited with, and ends with 0 at the end of input. A crash kills the process mid-shard, as it would
+kill a run of its own; SIGTERM ends the process (exit 143).
 """
 
 from __future__ import annotations
@@ -45,6 +52,8 @@ from typing import Any, NamedTuple, NoReturn
 EXIT_TEMPFAIL = 75
 EXIT_DATAERR = 65
 EXIT_SIGTERM = 128 + signal.SIGTERM
+EXIT_USAGE = 2
+PERSISTENT_ENV = "SHARDOPS_PERSISTENT"
 
 
 class Stop(Exception):
@@ -53,6 +62,10 @@ class Stop(Exception):
     def __init__(self, code: int) -> None:
         super().__init__(code)
         self.code = code
+
+
+class Terminated(Exception):
+    """SIGTERM: the run ends between two writes, and a persistent process with it."""
 
 
 # NamedTuples, not dataclasses: importing dataclasses (and inspect with it) costs ~10 ms at every
@@ -246,21 +259,48 @@ class Agent:
 
 
 def _on_sigterm(signum: int, frame: object) -> None:
-    raise Stop(EXIT_SIGTERM)
+    raise Terminated
+
+
+def run_shard(env: Mapping[str, str]) -> int:
+    """One shard, with the protocol's variables in `env`: the code its run ends with."""
+    try:
+        settings = Settings.from_env(env)
+        ctx = Context.from_env(env)
+    except (KeyError, ValueError) as error:
+        print(f"shardops-example-agent: bad environment: {error!r}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        return Agent(settings, ctx).run()
+    except Stop as stop:
+        return stop.code
+
+
+def serve(env: Mapping[str, str]) -> int:
+    """Shard after shard, one request line each from stdin, until the end of input."""
+    for line in iter(sys.stdin.readline, ""):
+        if not line.strip():
+            continue
+        try:
+            request = json.loads(line)
+            shard_env = {**env, **request["env"]}
+        except (ValueError, KeyError, TypeError) as error:
+            print(f"shardops-example-agent: bad request line {line[:80]!r}: {error!r}", file=sys.stderr)
+            return EXIT_USAGE
+        code = run_shard(shard_env)
+        sys.stdout.write(json.dumps({"exit": code}) + "\n")
+        sys.stdout.flush()
+    return 0
 
 
 def main() -> int:
     signal.signal(signal.SIGTERM, _on_sigterm)
     try:
-        settings = Settings.from_env(os.environ)
-        ctx = Context.from_env(os.environ)
-    except (KeyError, ValueError) as error:
-        print(f"shardops-example-agent: bad environment: {error!r}", file=sys.stderr)
-        return 2
-    try:
-        return Agent(settings, ctx).run()
-    except Stop as stop:
-        return stop.code
+        if os.environ.get(PERSISTENT_ENV) == "1":
+            return serve(dict(os.environ))
+        return run_shard(os.environ)
+    except Terminated:
+        return EXIT_SIGTERM
 
 
 if __name__ == "__main__":

@@ -278,7 +278,8 @@ class WorkerSpec(SpecModel):
         key's back. Also in: the LLM requests the built-in worker makes (`LlmSpec.identity`) and
         resultsVersion, which exists only to be in the key.
         Out: what changes how or where the work runs, or what it costs, not its result: the LLM
-        prices, timeout and API-key Secrets, resources, serviceAccountName."""
+        prices, timeout and API-key Secrets, resources, serviceAccountName, and spec.worker's
+        persistent (one process serving many shards computes what one process per shard does)."""
         identity: dict[str, Any] = {
             "image": self.image,
             "command": self.full_command(),
@@ -289,6 +290,29 @@ class WorkerSpec(SpecModel):
         if self.results_version is not None:
             identity["resultsVersion"] = self.results_version
         return identity
+
+
+class ItemsWorkerSpec(WorkerSpec):
+    """spec.worker: the worker of the work shards, which may keep its command running from shard to
+    shard. spec.finalize is a plain WorkerSpec: the closing step runs once, a process kept for a next
+    shard would serve none."""
+
+    # Unset, not false, by default: a CRD default would write the field into every Campaign, and worker
+    # images of earlier releases (their models forbid unknown fields) could no longer read any.
+    persistent: bool | None = Field(
+        default=None,
+        description=(
+            "Keep one process of the command per worker pod, serving shard after shard, instead of "
+            "starting it for every shard: no interpreter start and imports per shard, and connections, "
+            "clients and rate-limit state kept. The command must speak the persistent protocol: started "
+            "with SHARDOPS_PERSISTENT=1, it reads one JSON line {shard, env} per shard from stdin, runs "
+            "that shard with env's SHARDOPS_* variables exactly as a command started for it would, then "
+            'writes one line {"exit": <the exit code such a run would have>} to stdout (its logs go to '
+            "stderr); end of input ends it. A crash or a stop (stall, lost lease, cost cap, shutdown) "
+            "ends the process, and the next shard starts a new one. Not part of the idempotency key: it "
+            "changes how the command runs, not its results. Default: unset, a process per shard."
+        ),
+    )
 
 
 class Backoff(SpecModel):
@@ -639,7 +663,7 @@ class CampaignSpec(SpecModel):
         ge=1,
         description="Items per shard; one shard is one claim and one run of the command. Default 10.",
     )
-    worker: WorkerSpec = Field(
+    worker: ItemsWorkerSpec = Field(
         description="The command that processes a shard's items, and its pod. Required."
     )
     finalize: WorkerSpec | None = Field(

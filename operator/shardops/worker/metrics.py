@@ -3,7 +3,8 @@
 What the operator exports (scheduler/metrics.py) is what it sees on the objects: shards by phase,
 claims in shard history. What only a worker sees is here: the claims it lost to another worker, the
 looks for work that found none, heartbeats that failed and were retried, how long the user's
-command ran, and the writes the API server refused because the claim was no longer ours (fencing).
+command ran and how many processes of it were started, and the writes the API server refused
+because the claim was no longer ours (fencing).
 
 Every metric carries `campaign` as `<namespace>/<name>`, the operator's spelling, so one dashboard
 variable selects both. Label values come from bounded sets only (outcomes, fence reasons, shard
@@ -57,6 +58,13 @@ class HeartbeatOutcome(StrEnum):
     FENCED = "fenced"
 
 
+class CommandMode(StrEnum):
+    # A process started for one shard (the default).
+    PER_SHARD = "per-shard"
+    # A process of a persistent command (spec.worker.persistent), serving shards until it ends.
+    PERSISTENT = "persistent"
+
+
 class CommandOutcome(StrEnum):
     # Exit 0 with a result for every item.
     SUCCEEDED = "succeeded"
@@ -102,6 +110,14 @@ class WorkerMetrics:
             buckets=COMMAND_BUCKETS,
             registry=r,
         )
+        self.command_starts = Counter(
+            "shardops_worker_command_starts",
+            "Processes of the user's command started, by mode: per-shard (one per attempt) or "
+            "persistent (one serves shard after shard; a new one after a crash, a stop or a change of "
+            "command or environment). Against shards per second: what starting the command costs.",
+            ["campaign", "mode"],
+            registry=r,
+        )
         self.fenced = Counter(
             "shardops_worker_fenced",
             "Shard runs stopped because the claim was no longer this worker's, by what showed it: "
@@ -123,6 +139,8 @@ class WorkerMetrics:
             self.claims.labels(campaign, claim)
         for beat in HeartbeatOutcome:
             self.heartbeats.labels(campaign, beat)
+        for mode in CommandMode:
+            self.command_starts.labels(campaign, mode)
 
     # --- recording -----------------------------------------------------------------------------------
 
@@ -134,6 +152,9 @@ class WorkerMetrics:
 
     def observe_command(self, shard_class: ShardClass, outcome: CommandOutcome, seconds: float) -> None:
         self.command_seconds.labels(self.campaign, shard_class, outcome).observe(max(seconds, 0.0))
+
+    def observe_command_start(self, mode: CommandMode) -> None:
+        self.command_starts.labels(self.campaign, mode).inc()
 
     def observe_fenced(self, reason: str) -> None:
         self.fenced.labels(self.campaign, reason).inc()

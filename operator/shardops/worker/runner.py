@@ -1,5 +1,9 @@
 """Running the user's command for one attempt: files, process group, signals, and reading results.
 
+A command runs once per shard (Command), or, with spec.worker.persistent, as one process serving
+shard after shard (ServedCommand over a CommandServer's ServedProcess: a request line per shard on
+its stdin, an answer line on its stdout). The runtime drives both the same way (ShardCommand).
+
 The command runs in its own process group, so stopping it (lease lost, cost cap, shutdown) reaches
 everything it started, and a SIGSTOP of the worker does not stop it. It also gets a parent-death
 signal, so a worker that is killed outright does not leave it running: in a pod the container's
@@ -22,10 +26,11 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections import deque
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple, Protocol
 
 from shardops.api.common import NO_TOKENS, TokenCounts
 from shardops.api.enums import ErrorClass
@@ -252,58 +257,124 @@ def check_executable(program: str, env: Mapping[str, str], cwd: Path) -> None:
         raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
 
 
+def spawn(
+    argv: Sequence[str], env: Mapping[str, str], cwd: Path, pipes: bool = False
+) -> subprocess.Popen[bytes]:
+    """Start the user's command in a process group of its own, with the parent-death signal (module
+    docstring); `pipes`: its stdin and stdout are pipes to us (a persistent command's protocol
+    channel), else stdin is /dev/null and stdout the worker's. Call from the thread that stays alive
+    (the main thread): the parent-death signal fires when the starting thread exits. A command that
+    cannot be started is a COMMAND_NOT_FOUND CommandFailure."""
+    if not argv:
+        raise CommandFailure(ErrorClass.COMMAND_NOT_FOUND, "spec.worker.command is empty")
+    stdin = subprocess.PIPE if pipes else subprocess.DEVNULL
+    stdout = subprocess.PIPE if pipes else None
+    try:
+        if _SETPRIV:
+            check_executable(argv[0], env, cwd)
+            return subprocess.Popen(
+                [_SETPRIV, "--pdeathsig", "KILL", "--", *argv],
+                env=dict(env),
+                cwd=cwd,
+                stdin=stdin,
+                stdout=stdout,
+                bufsize=0,
+                process_group=0,
+            )
+        return subprocess.Popen(
+            list(argv),
+            env=dict(env),
+            cwd=cwd,
+            stdin=stdin,
+            stdout=stdout,
+            bufsize=0,
+            process_group=0,
+            # Only the main thread starts commands, and no other thread forks meanwhile.
+            preexec_fn=_parent_death_signal,  # noqa: PLW1509
+        )
+    except FileNotFoundError as error:
+        raise CommandFailure(
+            ErrorClass.COMMAND_NOT_FOUND,
+            f"command not found: {argv[0]!r} ({error.strerror}); check spec.worker.command "
+            "and that the program is installed in the worker image",
+        ) from None
+    except PermissionError as error:
+        raise CommandFailure(
+            ErrorClass.COMMAND_NOT_FOUND,
+            f"command cannot be executed: {argv[0]!r} ({error.strerror})",
+        ) from None
+    except OSError as error:
+        raise CommandFailure(
+            ErrorClass.COMMAND_NOT_FOUND, f"command could not start: {argv[0]!r} ({error})"
+        ) from None
+
+
+class ShardCommand(Protocol):
+    """One shard's run of the user's command, as the runtime drives it: a Command (a process of its
+    own) or a ServedCommand (a turn of a persistent command's process)."""
+
+    # Stopped by us (terminate, or kill while it ran): a last result line cut short is no error.
+    signalled: bool
+    # start() started a process (shardops_worker_command_starts_total).
+    new_process: bool
+
+    @property
+    def pid(self) -> int | None: ...
+
+    def start(self) -> None: ...
+
+    def poll(self) -> int | None: ...
+
+    def seconds(self) -> float | None: ...
+
+    def terminate(self, grace: float, wait: Callable[[float], object] = time.sleep) -> int | None: ...
+
+    def kill(self) -> int | None: ...
+
+
+def _signal_group(popen: subprocess.Popen[bytes], sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(popen.pid, sig)
+
+
+def _kill_group(popen: subprocess.Popen[bytes]) -> None:
+    """SIGKILL whatever is left of the group `popen` leads (strays included) and reap the leader."""
+    _signal_group(popen, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        popen.wait(timeout=10)
+
+
+def _ask_group_to_stop(popen: subprocess.Popen[bytes], grace: float, wait: Callable[[float], object]) -> None:
+    """SIGTERM the group `popen` leads and give the leader `grace` seconds to exit."""
+    if popen.poll() is None:
+        _signal_group(popen, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while popen.poll() is None and time.monotonic() < deadline:
+            wait(0.05)
+
+
+def exit_code(returncode: int) -> int:
+    """A process's exit code as a shell shows it: killed by signal n reads 128+n."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
 @dataclass
 class Command:
-    """The user's command as one process group. Start from the thread that stays alive (the main
-    thread): the parent-death signal fires when the starting thread exits."""
+    """The user's command as one process group, started for one shard."""
 
     argv: Sequence[str]
     env: Mapping[str, str]
     cwd: Path
     popen: subprocess.Popen[bytes] | None = None
     signalled: bool = False
+    new_process: bool = False
     started_at: float = field(default=0.0)
     # When the exit was first seen (poll or kill), on the monotonic clock of started_at.
     ended_at: float | None = None
 
     def start(self) -> None:
-        if not self.argv:
-            raise CommandFailure(ErrorClass.COMMAND_NOT_FOUND, "spec.worker.command is empty")
-        try:
-            if _SETPRIV:
-                check_executable(self.argv[0], self.env, self.cwd)
-                self.popen = subprocess.Popen(
-                    [_SETPRIV, "--pdeathsig", "KILL", "--", *self.argv],
-                    env=dict(self.env),
-                    cwd=self.cwd,
-                    stdin=subprocess.DEVNULL,
-                    process_group=0,
-                )
-            else:
-                self.popen = subprocess.Popen(
-                    list(self.argv),
-                    env=dict(self.env),
-                    cwd=self.cwd,
-                    stdin=subprocess.DEVNULL,
-                    process_group=0,
-                    # Only the main thread starts commands, and no other thread forks meanwhile.
-                    preexec_fn=_parent_death_signal,  # noqa: PLW1509
-                )
-        except FileNotFoundError as error:
-            raise CommandFailure(
-                ErrorClass.COMMAND_NOT_FOUND,
-                f"command not found: {self.argv[0]!r} ({error.strerror}); check spec.worker.command "
-                "and that the program is installed in the worker image",
-            ) from None
-        except PermissionError as error:
-            raise CommandFailure(
-                ErrorClass.COMMAND_NOT_FOUND,
-                f"command cannot be executed: {self.argv[0]!r} ({error.strerror})",
-            ) from None
-        except OSError as error:
-            raise CommandFailure(
-                ErrorClass.COMMAND_NOT_FOUND, f"command could not start: {self.argv[0]!r} ({error})"
-            ) from None
+        self.popen = spawn(self.argv, self.env, self.cwd)
+        self.new_process = True
         self.started_at = time.monotonic()
 
     @property
@@ -319,7 +390,7 @@ class Command:
             return None
         if self.ended_at is None:
             self.ended_at = time.monotonic()
-        return 128 - code if code < 0 else code
+        return exit_code(code)
 
     def seconds(self) -> float | None:
         """How long the command ran (so far, while it runs); None when it never started."""
@@ -329,21 +400,15 @@ class Command:
         return end - self.started_at
 
     def signal_group(self, sig: int) -> None:
-        if self.popen is None:
-            return
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.popen.pid, sig)
+        if self.popen is not None:
+            _signal_group(self.popen, sig)
 
     def terminate(self, grace: float, wait: Callable[[float], object] = time.sleep) -> int | None:
         """SIGTERM to the group, SIGKILL after `grace` seconds; returns the exit code."""
         if self.popen is None:
             return None
         self.signalled = True
-        if self.popen.poll() is None:
-            self.signal_group(signal.SIGTERM)
-            deadline = time.monotonic() + grace
-            while self.popen.poll() is None and time.monotonic() < deadline:
-                wait(0.05)
+        _ask_group_to_stop(self.popen, grace, wait)
         return self.kill()
 
     def kill(self) -> int | None:
@@ -352,10 +417,304 @@ class Command:
             return None
         if self.popen.poll() is None:
             self.signalled = True
-        self.signal_group(signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.popen.wait(timeout=10)
+        _kill_group(self.popen)
         return self.poll()
+
+
+# --- persistent commands (docs/architecture.md, "Persistent commands") ------------------------------
+
+# In a persistent command's environment from its start: it reads its shards' requests from stdin.
+PERSISTENT_ENV = "SHARDOPS_PERSISTENT"
+# The most a persistent command may write to stdout without a newline: an answer is a few bytes.
+_ANSWER_MAX = 64 * 1024
+_READ_SIZE = 64 * 1024
+
+
+@dataclass(eq=False)
+class ServedProcess:
+    """One process of a persistent command, kept by a CommandServer from shard to shard. Its stdin
+    takes one request line per shard, its stdout gives one answer line per shard; both pipes are
+    non-blocking, so the worker's loop never waits on the process."""
+
+    argv: tuple[str, ...]
+    env: dict[str, str]
+    # Its working directory, made for it (a command started per shard gets the attempt's directory,
+    # which goes with the shard; this one goes with the process).
+    directory: Path
+    popen: subprocess.Popen[bytes]
+    lines: deque[bytes] = field(default_factory=deque)
+    # What follows the last newline on stdout so far.
+    partial: bytes = b""
+    closed: bool = False
+
+    @classmethod
+    def start(cls, argv: Sequence[str], env: Mapping[str, str], base: Path | None) -> ServedProcess:
+        try:
+            if base is not None:
+                base.mkdir(parents=True, exist_ok=True)
+            directory = Path(tempfile.mkdtemp(prefix="served-", dir=base))
+        except OSError as error:
+            raise CommandFailure(
+                ErrorClass.UNKNOWN, f"cannot make the persistent command's directory: {error}"
+            ) from None
+        try:
+            popen = spawn(argv, env, directory, pipes=True)
+        except CommandFailure:
+            shutil.rmtree(directory, ignore_errors=True)
+            raise
+        assert popen.stdin is not None and popen.stdout is not None
+        os.set_blocking(popen.stdin.fileno(), False)
+        os.set_blocking(popen.stdout.fileno(), False)
+        return cls(tuple(argv), dict(env), directory, popen)
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def send(self, request: bytes) -> None:
+        """Write one request line, whole or not at all: BrokenPipeError when the process closed its
+        stdin (it is ending), BlockingIOError when the pipe has no room for the line (it is not
+        reading its requests). Either way the process cannot serve this request."""
+        assert self.popen.stdin is not None
+        written = os.write(self.popen.stdin.fileno(), request)
+        if written < len(request):
+            raise BlockingIOError(
+                errno.EAGAIN, f"the pipe took {written} of the request's {len(request)} bytes"
+            )
+
+    def next_line(self) -> bytes | None:
+        """The next whole, non-blank line the process wrote to stdout, or None for now."""
+        self._read()
+        return self.lines.popleft() if self.lines else None
+
+    @property
+    def overlong(self) -> bool:
+        """It wrote more to stdout than any answer line without ending the line."""
+        return len(self.partial) > _ANSWER_MAX
+
+    def _read(self) -> None:
+        if self.closed:
+            return
+        assert self.popen.stdout is not None
+        while not self.overlong:
+            try:
+                chunk = os.read(self.popen.stdout.fileno(), _READ_SIZE)
+            except BlockingIOError:
+                return
+            if not chunk:
+                return
+            *whole, self.partial = (self.partial + chunk).split(b"\n")
+            self.lines.extend(line for line in whole if line.strip())
+
+    def unfit_for(self, argv: Sequence[str], env: Mapping[str, str]) -> str | None:
+        """Why this process cannot serve a next shard of `argv` with `env` (None: it can)."""
+        returncode = self.popen.poll()
+        if returncode is not None:
+            return f"it ended between shards (exit {exit_code(returncode)})"
+        if tuple(argv) != self.argv or dict(env) != self.env:
+            return "the next shard's command or environment differs"
+        self._read()
+        if self.lines or self.partial.strip():
+            # Out of step with its requests: its next line would pass for the next shard's answer.
+            return "it wrote to stdout between shards"
+        return None
+
+    def end(self, keep_directory: bool) -> None:
+        """SIGKILL what is left of its group, reap it, close the pipes, remove its directory."""
+        _kill_group(self.popen)
+        if not self.closed:
+            self.closed = True
+            for pipe in (self.popen.stdin, self.popen.stdout):
+                if pipe is not None:
+                    with contextlib.suppress(OSError):
+                        pipe.close()
+            if not keep_directory:
+                shutil.rmtree(self.directory, ignore_errors=True)
+
+
+class Served(NamedTuple):
+    """The process that took a shard's request: started for it or not, and why an earlier one went."""
+
+    process: ServedProcess
+    started: bool
+    replaced: str | None
+
+
+@dataclass
+class CommandServer:
+    """A worker's persistent command between shards: at most one live process (a worker runs one
+    shard at a time). It is replaced when it ended, misbehaved, or a shard needs another command or
+    environment, and ended when the worker exits (`close`)."""
+
+    # Where its working directory goes (SHARDOPS_WORK_DIR; None: TMPDIR), and whether to keep it.
+    base: Path | None = None
+    keep_directories: bool = False
+    process: ServedProcess | None = None
+
+    def serve(self, argv: Sequence[str], env: Mapping[str, str], request: bytes) -> Served:
+        """A process of `argv` with `env` that took `request`: the live one when it fits, else a new
+        one. From the main thread only (`spawn`)."""
+        replaced = None
+        current = self.process
+        if current is not None:
+            replaced = current.unfit_for(argv, env)
+            if replaced is None:
+                try:
+                    current.send(request)
+                    return Served(current, started=False, replaced=None)
+                except (BrokenPipeError, BlockingIOError) as error:
+                    replaced = f"it did not take the request ({error})"
+            self.discard(current)
+        process = ServedProcess.start(argv, env, self.base)
+        self.process = process
+        try:
+            process.send(request)
+        except BrokenPipeError:
+            pass  # It ended already: ServedCommand.poll reports its exit as the shard's.
+        except BlockingIOError:
+            self.discard(process)
+            raise CommandFailure(
+                ErrorClass.UNKNOWN,
+                f"the request line ({len(request)} bytes) does not fit in a persistent command's stdin pipe",
+            ) from None
+        return Served(process, started=True, replaced=replaced)
+
+    def discard(self, process: ServedProcess) -> None:
+        process.end(self.keep_directories)
+        if self.process is process:
+            self.process = None
+
+    def close(self, grace: float, wait: Callable[[float], object] = time.sleep) -> None:
+        """At the worker's exit: end of input asks the process to end; after `grace` seconds SIGKILL
+        ends its group."""
+        process = self.process
+        if process is None:
+            return
+        if process.popen.stdin is not None:
+            with contextlib.suppress(OSError):
+                process.popen.stdin.close()
+        deadline = time.monotonic() + grace
+        while process.popen.poll() is None and time.monotonic() < deadline:
+            wait(0.05)
+        self.discard(process)
+
+
+def answer_code(line: bytes, shard: str) -> int:
+    """The exit code of a persistent command's answer line `{"exit": <0-255>}`; anything else is the
+    shard's bad output."""
+    try:
+        value = json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        value = None
+    code = value.get("exit") if isinstance(value, dict) else None
+    if isinstance(code, bool) or not isinstance(code, int) or not 0 <= code <= 255:
+        snippet = line[:_SNIPPET].decode("utf-8", errors="replace")
+        raise bad_output(
+            f'the persistent command\'s answer for shard {shard} must be one line {{"exit": <0-255>}}, '
+            f"got: {snippet!r} (stdout is the protocol channel: write logs to stderr)"
+        )
+    return code
+
+
+@dataclass
+class ServedCommand:
+    """One shard's turn of a persistent command, with Command's interface. start() hands the shard to
+    the CommandServer's process as a request line; poll() gives the code of its answer line, or the
+    process's exit code when it ended before answering (as a command started for the shard would
+    have exited). Stopping the shard before its answer (terminate, kill) ends the whole process
+    group, and the next shard starts a new process; after the answer kill() leaves the process to
+    the next shard."""
+
+    server: CommandServer
+    argv: Sequence[str]
+    # The shard's whole environment, as a Command would get it.
+    env: Mapping[str, str]
+    # The names in env whose values are this shard's own: sent with the request, not at the start.
+    shard_variables: Collection[str]
+    shard: str
+    process: ServedProcess | None = None
+    signalled: bool = False
+    new_process: bool = False
+    # Why the process that served the previous shard was not used for this one (None: it was, or
+    # there was none).
+    replaced: str | None = None
+    answered: bool = False
+    code: int | None = None
+    started_at: float = field(default=0.0)
+    ended_at: float | None = None
+
+    def start(self) -> None:
+        process_env = {k: v for k, v in self.env.items() if k not in self.shard_variables}
+        process_env[PERSISTENT_ENV] = "1"
+        request = {
+            "shard": self.shard,
+            "env": {k: v for k, v in self.env.items() if k in self.shard_variables},
+        }
+        line = json.dumps(request, separators=(",", ":")) + "\n"
+        served = self.server.serve(self.argv, process_env, line.encode())
+        self.process, self.new_process, self.replaced = served
+        self.started_at = time.monotonic()
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else None
+
+    def poll(self) -> int | None:
+        """The shard's exit code once known: its answer's, or the process's exit without one."""
+        process = self.process
+        if self.code is not None or process is None:
+            return self.code
+        # Before reading: an answer written right before the process ended is read below.
+        returncode = process.popen.poll()
+        line = process.next_line()
+        if line is not None:
+            self.code = answer_code(line, self.shard)
+            self.answered = True
+        elif process.overlong:
+            raise bad_output(
+                f"the persistent command wrote over {_ANSWER_MAX} bytes to stdout for shard {self.shard} "
+                "without a newline; its answer is one short line (logs go to stderr)"
+            )
+        elif returncode is not None:
+            self.code = exit_code(returncode)
+        else:
+            return None
+        self.ended_at = time.monotonic()
+        return self.code
+
+    def seconds(self) -> float | None:
+        """How long the shard's turn took (so far, while it runs); None when it never started."""
+        if self.process is None:
+            return None
+        end = self.ended_at if self.ended_at is not None else time.monotonic()
+        return end - self.started_at
+
+    def signal_group(self, sig: int) -> None:
+        if self.process is not None:
+            _signal_group(self.process.popen, sig)
+
+    def terminate(self, grace: float, wait: Callable[[float], object] = time.sleep) -> int | None:
+        """Before the answer: SIGTERM to the group, SIGKILL after `grace` seconds; the shard's code."""
+        if self.process is None or self.answered:
+            return self.code
+        self.signalled = True
+        _ask_group_to_stop(self.process.popen, grace, wait)
+        return self.kill()
+
+    def kill(self) -> int | None:
+        """Before the answer: SIGKILL the whole group and reap it (the process serves no other shard).
+        After it: nothing, the process waits for the next shard."""
+        process = self.process
+        if process is None or self.answered:
+            return self.code
+        if process.popen.poll() is None:
+            self.signalled = True
+        self.server.discard(process)
+        returncode = process.popen.poll()
+        if self.code is None and returncode is not None:
+            self.code = exit_code(returncode)
+            self.ended_at = time.monotonic()
+        return self.code
 
 
 def command_env(

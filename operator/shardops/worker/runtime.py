@@ -69,14 +69,23 @@ from shardops.worker import heartbeat
 from shardops.worker.claim import ClaimContext, Claimed, choose, claim, stop_reason, uncut_shards
 from shardops.worker.heartbeat import Fenced, FenceReason
 from shardops.worker.look import Look, Looks, ReadLooks, read_look
-from shardops.worker.metrics import ClaimOutcome, CommandOutcome, HeartbeatOutcome, WorkerMetrics
+from shardops.worker.metrics import (
+    ClaimOutcome,
+    CommandMode,
+    CommandOutcome,
+    HeartbeatOutcome,
+    WorkerMetrics,
+)
 from shardops.worker.runner import (
     COOLDOWN_FILE,
     AttemptFiles,
     Command,
     CommandFailure,
+    CommandServer,
     ResultLine,
     ResultsReader,
+    ServedCommand,
+    ShardCommand,
     WorkItem,
     command_env,
     read_error_file,
@@ -170,11 +179,14 @@ class Worker:
     # When this worker last saw each claim of its window renewed, on its own clock: zombies are
     # judged from it (`logic.leases`, "Whose clock").
     renewals: Renewals = field(init=False)
+    # The persistent command's process between shards (spec.worker.persistent), ended at close().
+    commands: CommandServer = field(init=False)
 
     def __post_init__(self) -> None:
         # Labelled as the operator labels its campaign metrics, so one dashboard variable fits both.
         self.metrics = WorkerMetrics(f"{self.namespace}/{self.campaign_name}")
         self.renewals = Renewals(self.clock.monotonic)
+        self.commands = CommandServer(self.settings.work_dir, self.settings.keep_work_dir)
         if self.looks is None:
             self.looks = ReadLooks(self.kube, self.namespace, self.campaign_name)
 
@@ -237,7 +249,10 @@ class Worker:
 
     def close(self) -> None:
         assert self.looks is not None
-        self.looks.close()
+        try:
+            self.commands.close(self.settings.term_grace_seconds)
+        finally:
+            self.looks.close()
 
     def wait_for_work(self, seconds: float) -> None:
         """Until something may have made a shard claimable (a watched change), or `seconds`; then a
@@ -675,6 +690,11 @@ class ShardRun:
     def finalize(self) -> bool:
         return self.shard.spec.shard_class is ShardClass.FINALIZE
 
+    @property
+    def persistent(self) -> bool:
+        """Run by the worker's persistent command: spec.worker's choice, for work shards only."""
+        return not self.finalize and self.campaign.spec.worker.persistent is True
+
     def write_campaign_results(self, path: Path) -> tuple[ErrorClass, str] | None:
         """The finalize shard's input: every finished item of the campaign, one JSON line each in
         item order (what `kubectl campaign results` prints), written before its command starts.
@@ -721,39 +741,43 @@ class ShardRun:
             return self.fail(
                 ErrorClass.UNKNOWN, f"cannot write the attempt's files: {error}", self.claimed.source
             )
-        extra: dict[str, str] = {}
-        if self.finalize:
-            problem = self.write_campaign_results(files.campaign_results)
-            if problem is not None:
-                files.remove()
-                return self.fail(problem[0], problem[1], self.claimed.source)
-            extra["SHARDOPS_CAMPAIGN_RESULTS_FILE"] = str(files.campaign_results)
-        protocol = {
-            **extra,
+        # The protocol variables whose values are this shard's own; a persistent command gets them
+        # with each shard's request, the campaign's at its start.
+        of_shard = {
             "SHARDOPS_ITEMS_FILE": str(files.items),
             "SHARDOPS_RESULTS_FILE": str(files.results),
             "SHARDOPS_ERROR_FILE": str(files.error),
             "SHARDOPS_SOURCE": self.claimed.source or "",
             "SHARDOPS_SHARD": self.name,
-            "SHARDOPS_CAMPAIGN": self.campaign.name,
             "SHARDOPS_ATTEMPT": str(self.attempt),
             "SHARDOPS_IDEMPOTENCY_KEY": self.key,
+        }
+        of_campaign = {
+            "SHARDOPS_CAMPAIGN": self.campaign.name,
             **self.campaign.spec.command_settings(worker_spec),
         }
+        if self.finalize:
+            problem = self.write_campaign_results(files.campaign_results)
+            if problem is not None:
+                files.remove()
+                return self.fail(problem[0], problem[1], self.claimed.source)
+            of_shard["SHARDOPS_CAMPAIGN_RESULTS_FILE"] = str(files.campaign_results)
         if worker_spec.llm is not None and self.claimed.source is not None:
             # The built-in LLM worker reads its source's cooldown from this file before each request.
             self.cooldown_file = files.directory / COOLDOWN_FILE
             self.write_cooldown()
-            protocol[COOLDOWN_FILE_ENV] = str(self.cooldown_file)
-        command = Command(
-            worker_spec.full_command(),
-            command_env(os.environ, protocol, worker_spec.env_dict()),
-            files.directory,
-        )
+            of_shard[COOLDOWN_FILE_ENV] = str(self.cooldown_file)
+        argv = worker_spec.full_command()
+        env = command_env(os.environ, {**of_campaign, **of_shard}, worker_spec.env_dict())
+        command: ShardCommand
+        if self.persistent:
+            command = ServedCommand(self.worker.commands, argv, env, frozenset(of_shard), self.name)
+        else:
+            command = Command(argv, env, files.directory)
         reader = ResultsReader(files.results, [w.key for w in work], self.store.max_bytes)
         try:
             command.start()
-            emit("command-started", shard=self.name, pid=command.pid, items=len(work), attempt=self.attempt)
+            self.command_started(command, len(work))
             return self.supervise(command, reader, files, len(work))
         except CommandFailure as failure:
             command.kill()
@@ -769,7 +793,22 @@ class ShardRun:
             if not self.settings.keep_work_dir:
                 files.remove()
 
-    def supervise(self, command: Command, reader: ResultsReader, files: AttemptFiles, count: int) -> Outcome:
+    def command_started(self, command: ShardCommand, items: int) -> None:
+        """Log the start of the shard's command and count a process started for it (a persistent
+        command's process is started for the first shard it serves, or when it was replaced)."""
+        if command.new_process:
+            mode = CommandMode.PERSISTENT if self.persistent else CommandMode.PER_SHARD
+            self.worker.metrics.observe_command_start(mode)
+        served = (
+            {"persistent": True, "new_process": command.new_process, "replaced": command.replaced}
+            if isinstance(command, ServedCommand)
+            else {}
+        )
+        emit("command-started", shard=self.name, pid=command.pid, items=items, attempt=self.attempt, **served)
+
+    def supervise(
+        self, command: ShardCommand, reader: ResultsReader, files: AttemptFiles, count: int
+    ) -> Outcome:
         interval = self.campaign.spec.effective_heartbeat_seconds
         next_beat = self.clock.monotonic() + interval
         shutdown = False
@@ -823,7 +862,7 @@ class ShardRun:
             classified.error_class, classified.message, classified.source, classified.retry_after_seconds
         )
 
-    def _beat(self, command: Command, interval: float) -> float:
+    def _beat(self, command: ShardCommand, interval: float) -> float:
         """Heartbeat; returns when the next one is due. Fenced propagates after killing the command."""
         metrics = self.worker.metrics
         try:
