@@ -25,8 +25,8 @@ import workerkit
 from fakekube import FakeKube
 from shardops.api.enums import ErrorClass
 from shardops.api.shard import Shard
-from shardops.k8s.api import CONFIGMAPS, LEASES, SHARDS, Resource
-from shardops.store.configmap import result_name
+from shardops.k8s.api import LEASES, SHARDS, Resource
+from shardops.store.configmap import ConfigMapStore
 from shardops.worker import runner
 from shardops.worker.runner import PERSISTENT_ENV, CommandFailure, CommandServer, ServedCommand
 from workerkit import NAMESPACE, add_campaign, campaign_body
@@ -352,9 +352,9 @@ def _outcome(kube: FakeKube, shard: Shard) -> tuple[str, str | None, str | None]
 
 
 def _stored(kube: FakeKube, shard: Shard) -> list[Any]:
-    configmap = kube.obj(CONFIGMAPS, NAMESPACE, result_name(shard.spec.idempotency_key))
-    assert configmap is not None
-    return [(e["key"], e["result"]) for e in json.loads(configmap["data"]["result.json"])["items"]]
+    stored = ConfigMapStore(kube, NAMESPACE).read_result(shard.spec.idempotency_key)  # type: ignore[arg-type]
+    assert stored is not None
+    return [(e["key"], e["result"]) for e in json.loads(stored.text)["items"]]
 
 
 def _starts(worker: Any, mode: str) -> float:

@@ -11,10 +11,12 @@ could never be created says so up front, naming the shard and the fix, instead o
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
-from shardops.api.common import Item
+# An item: one JSON object of the campaign's input (shardops.api.common.Item, which logic does not import).
+Item = Mapping[str, Any]
 
 MAX_SHARD_ITEMS_BYTES = 1024 * 1024
 
