@@ -20,7 +20,7 @@ from shardops.store.records import (
     StoreUnavailable,
     encode_result,
 )
-from shardops.store.s3 import S3Store
+from shardops.store.s3 import NotJsonlText, S3Store
 
 KEY = "sha256:" + "ab" * 32
 LOCATION = ResultStoreStatus(type=StoreType.S3, endpoint="http://127.0.0.1:1", bucket="results", prefix="p")
@@ -148,3 +148,15 @@ def test_the_configmap_store_refuses_campaigns_over_its_ceiling() -> None:
     assert problem is not None and "configure object storage" in problem and "1001 work shards" in problem
     assert capacity_problem(ResultStoreStatus(type=StoreType.S3, bucket="b"), 10**6) is None
     assert "no bucket" in (capacity_problem(ResultStoreStatus(type=StoreType.S3), 1) or "")
+
+
+@pytest.mark.parametrize(
+    ("key", "body"),
+    [("in/latin1.jsonl", '{"name": "café"}\n'.encode("latin-1")), ("in/plain.jsonl.gz", b'{"n": 1}\n')],
+)
+def test_an_object_that_is_not_utf8_jsonl_or_not_its_gzip_is_named_with_the_fix(
+    store: S3Store, s3: FakeS3, key: str, body: bytes
+) -> None:
+    s3.objects[key] = (body, {})
+    with pytest.raises(NotJsonlText, match=r"is not JSONL text .* upload it as UTF-8 JSONL, gzip-compressed"):
+        list(store.open_lines(key))

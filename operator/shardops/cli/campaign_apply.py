@@ -20,12 +20,13 @@ from typing import Any
 
 import yaml
 
-from shardops.api.campaign import DEFAULT_S3_PREFIX, ResultStoreStatus, parse_item_line
+from shardops.api.campaign import DEFAULT_S3_PREFIX, CampaignSpec, ResultStoreStatus, parse_item_line
 from shardops.api.enums import StoreType
 from shardops.cli.campaign_client import EXIT_OK, EXIT_USAGE, CliError, bad_state, no_access
 from shardops.cli.campaign_results import user_s3_store
 from shardops.cli.command import Context
 from shardops.k8s.api import CAMPAIGNS, AlreadyExists
+from shardops.logic.shard_items import ShardItemsSize
 from shardops.store.records import StoreUnavailable
 from shardops.store.s3 import S3Store
 
@@ -43,12 +44,16 @@ def _lines(path: Path) -> Iterator[str]:
         yield from handle
 
 
-def check_items(path: Path) -> int:
-    """The number of items in FILE; CliError at the first line that is not a JSON object."""
+def check_items(path: Path, shard_size: int) -> int:
+    """The number of items in FILE; CliError at the first line that is not a JSON object, or at the
+    first shard (`shard_size` items) too big for its Shard: the operator would refuse the campaign."""
     count = 0
+    sizes = ShardItemsSize(shard_size, str(path))
     try:
         for number, line in enumerate(_lines(path), start=1):
-            if parse_item_line(line, number, str(path)) is not None:
+            item = parse_item_line(line, number, str(path))
+            if item is not None:
+                sizes.add(item)
                 count += 1
     except ValueError as error:
         raise bad_state(f"{error}: nothing was uploaded") from None
@@ -112,7 +117,11 @@ def run_apply(ctx: Context) -> int:
     spec: JSON = manifest.setdefault("spec", {})
     if args.items:
         path = Path(args.items)
-        count = check_items(path)
+        # A shardSize the API server will refuse is its to name; the check then takes the default.
+        shard_size = spec.get("shardSize")
+        if not isinstance(shard_size, int) or shard_size < 1:
+            shard_size = CampaignSpec.model_fields["shard_size"].default
+        count = check_items(path, shard_size)
         location = _location(ctx, spec)
         try:
             store = user_s3_store(ctx, location, namespace)

@@ -83,7 +83,7 @@ from shardops.store import ResultStore
 from shardops.store.finished import commit_for_reuse, completion, stored_result_of
 from shardops.store.items import StreamedItems, object_items
 from shardops.store.records import StoredResult, StoreUnavailable
-from shardops.store.s3 import S3Store
+from shardops.store.s3 import NotJsonlText, S3Store
 
 log = logging.getLogger(__name__)
 
@@ -422,7 +422,7 @@ class Reconciler:
         items = object_items(source, s3, campaign.spec.shard_size)
         try:
             items.total()
-        except ShardItemsTooLarge as error:
+        except (ShardItemsTooLarge, NotJsonlText) as error:
             raise campaigns.ItemsUnavailable(ConditionReason.ITEMS_INVALID, str(error)) from None
         except ValueError as error:
             raise campaigns.ItemsUnavailable(

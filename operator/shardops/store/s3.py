@@ -79,6 +79,11 @@ _MISSING_CODES = {"NoSuchKey", "404", "NotFound"}
 _EXPECTED_CODES = frozenset(_PRECONDITION_CODES | _MISSING_CODES)
 
 
+class NotJsonlText(ValueError):
+    """An itemsFrom object that is not UTF-8 text (or not the gzip its name says): the whole object
+    is wrong, not one line of it."""
+
+
 def client_for(location: ResultStoreStatus, credentials: Mapping[str, str] | None = None) -> Any:
     """A boto3 S3 client for `location`; credentials come from the default chain (the workers' env
     from the credentials Secret, or workload identity on a cloud) unless `credentials` (the keys of
@@ -273,7 +278,10 @@ class S3Store:
             yield from text
         except (OSError, EOFError, UnicodeDecodeError) as error:
             # gzip.BadGzipFile is an OSError; a body cut short is EOFError.
-            raise ValueError(f"{where} is not JSONL text (or not valid gzip): {error}") from None
+            raise NotJsonlText(
+                f"{where} is not JSONL text (or not valid gzip): {error}; upload it as UTF-8 JSONL, "
+                "gzip-compressed when its key ends in .gz (kubectl campaign apply --items FILE does)"
+            ) from None
         finally:
             text.close()
 
