@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -29,6 +30,11 @@ from shardops.logic.timefmt import parse_rfc3339
 JSON = dict[str, Any]
 POLL_SECONDS = 0.25
 AGENT = "shardops-example-agent"
+# The campaigns run their command as a user after throughput would: one process per worker serving
+# shard after shard (spec.worker.persistent; the example agent speaks the protocol). An Indexed Job
+# cannot: its pods start the command once per item. SHARDOPS_BENCH_PERSISTENT=0 measures the
+# process-per-shard mode instead.
+PERSISTENT = os.environ.get("SHARDOPS_BENCH_PERSISTENT", "1") != "0"
 # The kinds whose live count a scale run samples: what one campaign keeps on the API server.
 COUNTED: dict[str, Resource] = {
     "Shards": SHARDS,
@@ -117,15 +123,15 @@ def campaign_manifest(
     max_concurrency: int = 20,
     work_seconds: float = 0.0,
     ledger: Path | None = None,
+    persistent: bool = PERSISTENT,
     **spec: Any,
 ) -> JSON:
-    """A Campaign as a user writes it: everything not given keeps the product's default."""
-    body: JSON = {
-        "shardSize": shard_size,
-        "maxConcurrency": max_concurrency,
-        "worker": {"image": image, "command": [AGENT], "env": agent_env(work_seconds, ledger)},
-        **spec,
-    }
+    """A Campaign as a user writes it: everything not given keeps the product's default, except
+    `spec.worker.persistent` (PERSISTENT)."""
+    worker: JSON = {"image": image, "command": [AGENT], "env": agent_env(work_seconds, ledger)}
+    if persistent:
+        worker["persistent"] = True
+    body: JSON = {"shardSize": shard_size, "maxConcurrency": max_concurrency, "worker": worker, **spec}
     if items_from is not None:
         body["itemsFrom"] = items_from
     else:

@@ -25,7 +25,7 @@ from e2e import schedulerkit
 from e2e.chartkit import worker_service_account
 from e2e.harness import wait_for
 
-from benchmarks import audit, profiling, stats
+from benchmarks import audit, profiling, runs, stats
 from benchmarks.model import Section, Table, fmt, meets
 from benchmarks.plan import Plan, Scale, Versus
 from benchmarks.plots import Plots
@@ -198,7 +198,14 @@ def versus(ctx: Context) -> Section:
         "shardops against an Indexed Job",
         "Each case runs a Campaign of one-item shards and an Indexed Job (completionMode Indexed, "
         "completions = shards, parallelism = maxConcurrency) whose pods run the same per-item command "
-        "(the example agent, its latency = the work) through the same kubelet. Time: from the create "
+        "(the example agent, its latency = the work) through the same kubelet. "
+        + (
+            "The Campaign sets spec.worker.persistent, so each worker's agent process serves shard "
+            "after shard; the Job's pods start it once per item, as a Job must. "
+            if runs.PERSISTENT
+            else "The Campaign starts the agent once per shard (SHARDOPS_BENCH_PERSISTENT=0). "
+        )
+        + "Time: from the create "
         "call to the first poll (every 0.25 s) that sees the Campaign Succeeded / the Job Complete. "
         "The order alternates between repeats (Job first, then shardops first, ...); each run starts "
         "after the previous one's worker processes are gone (in the full set also its Shards and "
