@@ -37,7 +37,8 @@ AGENT = [sys.executable, "-m", "shardops_example_agent.agent"]
 _SERVE = """
 import json, os, sys, time
 for line in iter(sys.stdin.readline, ""):
-    env = json.loads(line)["env"]
+    request = json.loads(line)
+    env = request["env"]
     do = env.get("DO", "answer")
     if do == "crash":
         os.kill(os.getpid(), 9)
@@ -49,9 +50,15 @@ for line in iter(sys.stdin.readline, ""):
         continue
     if do == "hang":
         time.sleep(600)
-    print(json.dumps({"exit": int(env.get("CODE", "0"))}), flush=True)
+    print(json.dumps({"shard": request["shard"], "exit": int(env.get("CODE", "0"))}), flush=True)
 """
 SERVE = [sys.executable, "-c", _SERVE]
+# Reads one request and answers it (exit 0), then does what follows.
+ANSWER_ONCE = (
+    "import json, sys, time\n"
+    "shard = json.loads(sys.stdin.readline())['shard']\n"
+    "print(json.dumps({'shard': shard, 'exit': 0}), flush=True)\n"
+)
 
 
 def _until(what: str, check: Callable[[], object], seconds: float = 10) -> None:
@@ -111,7 +118,7 @@ def test_the_process_starts_with_the_campaigns_env_and_gets_each_shards_own_with
         "out.write(json.dumps(dict(os.environ)) + '\\n'); out.flush()\n"
         "for line in iter(sys.stdin.readline, ''):\n"
         "    out.write(line); out.flush()\n"
-        "    print('{\"exit\": 0}', flush=True)\n"
+        "    print(json.dumps({'shard': json.loads(line)['shard'], 'exit': 0}), flush=True)\n"
     )
     argv = [sys.executable, "-c", script]
     for shard in ("s1", "s2"):
@@ -147,10 +154,12 @@ def test_one_process_serves_shard_after_shard_until_the_campaigns_env_changes(se
 @pytest.mark.parametrize(
     ("said", "message"),
     [
-        ("hello\n", "must be one line {\"exit\": <0-255>}, got: 'hello'"),
-        ('{"exit": "0"}\n', "must be one line"),
-        ('{"exit": 300}\n', "must be one line"),
-        ('{"exit": true}\n', "must be one line"),
+        ("hello\n", 'must be one line {"shard": "s", "exit": <0-255>}, got: \'hello\''),
+        ('{"shard": "s", "exit": "0"}\n', "must be one line"),
+        ('{"shard": "s", "exit": 300}\n', "must be one line"),
+        ('{"shard": "s", "exit": true}\n', "must be one line"),
+        ('{"exit": 0}\n', "must be one line"),
+        ('{"shard": "another", "exit": 0}\n', "must be one line"),
         ("x", "over 65536 bytes to stdout for shard s without a newline"),
     ],
 )
@@ -205,7 +214,7 @@ def test_output_between_shards_replaces_the_process(server: CommandServer, tmp_p
     script = (
         "import sys\n"
         "sys.stdin.readline()\n"
-        'print(\'{"exit": 0}\\n{"exit": 0}\', flush=True)\n'
+        'print(\'{"shard": "s1", "exit": 0}\\n{"shard": "s1", "exit": 0}\', flush=True)\n'
         "sys.stdin.readline()\n"
     )
     first = _turn(server, "s1", [sys.executable, "-c", script])
@@ -258,7 +267,7 @@ def test_close_asks_with_end_of_input_then_kills_the_group(tmp_path: Path) -> No
     deaf = [
         sys.executable,
         "-c",
-        "import sys, time\nsys.stdin.readline()\nprint('{\"exit\": 0}', flush=True)\ntime.sleep(60)",
+        ANSWER_ONCE + "time.sleep(60)",
     ]
     command = _turn(served, "s2", deaf)
     assert _code(command) == 0
@@ -306,7 +315,7 @@ def test_a_persistent_command_dies_with_its_worker(launcher: str, tmp_path: Path
     if launcher == "setpriv" and runner._SETPRIV is None:
         pytest.skip("setpriv is not installed")
     # The command answers, then sleeps: it never reads again, so no end of input would end it either.
-    child_code = "import sys, time\nsys.stdin.readline()\nprint('{\"exit\": 0}', flush=True)\ntime.sleep(600)"
+    child_code = ANSWER_ONCE + "time.sleep(600)"
     parent = subprocess.Popen(
         [sys.executable, "-c", _SERVED_PARENT, launcher, str(tmp_path), child_code],
         stdout=subprocess.PIPE,
@@ -398,7 +407,7 @@ def test_each_shard_gets_the_variables_a_process_of_its_own_would_have(tmp_path:
         "if os.environ.get('SHARDOPS_PERSISTENT') == '1':\n"
         "    for line in iter(sys.stdin.readline, ''):\n"
         "        run({**os.environ, **json.loads(line)['env']})\n"
-        "        print('{\"exit\": 0}', flush=True)\n"
+        "        print(json.dumps({'shard': json.loads(line)['shard'], 'exit': 0}), flush=True)\n"
         "else:\n"
         "    run(os.environ)\n"
     )

@@ -33,9 +33,9 @@ SIGTERM ends the run between two writes (exit 143): every result line already wr
 With SHARDOPS_PERSISTENT=1 (spec.worker.persistent) one process serves shard after shard: it reads
 one request line `{"shard": name, "env": {...}}` from stdin, runs that shard with its environment
 at start plus the request's env (the variables above included, so a fault applies to the shards
-whose env sets it), answers `{"exit": code}` on stdout with the code a run of its own would have
-exited with, and ends with 0 at the end of input. A crash kills the process mid-shard, as it would
-kill a run of its own; SIGTERM ends the process (exit 143).
+whose env sets it), answers `{"shard": name, "exit": code}` on stdout with the code a run of its
+own would have exited with, and ends with 0 at the end of input. A crash kills the process
+mid-shard, as it would kill a run of its own; SIGTERM ends the process (exit 143).
 """
 
 from __future__ import annotations
@@ -288,7 +288,7 @@ def serve(env: Mapping[str, str]) -> int:
             print(f"shardops-example-agent: bad request line {line[:80]!r}: {error!r}", file=sys.stderr)
             return EXIT_USAGE
         code = run_shard(shard_env)
-        sys.stdout.write(json.dumps({"exit": code}) + "\n")
+        sys.stdout.write(json.dumps({"shard": request.get("shard"), "exit": code}) + "\n")
         sys.stdout.flush()
     return 0
 

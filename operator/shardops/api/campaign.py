@@ -307,10 +307,11 @@ class ItemsWorkerSpec(WorkerSpec):
             "clients and rate-limit state kept. The command must speak the persistent protocol: started "
             "with SHARDOPS_PERSISTENT=1, it reads one JSON line {shard, env} per shard from stdin, runs "
             "that shard with env's SHARDOPS_* variables exactly as a command started for it would, then "
-            'writes one line {"exit": <the exit code such a run would have>} to stdout (its logs go to '
-            "stderr); end of input ends it. A crash or a stop (stall, lost lease, cost cap, shutdown) "
-            "ends the process, and the next shard starts a new one. Not part of the idempotency key: it "
-            "changes how the command runs, not its results. Default: unset, a process per shard."
+            'writes one line {"shard": <its name>, "exit": <the exit code such a run would have>} to '
+            "stdout (its logs go to stderr); end of input ends it. A crash or a stop (stall, lost lease, "
+            "cost cap, shutdown) ends the process, and the next shard starts a new one. Not part of the "
+            "idempotency key: it changes how the command runs, not its results. Default: unset, a process "
+            "per shard."
         ),
     )
 

@@ -600,18 +600,21 @@ class CommandServer:
 
 
 def answer_code(line: bytes, shard: str) -> int:
-    """The exit code of a persistent command's answer line `{"exit": <0-255>}`; anything else is the
-    shard's bad output."""
+    """The exit code of a persistent command's answer line `{"shard": <name>, "exit": <0-255>}`;
+    anything else is the shard's bad output. The answer names its shard, so a line the command wrote
+    out of turn can never pass for this shard's answer."""
     try:
         value = json.loads(line)
     except (json.JSONDecodeError, UnicodeDecodeError):
         value = None
     code = value.get("exit") if isinstance(value, dict) else None
-    if isinstance(code, bool) or not isinstance(code, int) or not 0 <= code <= 255:
+    named = value.get("shard") if isinstance(value, dict) else None
+    if isinstance(code, bool) or not isinstance(code, int) or not 0 <= code <= 255 or named != shard:
         snippet = line[:_SNIPPET].decode("utf-8", errors="replace")
         raise bad_output(
-            f'the persistent command\'s answer for shard {shard} must be one line {{"exit": <0-255>}}, '
-            f"got: {snippet!r} (stdout is the protocol channel: write logs to stderr)"
+            f"the persistent command's answer for shard {shard} must be one line "
+            f'{{"shard": "{shard}", "exit": <0-255>}}, got: {snippet!r} (stdout is the protocol '
+            "channel: write logs to stderr)"
         )
     return code
 
