@@ -42,6 +42,8 @@ from e2e.cluster import pki as pki_mod
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CLUSTER_DIR = Path(__file__).resolve().parent
 DEFAULT_DIR = REPO_ROOT / ".shardops" / "cluster"
+# The checkout's Python that pods run from (the editable install): shardops and the example agent.
+POD_SOURCES = ("operator", "examples/agent")
 MARKER_ENV = "SHARDOPS_LOCAL_CLUSTER"
 NODE_NAME = "local-node"
 
@@ -148,6 +150,17 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+def compile_pod_sources() -> None:
+    """Compile the sources pods run, as an image's pip install compiles what it installs: a process
+    that finds no bytecode compiles every module it imports, at every start, when it may not write
+    it (PYTHONDONTWRITEBYTECODE, set on CI machines). Measured: a worker's start 0.80 -> 0.60 CPU-s.
+    Cheap when up to date (compileall skips current files)."""
+    import compileall
+
+    for root in POD_SOURCES:
+        compileall.compile_dir(REPO_ROOT / root, quiet=1)
 
 
 @dataclass(frozen=True)
@@ -438,6 +451,7 @@ class LocalCluster:
         )
 
         self.kubelet_state.mkdir(parents=True, exist_ok=True)
+        compile_pod_sources()
         self._spawn(
             "kubelet",
             [
