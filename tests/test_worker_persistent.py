@@ -13,7 +13,6 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -66,14 +65,6 @@ def _until(what: str, check: Callable[[], object], seconds: float = 10) -> None:
     while not check():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.01)
-
-
-def _gone(pid: int) -> bool:
-    """Ended: no such process, or a zombie waiting for whoever adopted it to reap it."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
 
 
 @pytest.fixture
@@ -143,12 +134,12 @@ def test_one_process_serves_shard_after_shard_until_the_campaigns_env_changes(se
         turns.append(turn)
     assert [t.new_process for t in turns] == [True, False, False]
     assert len({t.pid for t in turns}) == 1
-    assert all(not t.signalled for t in turns) and not _gone(turns[0].pid or 0)
+    assert all(not t.signalled for t in turns) and not workerkit.process_gone(turns[0].pid or 0)
     other = _turn(server, "s3", env={"MODEL": "other"})
     assert _code(other) == 0
     assert other.new_process and other.replaced == "the next shard's command or environment differs"
     assert other.pid != turns[0].pid
-    _until("the replaced process to end", lambda: _gone(turns[0].pid or 0))
+    _until("the replaced process to end", lambda: workerkit.process_gone(turns[0].pid or 0))
 
 
 @pytest.mark.parametrize(
@@ -175,7 +166,7 @@ def test_a_malformed_answer_is_bad_output_and_the_process_goes(
     pid = command.pid
     assert pid is not None
     command.kill()  # the runtime's answer to a CommandFailure
-    assert _gone(pid) and command.signalled and server.process is None
+    assert workerkit.process_gone(pid) and command.signalled and server.process is None
     assert _turn(server, "next").new_process
 
 
@@ -222,7 +213,7 @@ def test_output_between_shards_replaces_the_process(server: CommandServer, tmp_p
     first.kill()
     after = _turn(server, "s2", [sys.executable, "-c", script])
     assert after.new_process and after.replaced == "it wrote to stdout between shards"
-    assert after.pid != first.pid and _gone(first.pid or 0)
+    assert after.pid != first.pid and workerkit.process_gone(first.pid or 0)
 
 
 def test_terminate_before_the_answer_ends_the_whole_group(server: CommandServer, tmp_path: Path) -> None:
@@ -242,7 +233,7 @@ def test_terminate_before_the_answer_ends_the_whole_group(server: CommandServer,
     assert command.poll() is None
     assert command.terminate(grace=0.5) == 128 + signal.SIGTERM
     assert command.signalled and server.process is None
-    _until("the grandchild to end", lambda: _gone(grandchild))
+    _until("the grandchild to end", lambda: workerkit.process_gone(grandchild))
     assert _turn(server, "s2").new_process
 
 
@@ -250,7 +241,9 @@ def test_stopping_after_the_answer_leaves_the_process_to_the_next_shard(server: 
     command = _turn(server, "s1", CODE="75")
     assert _code(command) == 75
     assert command.terminate(grace=0.5) == 75 and command.kill() == 75
-    assert not command.signalled and server.process is not None and not _gone(command.pid or 0)
+    assert (
+        not command.signalled and server.process is not None and not workerkit.process_gone(command.pid or 0)
+    )
     assert not _turn(server, "s2").new_process
 
 
@@ -324,10 +317,10 @@ def test_a_persistent_command_dies_with_its_worker(launcher: str, tmp_path: Path
     assert parent.stdout is not None
     # Printed once it answered: past setpriv's prctl, so the signal is armed.
     child = int(parent.stdout.readline())
-    assert not _gone(child)
+    assert not workerkit.process_gone(child)
     parent.kill()
     parent.wait()
-    _until(f"command {child} to die with its worker ({launcher})", lambda: _gone(child))
+    _until(f"command {child} to die with its worker ({launcher})", lambda: workerkit.process_gone(child))
 
 
 # --- the worker loop --------------------------------------------------------------------------------
@@ -390,7 +383,7 @@ def test_one_process_serves_every_shard_with_the_results_of_a_process_per_shard(
         assert list(work_dir.iterdir()) == [], "attempt directories and the process's own are removed"
     assert results[True] == results[False]
     assert len(pids[False]) == 3 and len(pids[True]) == 1, "one process served the three shards"
-    assert all(_gone(pid) for pid in pids[True]), "the worker's exit ended it"
+    assert all(workerkit.process_gone(pid) for pid in pids[True]), "the worker's exit ended it"
 
 
 def test_each_shard_gets_the_variables_a_process_of_its_own_would_have(tmp_path: Path) -> None:
@@ -480,7 +473,7 @@ def test_a_lost_lease_kills_the_process_and_the_next_shard_starts_a_new_one(tmp_
     fenced_pid = next(e["pid"] for e in entries if e["shard"] == first.name)
     assert [e["event"] for e in entries if e["shard"] == first.name] == ["start"], "stopped mid-item"
     assert next(e["pid"] for e in entries if e["shard"] == second.name) != fenced_pid
-    assert _gone(fenced_pid)
+    assert workerkit.process_gone(fenced_pid)
     assert _starts(worker, "persistent") == 2
     assert worker.metrics.sample("shardops_worker_fenced_total", reason="lease") == 1
 
@@ -495,22 +488,14 @@ def test_sigterm_stops_the_process_and_releases_the_shard(tmp_path: Path) -> Non
     work_dir = tmp_path / "work"
     worker = workerkit.worker(kube, work_dir, term_grace_seconds=5)
 
-    def stop_after_first_result() -> None:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            if any(p.read_text() for p in work_dir.glob("*/results.jsonl")):
-                worker.stop.set()
-                return
-            time.sleep(0.01)
-
-    threading.Thread(target=stop_after_first_result, daemon=True).start()
+    workerkit.stop_after_first_result(worker, work_dir)
     started = time.monotonic()
     assert worker.run() == 0
     assert time.monotonic() - started < 10, "the process was not stopped promptly"
     released = _shard(kube, shard.name).current_status
     assert released.phase == "Pending" and released.attempt == 1
     assert released.progress is not None and released.progress.done == 1
-    assert _gone(_ledger(ledger)[0]["pid"])
+    assert workerkit.process_gone(_ledger(ledger)[0]["pid"])
     assert list(work_dir.iterdir()) == []
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import workerkit
 from shardops.api.enums import ErrorClass
 from shardops.worker import runner
 from shardops.worker.runner import (
@@ -244,14 +245,6 @@ def _wait_for_the_exec(pid: int) -> None:
         time.sleep(0.01)
 
 
-def _gone(pid: int) -> bool:
-    """Ended: no such process, or a zombie waiting for whoever adopted it to reap it."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
-
-
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 @pytest.mark.parametrize("launcher", ["setpriv", "preexec"])
 def test_a_command_dies_with_its_worker(launcher: str, tmp_path: Path) -> None:
@@ -262,11 +255,11 @@ def test_a_command_dies_with_its_worker(launcher: str, tmp_path: Path) -> None:
     )
     assert parent.stdout is not None
     child = int(parent.stdout.readline())
-    assert not _gone(child)
+    assert not workerkit.process_gone(child)
     _wait_for_the_exec(child)
     parent.kill()
     parent.wait()
     deadline = time.monotonic() + 10
-    while not _gone(child) and time.monotonic() < deadline:
+    while not workerkit.process_gone(child) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert _gone(child), f"command {child} outlived its worker ({launcher})"
+    assert workerkit.process_gone(child), f"command {child} outlived its worker ({launcher})"

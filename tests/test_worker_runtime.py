@@ -9,7 +9,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -298,15 +297,7 @@ def test_sigterm_releases_the_shard_with_its_partial_results_and_no_attempt_char
     (shard,) = add_campaign(kube, _agent_campaign(items, shardSize=2))
     worker = workerkit.worker(kube, tmp_path, term_grace_seconds=5)
 
-    def stop_after_first_result() -> None:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            if any(p.read_text() for p in tmp_path.glob("*/results.jsonl")):
-                worker.stop.set()
-                return
-            time.sleep(0.01)
-
-    threading.Thread(target=stop_after_first_result, daemon=True).start()
+    workerkit.stop_after_first_result(worker, tmp_path)
     started = time.monotonic()
     assert worker.run() == 0
     assert time.monotonic() - started < 10, "the command was not stopped promptly"

@@ -4,6 +4,8 @@ makes them, stored in the in-memory API server (`fakekube.FakeKube`)."""
 from __future__ import annotations
 
 import datetime as dt
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -142,3 +144,26 @@ def watching_worker(kube: FakeKube, tmp_path: Path, seconds: float, **overrides:
     assert runner._step() is None, "the first look must find nothing to do"
     clock.skip(seconds)
     return runner
+
+
+def process_gone(pid: int) -> bool:
+    """Ended: no such process, or a zombie waiting for whoever adopted it to reap it."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def stop_after_first_result(worker: Worker, work_dir: Path, seconds: float = 20) -> None:
+    """In a thread: ask `worker` to stop (as SIGTERM does) once its command wrote a first result line
+    under `work_dir`."""
+
+    def watch() -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if any(p.read_text() for p in work_dir.glob("*/results.jsonl")):
+                worker.stop.set()
+                return
+            time.sleep(0.01)
+
+    threading.Thread(target=watch, daemon=True).start()
