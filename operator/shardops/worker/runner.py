@@ -344,13 +344,18 @@ def _kill_group(popen: subprocess.Popen[bytes]) -> None:
         popen.wait(timeout=10)
 
 
+def _wait_for_exit(popen: subprocess.Popen[bytes], grace: float, wait: Callable[[float], object]) -> None:
+    """Give the process `grace` seconds to exit (polled every 50 ms through `wait`)."""
+    deadline = time.monotonic() + grace
+    while popen.poll() is None and time.monotonic() < deadline:
+        wait(0.05)
+
+
 def _ask_group_to_stop(popen: subprocess.Popen[bytes], grace: float, wait: Callable[[float], object]) -> None:
     """SIGTERM the group `popen` leads and give the leader `grace` seconds to exit."""
     if popen.poll() is None:
         _signal_group(popen, signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        while popen.poll() is None and time.monotonic() < deadline:
-            wait(0.05)
+        _wait_for_exit(popen, grace, wait)
 
 
 def exit_code(returncode: int) -> int:
@@ -398,10 +403,6 @@ class Command:
             return None
         end = self.ended_at if self.ended_at is not None else time.monotonic()
         return end - self.started_at
-
-    def signal_group(self, sig: int) -> None:
-        if self.popen is not None:
-            _signal_group(self.popen, sig)
 
     def terminate(self, grace: float, wait: Callable[[float], object] = time.sleep) -> int | None:
         """SIGTERM to the group, SIGKILL after `grace` seconds; returns the exit code."""
@@ -593,9 +594,7 @@ class CommandServer:
         if process.popen.stdin is not None:
             with contextlib.suppress(OSError):
                 process.popen.stdin.close()
-        deadline = time.monotonic() + grace
-        while process.popen.poll() is None and time.monotonic() < deadline:
-            wait(0.05)
+        _wait_for_exit(process.popen, grace, wait)
         self.discard(process)
 
 
@@ -691,10 +690,6 @@ class ServedCommand:
             return None
         end = self.ended_at if self.ended_at is not None else time.monotonic()
         return end - self.started_at
-
-    def signal_group(self, sig: int) -> None:
-        if self.process is not None:
-            _signal_group(self.process.popen, sig)
 
     def terminate(self, grace: float, wait: Callable[[float], object] = time.sleep) -> int | None:
         """Before the answer: SIGTERM to the group, SIGKILL after `grace` seconds; the shard's code."""
