@@ -21,8 +21,8 @@ from shardops.k8s.api import CAMPAIGNS, LEASES, SHARDS, Gone, json_lines, watch_
 from shardops.k8s.informer import Changes, Informer
 from shardops.k8s.shards import unfinished_query
 from shardops.logic.leases import Renewals
-from shardops.worker.look import WatchedLooks, campaign_change_matters, shard_change_matters
-from shardops.worker.runtime import LOST_CLAIM_SECONDS, Outcome
+from shardops.worker.look import Wake, WatchedLooks, campaign_change_matters, shard_change_matters
+from shardops.worker.runtime import LOST_CLAIM_SECONDS, MAX_SPREAD_SECONDS, SPREAD_SECONDS, Outcome
 from workerkit import NAMESPACE, add_campaign, campaign_body, worker
 
 AGENT = [sys.executable, "-m", "shardops_example_agent.agent"]
@@ -150,7 +150,7 @@ def test_a_waiting_worker_wakes_when_a_shard_appears_not_at_its_poll(tmp_path: P
         kube.put(SHARDS, NAMESPACE, {**body, "metadata": {**body["metadata"], "name": "camp-00001"}})
         waiter.join(10)
         assert not waiter.is_alive(), "the wait went on past a new shard"
-        assert woke == [False]
+        assert woke == [Wake.CHANGE]
     finally:
         looks.close()
 
@@ -331,3 +331,83 @@ def test_a_shard_whose_index_the_campaign_folded_is_never_worked_on(tmp_path: Pa
     assert Shard.parse(kube.obj(SHARDS, NAMESPACE, live.name) or {}).phase is ShardPhase.DONE
     assert Shard.parse(kube.obj(SHARDS, NAMESPACE, stale.name) or {}).phase is ShardPhase.PENDING
     assert kube.obj(LEASES, NAMESPACE, stale.lease_name) is None, "never even tried"
+
+
+def _held_by_another(kube: FakeKube, shard: Shard, clock: SteppedClock) -> None:
+    held = leases.acquire(
+        kube,  # type: ignore[arg-type]
+        NAMESPACE,
+        shard.lease_name,
+        "another-worker",
+        10,
+        clock.now(),
+        seen=Renewals(clock.monotonic),
+    )
+    assert held is not None
+
+
+def test_a_lost_race_ends_the_look_and_widens_the_spread_and_a_win_narrows_it(tmp_path: Path) -> None:
+    """Workers that keep colliding space their looks further apart (binary exponential backoff): a
+    lost claim doubles the worker's spread and ends the look — the other candidates of that look
+    are likely raced for too — and a claim won halves it, never below SPREAD_SECONDS."""
+    kube = FakeKube()
+    body = campaign_body(items=[{"id": i} for i in range(3)], shardSize=1, worker={"image": "x", "command": AGENT})
+    shards = add_campaign(kube, body)  # three shards: three races to lose, one look each
+    clock = SteppedClock()
+    for shard in shards:
+        _held_by_another(kube, shard, clock)
+    runner = worker(kube, tmp_path, clock=clock)
+    kube.calls.clear()
+    assert runner._step() is None
+    creates = [c for c in kube.calls if (c.method, c.plural) == ("POST", "leases")]
+    assert len(creates) == 1, "a look went on to its other candidates after a lost race"
+    assert runner._lost_last and runner._spread == 2 * SPREAD_SECONDS
+    assert runner._step() is None
+    assert runner._spread == 4 * SPREAD_SECONDS
+    runner._spread = 0.8 * MAX_SPREAD_SECONDS
+    assert runner._step() is None
+    assert runner._spread == MAX_SPREAD_SECONDS, "the spread grew past its bound"
+    for shard in shards:
+        kube.delete(LEASES, NAMESPACE, shard.lease_name)
+    clock.advance(LOST_CLAIM_SECONDS + 1)
+    assert runner._step() is Outcome.DONE
+    assert not runner._lost_last and runner._spread == MAX_SPREAD_SECONDS / 2
+
+
+class _RecordedLooks(WatchedLooks):
+    woke: list[Wake]
+
+    def wait(self, seconds: float, stop: threading.Event) -> Wake:
+        woke = super().wait(seconds, stop)
+        self.woke.append(woke)
+        return woke
+
+
+def test_a_change_that_leaves_no_pending_shard_to_try_does_not_end_the_wait(tmp_path: Path) -> None:
+    """A waiting worker woken by a change asks the watched copy, without a look, whether a shard it
+    did not just lose is Pending: a slot coming free while the only Pending shard is one it lost a
+    moment ago keeps it waiting (to its timeout here); a new shard ends the wait."""
+    kube = FakeKube()
+    body = campaign_body(items=[{"id": i} for i in range(2)], shardSize=1, worker={"image": "x", "command": AGENT})
+    lost, running = add_campaign(kube, body)
+    clock = SteppedClock()
+    _held_by_another(kube, lost, clock)
+    looks = _RecordedLooks(kube, NAMESPACE, "camp")  # type: ignore[arg-type]
+    looks.woke = []
+    runner = worker(kube, tmp_path, clock=clock, looks=looks)
+    try:
+        _phase(kube, running.name, ShardPhase.RUNNING)
+        _until(looks.changes, 0, lambda: _phase_in(looks.shards.objects(), running.name) == ShardPhase.RUNNING)
+        assert runner._step() is None and runner._lost_last  # lost `lost`, the only Pending one
+        _phase(kube, running.name, ShardPhase.DONE)  # a slot came free: a change that matters
+        runner.wait_for_work(0.5)
+        assert looks.woke == [Wake.CHANGE, Wake.TIMEOUT]
+        looks.woke.clear()
+        added = kube.obj(SHARDS, NAMESPACE, running.name)
+        assert added is not None
+        fresh = {**added, "metadata": {**added["metadata"], "name": "camp-00009"}, "status": {"phase": "Pending"}}
+        kube.put(SHARDS, NAMESPACE, fresh)
+        runner.wait_for_work(30.0)
+        assert looks.woke == [Wake.CHANGE], "a new Pending shard did not end the wait"
+    finally:
+        looks.close()

@@ -415,7 +415,8 @@ class LocalCluster:
                 f"--kubelet-certificate-authority={pki.ca_cert}",
                 f"--kubelet-client-certificate={pki.apiserver_kubelet_client_cert}",
                 f"--kubelet-client-key={pki.apiserver_kubelet_client_key}",
-                "--profiling=false",
+                # /debug/pprof (admin only): where the API server spends its CPU (benchmarks/).
+                "--profiling=true",
                 "--v=1",
             ],
         )

@@ -14,9 +14,11 @@ Both are bounded by the window: one Campaign (selected by name) and its Shards t
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import threading
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, Protocol
 
 from shardops.api.campaign import Campaign
@@ -25,12 +27,21 @@ from shardops.api.shard import Shard
 from shardops.k8s.api import CAMPAIGNS, SHARDS, Kube, NotFound
 from shardops.k8s.informer import Changes, Informer
 from shardops.k8s.shards import list_unfinished, unfinished_query
+from shardops.logic.timefmt import parse_rfc3339
 
 log = logging.getLogger(__name__)
 
 JSON = dict[str, Any]
 # How long the first look waits for the watches' first lists before it reads directly instead.
 SYNC_SECONDS = 10.0
+
+
+class Wake(StrEnum):
+    """Why a wait for work ended."""
+
+    STOP = "stop"
+    CHANGE = "change"
+    TIMEOUT = "timeout"
 
 
 @dataclass(frozen=True)
@@ -47,8 +58,14 @@ class Looks(Protocol):
         """The campaign and its unfinished shards; NotFound when the campaign does not exist."""
         ...
 
-    def wait(self, seconds: float, stop: threading.Event) -> bool:
-        """Wait up to `seconds` for something that may make a shard claimable; True when `stop` is set."""
+    def wait(self, seconds: float, stop: threading.Event) -> Wake:
+        """Wait up to `seconds` for something that may make a shard claimable, or for `stop`."""
+        ...
+
+    def pending(self, now: dt.datetime) -> dict[str, str] | None:
+        """The Pending shards whose notBefore has passed, by name: their resourceVersions, read from
+        what the looks already hold (no request, no parse); None when that is not known without a
+        look. A hint, not a decision: the planner decides on the look."""
         ...
 
     def close(self) -> None: ...
@@ -73,8 +90,11 @@ class ReadLooks:
     def look(self) -> Look:
         return read_look(self.kube, self.namespace, self.campaign)
 
-    def wait(self, seconds: float, stop: threading.Event) -> bool:
-        return stop.wait(max(seconds, 0.0))
+    def wait(self, seconds: float, stop: threading.Event) -> Wake:
+        return Wake.STOP if stop.wait(max(seconds, 0.0)) else Wake.TIMEOUT
+
+    def pending(self, now: dt.datetime) -> dict[str, str] | None:
+        return None
 
     def close(self) -> None:
         return None
@@ -82,6 +102,15 @@ class ReadLooks:
 
 def _phase(body: JSON | None) -> object:
     return ((body or {}).get("status") or {}).get("phase")
+
+
+def pending_now(body: JSON, now: dt.datetime) -> bool:
+    """A raw Shard is Pending and its retry backoff (notBefore), if any, has passed."""
+    status = body.get("status") or {}
+    if status.get("phase") != ShardPhase.PENDING:
+        return False
+    not_before = status.get("notBefore")
+    return not not_before or parse_rfc3339(str(not_before)) <= now
 
 
 def shard_change_matters(old: JSON | None, new: JSON | None) -> bool:
@@ -209,17 +238,31 @@ class WatchedLooks:
             self._parsed_shards[name] = known
         return known[1]
 
-    def wait(self, seconds: float, stop: threading.Event) -> bool:
-        """Until a change that matters since the last look began, `seconds`, or `stop`; checked in
-        short slices so a stop (SIGTERM) is seen at once."""
+    def wait(self, seconds: float, stop: threading.Event) -> Wake:
+        """Until a change that matters since the last look began (or the last wait it ended),
+        `seconds`, or `stop`; checked in short slices so a stop (SIGTERM) is seen at once."""
         seen = self._looked_at
         remaining = max(seconds, 0.0)
         while remaining > 0 and not stop.is_set():
             slice_ = min(remaining, 0.2)
-            if self.changes.wait(seen, slice_) != seen:
-                break
+            now = self.changes.wait(seen, slice_)
+            if now != seen:
+                # The next wait waits for a change after this one: a waiter that weighed this one
+                # without a look (`Worker.wait_for_work`) is not woken by it again.
+                self._looked_at = now
+                return Wake.CHANGE
             remaining -= slice_
-        return stop.is_set()
+        return Wake.STOP if stop.is_set() else Wake.TIMEOUT
+
+    def pending(self, now: dt.datetime) -> dict[str, str] | None:
+        if not self.shards.synced:
+            return None
+        # Bounded by the window: the watch holds the campaign's unfinished shards only.
+        return {
+            body["metadata"]["name"]: self._version(body)
+            for body in self.shards.objects()
+            if pending_now(body, now)
+        }
 
     def close(self) -> None:
         self.campaign.stop()

@@ -68,7 +68,7 @@ from shardops.store.s3 import S3Store
 from shardops.worker import heartbeat
 from shardops.worker.claim import ClaimContext, Claimed, choose, claim, stop_reason, uncut_shards
 from shardops.worker.heartbeat import Fenced, FenceReason
-from shardops.worker.look import Look, Looks, ReadLooks, read_look
+from shardops.worker.look import Look, Looks, ReadLooks, Wake, read_look
 from shardops.worker.metrics import (
     ClaimOutcome,
     CommandMode,
@@ -109,9 +109,15 @@ _HEARTBEAT_RETRY_SECONDS = 1.0
 # winner's claim to reach a watched copy, short enough that a winner that crashed between its Lease
 # and its claim write costs little (its Lease runs out anyway before the shard is claimable).
 LOST_CLAIM_SECONDS = 5.0
-# After a watched change, idle workers wait up to this long at random before they look: one new
-# shard is then tried by one worker first, not by all of them at once.
+# After a watched change, an idle worker waits a random part of its spread before it looks, so the
+# idle workers that all saw one new shard do not all race for it at once. The spread starts here,
+# doubles with every claim the worker loses (more workers are racing than the spread keeps apart)
+# up to MAX_SPREAD_SECONDS, and halves with every claim it wins: binary exponential backoff, as
+# Ethernet spaces out senders that collided. A lost race costs a Lease create the API server
+# refuses (409) and the worker's own look; without it, 20 idle workers met every new shard of a
+# zero-work campaign together and lost 16 creates for each one won.
 SPREAD_SECONDS = 0.05
+MAX_SPREAD_SECONDS = 1.0
 
 
 class Clock(Protocol):
@@ -174,6 +180,9 @@ class Worker:
     # watched copy shows the winner's claim only once its event arrives; until the shard changes
     # (or LOST_CLAIM_SECONDS pass) trying it again would only lose again.
     _lost: dict[str, tuple[str, float]] = field(default_factory=dict)
+    # The current spread (SPREAD_SECONDS) and whether the last look ended with a lost claim.
+    _spread: float = SPREAD_SECONDS
+    _lost_last: bool = False
     # This worker's Prometheus figures (main serves them when SHARDOPS_METRICS_PORT is set).
     metrics: WorkerMetrics = field(init=False)
     # When this worker last saw each claim of its window renewed, on its own clock: zombies are
@@ -235,6 +244,11 @@ class Worker:
             if step is not None:
                 emit("exiting", reason=step, shards=finished)
                 return 0
+            if self._lost_last:
+                # Others are racing for the same shards: look again (there may be more to claim)
+                # after a random part of the spread, not at once and not only at the next change.
+                self.wait(self.rng.random() * self._spread)
+                continue
             if self._more_coming:
                 idle_since = self.clock.monotonic()
             idle = self._idle_seconds()
@@ -255,13 +269,26 @@ class Worker:
             self.looks.close()
 
     def wait_for_work(self, seconds: float) -> None:
-        """Until something may have made a shard claimable (a watched change), or `seconds`; then a
-        pause of up to SPREAD_SECONDS at random, so the idle workers that all saw one change do not
-        all race for one shard at once."""
+        """Until something may have made a shard claimable, or `seconds`. A watched change is
+        followed by a pause of a random part of the spread, then the watched copy is asked whether
+        a shard is Pending that this worker has not just lost (no request, no parse): when none is,
+        someone else took the new shard during the pause, and the worker waits on without a look."""
         assert self.looks is not None
-        if self.looks.wait(seconds, self.stop):
-            return
-        self.wait(self.rng.random() * SPREAD_SECONDS)
+        deadline = self.clock.monotonic() + seconds
+        while True:
+            # On time without a change, the look comes all the same: it also judges zombies.
+            if self.looks.wait(deadline - self.clock.monotonic(), self.stop) is not Wake.CHANGE:
+                return
+            if self.wait(self.rng.random() * self._spread) or self._may_claim():
+                return
+
+    def _may_claim(self) -> bool:
+        """A Pending shard is in the watched copy that this worker did not just lose (or no copy)."""
+        assert self.looks is not None
+        pending = self.looks.pending(self.clock.now())
+        if pending is None:
+            return True
+        return any(not self._lost_at(name, version) for name, version in pending.items())
 
     def _idle_seconds(self) -> float:
         if self.settings.idle_seconds is not None:
@@ -301,6 +328,7 @@ class Worker:
         silent = self._silences(shards)
         chosen = choose(campaign, shards, self.clock.now(), self.settings.claim_candidates, self.rng, silent)
         candidates = [candidate for candidate in chosen if not self._lost_recently(candidate.shard)]
+        self._lost_last = False
         if not candidates:
             self.metrics.observe_claim(ClaimOutcome.NONE)
         for candidate in candidates:
@@ -314,7 +342,12 @@ class Worker:
                     self.clock.monotonic(),
                 )
                 emit("claim-lost", shard=candidate.shard.name)
-                continue
+                # One race lost: the others on this look's list are likely raced for too; the loop
+                # looks again after a pause (`_loop`) instead of trying them all now.
+                self._spread = min(self._spread * 2, MAX_SPREAD_SECONDS)
+                self._lost_last = True
+                return None
+            self._spread = max(self._spread / 2, SPREAD_SECONDS)
             self.metrics.observe_claim(ClaimOutcome.WON)
             emit(
                 "claimed",
@@ -379,12 +412,14 @@ class Worker:
     def _lost_recently(self, shard: Shard) -> bool:
         """This worker lost the claim of `shard` as it is now, a moment ago: the winner's claim has
         not reached the copy yet. (`_lost` is bounded by the window: pruned to the looked-at shards.)"""
-        lost = self._lost.get(shard.name)
+        return self._lost_at(shard.name, shard.metadata.resource_version or "")
+
+    def _lost_at(self, name: str, version: str) -> bool:
+        lost = self._lost.get(name)
         if lost is None:
             return False
-        version, at = lost
-        changed = version != (shard.metadata.resource_version or "")
-        return not changed and self.clock.monotonic() - at <= LOST_CLAIM_SECONDS
+        lost_version, at = lost
+        return lost_version == version and self.clock.monotonic() - at <= LOST_CLAIM_SECONDS
 
     # --- items and stored results ----------------------------------------------------------------
 
