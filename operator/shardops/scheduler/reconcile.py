@@ -22,7 +22,7 @@ import datetime as dt
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -203,7 +203,7 @@ class Reconciler:
                 memory.again = False
             raise
 
-    def shard_event(self, namespace: str, body: JSON) -> None:
+    def shard_event(self, namespace: str, body: Mapping[str, Any]) -> None:
         """A Shard changed. Reconcile its campaign when the change matters to scheduling (a phase
         change or new cost); heartbeats that only renew the lease do not."""
         spec = body.get("spec") or {}
