@@ -351,7 +351,9 @@ def test_a_lost_race_ends_the_look_and_widens_the_spread_and_a_win_narrows_it(tm
     lost claim doubles the worker's spread and ends the look — the other candidates of that look
     are likely raced for too — and a claim won halves it, never below SPREAD_SECONDS."""
     kube = FakeKube()
-    body = campaign_body(items=[{"id": i} for i in range(3)], shardSize=1, worker={"image": "x", "command": AGENT})
+    body = campaign_body(
+        items=[{"id": i} for i in range(3)], shardSize=1, worker={"image": "x", "command": AGENT}
+    )
     shards = add_campaign(kube, body)  # three shards: three races to lose, one look each
     clock = SteppedClock()
     for shard in shards:
@@ -388,7 +390,9 @@ def test_a_change_that_leaves_no_pending_shard_to_try_does_not_end_the_wait(tmp_
     did not just lose is Pending: a slot coming free while the only Pending shard is one it lost a
     moment ago keeps it waiting (to its timeout here); a new shard ends the wait."""
     kube = FakeKube()
-    body = campaign_body(items=[{"id": i} for i in range(2)], shardSize=1, worker={"image": "x", "command": AGENT})
+    body = campaign_body(
+        items=[{"id": i} for i in range(2)], shardSize=1, worker={"image": "x", "command": AGENT}
+    )
     lost, running = add_campaign(kube, body)
     clock = SteppedClock()
     _held_by_another(kube, lost, clock)
@@ -397,7 +401,9 @@ def test_a_change_that_leaves_no_pending_shard_to_try_does_not_end_the_wait(tmp_
     runner = worker(kube, tmp_path, clock=clock, looks=looks)
     try:
         _phase(kube, running.name, ShardPhase.RUNNING)
-        _until(looks.changes, 0, lambda: _phase_in(looks.shards.objects(), running.name) == ShardPhase.RUNNING)
+        _until(
+            looks.changes, 0, lambda: _phase_in(looks.shards.objects(), running.name) == ShardPhase.RUNNING
+        )
         assert runner._step() is None and runner._lost_last  # lost `lost`, the only Pending one
         _phase(kube, running.name, ShardPhase.DONE)  # a slot came free: a change that matters
         runner.wait_for_work(0.5)
@@ -405,7 +411,11 @@ def test_a_change_that_leaves_no_pending_shard_to_try_does_not_end_the_wait(tmp_
         looks.woke.clear()
         added = kube.obj(SHARDS, NAMESPACE, running.name)
         assert added is not None
-        fresh = {**added, "metadata": {**added["metadata"], "name": "camp-00009"}, "status": {"phase": "Pending"}}
+        fresh = {
+            **added,
+            "metadata": {**added["metadata"], "name": "camp-00009"},
+            "status": {"phase": "Pending"},
+        }
         kube.put(SHARDS, NAMESPACE, fresh)
         runner.wait_for_work(30.0)
         assert looks.woke == [Wake.CHANGE], "a new Pending shard did not end the wait"
