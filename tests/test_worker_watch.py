@@ -21,7 +21,7 @@ from shardops.k8s.api import CAMPAIGNS, LEASES, SHARDS, Gone, json_lines, watch_
 from shardops.k8s.informer import Changes, Informer
 from shardops.k8s.shards import unfinished_query
 from shardops.logic.leases import Renewals
-from shardops.worker.look import Wake, WatchedLooks, campaign_change_matters, shard_change_matters
+from shardops.worker.look import Wake, WatchedLooks, campaign_change_matters, read_look, shard_change_matters
 from shardops.worker.runtime import LOST_CLAIM_SECONDS, MAX_SPREAD_SECONDS, SPREAD_SECONDS, Outcome
 from workerkit import NAMESPACE, add_campaign, campaign_body, worker
 
@@ -419,5 +419,31 @@ def test_a_change_that_leaves_no_pending_shard_to_try_does_not_end_the_wait(tmp_
         kube.put(SHARDS, NAMESPACE, fresh)
         runner.wait_for_work(30.0)
         assert looks.woke == [Wake.CHANGE], "a new Pending shard did not end the wait"
+    finally:
+        looks.close()
+
+
+def test_a_shard_without_a_status_is_left_out_of_the_watch_until_it_is_pending() -> None:
+    """Every event of a watched shard goes to every worker: the one of a shard just created (no status,
+    not claimable) is not sent. The write that makes it Pending brings it in and wakes a waiter; a
+    fresh read (`read_look`, which confirms exits) sees it all along."""
+    kube = FakeKube()
+    (shard,) = add_campaign(kube, campaign_body(items=[{"id": 0}]))
+    looks = WatchedLooks(kube, NAMESPACE, "camp")  # type: ignore[arg-type]
+    try:
+        looks.look()
+        body = kube.obj(SHARDS, NAMESPACE, shard.name)
+        assert body is not None
+        created = {k: v for k, v in body.items() if k != "status"}
+        created["metadata"] = {**body["metadata"], "name": "camp-00001"}
+        seen = looks.changes.count
+        kube.put(SHARDS, NAMESPACE, created)
+        kube.put(SHARDS, NAMESPACE, {**body, "metadata": {**body["metadata"], "name": "camp-00002"}})
+        _until(looks.changes, seen, lambda: "camp-00002" in {s.name for s in looks.look().unfinished})
+        assert "camp-00001" not in {s.name for s in looks.look().unfinished}
+        assert "camp-00001" in {s.name for s in read_look(kube, NAMESPACE, "camp").unfinished}  # type: ignore[arg-type]
+        seen = looks.changes.count
+        _phase(kube, "camp-00001", ShardPhase.PENDING)
+        _until(looks.changes, seen, lambda: "camp-00001" in {s.name for s in looks.look().unfinished})
     finally:
         looks.close()

@@ -164,6 +164,21 @@ def unfinished_query(campaign: str) -> dict[str, str]:
     return {"labelSelector": f"{CAMPAIGN_LABEL}={campaign}", "fieldSelector": _UNFINISHED}
 
 
+# A Shard without a status is one the operator has created and not yet made Pending (a moment, in
+# the same pass; or one an operator killed between the two writes left Queued until the next pass).
+# The API server compares a missing field as the empty string.
+_WITH_STATUS = f"{SHARD_PHASE_FIELD.removeprefix('.')}!="
+
+
+def watched_query(campaign: str) -> dict[str, str]:
+    """`unfinished_query` less the Shards that have no status yet: what a worker's watch follows.
+    Such a shard is not claimable, and the write that makes it Pending brings it into the watch
+    (as ADDED), so every worker is sent one event fewer per shard (each event of a watched shard
+    goes to every worker of the campaign). A fresh read (`list_unfinished`) still sees them."""
+    query = unfinished_query(campaign)
+    return {**query, "fieldSelector": f"{query['fieldSelector']},{_WITH_STATUS}"}
+
+
 def list_unfinished(kube: Kube, namespace: str, campaign: str) -> list[Shard]:
     """The campaign's Shards that are not Done (`unfinished_query`).
 

@@ -26,7 +26,7 @@ from shardops.api.enums import ShardPhase
 from shardops.api.shard import Shard
 from shardops.k8s.api import CAMPAIGNS, SHARDS, Kube, NotFound
 from shardops.k8s.informer import Changes, Informer
-from shardops.k8s.shards import list_unfinished, unfinished_query
+from shardops.k8s.shards import list_unfinished, watched_query
 from shardops.logic.timefmt import parse_rfc3339
 
 log = logging.getLogger(__name__)
@@ -157,7 +157,8 @@ def campaign_change_matters(old: JSON | None, new: JSON | None) -> bool:
 
 
 class WatchedLooks:
-    """Looks from two watches: the Campaign (by name) and its unfinished Shards (`unfinished_query`).
+    """Looks from two watches: the Campaign (by name) and its unfinished Shards that have a status
+    (`watched_query`: a shard just created, not yet Pending, is left out until it is).
 
     Parses are kept per object version, so a look parses only what changed since the last one.
     Until the watches have listed once (or when they cannot: no watch permission), looks read."""
@@ -180,7 +181,7 @@ class WatchedLooks:
             kube,
             SHARDS,
             namespace,
-            unfinished_query(campaign),
+            watched_query(campaign),
             self.changes,
             matters=shard_change_matters,
             name=f"watch-shards-{campaign}",
