@@ -1,5 +1,5 @@
 """The S3 result store: results as objects in a bucket (AWS S3, GCS interoperability, Ceph RGW, R2,
-SeaweedFS, ...), through boto3.
+SeaweedFS, ...), through the thin client of `s3wire` when the keys are static, else boto3.
 
 Layout under `<prefix>/<namespace>/`, keyed by the shard's idempotency key (its label form):
 
@@ -27,6 +27,7 @@ import gzip
 import io
 import json
 import logging
+import os
 import secrets
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -50,6 +51,8 @@ from shardops.store.records import (
     sha256_of,
     store_label,
 )
+from shardops.store.s3wire import DEFAULT_REGION as REGION
+from shardops.store.s3wire import Credentials, WireS3
 
 log = logging.getLogger(__name__)
 
@@ -85,9 +88,26 @@ class NotJsonlText(ValueError):
 
 
 def client_for(location: ResultStoreStatus, credentials: Mapping[str, str] | None = None) -> Any:
-    """A boto3 S3 client for `location`; credentials come from the default chain (the workers' env
-    from the credentials Secret, or workload identity on a cloud) unless `credentials` (the keys of
-    a credentials Secret) are given."""
+    """An S3 client for `location`. With static keys (`credentials`, the keys of a credentials
+    Secret, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the environment, as the workers get
+    them from that Secret) the thin client of `s3wire`; otherwise boto3, whose default chain finds
+    them (a profile, workload identity on a cloud)."""
+    keys = credentials if credentials is not None else os.environ
+    access_key, secret_key = keys.get("AWS_ACCESS_KEY_ID"), keys.get("AWS_SECRET_ACCESS_KEY")
+    if not (access_key and secret_key):
+        return boto3_client_for(location, credentials)
+    return WireS3(
+        location.endpoint,
+        location.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or REGION,
+        Credentials(access_key, secret_key, keys.get("AWS_SESSION_TOKEN") or None),
+        ca_bundle=os.environ.get("AWS_CA_BUNDLE") or None,
+        fallback=lambda: boto3_client_for(location, credentials),
+    )
+
+
+def boto3_client_for(location: ResultStoreStatus, credentials: Mapping[str, str] | None = None) -> Any:
+    """A boto3 S3 client for `location`; credentials from the default chain unless `credentials`
+    (the keys of a credentials Secret) are given."""
     import boto3
     from botocore.config import Config
 
