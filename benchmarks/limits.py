@@ -152,7 +152,7 @@ def _pending(ctx: Context) -> str:
         "running stays far below the cap while every worker is busy with its own shard or still "
         "starting (a worker process costs the imports above, and a new campaign starts all of its "
         "workers at once), so a Pending shard waits for a worker, not for a slot. What would close "
-        "it: less CPU per shard (the API server's share, botocore, the command's process start)"
+        "it: less CPU per shard (the API server's share, the worker's and the command's process starts)"
     )
 
 
@@ -210,9 +210,11 @@ def explain(sections: Sequence[Section], ctx: Context) -> list[str]:
             + (f" {startup}." if startup else "")
             + (f" {profile}." if profile else "")
             + " What would close it: less CPU per shard on the 2 shared cores — a look for work already "
-            "reads nothing (workers watch the window), so what is left is each shard's own requests "
-            "(the API server's share above), the worker's four S3 calls (botocore) and the fork of the "
-            "command, and one process per shard where a user command could serve many."
+            "reads nothing (workers watch the window) and the S3 calls go through a thin client, so "
+            "what is left is each shard's own requests (the API server's share above), every worker "
+            "decoding every change of the window it watches, one worker process per slot (each pays "
+            "its start, and a campaign starts them all at once), and one command process per shard "
+            "where a user command could serve many."
         )
     groups: dict[str, list[Check]] = {}
     for check in missed:
