@@ -138,6 +138,18 @@ def test_a_gzip_object_streams_line_by_line_through_the_store(
     assert list(store.open_lines(key)) == lines
 
 
+def test_a_plain_jsonl_object_streams_to_its_last_line(
+    object_store: lifecycle.ObjectStore, prefix: str
+) -> None:
+    wire = _wire(object_store)
+    lines = [f'{{"n": {i}, "text": "ü"}}\n' for i in range(500)]
+    key = f"{prefix}inputs/items.jsonl"
+    wire.put_object(Bucket=object_store.bucket, Key=key, Body="".join(lines).encode())
+    store = S3Store(ResultStoreStatus(type=StoreType.S3, bucket=object_store.bucket), "ns", client=wire)
+    assert list(store.open_lines(key)) == lines
+    assert list(store.open_lines(key)) == lines, "read again on the same pool"
+
+
 def test_nothing_listening_is_an_endpoint_error(object_store: lifecycle.ObjectStore) -> None:
     from e2e.cluster.lifecycle import free_port
 

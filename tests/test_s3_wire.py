@@ -5,6 +5,7 @@ against SeaweedFS.)"""
 from __future__ import annotations
 
 import hashlib
+import io
 from datetime import UTC, datetime
 from typing import Any
 from unittest import mock
@@ -134,7 +135,10 @@ class _Pool:
             raise step
         status, body = step
         return urllib3.HTTPResponse(
-            body=body, status=status, headers={"x-amz-meta-fingerprint": "ab"}, preload_content=True
+            body=io.BytesIO(body),
+            status=status,
+            headers={"x-amz-meta-fingerprint": "ab", "content-length": str(len(body))},
+            preload_content=kwargs["preload_content"],
         )
 
 
@@ -201,3 +205,11 @@ def test_static_keys_get_the_thin_client_and_none_get_boto3(monkeypatch: pytest.
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "envsecret")
     from_env = client_for(location)
     assert isinstance(from_env, WireS3) and from_env.credentials.access_key_id == "envkey"
+
+
+def test_an_objects_body_reads_to_its_last_line_through_a_text_wrapper() -> None:
+    lines = [f"line {i}\n" for i in range(100)]
+    client, _, _ = _client([(200, "".join(lines).encode())])
+    answer = client.get_object(Bucket="b", Key="k.jsonl")
+    assert answer["ContentLength"] == len("".join(lines)) and answer["Metadata"] == {"fingerprint": "ab"}
+    assert list(io.TextIOWrapper(answer["Body"], encoding="utf-8")) == lines

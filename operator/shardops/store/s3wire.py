@@ -241,6 +241,9 @@ class WireS3:
 
     def get_object(self, Bucket: str, Key: str) -> dict[str, Any]:
         answer = self._send("GetObject", "GET", Bucket, Key, stream=True)
+        # Left open at the end of the body, so an io.TextIOWrapper over it reads that end instead of
+        # a closed file; a body read to its end still returns its connection to the pool.
+        answer.auto_close = False
         return {
             "Body": answer,
             "Metadata": _metadata(answer.headers),
