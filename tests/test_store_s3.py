@@ -120,6 +120,18 @@ def test_an_unreachable_store_names_the_endpoint(store: S3Store, s3: FakeS3) -> 
         store.read_result(KEY)
 
 
+def test_a_wrong_region_is_named_with_its_fix(store: S3Store, s3: FakeS3) -> None:
+    # The thin client does not follow S3's region redirect: the store's answer must say what to set.
+    from botocore.exceptions import ClientError
+
+    def redirected(**_: object) -> None:
+        raise ClientError({"Error": {"Code": "AuthorizationHeaderMalformed"}}, "GetObject")
+
+    s3.get_object = redirected  # type: ignore[method-assign]
+    with pytest.raises(StoreUnavailable, match=r"set spec\.resultStore\.s3\.region"):
+        store.read_result(KEY)
+
+
 def test_a_missing_bucket_is_named_with_its_fix(s3: FakeS3) -> None:
     other = S3Store(LOCATION.model_copy(update={"bucket": "nope"}), "ns", client=s3)
     with pytest.raises(StoreUnavailable, match="NoSuchBucket: the bucket does not exist"):

@@ -62,6 +62,7 @@ DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 CAP_FIX = "SHARDOPS_RESULT_MAX_BYTES of the worker"
 FINGERPRINT_META = "fingerprint"
 BYTES_META = "bytes"
+_REGION_FIX = "the bucket is in another region: set spec.resultStore.s3.region to the bucket's region"
 # Error codes that no retry fixes: the campaign's store settings (or the Secret) must change.
 _CONFIGURATION_CODES = {
     "NoSuchBucket": "the bucket does not exist: create it, or set spec.resultStore.s3.bucket",
@@ -69,6 +70,9 @@ _CONFIGURATION_CODES = {
     "InvalidAccessKeyId": "the access key is unknown to the store: check the credentials Secret",
     "SignatureDoesNotMatch": "the secret key is wrong: check the credentials Secret",
     "AllAccessDisabled": "the bucket refuses all access: check the bucket's policy",
+    # The thin client does not follow S3's region redirect as boto3 does: the region must be right.
+    "AuthorizationHeaderMalformed": _REGION_FIX,
+    "PermanentRedirect": _REGION_FIX,
 }
 # HeadBucket answers without a body, so only the HTTP status names the problem.
 _BUCKET_PROBE_CODES = {

@@ -3,11 +3,12 @@ Version 4) HTTP over one urllib3 pool, with the answers and errors in boto3's sh
 takes either this or a boto3 client.
 
 Why not boto3 for these: a worker process opens its store once and then makes four small calls per
-shard, and boto3 costs about 0.45 CPU-s to import and build an S3 client (it loads the service
-model) plus a few milliseconds of event hooks per call. On a node where a campaign starts one
-worker per slot, that is a large share of the CPU a short shard costs. boto3 stays for what this
-client does not do: credentials from the default chain (profiles, web identity, instance metadata)
-and multipart uploads (`upload_fileobj`, used once per `kubectl campaign apply --items`).
+shard; boto3 costs it about 0.2 CPU-s to import and build an S3 client (it loads the service model)
+and 9 ms of CPU per shard for those calls, this client nothing and 3.4 ms
+(`python -m benchmarks.s3_client_cost`). A campaign starts one worker per slot, and short shards
+are CPU-bound, so that share counts. boto3 stays for what this client does not do: credentials from
+the default chain (profiles, web identity, instance metadata) and multipart uploads
+(`upload_fileobj`, used once per `kubectl campaign apply --items`).
 
 Request building (`signed_headers`, `object_url`) is pure; `WireS3._send` is the only I/O.
 """
