@@ -593,14 +593,18 @@ API_FAULTS = FaultRates(
     spike_seconds=1.0,
     retry_after_seconds=1,
 )
-# No retry storm: with faults, the busiest second — of all clients together, and of the busiest
-# client of each kind (the operator's own client, kopf's, a worker's) — stays within this multiple
-# of the busiest second without them, and so do the requests per shard. Retries with backoff add
-# about the refusal rate (10 %) and the re-reads after a lost answer; a client retrying without
-# waiting multiplies it. A kind that makes a handful of requests a second is judged against at
-# least STORM_FLOOR: one more request in a second is noise there, not a storm.
+# No retry storm: with faults, the busiest STORM_SPAN seconds — of all clients together, and of the
+# busiest client of each kind (the operator's own client, kopf's, a worker's) — stay within this
+# multiple of the busiest STORM_SPAN seconds without them, and so do the requests per shard. Retries
+# with backoff add about the refusal rate (10 %) and the re-reads after a lost answer; a client
+# retrying without waiting multiplies it. The span is several seconds, not one: a latency spike or a
+# Retry-After holds a client for a second and its next pass does that second's work too, which
+# doubled a one-second count without one extra request (CI, stop 26: the operator's busiest second
+# 52 with faults against 25 without, its requests per shard fewer). A kind that makes a handful of
+# requests in the span is judged against at least STORM_FLOOR: one more is noise there, not a storm.
 STORM_MULTIPLE = 2.0
-STORM_FLOOR = 5
+STORM_SPAN = 5.0
+STORM_FLOOR = 10
 # Transitions that use up an attempt: with no process killed or frozen and no item failing, each is
 # an API fault taken for a failure.
 CHARGES = frozenset(
@@ -656,9 +660,9 @@ def _leader_changes(history: History, namespace: str) -> list[str]:
 
 
 def _traffic_figures(name: str, traffic: Traffic, start: float, end: float) -> str:
-    rate = traffic.rate(start=start, end=end)
-    client, busiest = traffic.busiest_client()
-    return f"{name}: {rate}; busiest client {client}: peak {busiest.peak}/s, {busiest.requests} requests"
+    rate = traffic.rate(start=start, end=end, span=STORM_SPAN)
+    client, busiest = traffic.busiest_client(span=STORM_SPAN)
+    return f"{name}: {rate}; busiest client {client}: {busiest}"
 
 
 @pytest.mark.long
@@ -706,13 +710,13 @@ def test_api_errors_and_lost_answers_through_a_proxy(
     calm = traffic.between(calm_start, calm_end)
     faulty = traffic.between(calm_end, faulty_end)
     faults = faulty.faults()
-    calm_rate = calm.rate(start=calm_start, end=calm_end)
-    faulty_rate = faulty.rate(start=calm_end, end=faulty_end)
-    _, calm_busiest = calm.busiest_client()
-    _, faulty_busiest = faulty.busiest_client()
+    calm_rate = calm.rate(start=calm_start, end=calm_end, span=STORM_SPAN)
+    faulty_rate = faulty.rate(start=calm_end, end=faulty_end, span=STORM_SPAN)
+    _, calm_busiest = calm.busiest_client(span=STORM_SPAN)
+    _, faulty_busiest = faulty.busiest_client(span=STORM_SPAN)
     # The busiest client of each kind, with faults and without: (kind, with, without).
     kinds = [
-        (kind, faulty.busiest_client(kind), calm.busiest_client(kind))
+        (kind, faulty.busiest_client(kind, STORM_SPAN), calm.busiest_client(kind, STORM_SPAN))
         for kind in sorted(faulty.products() | calm.products())
     ]
     breaches = faulty.retry_after_breaches()
@@ -724,9 +728,9 @@ def test_api_errors_and_lost_answers_through_a_proxy(
         f"{faults[Fault.DROPPED_504]} 504, {faults[Fault.DROPPED_CLOSE]} closed) "
         f"in {len(faulty.exchanges)} requests over {faulty_end - calm_end:.0f} s",
         recovery=(
-            f"{faulty_rate.mean:.1f} req/s, peak {faulty_rate.peak}/s, "
-            f"busiest client {faulty_busiest.peak}/s (without faults {calm_rate.mean:.1f}, "
-            f"{calm_rate.peak}/s, {calm_busiest.peak}/s); "
+            f"{faulty_rate.mean:.1f} req/s, peak {faulty_rate.peak} in {STORM_SPAN:g} s, "
+            f"busiest client {faulty_busiest.peak} (without faults {calm_rate.mean:.1f}, "
+            f"{calm_rate.peak}, {calm_busiest.peak}); "
             f"Retry-After breaches {len(breaches)}"
         ),
     )
@@ -743,8 +747,11 @@ def test_api_errors_and_lost_answers_through_a_proxy(
         f"{faulty_end - calm_end:.0f} s"
     )
     for kind, (_, with_faults), (_, without) in kinds:
-        print(f"  busiest {kind} client: peak {with_faults.peak}/s with faults, {without.peak}/s without")
-    for name, rate in sorted(by_client(faulty).items(), key=lambda item: -item[1].peak)[:8]:
+        print(
+            f"  busiest {kind} client: peak {with_faults.peak} in {STORM_SPAN:g} s with faults, "
+            f"{without.peak} without"
+        )
+    for name, rate in sorted(by_client(faulty, STORM_SPAN).items(), key=lambda item: -item[1].peak)[:8]:
         print(f"    {name}: {rate}")
     for breach in breaches[:20]:
         print(f"  Retry-After breach: {breach}")
@@ -771,9 +778,9 @@ def test_api_errors_and_lost_answers_through_a_proxy(
     for kind, (busiest, with_faults), (_, without) in kinds:
         storm = "\n".join(
             f"  {e.at - calm_end:8.3f} s {e.method} {e.target} -> {e.status} ({e.fault})"
-            for e in faulty.busiest_second(busiest)
+            for e in faulty.busiest_span(busiest, STORM_SPAN)
         )
         assert with_faults.peak <= STORM_MULTIPLE * max(without.peak, STORM_FLOOR), (
-            f"{kind}: {with_faults.peak} requests in one second with faults, {without.peak} without; "
-            f"{busiest}'s busiest second:\n{storm}"
+            f"{kind}: {with_faults.peak} requests in {STORM_SPAN:g} s with faults, {without.peak} without; "
+            f"{busiest}'s busiest {STORM_SPAN:g} s:\n{storm}"
         )

@@ -489,8 +489,8 @@ def test_rates_per_second_in_all_and_per_client() -> None:
     assert (traffic.rate("a").requests, traffic.rate("a").peak) == (4, 3)
     assert (traffic.rate("b").requests, traffic.rate("b").peak) == (3, 2)
     assert traffic.busiest_client() == ("a", traffic.rate("a"))
-    assert [e.at for e in traffic.busiest_second("a")] == [0.1, 0.2, 0.5]
-    assert [e.at for e in traffic.busiest_second("b")] == [3.2, 3.9]
+    assert [e.at for e in traffic.busiest_span("a")] == [0.1, 0.2, 0.5]
+    assert [e.at for e in traffic.busiest_span("b")] == [3.2, 3.9]
     kinds = Traffic(
         [exchange(0.0, "ns/p1 kopf"), exchange(0.1, "ns/p1 kopf"), exchange(0.2, "ns/p2 shardops-worker")]
     )
@@ -500,6 +500,10 @@ def test_rates_per_second_in_all_and_per_client() -> None:
         kinds.rate("ns/p2 shardops-worker"),
     )
     assert kinds.busiest_client("curl") == ("", Rate(0, 0.0, 0))
+    # Over a longer span the peak counts more: a's requests at 0.1 .. 1.5 all fall inside 2 s.
+    assert traffic.rate("a", span=2.0).peak == 4 and str(traffic.rate("a", span=2.0)).count("peak 4 in 2 s")
+    assert traffic.busiest_client(span=2.0) == ("a", traffic.rate("a", span=2.0))
+    assert [e.at for e in traffic.busiest_span("b", 2.0)] == [3.2, 3.9]
     window = traffic.between(1.0, 4.0)
     assert len(window.exchanges) == 3 and window.rate(start=1.0, end=4.0).peak == 2
     assert window.rate(start=1.0, end=4.0).mean == pytest.approx(1.0)

@@ -249,35 +249,37 @@ class Breach:
 
 @dataclass(frozen=True)
 class Rate:
-    """Requests per second over a window: the mean, and the busiest one-second bucket."""
+    """Requests per second over a window: the mean, and the most requests in any `span` seconds."""
 
     requests: int
     seconds: float
     peak: int
+    span: float = 1.0
 
     @property
     def mean(self) -> float:
         return self.requests / self.seconds if self.seconds > 0 else 0.0
 
     def __str__(self) -> str:
-        return f"{self.mean:.1f} req/s (peak {self.peak}/s, {self.requests} in {self.seconds:.0f} s)"
+        peak = f"{self.peak}/s" if self.span == 1.0 else f"{self.peak} in {self.span:g} s"
+        return f"{self.mean:.1f} req/s (peak {peak}, {self.requests} in {self.seconds:.0f} s)"
 
 
-def busiest_window(times: Sequence[float]) -> tuple[int, int]:
-    """[first, last] indexes of the most of the sorted `times` inside one window [t, t + 1 s)."""
+def busiest_window(times: Sequence[float], span: float = 1.0) -> tuple[int, int]:
+    """[first, last] indexes of the most of the sorted `times` inside one window [t, t + span)."""
     best = (0, -1)
     start = 0
     for end, at in enumerate(times):
-        while at - times[start] >= 1.0:
+        while at - times[start] >= span:
             start += 1
         if end - start > best[1] - best[0]:
             best = (start, end)
     return best
 
 
-def peak_in_a_second(times: Sequence[float]) -> int:
-    """The most of the sorted `times` inside any window [t, t + 1 s)."""
-    first, last = busiest_window(times)
+def peak_in(times: Sequence[float], span: float = 1.0) -> int:
+    """The most of the sorted `times` inside any window [t, t + span)."""
+    first, last = busiest_window(times, span)
     return last - first + 1
 
 
@@ -296,34 +298,40 @@ class Traffic:
     def clients(self) -> set[str]:
         return {e.client for e in self.exchanges}
 
-    def rate(self, client: str | None = None, start: float | None = None, end: float | None = None) -> Rate:
+    def rate(
+        self,
+        client: str | None = None,
+        start: float | None = None,
+        end: float | None = None,
+        span: float = 1.0,
+    ) -> Rate:
         """Requests per second (of one client, or all) from `start` to `end` (the first and last
-        request when None); the peak is the most requests in any one-second window."""
+        request when None); the peak is the most requests in any window `span` seconds long."""
         chosen = sorted(e.at for e in self.exchanges if client is None or e.client == client)
         if not chosen:
-            return Rate(0, 0.0, 0)
+            return Rate(0, 0.0, 0, span)
         first = chosen[0] if start is None else start
         last = chosen[-1] if end is None else end
-        return Rate(len(chosen), max(last - first, 1.0), peak_in_a_second(chosen))
+        return Rate(len(chosen), max(last - first, 1.0), peak_in(chosen, span), span)
 
     def products(self) -> set[str]:
         """The kinds of client (their user agents' product: shardops-worker, kopf, ...)."""
         return {client.rsplit(" ", 1)[-1] for client in self.clients()}
 
-    def busiest_client(self, product: str | None = None) -> tuple[str, Rate]:
-        """The client (of one product, or any) with the highest one-second peak (ties: the most
-        requests)."""
+    def busiest_client(self, product: str | None = None, span: float = 1.0) -> tuple[str, Rate]:
+        """The client (of one product, or any) with the highest peak over `span` seconds (ties: the
+        most requests)."""
         chosen = [c for c in self.clients() if product is None or c.rsplit(" ", 1)[-1] == product]
-        rates = {client: self.rate(client) for client in chosen}
+        rates = {client: self.rate(client, span=span) for client in chosen}
         if not rates:
-            return "", Rate(0, 0.0, 0)
+            return "", Rate(0, 0.0, 0, span)
         client = max(rates, key=lambda c: (rates[c].peak, rates[c].requests))
         return client, rates[client]
 
-    def busiest_second(self, client: str) -> list[Exchange]:
-        """The exchanges of `client`'s busiest second (what made its peak)."""
+    def busiest_span(self, client: str, span: float = 1.0) -> list[Exchange]:
+        """The exchanges of `client`'s busiest `span` seconds (what made its peak)."""
         chosen = sorted((e for e in self.exchanges if e.client == client), key=lambda e: e.at)
-        first, last = busiest_window([e.at for e in chosen])
+        first, last = busiest_window([e.at for e in chosen], span)
         return chosen[first : last + 1]
 
     def throttled(self) -> list[Exchange]:
@@ -863,5 +871,5 @@ def summary(traffic: Traffic, rates: FaultRates | None = None) -> dict[str, Any]
     }
 
 
-def by_client(traffic: Traffic) -> Mapping[str, Rate]:
-    return {client: traffic.rate(client) for client in sorted(traffic.clients())}
+def by_client(traffic: Traffic, span: float = 1.0) -> Mapping[str, Rate]:
+    return {client: traffic.rate(client, span=span) for client in sorted(traffic.clients())}
