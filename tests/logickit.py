@@ -46,6 +46,8 @@ def inputs(
     budget: BudgetStatus | None = None,
     suspended: bool = False,
     alive_jobs: int | None = None,
+    alive_slots: int | None = None,
+    slots_per_worker: int = 1,
     running_pods: int | None = None,
     stuck_pending_pods: int = 0,
     recent_failures: WorkerFailures = NO_WORKER_FAILURES,
@@ -54,7 +56,7 @@ def inputs(
     """Defaults describe a healthy campaign: one live worker pod per running shard, no budget."""
     running = sum(1 for s in shards if s.phase is ShardPhase.RUNNING)
     return DispatchInputs(
-        limits=DispatchLimits(max_concurrency, backlog_ratio),
+        limits=DispatchLimits(max_concurrency, backlog_ratio, slots_per_worker),
         items=ItemProgress(total_items, cut_items, shard_size),
         shards=tuple(shards),
         breakers=Breakers(dict(breakers or {}), dict(fallbacks or {}), cooldown),
@@ -62,6 +64,7 @@ def inputs(
         suspended=suspended,
         workers=WorkerCounts(
             running if alive_jobs is None else alive_jobs,
+            (running if alive_jobs is None else alive_jobs) if alive_slots is None else alive_slots,
             running if running_pods is None else running_pods,
             stuck_pending_pods,
             recent_failures,

@@ -31,6 +31,7 @@ from shardops.api import (
     StallPolicy,
     rules,
 )
+from shardops.api.campaign import MAX_WORKER_SLOTS
 from shardops.api.names import API_GROUP_VERSION
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -287,6 +288,19 @@ def test_persistent_is_spec_worker_s_alone_and_unset_by_default() -> None:
     assert "persistent" not in spec().to_dict()["worker"]
     with pytest.raises(ValidationError, match=r"finalize\.persistent"):
         spec(finalize={**WORKER, "persistent": True})
+
+
+def test_slots_are_spec_worker_s_alone_unset_by_default_and_bounded() -> None:
+    """Unset by default, as persistent is; one slot per pod then. The finalize step runs once."""
+    assert spec().worker.slots is None and spec().worker.slots_per_pod() == 1
+    assert "slots" not in spec().to_dict()["worker"]
+    assert spec(worker={**WORKER, "slots": 8}).worker.slots_per_pod() == 8
+    assert spec(worker={**WORKER, "slots": MAX_WORKER_SLOTS}).worker.slots == MAX_WORKER_SLOTS
+    for wrong in (0, -1, MAX_WORKER_SLOTS + 1):
+        with pytest.raises(ValidationError, match=r"worker\.slots"):
+            spec(worker={**WORKER, "slots": wrong})
+    with pytest.raises(ValidationError, match=r"finalize\.slots"):
+        spec(finalize={**WORKER, "slots": 2})
 
 
 def test_expected_shards_and_inline_counts() -> None:

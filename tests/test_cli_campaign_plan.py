@@ -157,7 +157,7 @@ def test_plan_view_reports_the_planners_reason_and_skips() -> None:
     plan = view.plan
     # A worker pod stuck Pending as long as the grace: no new Jobs (the first limit to lift).
     assert plan.reason is LimitReason.CLUSTER_FULL
-    assert plan.start_workers == 0
+    assert len(plan.start_workers) == 0
     # The large source's breaker opened from history the status has not folded: its shard goes to
     # the fallback. The shard in backoff waits.
     assert plan.routes["papers-00001"].source == "small"
@@ -165,7 +165,12 @@ def test_plan_view_reports_the_planners_reason_and_skips() -> None:
     data = view.as_dict()
     assert data["dryRun"] is True
     assert data["reason"] == str(plan.reason)
-    assert data["observed"]["workers"] == {"aliveJobs": 1, "runningPods": 1, "stuckPendingPods": 1}
+    assert data["observed"]["workers"] == {
+        "aliveJobs": 1,
+        "aliveSlots": 1,
+        "runningPods": 1,
+        "stuckPendingPods": 1,
+    }
     assert data["observed"]["shardsNotYetCut"] == 8
     assert set(data["plan"]["skipped"]) == set(plan.skipped)
 

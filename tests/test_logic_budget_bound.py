@@ -65,7 +65,7 @@ def test_only_the_shards_whose_reservations_fit_together_are_claimable() -> None
     shards = [shard("d0", P.DONE, cost=2.5), *running(0.5), *pending(5)]
     plan = plan_dispatch(inputs(shards, max_concurrency=6, budget=budget_status(3.0, 10.0, 0.8, 2.0)))
     assert plan.claimable == ("p0", "p1")
-    assert plan.start_workers == 2
+    assert len(plan.start_workers) == 2
     assert plan.skipped["p2"].startswith(
         "budget: needs 2 (maxPerShard 2 less its cost so far), 1.5 of limit 10"
     )
@@ -105,7 +105,7 @@ def test_nothing_fits_and_nothing_runs_holds_with_the_fix() -> None:
     plan = plan_dispatch(
         inputs(pending(3), total_items=50, cut_items=30, budget=budget_status(7.0, 8.0, 0.95, 2.0))
     )
-    assert plan.claimable == () and plan.start_workers == 0
+    assert plan.claimable == () and len(plan.start_workers) == 0
     hold = plan.budget_hold
     assert hold is not None and hold.cause is HoldCause.NO_ROOM and not hold.lifts_itself
     assert hold.waiting == 5, "the 3 pending and the 2 not cut yet"

@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -13,7 +14,8 @@ from shardops.logic.backpressure import (
     backlog_bound,
     backlog_room,
     cluster_full,
-    workers_to_start,
+    slots_to_start,
+    worker_jobs,
 )
 from shardops.logic.breaker import Route, SourceBreaker
 from shardops.logic.budget import BudgetGate, budget_status
@@ -53,10 +55,38 @@ def test_cluster_full_when_stuck_pods_reach_running_pods() -> None:
 
 
 def test_workers_never_exceed_what_can_be_claimed() -> None:
-    assert workers_to_start(6, claimable=4, running=2, alive=2) == 4
-    assert workers_to_start(6, claimable=4, running=2, alive=3) == 3
-    assert workers_to_start(6, claimable=0, running=3, alive=1) == 0
-    assert workers_to_start(6, claimable=10, running=0, alive=0) == 6
+    assert slots_to_start(6, claimable=4, running=2, alive_slots=2) == 4
+    assert slots_to_start(6, claimable=4, running=2, alive_slots=3) == 3
+    assert slots_to_start(6, claimable=0, running=3, alive_slots=1) == 0
+    assert slots_to_start(6, claimable=10, running=0, alive_slots=0) == 6
+
+
+def test_slots_start_in_full_jobs_and_the_last_one_takes_the_rest() -> None:
+    assert worker_jobs(20, 8) == (8, 8, 4)
+    assert worker_jobs(16, 8) == (8, 8)
+    assert worker_jobs(3, 1) == (1, 1, 1)
+    assert worker_jobs(0, 8) == () and worker_jobs(-2, 8) == ()
+    with pytest.raises(ValueError, match="at least 1"):
+        worker_jobs(4, 0)
+
+
+def test_the_planner_counts_the_slots_of_alive_jobs_not_the_jobs() -> None:
+    """maxConcurrency 20 at 8 slots a pod: three Jobs (8, 8, 4) from nothing; one alive Job of 8
+    slots leaves 12 to start (8, 4), not 19 Jobs; alive slots at the cap start none."""
+    assert plan_dispatch(
+        inputs(pending(20), max_concurrency=20, slots_per_worker=8, alive_jobs=0)
+    ).start_workers == (
+        8,
+        8,
+        4,
+    )
+    one = inputs(pending(20), max_concurrency=20, slots_per_worker=8, alive_jobs=1, alive_slots=8)
+    assert plan_dispatch(one).start_workers == (8, 4)
+    full = inputs(pending(20), max_concurrency=20, slots_per_worker=8, alive_jobs=3, alive_slots=20)
+    assert plan_dispatch(full).start_workers == ()
+    # Only 2 claimable: a Job of 2 slots, not of 8.
+    two = inputs(pending(2), max_concurrency=20, slots_per_worker=8, alive_jobs=0)
+    assert plan_dispatch(two).start_workers == (2,)
 
 
 # --- planner ------------------------------------------------------------------------------------
@@ -65,7 +95,7 @@ def test_workers_never_exceed_what_can_be_claimed() -> None:
 def test_claims_up_to_max_concurrency_and_starts_workers() -> None:
     plan = plan_dispatch(inputs([*running(2), *pending(10)]))
     assert plan.claimable == ("p0", "p1", "p2", "p3")
-    assert plan.start_workers == 4
+    assert len(plan.start_workers) == 4
     assert plan.reason is LimitReason.CAPACITY
     assert "6 ready shard(s) wait" in plan.message
     assert plan.skipped["p9"].startswith("ready; waits for a free slot")
@@ -85,7 +115,7 @@ def test_priority_first_then_fifo() -> None:
 
 def test_idle_workers_count_toward_the_pool() -> None:
     plan = plan_dispatch(inputs([*running(2), *pending(2)], alive_jobs=3))
-    assert plan.start_workers == 1
+    assert len(plan.start_workers) == 1
 
 
 def test_materializes_only_up_to_the_backlog_bound() -> None:
@@ -163,7 +193,7 @@ def test_budget_exhausted_pauses_unclaimed_and_lets_running_finish() -> None:
     shards = [*running(2), *pending(2), shard("q0", P.QUEUED), shard("final", shard_class=FIN)]
     plan = plan_dispatch(inputs(shards, budget=EXHAUSTED, total_items=100))
     assert set(plan.pause) == {"p0", "p1", "q0", "final"}
-    assert plan.claimable == () and plan.materialize == 0 and plan.start_workers == 0
+    assert plan.claimable == () and plan.materialize == 0 and len(plan.start_workers) == 0
     assert plan.reason is LimitReason.BUDGET
     assert "4 unclaimed shard(s) pause, 2 running finish" in plan.message
 
@@ -195,7 +225,7 @@ def test_shards_resumed_in_a_pass_count_against_the_backlog_bound_of_that_pass()
 def test_suspended_starts_nothing_and_loses_nothing() -> None:
     shards = [*running(1), *pending(3), shard("q0", P.QUEUED), shard("x0", P.PAUSED)]
     plan = plan_dispatch(inputs(shards, suspended=True, total_items=100))
-    assert (plan.claimable, plan.materialize, plan.start_workers, plan.promote) == ((), 0, 0, ())
+    assert (plan.claimable, plan.materialize, plan.start_workers, plan.promote) == ((), 0, (), ())
     assert set(plan.pause) == {"p0", "p1", "p2", "q0"}
     assert plan.resume == ()
     assert plan.reason is LimitReason.SUSPENDED
@@ -232,12 +262,12 @@ def test_half_open_lets_exactly_one_probe_through() -> None:
 
 def test_stuck_pending_pods_stop_new_jobs_but_not_claims() -> None:
     plan = plan_dispatch(inputs(pending(3), alive_jobs=2, running_pods=0, stuck_pending_pods=2))
-    assert plan.start_workers == 0
+    assert len(plan.start_workers) == 0
     assert plan.claimable == ("p0", "p1", "p2")
     assert plan.reason is LimitReason.CLUSTER_FULL
     assert "2 worker pod(s) stuck Pending ≥ max(1, running pods 0)" in plan.message
     partly = plan_dispatch(inputs([*running(4), *pending(2)], stuck_pending_pods=1))
-    assert partly.start_workers == 2
+    assert len(partly.start_workers) == 2
 
 
 def test_failing_workers_hold_new_jobs_in_the_plan_itself() -> None:
@@ -246,7 +276,7 @@ def test_failing_workers_hold_new_jobs_in_the_plan_itself() -> None:
         count=3, last_at=NOW - timedelta(seconds=5), last_reason="w-2: BackoffLimitExceeded"
     )
     plan = plan_dispatch(inputs(pending(3), max_concurrency=3, alive_jobs=0, recent_failures=failing))
-    assert plan.start_workers == 0
+    assert len(plan.start_workers) == 0
     assert plan.claimable == ("p0", "p1", "p2"), "claims by running workers go on"
     assert plan.reason is LimitReason.WORKERS_FAILING
     assert "3 worker Job(s) failed in the last 5m (last: w-2: BackoffLimitExceeded)" in plan.message
@@ -259,17 +289,17 @@ def test_failing_workers_hold_new_jobs_in_the_plan_itself() -> None:
             now=NOW + timedelta(seconds=60),
         )
     )
-    assert quiet.start_workers == 3 and quiet.reason is not LimitReason.WORKERS_FAILING
+    assert len(quiet.start_workers) == 3 and quiet.reason is not LimitReason.WORKERS_FAILING
     few = WorkerFailures(count=3, last_at=NOW, last_reason="x")
     assert (
         plan_dispatch(inputs(pending(6), max_concurrency=6, alive_jobs=0, recent_failures=few)).start_workers
-        == 6
+        == (1,) * 6
     )
 
 
 def test_concurrency_cut_below_running_claims_nothing() -> None:
     plan = plan_dispatch(inputs([*running(5), *pending(2)], max_concurrency=3))
-    assert plan.claimable == () and plan.start_workers == 0
+    assert plan.claimable == () and len(plan.start_workers) == 0
     assert plan.reason is LimitReason.CAPACITY
 
 
@@ -329,6 +359,8 @@ def dispatch_inputs(draw: st.DrawFn) -> DispatchInputs:
         budget=budget_status(draw(st.sampled_from([0.0, 85.0, 100.0])), 100.0, 0.8),
         suspended=draw(st.booleans()),
         alive_jobs=draw(st.integers(0, 10)),
+        alive_slots=draw(st.integers(0, 20)),
+        slots_per_worker=draw(st.sampled_from([1, 1, 3, 8])),
         running_pods=draw(st.integers(0, 10)),
         stuck_pending_pods=draw(st.integers(0, 3)),
     )
@@ -348,11 +380,13 @@ def test_never_exceeds_max_concurrency(data: DispatchInputs) -> None:
     running = sum(1 for s in data.shards if s.phase is P.RUNNING)
     limit = data.limits.max_concurrency
     assert len(plan.claimable) <= max(0, limit - running)
-    assert plan.start_workers <= max(0, limit - data.workers.alive_jobs)
+    slots = sum(plan.start_workers)
+    assert slots <= max(0, limit - data.workers.alive_slots)
+    assert all(1 <= job <= data.limits.slots_per_worker for job in plan.start_workers)
     queued = sum(1 for s in data.shards if s.phase is P.QUEUED)
-    assert plan.start_workers <= len(plan.claimable) + data.items.uncut_shards + queued
+    assert slots <= len(plan.claimable) + data.items.uncut_shards + queued
     if data.items.uncut_shards == 0 and queued == 0:
-        assert plan.start_workers <= len(plan.claimable)
+        assert slots <= len(plan.claimable)
 
 
 @PROPERTY
@@ -384,7 +418,7 @@ def test_no_work_shard_claimable_at_budget_warn(data: DispatchInputs) -> None:
         assert all(views[name].shard_class is FIN for name in plan.claimable)
         assert plan.materialize == 0
     if data.budget.gate is BudgetGate.EXHAUSTED or data.suspended:
-        assert plan.claimable == () and plan.promote == () and plan.start_workers == 0
+        assert plan.claimable == () and plan.promote == () and len(plan.start_workers) == 0
 
 
 @PROPERTY
@@ -418,12 +452,12 @@ def test_workers_start_for_work_the_backlog_bound_keeps_uncut() -> None:
     and the 20 workers start at once, ready when the rest is cut."""
     fresh = plan_dispatch(inputs([], max_concurrency=20, total_items=200, shard_size=1, alive_jobs=0))
     assert fresh.materialize == 5 and fresh.claimable == ()
-    assert fresh.start_workers == 20
+    assert len(fresh.start_workers) == 20
     some = plan_dispatch(inputs(pending(5), max_concurrency=20, total_items=200, cut_items=5, shard_size=1))
-    assert some.start_workers == 20
+    assert len(some.start_workers) == 20
     # Nothing more coming: as many as there is to claim.
     last = plan_dispatch(inputs(pending(3), max_concurrency=20, total_items=3, cut_items=3, shard_size=1))
-    assert last.start_workers == 3
+    assert len(last.start_workers) == 3
 
 
 def test_no_workers_start_for_uncut_work_while_something_else_holds_work_back() -> None:
@@ -437,10 +471,10 @@ def test_no_workers_start_for_uncut_work_while_something_else_holds_work_back() 
             breakers=OPEN_A,
         )
     )
-    assert broken.claimable == () and broken.start_workers == 0
+    assert broken.claimable == () and len(broken.start_workers) == 0
     suspended = plan_dispatch(inputs([], max_concurrency=20, total_items=200, shard_size=1, suspended=True))
-    assert suspended.start_workers == 0
+    assert len(suspended.start_workers) == 0
     warn = plan_dispatch(
         inputs([], max_concurrency=20, total_items=200, shard_size=1, budget=budget_status(0.9, 1.0, 0.8))
     )
-    assert warn.start_workers == 0
+    assert len(warn.start_workers) == 0

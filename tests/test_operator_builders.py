@@ -85,8 +85,9 @@ def test_results_version_forces_new_keys_for_unchanged_work() -> None:
     assert work_key(resultsVersion="2") == work_key(resultsVersion="2")
 
 
-def test_persistent_is_not_in_the_keys_it_computes_what_a_process_per_shard_does() -> None:
+def test_persistent_and_slots_are_not_in_the_keys_they_compute_what_a_process_per_shard_does() -> None:
     assert work_key(persistent=True) == work_key() == work_key(persistent=False)
+    assert work_key(slots=8) == work_key() == work_key(slots=1)
 
     def finalize_key(**work: object) -> str:
         camp = parsed(
@@ -155,7 +156,10 @@ def test_worker_job_is_owned_labelled_retried_by_us_and_cleaned_up() -> None:
     pod = job["spec"]["template"]["spec"]
     container = pod["containers"][0]
     assert job["metadata"]["name"] == "camp-worker-1" and job["metadata"]["labels"] == labels
-    assert job["metadata"]["annotations"] == {"shardops.dev/worker-number": "1"}
+    assert job["metadata"]["annotations"] == {
+        "shardops.dev/worker-number": "1",
+        "shardops.dev/worker-slots": "1",
+    }
     assert "generateName" not in job["metadata"], "a fixed name: a repeated create finds its Job"
     assert job["spec"]["template"]["metadata"]["labels"] == labels
     assert job["metadata"]["ownerReferences"][0]["controller"] is True
@@ -173,7 +177,33 @@ def test_worker_job_is_owned_labelled_retried_by_us_and_cleaned_up() -> None:
     assert env["SHARDOPS_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
     assert env["SHARDOPS_CAMPAIGN_UID"]["value"] == camp.metadata.uid
     assert env["K"]["value"] == "v"
+    assert env["SHARDOPS_SLOTS"]["value"] == "1"
     assert "resources" not in container
+
+
+def test_a_worker_job_of_several_slots_says_so_to_its_pod_and_to_the_planner() -> None:
+    """The env tells the worker how many shards to run at once; the annotation is what the planner
+    counts (`state.workers.job_slots`); a SHARDOPS_SLOTS of the campaign's env does not win."""
+    camp = parsed(
+        worker={
+            "image": "img",
+            "command": ["a"],
+            "slots": 8,
+            "env": [{"name": "SHARDOPS_SLOTS", "value": "2"}],
+        }
+    )
+    job = builders.worker_job_body(camp, camp.spec.worker, "sa", number=3, slots=5)
+    env = job["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert [v["value"] for v in env if v["name"] == "SHARDOPS_SLOTS"][-1] == "5"
+    assert workers.job_slots(job) == 5
+    assert workers.job_slots({"metadata": {"name": "old"}}) == 1, "a Job of an earlier release has one"
+    assert workers.job_slots({"metadata": {"annotations": {"shardops.dev/worker-slots": "x"}}}) == 1
+    done = {**job, "status": {"conditions": [{"type": "Complete", "status": "True"}]}}
+    now = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    counts = workers.worker_counts(
+        [job, done, {"metadata": {"name": "old"}}], [], now, dt.timedelta(minutes=1)
+    )
+    assert (counts.alive_jobs, counts.alive_slots) == (2, 6), "a finished Job's slots are not alive"
 
 
 def test_worker_job_gets_the_result_stores_credentials_from_its_secret_never_as_values() -> None:

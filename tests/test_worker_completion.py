@@ -151,7 +151,7 @@ def test_a_zombie_whose_lost_claim_stored_its_s3_result_is_completed_with_that_o
     stored, _ = s3.store_result(key, text, ResultMeta("camp", shard.name, "dead-worker", 2, 1), 1)
     assert s3.read_result(key) is None
     worker = workerkit.worker(kube, tmp_path, clock=ShiftedClock())
-    worker._stores[location.model_dump_json()] = s3
+    worker.shared.store(location.model_dump_json(), lambda: s3)
     assert worker._step() is None, "first seen now: not a zombie yet"
     worker.clock.skip(10)  # type: ignore[attr-defined]
     assert worker.run() == 0

@@ -435,7 +435,7 @@ def test_with_the_s3_store_a_shard_costs_three_worker_writes_and_no_configmap(tm
     (shard,) = add_campaign(kube, body)
     worker = workerkit.worker(kube, tmp_path)
     s3 = FakeS3()
-    worker._stores[location.model_dump_json()] = S3Store(location, NAMESPACE, client=s3)
+    worker.shared.store(location.model_dump_json(), lambda: S3Store(location, NAMESPACE, client=s3))
     before = len(kube.write_log())
     assert worker.run() == 0
     done = _shard(kube, shard.name)

@@ -65,6 +65,9 @@ DEFAULT_S3_PREFIX = "shardops"
 CONFIGMAP_STORE_MAX_SHARDS = 1000
 # Ten years: longer is "forever", which is what leaving the retention unset says.
 MAX_RETENTION_SECONDS = 10 * 365 * 24 * 3600
+# The most slots (shards at once) of one worker pod: its threads share one process's GIL, so past a
+# few dozen they add waiting, not throughput.
+MAX_WORKER_SLOTS = 64
 # The largest spec.errorThreshold.window: the status keeps that many folded completions.
 MAX_ERROR_WINDOW = 1000
 
@@ -279,7 +282,8 @@ class WorkerSpec(SpecModel):
         resultsVersion, which exists only to be in the key.
         Out: what changes how or where the work runs, or what it costs, not its result: the LLM
         prices, timeout and API-key Secrets, resources, serviceAccountName, and spec.worker's
-        persistent (one process serving many shards computes what one process per shard does)."""
+        persistent and slots (one process serving many shards, or several at once, computes what
+        one process per shard does)."""
         identity: dict[str, Any] = {
             "image": self.image,
             "command": self.full_command(),
@@ -314,6 +318,26 @@ class ItemsWorkerSpec(WorkerSpec):
             "per shard."
         ),
     )
+    # Unset by default, for the reason persistent is.
+    slots: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_WORKER_SLOTS,
+        description=(
+            "Shards one worker pod runs at once: its slots, each claiming, heartbeating and running its "
+            "own shard (and its own command process) under its own Lease holder identity, all in one "
+            "worker process sharing its start, API client and watches. A pod start costs the same for "
+            "1 slot or 16, so short shards and calls that mostly wait (LLM requests) go further per "
+            "core with more slots. maxConcurrency still caps the running shards of the campaign; the "
+            "operator starts ceil(slots wanted / slots) pods. resources are per pod: size them for "
+            "`slots` commands at once. The pod exits when none of its slots found a claimable shard "
+            "for idleSeconds. Not part of the idempotency key. Default: unset, one slot per pod."
+        ),
+    )
+
+    def slots_per_pod(self) -> int:
+        """spec.worker.slots, 1 when unset."""
+        return self.slots or 1
 
 
 class Backoff(SpecModel):

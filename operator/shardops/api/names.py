@@ -35,6 +35,9 @@ IDEMPOTENCY_KEY_LABEL: Final = f"{API_GROUP}/idempotency-key"
 # more than the highest number of the campaign's Jobs that exist, so a name is fixed before the
 # create and a create sent again after a lost answer finds its own Job (409) instead of a second one.
 WORKER_NUMBER_ANNOTATION: Final = f"{API_GROUP}/worker-number"
+# On a worker Job: the slots of its pod (shards it runs at once, spec.worker.slots or fewer). The
+# planner counts the slots of the alive Jobs, not the Jobs; a Job without it has one.
+WORKER_SLOTS_ANNOTATION: Final = f"{API_GROUP}/worker-slots"
 
 # A DNS-1123 label (and a label value, which a Job's name becomes on its pods) is at most 63 characters.
 DNS_LABEL_MAX: Final = 63

@@ -78,6 +78,7 @@ class PlanView:
                 "backlogRatio": self.backlog_ratio,
                 "workers": {
                     "aliveJobs": self.workers.alive_jobs,
+                    "aliveSlots": self.workers.alive_slots,
                     "runningPods": self.workers.running_pods,
                     "stuckPendingPods": self.workers.stuck_pending_pods,
                 },
@@ -88,6 +89,15 @@ class PlanView:
                 "hold": self.hold,
             },
         }
+
+
+def _jobs_text(jobs: tuple[int, ...]) -> str:
+    """The worker Jobs to start and their slots: "2 (slots 8, 4)"."""
+    if not jobs:
+        return NONE
+    if all(slots == 1 for slots in jobs):
+        return str(len(jobs))
+    return f"{len(jobs)} (slots {', '.join(map(str, jobs))})"
 
 
 def plan_view(
@@ -154,7 +164,7 @@ def render_plan(view: PlanView) -> str:
                 ["promote (Queued → Pending)", names_text(plan.promote)],
                 ["cut new shards", str(plan.materialize or NONE)],
                 ["hand out (claimable)", names_text(claimable)],
-                ["start worker Jobs", str(plan.start_workers or NONE)],
+                ["start worker Jobs", _jobs_text(plan.start_workers)],
             ],
             "  ",
         ),
@@ -162,7 +172,8 @@ def render_plan(view: PlanView) -> str:
         "Observed:",
         f"  running {view.running} of maxConcurrency {view.max_concurrency}; pending {view.pending} "
         f"(backlogRatio {view.backlog_ratio:g})",
-        f"  workers: {view.workers.alive_jobs} Job(s) alive, {view.workers.running_pods} pod(s) running, "
+        f"  workers: {view.workers.alive_jobs} Job(s) alive ({view.workers.alive_slots} slot(s)), "
+        f"{view.workers.running_pods} pod(s) running, "
         f"{view.workers.stuck_pending_pods} stuck Pending",
         f"  items {view.items_total}, {view.uncut_shards} shard(s) not cut yet"
         + (f"; {view.hold}" if view.hold else "; spec.suspend is true" if view.suspended else ""),

@@ -76,12 +76,22 @@ def cluster_full(stuck_pending_pods: int, running_pods: int) -> bool:
     return stuck_pending_pods >= max(1, running_pods)
 
 
-def workers_to_start(max_concurrency: int, claimable: int, running: int, alive: int) -> int:
-    """Keep min(maxConcurrency, claimable + running) workers alive; never more than there is to claim.
+def slots_to_start(max_concurrency: int, claimable: int, running: int, alive_slots: int) -> int:
+    """Keep min(maxConcurrency, claimable + running) worker slots alive; never more than there is to
+    claim. A slot runs one shard at a time (a worker pod has spec.worker.slots of them).
 
     `claimable` counts shards claimable now and those only the backlog bound keeps from being cut
     yet (the planner's `_coming`). Capping by it stops a dead worker's still-Running shard from
     spawning an idle Job.
     """
-    wanted = min(max_concurrency, claimable + running) - alive
+    wanted = min(max_concurrency, claimable + running) - alive_slots
     return max(0, min(wanted, claimable))
+
+
+def worker_jobs(slots: int, slots_per_worker: int) -> tuple[int, ...]:
+    """The slots of each worker Job that starts `slots` slots: full Jobs of `slots_per_worker`, the
+    last one the rest (so no more slots start than are wanted)."""
+    if slots_per_worker < 1:
+        raise ValueError(f"slots per worker must be at least 1, got {slots_per_worker}")
+    full, rest = divmod(max(0, slots), slots_per_worker)
+    return (slots_per_worker,) * full + ((rest,) if rest else ())

@@ -38,7 +38,8 @@ from shardops.logic.backpressure import (
     backlog_bound,
     backlog_room,
     cluster_full,
-    workers_to_start,
+    slots_to_start,
+    worker_jobs,
 )
 from shardops.logic.breaker import CLOSED_BREAKER, Route, SourceBreaker, describe_blocked, effective, route
 from shardops.logic.budget import (
@@ -93,20 +94,26 @@ class Limit:
 class DispatchLimits:
     max_concurrency: int
     backlog_ratio: float
+    # spec.worker.slots: the shards one worker pod runs at once.
+    slots_per_worker: int = 1
 
     def __post_init__(self) -> None:
         if self.max_concurrency < 0:
             raise ValueError(f"maxConcurrency must not be negative, got {self.max_concurrency}")
+        if self.slots_per_worker < 1:
+            raise ValueError(f"spec.worker.slots must be at least 1, got {self.slots_per_worker}")
         if self.backlog_ratio <= 0:
             raise ValueError(f"backlogRatio must be positive, got {self.backlog_ratio}")
 
 
 @dataclass(frozen=True)
 class WorkerCounts:
-    """`alive_jobs`: worker Jobs not finished; pods as the caller counted them (see backpressure);
-    `recent_failures`: worker Jobs that failed lately (a worker may not list Jobs: none for it)."""
+    """`alive_jobs`: worker Jobs not finished, `alive_slots` their slots (shards they may run at
+    once); pods as the caller counted them (see backpressure); `recent_failures`: worker Jobs that
+    failed lately (a worker may not list Jobs: none for it)."""
 
     alive_jobs: int
+    alive_slots: int
     running_pods: int
     stuck_pending_pods: int
     recent_failures: WorkerFailures = NO_WORKER_FAILURES
@@ -149,7 +156,8 @@ class DispatchPlan:
 
     materialize: int
     promote: tuple[str, ...]
-    start_workers: int
+    # The worker Jobs to start: the slots of each (spec.worker.slots; the last may have fewer).
+    start_workers: tuple[int, ...]
     claimable: tuple[str, ...]
     routes: Mapping[str, Route]
     pause: tuple[str, ...]
@@ -165,7 +173,8 @@ class DispatchPlan:
         return {
             "materialize": self.materialize,
             "promote": list(self.promote),
-            "startWorkers": self.start_workers,
+            "startWorkers": len(self.start_workers),
+            "startSlots": sum(self.start_workers),
             "claimable": list(self.claimable),
             "routes": {name: {"source": r.source, "probe": r.probe} for name, r in self.routes.items()},
             "pause": list(self.pause),
@@ -226,7 +235,7 @@ class _Draft:
     selection: _Selection
     pause: tuple[str, ...]
     resume: tuple[str, ...]
-    start_workers: int
+    start_workers: tuple[int, ...]
     worker_limit: Limit | None
 
 
@@ -460,19 +469,23 @@ def _coming(inputs: DispatchInputs, census: _Census, selection: _Selection) -> i
     return min(free, inputs.items.uncut_shards + queued)
 
 
-def _plan_workers(inputs: DispatchInputs, census: _Census, claimable: int) -> tuple[int, Limit | None]:
-    """`claimable`: shards claimable now, and those claimable once cut (`_coming`)."""
-    w = inputs.workers
-    if w.recent_failures.holding(inputs.limits.max_concurrency, inputs.now):
+def _plan_workers(
+    inputs: DispatchInputs, census: _Census, claimable: int
+) -> tuple[tuple[int, ...], Limit | None]:
+    """`claimable`: shards claimable now, and those claimable once cut (`_coming`). The Jobs to
+    start, by their slots."""
+    w, limits = inputs.workers, inputs.limits
+    if w.recent_failures.holding(limits.max_concurrency, inputs.now):
         # Said even when no Job is wanted this cycle: the condition tells a person to read the logs.
-        return 0, Limit(LimitReason.WORKERS_FAILING, w.recent_failures.describe())
-    wanted = workers_to_start(inputs.limits.max_concurrency, claimable, census.running, w.alive_jobs)
-    if wanted > 0 and cluster_full(w.stuck_pending_pods, w.running_pods):
+        return (), Limit(LimitReason.WORKERS_FAILING, w.recent_failures.describe())
+    slots = slots_to_start(limits.max_concurrency, claimable, census.running, w.alive_slots)
+    wanted = worker_jobs(slots, limits.slots_per_worker)
+    if wanted and cluster_full(w.stuck_pending_pods, w.running_pods):
         text = (
             f"{w.stuck_pending_pods} worker pod(s) stuck Pending ≥ max(1, running pods {w.running_pods}): "
-            f"not starting {wanted} Job(s)"
+            f"not starting {len(wanted)} Job(s)"
         )
-        return 0, Limit(LimitReason.CLUSTER_FULL, text)
+        return (), Limit(LimitReason.CLUSTER_FULL, text)
     return wanted, None
 
 

@@ -27,6 +27,7 @@ from shardops.api.names import (
     ROLE_LABEL,
     SHARD_KIND,
     WORKER_NUMBER_ANNOTATION,
+    WORKER_SLOTS_ANNOTATION,
     derived_name,
 )
 from shardops.k8s.jobs import WORKER_ROLE
@@ -170,8 +171,10 @@ def worker_job_body(
     metrics: WorkerMetricsEndpoint | None = None,
     *,
     number: int = 1,
+    slots: int = 1,
 ) -> JSON:
-    """One worker: `shardops worker` claims shards one at a time until none is left, then exits.
+    """One worker: `shardops worker` claims shards until none is left, then exits; `slots` of them
+    at once (spec.worker.slots, or fewer for the last Job of a start), each its own claim.
 
     `number`: the Job's number in the campaign (`state.workers.next_worker_number`), which names it.
     A fixed name, never generateName: a create sent again after its answer was lost finds the Job it
@@ -208,6 +211,8 @@ def worker_job_body(
             for name, ref in (worker.llm.api_key_env() if worker.llm else [])
         ),
         *(worker_metrics_env(metrics) if metrics is not None else []),
+        # After the campaign's env: the planner counts the slots the annotation below says.
+        {"name": "SHARDOPS_SLOTS", "value": str(slots)},
     ]
     container: JSON = {
         "name": "worker",
@@ -236,7 +241,7 @@ def worker_job_body(
             "name": worker_job_name(campaign.name, number),
             "namespace": campaign.namespace,
             "labels": labels,
-            "annotations": {WORKER_NUMBER_ANNOTATION: str(number)},
+            "annotations": {WORKER_NUMBER_ANNOTATION: str(number), WORKER_SLOTS_ANNOTATION: str(slots)},
             "ownerReferences": [owner_reference(campaign)],
         },
         "spec": {

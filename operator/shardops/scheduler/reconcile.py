@@ -829,18 +829,19 @@ class Reconciler:
 
     def _start_workers(self, seen: _Observed, plan: DispatchPlan) -> None:
         """Start the planned worker Jobs (the planner already held them back where it had to)."""
-        if plan.start_workers <= 0:
+        if not plan.start_workers:
             return
         classes = [seen.shards[n].spec.shard_class for n in plan.claimable if n in seen.shards]
         worker = builders.worker_spec_for(seen.campaign.spec, classes)
         first = workers.next_worker_number(seen.jobs)
-        for number in range(first, first + plan.start_workers):
+        for number, slots in enumerate(plan.start_workers, start=first):
             body = builders.worker_job_body(
                 seen.campaign,
                 worker,
                 self.settings.worker_service_account,
                 self.settings.worker_metrics(),
                 number=number,
+                slots=slots,
             )
             try:
                 job = jobs.create(self.kube, seen.campaign.namespace, body)

@@ -154,7 +154,7 @@ def dispatch_inputs(
     views = [shardview.shard_view(s) for s in shards]
     states = breakers if breakers is not None else breaker_states(campaign, shards)
     return DispatchInputs(
-        limits=DispatchLimits(spec.max_concurrency, spec.backlog_ratio),
+        limits=DispatchLimits(spec.max_concurrency, spec.backlog_ratio, spec.worker.slots_per_pod()),
         items=item_progress(campaign, shards, items_total),
         shards=views,
         breakers=planner_breakers(spec, states),

@@ -6,7 +6,7 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
-from shardops.api.names import WORKER_NUMBER_ANNOTATION
+from shardops.api.names import WORKER_NUMBER_ANNOTATION, WORKER_SLOTS_ANNOTATION
 from shardops.k8s.leases import parse_time
 from shardops.logic.backpressure import WORKER_FAILURE_WINDOW, WorkerFailures
 from shardops.logic.planner import WorkerCounts
@@ -61,6 +61,12 @@ def next_worker_number(jobs: Sequence[JSON]) -> int:
     return max(numbers) + 1
 
 
+def job_slots(job: JSON) -> int:
+    """The slots of a worker Job's pod (its annotation); 1 without one (Jobs of earlier releases)."""
+    value = ((job.get("metadata") or {}).get("annotations") or {}).get(WORKER_SLOTS_ANNOTATION)
+    return int(value) if isinstance(value, str) and value.isdigit() and int(value) > 0 else 1
+
+
 def worker_counts(
     jobs: Sequence[JSON], pods: Sequence[JSON], now: dt.datetime, pending_grace: dt.timedelta
 ) -> WorkerCounts:
@@ -83,6 +89,7 @@ def worker_counts(
             stuck += 1
     return WorkerCounts(
         alive_jobs=len(alive_jobs),
+        alive_slots=sum(job_slots(job) for job in alive_jobs),
         running_pods=running,
         stuck_pending_pods=stuck,
         recent_failures=worker_failures(jobs, now),

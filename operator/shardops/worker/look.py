@@ -156,12 +156,13 @@ def campaign_change_matters(old: JSON | None, new: JSON | None) -> bool:
     return gating(old) != gating(new)
 
 
-class WatchedLooks:
-    """Looks from two watches: the Campaign (by name) and its unfinished Shards that have a status
-    (`watched_query`: a shard just created, not yet Pending, is left out until it is).
-
-    Parses are kept per object version, so a look parses only what changed since the last one.
-    Until the watches have listed once (or when they cannot: no watch permission), looks read."""
+class Watches:
+    """The two watches of a campaign — the Campaign (by name) and its unfinished Shards that have a
+    status (`watched_query`: a shard just created, not yet Pending, is left out until it is) — and
+    the parses of what they hold, shared by the slots of a worker process (`WatchedLooks`, one per
+    slot): one stream of changes decoded once, each object version parsed once, whatever the number
+    of slots. Parses are kept per object version, so a look parses only what changed since the last
+    one. Parsed objects are shared and never changed by their readers."""
 
     def __init__(self, kube: Kube, namespace: str, campaign: str) -> None:
         self.kube = kube
@@ -186,58 +187,108 @@ class WatchedLooks:
             matters=shard_change_matters,
             name=f"watch-shards-{campaign}",
         )
+        # Guards the parses, which the slots' threads read and fill.
+        self._lock = threading.Lock()
         self._parsed_campaign: tuple[str, Campaign] | None = None
         self._parsed_shards: dict[str, tuple[str, Shard]] = {}
         self._waited_for_sync = False
-        # The change count when the last look began: a wait after it ends at any change since,
-        # also one that came between the look and the wait.
-        self._looked_at = self.changes.count
         self.campaign.start()
         self.shards.start()
 
-    def look(self) -> Look:
-        if not self._waited_for_sync:
+    @property
+    def synced(self) -> bool:
+        return self.campaign.synced and self.shards.synced
+
+    def wait_synced_once(self) -> None:
+        """The first look of any slot waits (at most SYNC_SECONDS) for the watches' first lists."""
+        with self._lock:
+            if self._waited_for_sync:
+                return
             self._waited_for_sync = True
-            if not (self.campaign.wait_synced(SYNC_SECONDS) and self.shards.wait_synced(SYNC_SECONDS)):
-                log.warning(
-                    "the watches of %s did not list in %.0f s (%s); reading on each look meanwhile",
-                    self.campaign_name,
-                    SYNC_SECONDS,
-                    self.campaign.problem or self.shards.problem or "no answer yet",
-                )
-        self._looked_at = self.changes.count
-        if not (self.campaign.synced and self.shards.synced):
-            return read_look(self.kube, self.namespace, self.campaign_name)
+        if not (self.campaign.wait_synced(SYNC_SECONDS) and self.shards.wait_synced(SYNC_SECONDS)):
+            log.warning(
+                "the watches of %s did not list in %.0f s (%s); reading on each look meanwhile",
+                self.campaign_name,
+                SYNC_SECONDS,
+                self.campaign.problem or self.shards.problem or "no answer yet",
+            )
+
+    def parsed(self) -> tuple[Campaign, list[Shard]]:
+        """The watched Campaign and unfinished Shards, parsed; NotFound without the Campaign."""
         # Two watches, each current to within an event but not with each other: a decision that
         # depends on both agreeing (that the campaign is finished) is confirmed by `read_look`.
         found = self.campaign.objects()
         if not found:
             where = f"{self.namespace}/{self.campaign_name}"
             raise NotFound(404, "NotFound", f"campaign {where} not in the watch")
-        campaign = self._campaign(found[0])
         bodies = self.shards.objects()
-        unfinished = [self._shard(body) for body in bodies]
-        if len(self._parsed_shards) > len(bodies):
-            present = {shard.name for shard in unfinished}
-            self._parsed_shards = {k: v for k, v in self._parsed_shards.items() if k in present}
-        return Look(campaign, unfinished, fresh=False)
+        with self._lock:
+            campaign = self._campaign(found[0])
+            unfinished = [self._shard(body) for body in bodies]
+            if len(self._parsed_shards) > len(bodies):
+                present = {shard.name for shard in unfinished}
+                self._parsed_shards = {k: v for k, v in self._parsed_shards.items() if k in present}
+        return campaign, unfinished
 
-    def _version(self, body: JSON) -> str:
+    @staticmethod
+    def version(body: JSON) -> str:
         return str(body["metadata"].get("resourceVersion") or "")
 
     def _campaign(self, body: JSON) -> Campaign:
-        version = self._version(body)
+        version = self.version(body)
         if self._parsed_campaign is None or self._parsed_campaign[0] != version:
             self._parsed_campaign = (version, Campaign.parse_items_counted(body))
         return self._parsed_campaign[1]
 
     def _shard(self, body: JSON) -> Shard:
-        name, version = body["metadata"]["name"], self._version(body)
+        name, version = body["metadata"]["name"], self.version(body)
         known = self._parsed_shards.get(name)
         if known is None or known[0] != version:
             known = (version, Shard.parse_items_counted(body))
             self._parsed_shards[name] = known
         return known[1]
+
+    def close(self) -> None:
+        self.campaign.stop()
+        self.shards.stop()
+
+
+class WatchedLooks:
+    """Looks from a campaign's watches (`Watches`): its own, or a worker process's shared by its
+    slots, each slot with a view of its own (what it has looked at and waited for).
+
+    Until the watches have listed once (or when they cannot: no watch permission), looks read."""
+
+    def __init__(self, kube: Kube, namespace: str, campaign: str, watches: Watches | None = None) -> None:
+        self.kube = kube
+        self.namespace = namespace
+        self.campaign_name = campaign
+        # Stopped at close() only when made here; shared watches go with their process.
+        self._owns_watches = watches is None
+        self.watches = watches if watches is not None else Watches(kube, namespace, campaign)
+        # The change count when the last look began: a wait after it ends at any change since,
+        # also one that came between the look and the wait.
+        self._looked_at = self.changes.count
+
+    @property
+    def changes(self) -> Changes:
+        return self.watches.changes
+
+    @property
+    def campaign(self) -> Informer:
+        return self.watches.campaign
+
+    @property
+    def shards(self) -> Informer:
+        return self.watches.shards
+
+    def look(self) -> Look:
+        self.watches.wait_synced_once()
+        self._looked_at = self.changes.count
+        if not self.watches.synced:
+            return read_look(self.kube, self.namespace, self.campaign_name)
+        campaign, unfinished = self.watches.parsed()
+        return Look(campaign, unfinished, fresh=False)
 
     def wait(self, seconds: float, stop: threading.Event) -> Wake:
         """Until a change that matters since the last look began (or the last wait it ended),
@@ -260,11 +311,11 @@ class WatchedLooks:
             return None
         # Bounded by the window: the watch holds the campaign's unfinished shards only.
         return {
-            body["metadata"]["name"]: self._version(body)
+            body["metadata"]["name"]: Watches.version(body)
             for body in self.shards.objects()
             if pending_now(body, now)
         }
 
     def close(self) -> None:
-        self.campaign.stop()
-        self.shards.stop()
+        if self._owns_watches:
+            self.watches.close()

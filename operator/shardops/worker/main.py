@@ -14,9 +14,9 @@ from typing import Any
 from shardops import __version__
 from shardops.api.names import WORKER_FIELD_MANAGER
 from shardops.k8s.api import Kube
-from shardops.worker.look import WatchedLooks
-from shardops.worker.metrics import METRICS_PATH, MetricsEndpoint
-from shardops.worker.runtime import SystemClock, Worker, emit
+from shardops.worker.look import WatchedLooks, Watches
+from shardops.worker.metrics import METRICS_PATH, MetricsEndpoint, WorkerMetrics
+from shardops.worker.runtime import SlotGroup, SystemClock, Worker, emit, run_slots
 from shardops.worker.settings import WorkerSettings
 
 
@@ -70,25 +70,39 @@ def run_worker(settings: WorkerSettings, campaign: str) -> int:
     # The audit log records the user agent: it tells apart workers sharing one service account.
     kube.api_client.user_agent = f"shardops-worker/{__version__} ({settings.identity})"
     namespace = settings.resolved_namespace()
-    worker = Worker(
-        kube=kube,
-        settings=settings,
-        namespace=namespace,
-        campaign_name=campaign,
-        stop=stop,
-        looks=WatchedLooks(kube, namespace, campaign) if settings.watch else None,
-        clock=SystemClock(settings.wall_clock()),
-    )
-    if settings.metrics_port is None:
-        return worker.run()
-    endpoint = worker.metrics.serve(settings.metrics_host, settings.metrics_port)
-    emit("metrics-serving", port=endpoint.port, path=METRICS_PATH)
+    # What the slots share: one start, one API client, one pair of watches, one metrics registry.
+    # Labelled as the operator labels its campaign metrics, so one dashboard variable fits both.
+    group = SlotGroup(WorkerMetrics(f"{namespace}/{campaign}"))
+    watches = Watches(kube, namespace, campaign) if settings.watch else None
+    clock = SystemClock(settings.wall_clock())
+    slots = [
+        Worker(
+            kube=kube,
+            settings=settings,
+            namespace=namespace,
+            campaign_name=campaign,
+            stop=stop,
+            slot=slot,
+            group=group,
+            looks=WatchedLooks(kube, namespace, campaign, watches) if watches is not None else None,
+            clock=clock,
+        )
+        for slot in range(settings.slots)
+    ]
     try:
-        code = worker.run()
-        linger(endpoint, settings.metrics_linger_seconds, stop)
-        return code
+        if settings.metrics_port is None:
+            return run_slots(slots)
+        endpoint = group.metrics.serve(settings.metrics_host, settings.metrics_port)
+        emit("metrics-serving", port=endpoint.port, path=METRICS_PATH)
+        try:
+            code = run_slots(slots)
+            linger(endpoint, settings.metrics_linger_seconds, stop)
+            return code
+        finally:
+            endpoint.stop()
     finally:
-        endpoint.stop()
+        if watches is not None:
+            watches.close()
 
 
 def linger(endpoint: MetricsEndpoint, seconds: float, stop: threading.Event) -> None:

@@ -262,9 +262,9 @@ def spawn(
 ) -> subprocess.Popen[bytes]:
     """Start the user's command in a process group of its own, with the parent-death signal (module
     docstring); `pipes`: its stdin and stdout are pipes to us (a persistent command's protocol
-    channel), else stdin is /dev/null and stdout the worker's. Call from the thread that stays alive
-    (the main thread): the parent-death signal fires when the starting thread exits. A command that
-    cannot be started is a COMMAND_NOT_FOUND CommandFailure."""
+    channel), else stdin is /dev/null and stdout the worker's. Call from the thread that owns the
+    process until it ends (a slot's thread: `runtime.run_slots`): the parent-death signal fires when
+    the starting thread exits. A command that cannot be started is a COMMAND_NOT_FOUND CommandFailure."""
     if not argv:
         raise CommandFailure(ErrorClass.COMMAND_NOT_FOUND, "spec.worker.command is empty")
     stdin = subprocess.PIPE if pipes else subprocess.DEVNULL
@@ -289,7 +289,8 @@ def spawn(
             stdout=stdout,
             bufsize=0,
             process_group=0,
-            # Only the main thread starts commands, and no other thread forks meanwhile.
+            # Without setpriv only: a preexec_fn is unsafe while other threads run (the watches, other
+            # slots); setpriv, which every worker image has (util-linux), is the path taken there.
             preexec_fn=_parent_death_signal,  # noqa: PLW1509
         )
     except FileNotFoundError as error:

@@ -1,8 +1,10 @@
 """The worker loop: claim a shard, run it to an outcome, repeat until there is nothing left to do.
 
-One shard at a time, single-threaded: the loop polls the command's results file and exit, and
-heartbeats when due. A heartbeat (and every later write) first proves the claim is still ours
-(heartbeat.py); if it is not, the command is killed and nothing is written.
+One shard at a time per slot: the loop polls the command's results file and exit, and heartbeats
+when due. A worker process runs spec.worker.slots such loops (`Worker`, one per slot, each in its
+own thread: `run_slots`), sharing what one process needs once (`SlotGroup`). A heartbeat (and
+every later write) first proves the claim is still ours (heartbeat.py); if it is not, the command
+is killed and nothing is written.
 
 Outcomes of one claimed shard:
 
@@ -22,6 +24,7 @@ flush are computed again by the next attempt.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import logging
@@ -29,7 +32,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -155,9 +158,75 @@ def emit(event: str, **fields: Any) -> None:
     log.info(event, extra={"fields": {"event": event, **fields}})
 
 
+class SlotGroup:
+    """What the slots of one worker process share: its metrics, its result stores (one S3 client per
+    location), the claims it lost or won lately, a lock that lets one slot at a time look and
+    claim, and how many slots are running a shard.
+
+    One slot at a time claims, so slots never race each other for a shard: a slot that won records
+    the shard at the version it claimed as taken (with the lost ones), and a sibling whose watched
+    copy has not seen that claim yet passes it by instead of losing a Lease create to it. Bounded by
+    the window: the lost and taken claims are pruned to the shards a look sees."""
+
+    def __init__(self, metrics: WorkerMetrics) -> None:
+        self.metrics = metrics
+        self.claiming = threading.Lock()
+        self._lock = threading.Lock()
+        self._stores: dict[str, ResultStore] = {}
+        # Shard name -> (the version it was lost or taken at, monotonic time).
+        self._lost: dict[str, tuple[str, float]] = {}
+        self._running = 0
+
+    def store(self, key: str, open_it: Callable[[], ResultStore]) -> ResultStore:
+        with self._lock:
+            if key not in self._stores:
+                self._stores[key] = open_it()
+            return self._stores[key]
+
+    def lose(self, name: str, version: str, at: float) -> None:
+        with self._lock:
+            self._lost[name] = (version, at)
+
+    def lost(self, name: str) -> tuple[str, float] | None:
+        with self._lock:
+            return self._lost.get(name)
+
+    def keep_only(self, present: set[str]) -> None:
+        with self._lock:
+            if len(self._lost) > len(present):
+                self._lost = {name: lost for name, lost in self._lost.items() if name in present}
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        with self._lock:
+            self._running += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._running -= 1
+
+    @property
+    def busy(self) -> bool:
+        """A slot is running a shard: the process is not idle, whatever the other slots found."""
+        with self._lock:
+            return self._running > 0
+
+
+@dataclass(frozen=True)
+class _Won:
+    """A claim a slot won, with what its run needs of the look it was made on."""
+
+    campaign: Campaign
+    claimed: Claimed
+    # The cooldowns as of that look: no other read (state.cooldowns).
+    cooling: Mapping[str, SourceCooldown]
+
+
 @dataclass
 class Worker:
-    """What stays the same across shards: the API, the identity, the settings, the clock."""
+    """One slot: what stays the same across its shards: the API, the identity, the settings, the
+    clock, and what it shares with the other slots of its process (`group`)."""
 
     kube: Kube
     settings: WorkerSettings
@@ -166,9 +235,11 @@ class Worker:
     clock: Clock = field(default_factory=SystemClock)
     rng: random.Random = field(default_factory=random.Random)
     stop: threading.Event = field(default_factory=threading.Event)
+    # The slot's number in its process (0 .. spec.worker.slots - 1): its holder identity's suffix.
+    slot: int = 0
+    # Shared with the other slots of the process; None: a group of one, made here.
+    group: SlotGroup | None = None
     _items_cache: dict[tuple[str, str, str], list[Item]] = field(default_factory=dict)
-    # One store (and S3 client) per location: opening one costs far more than a call.
-    _stores: dict[str, ResultStore] = field(default_factory=dict)
     # The campaign's spec.idleSeconds as last read; used unless SHARDOPS_IDLE_SECONDS overrides it.
     _campaign_idle: int = 30
     # The campaign had items not yet cut into shards at the last look: the operator cuts more as soon
@@ -176,15 +247,12 @@ class Worker:
     _more_coming: bool = False
     # How a look gets the campaign and its unfinished shards (worker.look); None: a read per look.
     looks: Looks | None = None
-    # Shards whose claim this worker lost, by name: (the version it lost at, monotonic time). A
-    # watched copy shows the winner's claim only once its event arrives; until the shard changes
+    # Shards whose claim this process lost, or a sibling slot won, are in `group` (SlotGroup.lose):
+    # a watched copy shows the winner's claim only once its event arrives; until the shard changes
     # (or LOST_CLAIM_SECONDS pass) trying it again would only lose again.
-    _lost: dict[str, tuple[str, float]] = field(default_factory=dict)
     # The current spread (SPREAD_SECONDS) and whether the last look ended with a lost claim.
     _spread: float = SPREAD_SECONDS
     _lost_last: bool = False
-    # This worker's Prometheus figures (main serves them when SHARDOPS_METRICS_PORT is set).
-    metrics: WorkerMetrics = field(init=False)
     # When this worker last saw each claim of its window renewed, on its own clock: zombies are
     # judged from it (`logic.leases`, "Whose clock").
     renewals: Renewals = field(init=False)
@@ -192,16 +260,28 @@ class Worker:
     commands: CommandServer = field(init=False)
 
     def __post_init__(self) -> None:
-        # Labelled as the operator labels its campaign metrics, so one dashboard variable fits both.
-        self.metrics = WorkerMetrics(f"{self.namespace}/{self.campaign_name}")
+        if self.group is None:
+            # Labelled as the operator labels its campaign metrics, so one dashboard variable fits both.
+            self.group = SlotGroup(WorkerMetrics(f"{self.namespace}/{self.campaign_name}"))
         self.renewals = Renewals(self.clock.monotonic)
         self.commands = CommandServer(self.settings.work_dir, self.settings.keep_work_dir)
         if self.looks is None:
             self.looks = ReadLooks(self.kube, self.namespace, self.campaign_name)
 
     @property
+    def shared(self) -> SlotGroup:
+        assert self.group is not None
+        return self.group
+
+    @property
+    def metrics(self) -> WorkerMetrics:
+        """The process's Prometheus figures, of all its slots (main serves them when
+        SHARDOPS_METRICS_PORT is set)."""
+        return self.shared.metrics
+
+    @property
     def holder(self) -> str:
-        return self.settings.identity
+        return self.settings.identity_of(self.slot)
 
     @property
     def actor(self) -> Actor:
@@ -249,7 +329,8 @@ class Worker:
                 # after a random part of the spread, not at once and not only at the next change.
                 self.wait(self.rng.random() * self._spread)
                 continue
-            if self._more_coming:
+            if self._more_coming or self.shared.busy:
+                # A slot of a busy process waits on: the pod goes when all its slots are idle.
                 idle_since = self.clock.monotonic()
             idle = self._idle_seconds()
             waited = self.clock.monotonic() - idle_since
@@ -296,7 +377,22 @@ class Worker:
         return float(self._campaign_idle)
 
     def _step(self) -> Outcome | str | None:
-        """One look for work: an Outcome when a shard was claimed and run, a reason to exit, or None."""
+        """One look for work: an Outcome when a shard was claimed and run, a reason to exit, or None.
+        The look and the claim hold the process's claim lock (SlotGroup); the run does not."""
+        with self.shared.claiming:
+            found = self._claim_one()
+        if not isinstance(found, _Won):
+            return found
+        run = ShardRun(self, found.campaign, found.claimed, found.cooling)
+        with self.shared.running():
+            outcome = run.execute()
+        # Every claimed shard ends here, whichever way: the one place its outcome is counted.
+        error_class = run.error_class if outcome is Outcome.FAILED else None
+        self.metrics.observe_shard(run.shard.spec.shard_class, outcome, error_class)
+        return outcome
+
+    def _claim_one(self) -> _Won | str | None:
+        """Look, and claim a shard of the look: what was won, a reason to exit, or None."""
         assert self.looks is not None
         look = self._look(self.looks.look)
         decided = self._exit_reason(look)
@@ -320,11 +416,9 @@ class Worker:
             stored_of=lambda shard, items: self.stored_of(self.store_for(campaign), shard, items),
             store=lambda: self.store_for(campaign),
             seen=self.renewals,
-            lost_before=lambda shard: shard.name in self._lost,
+            lost_before=lambda shard: self.shared.lost(shard.name) is not None,
         )
-        if len(self._lost) > len(shards):
-            present = {shard.name for shard in shards}
-            self._lost = {name: lost for name, lost in self._lost.items() if name in present}
+        self.shared.keep_only({shard.name for shard in shards})
         silent = self._silences(shards)
         chosen = choose(campaign, shards, self.clock.now(), self.settings.claim_candidates, self.rng, silent)
         candidates = [candidate for candidate in chosen if not self._lost_recently(candidate.shard)]
@@ -334,13 +428,12 @@ class Worker:
         for candidate in candidates:
             if self.stop.is_set():
                 return None
+            version = candidate.shard.metadata.resource_version or ""
             claimed = claim(context, campaign, candidate)
+            # Lost, or won: at this version the shard is no sibling slot's to try (SlotGroup).
+            self.shared.lose(candidate.shard.name, version, self.clock.monotonic())
             if claimed is None:
                 self.metrics.observe_claim(ClaimOutcome.LOST)
-                self._lost[candidate.shard.name] = (
-                    candidate.shard.metadata.resource_version or "",
-                    self.clock.monotonic(),
-                )
                 emit("claim-lost", shard=candidate.shard.name)
                 # One race lost: the others on this look's list are likely raced for too; the loop
                 # looks again after a pause (`_loop`) instead of trying them all now.
@@ -361,13 +454,7 @@ class Worker:
                 at=time.time(),
             )
             # The cooldowns as of the listing just made: no other read (state.cooldowns).
-            cooling = cooldowns.source_cooldowns(campaign, shards, self.clock.now())
-            run = ShardRun(self, campaign, claimed, cooling)
-            outcome = run.execute()
-            # Every claimed shard ends here, whichever way: the one place its outcome is counted.
-            error_class = run.error_class if outcome is Outcome.FAILED else None
-            self.metrics.observe_shard(run.shard.spec.shard_class, outcome, error_class)
-            return outcome
+            return _Won(campaign, claimed, cooldowns.source_cooldowns(campaign, shards, self.clock.now()))
         return None
 
     def _silences(self, shards: Sequence[Shard]) -> dict[str, float]:
@@ -410,12 +497,13 @@ class Worker:
         return stop_reason(look.campaign, look.unfinished)
 
     def _lost_recently(self, shard: Shard) -> bool:
-        """This worker lost the claim of `shard` as it is now, a moment ago: the winner's claim has
-        not reached the copy yet. (`_lost` is bounded by the window: pruned to the looked-at shards.)"""
+        """This process lost (or a sibling slot won) the claim of `shard` as it is now, a moment ago:
+        the winner's claim has not reached the copy yet. (Bounded by the window: pruned to the
+        looked-at shards, `SlotGroup.keep_only`.)"""
         return self._lost_at(shard.name, shard.metadata.resource_version or "")
 
     def _lost_at(self, name: str, version: str) -> bool:
-        lost = self._lost.get(name)
+        lost = self.shared.lost(name)
         if lost is None:
             return False
         lost_version, at = lost
@@ -451,12 +539,10 @@ class Worker:
     def store_for(self, campaign: Campaign) -> ResultStore:
         """The result store the campaign's status names (opened once per location)."""
         location: ResultStoreStatus = location_of(campaign)
-        cache_key = location.model_dump_json()
-        if cache_key not in self._stores:
-            self._stores[cache_key] = open_store(
-                self.kube, self.namespace, location, self.settings.result_max_bytes
-            )
-        return self._stores[cache_key]
+        return self.shared.store(
+            location.model_dump_json(),
+            lambda: open_store(self.kube, self.namespace, location, self.settings.result_max_bytes),
+        )
 
     def stored_of(self, store: ResultStore, shard: Shard, items: Sequence[Item]) -> dict[str, ItemRecord]:
         found, corrupt = store.read_items(shard.spec.idempotency_key, [item_subkey(i) for i in items])
@@ -465,6 +551,36 @@ class Worker:
                 "%s: %d stored item result(s) failed verification; recomputing them", shard.name, len(corrupt)
             )
         return found
+
+
+def run_slots(slots: Sequence[Worker]) -> int:
+    """Run each slot's loop in a thread of its own until all have exited; slot 0 runs in the calling
+    thread, so a worker of one slot runs as it always did. The exit code: 1 when a slot ended on a
+    fatal error (which also stops the others, gracefully: their shards are released), else 0. A
+    slot's commands are started and ended by its own thread (the parent-death signal follows the
+    thread that started a process: `runner.spawn`)."""
+    codes = [0] * len(slots)
+
+    def run(index: int) -> None:
+        slot = slots[index]
+        try:
+            codes[index] = slot.run()
+        except BaseException:
+            log.exception("slot %d of %s failed", index, slot.holder)
+            codes[index] = 1
+        if codes[index] != 0:
+            slot.stop.set()
+
+    threads = [
+        threading.Thread(target=run, args=(index,), name=f"slot-{index}", daemon=True)
+        for index in range(1, len(slots))
+    ]
+    for thread in threads:
+        thread.start()
+    run(0)
+    for thread in threads:
+        thread.join()
+    return max(codes, default=0)
 
 
 @dataclass

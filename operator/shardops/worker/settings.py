@@ -11,6 +11,7 @@ from pathlib import Path
 from pydantic import AliasChoices, Field
 from pydantic_settings import SettingsConfigDict
 
+from shardops.api.campaign import MAX_WORKER_SLOTS
 from shardops.skew import ClockSkewSettings
 
 # In-cluster, the namespace of the pod's service account: the usual fallback when the Job does not
@@ -18,6 +19,8 @@ from shardops.skew import ClockSkewSettings
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 IDENTITY_MAX = 253
 _SUFFIX_CHARS = 6
+# Room for a slot's suffix ("-63") after the process's identity.
+_SLOT_CHARS = 3
 
 
 class WorkerSettings(ClockSkewSettings):
@@ -94,7 +97,18 @@ class WorkerSettings(ClockSkewSettings):
     )
     work_dir: Path | None = Field(default=None, description="Where per-attempt temp dirs go; default TMPDIR.")
     keep_work_dir: bool = Field(default=False, description="Keep per-attempt dirs for debugging.")
-    max_shards: int = Field(default=0, ge=0, description="Exit after this many shards; 0 means no limit.")
+    max_shards: int = Field(
+        default=0, ge=0, description="Exit after this many shards (each slot); 0 means no limit."
+    )
+    slots: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_WORKER_SLOTS,
+        description=(
+            "Shards this process runs at once (spec.worker.slots; the operator's Job sets it): each "
+            "slot claims, heartbeats and runs its own under its own holder identity."
+        ),
+    )
     metrics_port: int | None = Field(
         default=None,
         ge=0,
@@ -124,7 +138,12 @@ class WorkerSettings(ClockSkewSettings):
         so two processes in one pod (or a restarted container) never pass for each other."""
         base = self.pod_name or f"{socket.gethostname()}-{os.getpid()}"
         suffix = secrets.token_hex(_SUFFIX_CHARS // 2)
-        return f"{base[: IDENTITY_MAX - _SUFFIX_CHARS - 1]}-{suffix}"
+        return f"{base[: IDENTITY_MAX - _SUFFIX_CHARS - 1 - _SLOT_CHARS]}-{suffix}"
+
+    def identity_of(self, slot: int) -> str:
+        """A slot's holder identity: the process's for slot 0 (a worker of one slot holds as every
+        worker did), with the slot's number after it for the others. Unique per slot and process."""
+        return self.identity if slot == 0 else f"{self.identity}-{slot}"
 
     def resolved_namespace(self) -> str:
         if self.namespace:
