@@ -35,6 +35,9 @@ AGENT = "shardops-example-agent"
 # cannot: its pods start the command once per item. SHARDOPS_BENCH_PERSISTENT=0 measures the
 # process-per-shard mode instead.
 PERSISTENT = os.environ.get("SHARDOPS_BENCH_PERSISTENT", "1") != "0"
+# Shards each worker pod runs at once (spec.worker.slots): one process's start, client and watches
+# serve that many, as a user after throughput sets it. SHARDOPS_BENCH_SLOTS=1: a pod per slot.
+SLOTS = int(os.environ.get("SHARDOPS_BENCH_SLOTS", "10"))
 # The kinds whose live count a scale run samples: what one campaign keeps on the API server.
 COUNTED: dict[str, Resource] = {
     "Shards": SHARDS,
@@ -124,13 +127,16 @@ def campaign_manifest(
     work_seconds: float = 0.0,
     ledger: Path | None = None,
     persistent: bool = PERSISTENT,
+    slots: int = SLOTS,
     **spec: Any,
 ) -> JSON:
     """A Campaign as a user writes it: everything not given keeps the product's default, except
-    `spec.worker.persistent` (PERSISTENT)."""
+    `spec.worker.persistent` (PERSISTENT) and `spec.worker.slots` (SLOTS)."""
     worker: JSON = {"image": image, "command": [AGENT], "env": agent_env(work_seconds, ledger)}
     if persistent:
         worker["persistent"] = True
+    if slots > 1:
+        worker["slots"] = slots
     body: JSON = {"shardSize": shard_size, "maxConcurrency": max_concurrency, "worker": worker, **spec}
     if items_from is not None:
         body["itemsFrom"] = items_from

@@ -205,6 +205,12 @@ def versus(ctx: Context) -> Section:
             if runs.PERSISTENT
             else "The Campaign starts the agent once per shard (SHARDOPS_BENCH_PERSISTENT=0). "
         )
+        + (
+            f"Each worker pod runs {runs.SLOTS} shards at once (spec.worker.slots; "
+            "SHARDOPS_BENCH_SLOTS), so one process start serves that many slots. "
+            if runs.SLOTS > 1
+            else "Each worker pod runs one shard at a time (SHARDOPS_BENCH_SLOTS=1). "
+        )
         + "Time: from the create "
         "call to the first poll (every 0.25 s) that sees the Campaign Succeeded / the Job Complete. "
         "The order alternates between repeats (Job first, then shardops first, ...); each run starts "

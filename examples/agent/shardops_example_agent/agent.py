@@ -187,6 +187,8 @@ class Agent:
                     "index": entry.get("index"),
                     "key": entry.get("key"),
                     "pid": os.getpid(),
+                    # The worker pod that ran it (its env reaches the command): slots of one pod share it.
+                    "pod": os.environ.get("POD_NAME"),
                     "at": time.time(),
                 },
             )

@@ -66,7 +66,8 @@ def run_worker(settings: WorkerSettings, campaign: str) -> int:
     setup_logging(settings.log_level)
     stop = threading.Event()
     install_signal_handlers(stop)
-    kube = Kube.from_environment(WORKER_FIELD_MANAGER)
+    # A connection for each slot and each of the two watches, which hold theirs open.
+    kube = Kube.from_environment(WORKER_FIELD_MANAGER, connections=settings.slots + 2)
     # The audit log records the user agent: it tells apart workers sharing one service account.
     kube.api_client.user_agent = f"shardops-worker/{__version__} ({settings.identity})"
     namespace = settings.resolved_namespace()
