@@ -10,8 +10,9 @@ import pytest
 
 from clikit import NOW, campaign_body, history, shard_body, t
 from shardops.api.campaign import Campaign, Source
-from shardops.cli.campaign_plan import plan_view
+from shardops.cli.campaign_plan import _jobs_text, plan_view
 from shardops.cli.campaign_summary import parse_shards
+from shardops.cli.text import NONE
 from shardops.logic.breaker import BreakerPolicy
 from shardops.logic.planner import LimitReason, plan_dispatch
 from shardops.logic.transitions import Action
@@ -214,3 +215,9 @@ def test_expired_claims_ignore_shards_that_are_not_running() -> None:
     campaign = Campaign.parse(campaign_body(items=1))
     shards = parse_shards([shard_body("papers", 0, "Pending")])
     assert observe.expired_claims(campaign, shards, {"papers-00000": _lease("w", 1000)}, NOW) == []
+
+
+def test_the_plan_names_the_slots_of_the_jobs_it_would_start() -> None:
+    assert _jobs_text(()) == NONE
+    assert _jobs_text((1, 1, 1)) == "3", "one slot a pod reads as before: a count of Jobs"
+    assert _jobs_text((8, 8, 4)) == "3 (slots 8, 8, 4)"

@@ -142,6 +142,26 @@ def test_one_process_serves_shard_after_shard_until_the_campaigns_env_changes(se
     _until("the replaced process to end", lambda: workerkit.process_gone(turns[0].pid or 0))
 
 
+def test_a_wait_ends_at_the_answer_or_the_processs_end_not_at_its_timeout(server: CommandServer) -> None:
+    answered = _turn(server, "s0")
+    began = time.monotonic()
+    while answered.poll() is None:
+        answered.wait(30)
+        assert time.monotonic() - began < 20, "the wait ran to its timeout, not to the answer"
+    assert answered.poll() == 0
+    answered.kill()
+    crashed = _turn(server, "s1", DO="crash")
+    began = time.monotonic()
+    while crashed.poll() is None:
+        crashed.wait(30)
+        assert time.monotonic() - began < 20, "the wait ran to its timeout, not to the end"
+    assert crashed.poll() == 128 + signal.SIGKILL
+    hanging = _turn(server, "s2", DO="hang")
+    began = time.monotonic()
+    hanging.wait(0.2)
+    assert time.monotonic() - began >= 0.2 and hanging.poll() is None
+
+
 @pytest.mark.parametrize(
     ("said", "message"),
     [

@@ -156,6 +156,24 @@ def test_exit_codes_and_signals_read_like_a_shell(tmp_path: Path) -> None:
     assert killed.poll() == 128 + signal.SIGKILL
 
 
+def test_a_wait_ends_at_the_commands_exit_not_at_its_timeout(tmp_path: Path) -> None:
+    """The worker's tick waits on the process (its pidfd): the end is seen when it comes. A process
+    that keeps running holds the wait for its whole length."""
+    quick = _python("import time; time.sleep(0.05)", tmp_path)
+    quick.start()
+    began = time.monotonic()
+    quick.wait(30)
+    assert time.monotonic() - began < 20, "the wait ran to its timeout, not to the exit"
+    assert quick.poll() == 0 and quick.pidfd is None, "the end seen, the descriptor closed"
+    quick.wait(30)  # ended: returns at once
+    slow = _python("import time; time.sleep(60)", tmp_path)
+    slow.start()
+    began = time.monotonic()
+    slow.wait(0.2)
+    assert time.monotonic() - began >= 0.2 and slow.poll() is None
+    assert slow.kill() == 128 + signal.SIGKILL and slow.pidfd is None
+
+
 def test_terminate_reaches_the_whole_process_group_and_escalates(tmp_path: Path) -> None:
     marker = tmp_path / "grandchild.pid"
     # The command starts a grandchild that ignores SIGTERM: only the group SIGKILL ends it.

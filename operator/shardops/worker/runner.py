@@ -21,6 +21,7 @@ import errno
 import json
 import math
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -328,9 +329,43 @@ class ShardCommand(Protocol):
 
     def seconds(self) -> float | None: ...
 
+    def wait(self, seconds: float) -> None:
+        """Block up to `seconds`, returning as soon as the command may have ended (its exit, its
+        answer), so the worker sees the end at once instead of at its next tick."""
+        ...
+
     def terminate(self, grace: float, wait: Callable[[float], object] = time.sleep) -> int | None: ...
 
     def kill(self) -> int | None: ...
+
+
+def pidfd_of(pid: int) -> int | None:
+    """A file descriptor that turns readable when process `pid` ends (Linux 5.3+); None where there
+    is none (the caller then sleeps its tick)."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
+def close_fd(fd: int | None) -> None:
+    if fd is not None:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+def wait_readable(fds: Iterable[int], seconds: float) -> None:
+    """Until one of `fds` is readable (or hung up), or `seconds` pass; a sleep without any."""
+    if seconds <= 0:
+        return
+    watched = list(fds)
+    if not watched:
+        time.sleep(seconds)
+        return
+    poller = select.poll()
+    for fd in watched:
+        poller.register(fd, select.POLLIN)
+    poller.poll(seconds * 1000)
 
 
 def _signal_group(popen: subprocess.Popen[bytes], sig: int) -> None:
@@ -377,11 +412,25 @@ class Command:
     started_at: float = field(default=0.0)
     # When the exit was first seen (poll or kill), on the monotonic clock of started_at.
     ended_at: float | None = None
+    # Readable once the process ends (`wait`); closed once its end is seen.
+    pidfd: int | None = None
 
     def start(self) -> None:
         self.popen = spawn(self.argv, self.env, self.cwd)
         self.new_process = True
         self.started_at = time.monotonic()
+        self.pidfd = pidfd_of(self.popen.pid)
+
+    def wait(self, seconds: float) -> None:
+        if self.popen is None or self.ended_at is not None:
+            return
+        wait_readable([self.pidfd] if self.pidfd is not None else [], seconds)
+
+    def _ended(self) -> None:
+        if self.ended_at is None:
+            self.ended_at = time.monotonic()
+        close_fd(self.pidfd)
+        self.pidfd = None
 
     @property
     def pid(self) -> int | None:
@@ -394,8 +443,7 @@ class Command:
         code = self.popen.poll()
         if code is None:
             return None
-        if self.ended_at is None:
-            self.ended_at = time.monotonic()
+        self._ended()
         return exit_code(code)
 
     def seconds(self) -> float | None:
@@ -420,7 +468,9 @@ class Command:
         if self.popen.poll() is None:
             self.signalled = True
         _kill_group(self.popen)
-        return self.poll()
+        code = self.poll()
+        self._ended()
+        return code
 
 
 # --- persistent commands (docs/architecture.md, "Persistent commands") ------------------------------
@@ -448,6 +498,10 @@ class ServedProcess:
     # What follows the last newline on stdout so far.
     partial: bytes = b""
     closed: bool = False
+    # Its stdout reached its end (the process closed it: it is ending).
+    eof: bool = False
+    # Readable once the process ends (ServedCommand.wait); closed by end().
+    pidfd: int | None = None
 
     @classmethod
     def start(cls, argv: Sequence[str], env: Mapping[str, str], base: Path | None) -> ServedProcess:
@@ -467,7 +521,14 @@ class ServedProcess:
         assert popen.stdin is not None and popen.stdout is not None
         os.set_blocking(popen.stdin.fileno(), False)
         os.set_blocking(popen.stdout.fileno(), False)
-        return cls(tuple(argv), dict(env), directory, popen)
+        return cls(tuple(argv), dict(env), directory, popen, pidfd=pidfd_of(popen.pid))
+
+    def ends_or_answers(self) -> list[int]:
+        """What turns readable when it answers (its stdout, until its end) or ends (its pidfd)."""
+        fds = [] if self.pidfd is None else [self.pidfd]
+        if not self.closed and not self.eof and self.popen.stdout is not None:
+            fds.append(self.popen.stdout.fileno())
+        return fds
 
     @property
     def pid(self) -> int:
@@ -504,6 +565,7 @@ class ServedProcess:
             except BlockingIOError:
                 return
             if not chunk:
+                self.eof = True
                 return
             *whole, self.partial = (self.partial + chunk).split(b"\n")
             self.lines.extend(line for line in whole if line.strip())
@@ -524,6 +586,8 @@ class ServedProcess:
     def end(self, keep_directory: bool) -> None:
         """SIGKILL what is left of its group, reap it, close the pipes, remove its directory."""
         _kill_group(self.popen)
+        close_fd(self.pidfd)
+        self.pidfd = None
         if not self.closed:
             self.closed = True
             for pipe in (self.popen.stdin, self.popen.stdout):
@@ -691,6 +755,11 @@ class ServedCommand:
             return None
         end = self.ended_at if self.ended_at is not None else time.monotonic()
         return end - self.started_at
+
+    def wait(self, seconds: float) -> None:
+        if self.process is None or self.code is not None:
+            return
+        wait_readable(self.process.ends_or_answers(), seconds)
 
     def terminate(self, grace: float, wait: Callable[[float], object] = time.sleep) -> int | None:
         """Before the answer: SIGTERM to the group, SIGKILL after `grace` seconds; the shard's code."""

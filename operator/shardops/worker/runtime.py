@@ -979,7 +979,9 @@ class ShardRun:
                 break
             if self.clock.monotonic() >= next_beat:
                 next_beat = self._beat(command, interval)
-            self.worker.wait(self.settings.tick_seconds)
+            # A tick, cut short by the command's end (its exit, its answer): a shard's slot goes on
+            # to its next claim at once, not up to a tick later.
+            command.wait(self.settings.tick_seconds)
         code = command.poll()
         # A last line cut short is an error only from a command that claims success (exit 0); one that
         # crashed or was stopped simply did not finish that item.
