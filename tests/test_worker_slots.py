@@ -144,6 +144,27 @@ def test_slots_never_race_each_other_for_a_shard(tmp_path: Path) -> None:
     assert len(creates) == len(shards) and not refused, [(c.path, c.status) for c in creates]
 
 
+def test_a_slot_lets_its_siblings_claim_once_its_lease_is_won(tmp_path: Path) -> None:
+    """The claim lock covers the look and the Lease create, not the claim's status write (nor the
+    run): when a slot writes its claim, the lock is free, and the shard is passed by as taken."""
+    kube = FakeKube()
+    (shard,) = add_campaign(kube, campaign_body(items=[{"id": 0}], shardSize=1))
+    slots, watches = _slots(kube, tmp_path, 2, max_shards=1)
+    seen: list[tuple[bool, bool]] = []
+
+    def at_the_claim_write(_kube: FakeKube, verb: str, resource: object, name: str) -> None:
+        if resource == SHARDS and name == shard.name and not seen:
+            taken = slots[1]._lost_at(shard.name, shard.metadata.resource_version or "")
+            seen.append((slots[0].shared.claiming.locked(), taken))
+
+    kube.before.append(at_the_claim_write)
+    try:
+        assert slots[0]._step() is not None
+    finally:
+        watches.close()
+    assert seen == [(False, True)], "at the claim write: the lock free, the shard taken for the siblings"
+
+
 def test_an_idle_slot_waits_while_a_sibling_runs_and_all_leave_together(tmp_path: Path) -> None:
     """Two slots, one shard of a command that runs until told: the idle slot does not leave while
     its sibling runs (idleSeconds 0), and both leave once the shard is Done."""

@@ -210,6 +210,9 @@ class ClaimContext:
     seen: Renewals
     # This worker lost a claim of the shard before: its Lease exists, read it before taking it.
     lost_before: Callable[[Shard], bool] = lambda shard: False
+    # Called once the shard's Lease is this worker's, before the claim is written: nobody else can
+    # claim the shard from here on (the worker's slots stop holding each other back: SlotGroup).
+    leased: Callable[[Shard], None] = lambda shard: None
 
 
 def claim(ctx: ClaimContext, campaign: Campaign, candidate: Candidate) -> Claimed | None:
@@ -228,6 +231,7 @@ def claim(ctx: ClaimContext, campaign: Campaign, candidate: Candidate) -> Claime
     )
     if lease is None:
         return None
+    ctx.leased(shard)
     try:
         return _claim_holding(ctx, campaign, candidate, lease)
     except (Conflict, NotFound) as error:

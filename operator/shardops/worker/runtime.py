@@ -213,6 +213,20 @@ class SlotGroup:
             return self._running > 0
 
 
+class _Held:
+    """A lock taken now, released once (by whichever comes first: a won Lease, or the end of the look)."""
+
+    def __init__(self, lock: threading.Lock) -> None:
+        self._lock = lock
+        self._held = True
+        lock.acquire()
+
+    def release(self) -> None:
+        if self._held:
+            self._held = False
+            self._lock.release()
+
+
 @dataclass(frozen=True)
 class _Won:
     """A claim a slot won, with what its run needs of the look it was made on."""
@@ -378,9 +392,13 @@ class Worker:
 
     def _step(self) -> Outcome | str | None:
         """One look for work: an Outcome when a shard was claimed and run, a reason to exit, or None.
-        The look and the claim hold the process's claim lock (SlotGroup); the run does not."""
-        with self.shared.claiming:
-            found = self._claim_one()
+        The look and the claim hold the process's claim lock (SlotGroup) until the claimed shard's
+        Lease is won (`ClaimContext.leased`); writing the claim and the run do not."""
+        held = _Held(self.shared.claiming)
+        try:
+            found = self._claim_one(held)
+        finally:
+            held.release()
         if not isinstance(found, _Won):
             return found
         run = ShardRun(self, found.campaign, found.claimed, found.cooling)
@@ -391,8 +409,9 @@ class Worker:
         self.metrics.observe_shard(run.shard.spec.shard_class, outcome, error_class)
         return outcome
 
-    def _claim_one(self) -> _Won | str | None:
-        """Look, and claim a shard of the look: what was won, a reason to exit, or None."""
+    def _claim_one(self, held: _Held) -> _Won | str | None:
+        """Look, and claim a shard of the look: what was won, a reason to exit, or None. `held`: the
+        claim lock, released once a Lease is won."""
         assert self.looks is not None
         look = self._look(self.looks.look)
         decided = self._exit_reason(look)
@@ -417,6 +436,7 @@ class Worker:
             store=lambda: self.store_for(campaign),
             seen=self.renewals,
             lost_before=lambda shard: self.shared.lost(shard.name) is not None,
+            leased=lambda shard: self._taken(shard, held),
         )
         self.shared.keep_only({shard.name for shard in shards})
         silent = self._silences(shards)
@@ -456,6 +476,12 @@ class Worker:
             # The cooldowns as of the listing just made: no other read (state.cooldowns).
             return _Won(campaign, claimed, cooldowns.source_cooldowns(campaign, shards, self.clock.now()))
         return None
+
+    def _taken(self, shard: Shard, held: _Held) -> None:
+        """This slot won `shard`'s Lease: its siblings pass the shard by from now (at the version they
+        see), and may look and claim while this slot writes its claim."""
+        self.shared.lose(shard.name, shard.metadata.resource_version or "", self.clock.monotonic())
+        held.release()
 
     def _silences(self, shards: Sequence[Shard]) -> dict[str, float]:
         """How long this worker has not seen each Running shard's claim renewed. Kept for every shard

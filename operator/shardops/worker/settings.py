@@ -88,7 +88,12 @@ class WorkerSettings(ClockSkewSettings):
         ),
     )
     tick_seconds: float = Field(
-        default=0.1, gt=0, description="How often the command's results file and exit are checked."
+        default=0.1,
+        gt=0,
+        description=(
+            "How often the command's results file is read; its exit (and a persistent command's "
+            "answer) ends the wait at once."
+        ),
     )
     term_grace_seconds: float = Field(
         default=10.0,
