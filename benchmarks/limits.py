@@ -209,12 +209,13 @@ def explain(sections: Sequence[Section], ctx: Context) -> list[str]:
             + " ".join(evidence)
             + (f" {startup}." if startup else "")
             + (f" {profile}." if profile else "")
-            + " What would close it: less CPU per shard on the 2 shared cores — a look for work already "
-            "reads nothing (workers watch the window) and the S3 calls go through a thin client, so "
-            "what is left is each shard's own requests (the API server's share above), every worker "
-            "decoding every change of the window it watches, one worker process per slot (each pays "
-            "its start, and a campaign starts them all at once), and one command process per shard "
-            "where a user command could serve many."
+            + " What would close it: a look for work reads nothing (workers watch the window), the S3 "
+            "calls go through a thin client, and a worker pod runs spec.worker.slots shards in one "
+            "process (one start, one client and one pair of watches for all its slots), so where the "
+            "cores are not the limit what is left is a slot's time between two shards (its Done "
+            "write, then its next claim: the slots of a pod claim one at a time and pods lose some "
+            "Lease creates to each other) and the operator's pass that cuts the next shards; where "
+            "they are, each shard's own requests (the API server's share above)."
         )
     groups: dict[str, list[Check]] = {}
     for check in missed:
