@@ -295,6 +295,13 @@ def test_failing_workers_hold_new_jobs_in_the_plan_itself() -> None:
         plan_dispatch(inputs(pending(6), max_concurrency=6, alive_jobs=0, recent_failures=few)).start_workers
         == (1,) * 6
     )
+    # With 8 slots a pod, a cap of 64 runs in 8 Jobs: 8 failed Jobs are a wave of them, not 64.
+    wave = WorkerFailures(count=8, last_at=NOW, last_reason="x")
+    slotted = inputs(pending(6), max_concurrency=64, slots_per_worker=8, alive_jobs=0, recent_failures=wave)
+    assert plan_dispatch(slotted).reason is LimitReason.WORKERS_FAILING
+    fewer = WorkerFailures(count=7, last_at=NOW, last_reason="x")
+    slotted = inputs(pending(6), max_concurrency=64, slots_per_worker=8, alive_jobs=0, recent_failures=fewer)
+    assert plan_dispatch(slotted).start_workers == (6,)
 
 
 def test_concurrency_cut_below_running_claims_nothing() -> None:

@@ -498,9 +498,9 @@ def test_workers_that_keep_failing_hold_new_jobs_until_quiet() -> None:
         and failures.last_at == now
         and "w-0: BackoffLimitExceeded" in failures.last_reason
     )
-    assert failures.holding(max_concurrency=2, now=now)
-    assert not failures.holding(max_concurrency=4, now=now), "fewer failures than workers: not a pattern yet"
-    assert not failures.holding(max_concurrency=2, now=now + dt.timedelta(seconds=61)), (
+    assert failures.holding(workers_at_cap=2, now=now)
+    assert not failures.holding(workers_at_cap=4, now=now), "fewer failures than workers: not a pattern yet"
+    assert not failures.holding(workers_at_cap=2, now=now + dt.timedelta(seconds=61)), (
         "quiet long enough: try again"
     )
     assert not workers.worker_failures(old, now).holding(1, now)

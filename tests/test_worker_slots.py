@@ -5,6 +5,7 @@ when all its slots are idle."""
 
 from __future__ import annotations
 
+import datetime as dt
 import sys
 import threading
 from pathlib import Path
@@ -14,7 +15,7 @@ import pytest
 from fakekube import FakeKube
 from shardops.api.enums import ShardPhase
 from shardops.api.shard import Shard
-from shardops.k8s.api import SHARDS
+from shardops.k8s.api import SHARDS, ApiError
 from shardops.worker.look import WatchedLooks, Watches
 from shardops.worker.metrics import WorkerMetrics
 from shardops.worker.runtime import SlotGroup, Worker, run_slots
@@ -213,6 +214,57 @@ def test_an_idle_slot_waits_while_a_sibling_runs_and_all_leave_together(tmp_path
         watches.close()
     assert ended == [0]
     assert Shard.parse(kube.obj(SHARDS, NAMESPACE, shard.name) or {}).phase is ShardPhase.DONE
+
+
+def test_once_a_slot_leaves_the_others_follow_and_the_pod_leaves_as_a_whole(tmp_path: Path) -> None:
+    """Slot 1 leaves at once (idleSeconds 0, its only shard in a backoff of an hour); slot 0 would
+    wait 600 s for work, but a pod whose Job the operator counts at two slots must not run on with
+    one: it follows at its next turn."""
+    kube = FakeKube()
+    (shard,) = add_campaign(kube, campaign_body(items=[{"id": 0}], shardSize=1))
+    body = kube.obj(SHARDS, NAMESPACE, shard.name) or {}
+    later = (dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)).isoformat().replace("+00:00", "Z")
+    kube.put(SHARDS, NAMESPACE, {**body, "status": {**body["status"], "notBefore": later}})
+    slots, watches = _slots(kube, tmp_path, 2, idle_seconds=600)
+    slots[1].settings = worker_settings(tmp_path, slots=2, idle_seconds=0)
+    ended: list[int] = []
+    thread = threading.Thread(target=lambda: ended.append(run_slots(slots)), daemon=True)
+    thread.start()
+    thread.join(30)
+    alive = thread.is_alive()
+    for slot in slots:
+        slot.stop.set()
+    thread.join(30)
+    watches.close()
+    assert not alive, "slot 0 stayed after slot 1 left"
+    assert ended == [0] and slots[0].shared.leaving.is_set()
+
+
+def test_a_claim_that_fails_after_its_lease_is_tried_again_at_once(tmp_path: Path) -> None:
+    """The Lease won, the claim's write fails (API trouble): the Lease is let go and the shard is not
+    left marked as taken, so the next looks claim it instead of passing it by for seconds (the
+    clock does not move here: a mark would hold for LOST_CLAIM_SECONDS)."""
+    kube = FakeKube()
+    agent = {"image": "x", "command": [sys.executable, "-m", "shardops_example_agent.agent"]}
+    (shard,) = add_campaign(kube, campaign_body(items=[{"id": 0}], shardSize=1, worker=agent))
+    slots, watches = _slots(kube, tmp_path, 1)
+    failed: list[str] = []
+
+    def once(_kube: FakeKube, verb: str, resource: object, name: str) -> None:
+        if resource == SHARDS and name == shard.name and not failed:
+            failed.append(name)
+            raise ApiError(503, "ServiceUnavailable", "the API server is busy")
+
+    kube.before.append(once)
+    try:
+        with pytest.raises(ApiError):
+            slots[0]._step()
+        assert not slots[0]._lost_recently(shard) and not slots[0].shared.busy
+        # The next look reads the Lease it let go (no create meeting a 409) and takes the shard.
+        assert slots[0]._step() is not None
+    finally:
+        watches.close()
+    assert failed and Shard.parse(kube.obj(SHARDS, NAMESPACE, shard.name) or {}).phase is ShardPhase.DONE
 
 
 def test_a_fatal_error_of_one_slot_stops_the_others_and_the_process_says_so(tmp_path: Path) -> None:

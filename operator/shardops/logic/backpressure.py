@@ -26,9 +26,10 @@ class WorkerFailures:
     last_at: datetime | None = None
     last_reason: str = ""
 
-    def holding(self, max_concurrency: int, now: datetime) -> bool:
-        """Stop starting Jobs for now: many workers failed lately and the last one only just did."""
-        too_many = self.count >= max(MIN_WORKER_FAILURES, max_concurrency)
+    def holding(self, workers_at_cap: int, now: datetime) -> bool:
+        """Stop starting Jobs for now: many workers failed lately (as many Jobs as run the campaign at
+        its cap, `workers_at_cap`, and at least MIN_WORKER_FAILURES) and the last one only just did."""
+        too_many = self.count >= max(MIN_WORKER_FAILURES, workers_at_cap)
         return too_many and self.last_at is not None and now - self.last_at < WORKER_FAILURE_QUIET
 
     def describe(self) -> str:

@@ -475,7 +475,10 @@ def _plan_workers(
     """`claimable`: shards claimable now, and those claimable once cut (`_coming`). The Jobs to
     start, by their slots."""
     w, limits = inputs.workers, inputs.limits
-    if w.recent_failures.holding(limits.max_concurrency, inputs.now):
+    # Failed Jobs against the Jobs that run the campaign at its cap (one wave of them).
+    if w.recent_failures.holding(
+        len(worker_jobs(limits.max_concurrency, limits.slots_per_worker)), inputs.now
+    ):
         # Said even when no Job is wanted this cycle: the condition tells a person to read the logs.
         return (), Limit(LimitReason.WORKERS_FAILING, w.recent_failures.describe())
     slots = slots_to_start(limits.max_concurrency, claimable, census.running, w.alive_slots)

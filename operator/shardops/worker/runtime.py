@@ -24,7 +24,6 @@ flush are computed again by the next attempt.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import json
 import logging
@@ -32,7 +31,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -166,7 +165,12 @@ class SlotGroup:
     One slot at a time claims, so slots never race each other for a shard: a slot that won records
     the shard at the version it claimed as taken (with the lost ones), and a sibling whose watched
     copy has not seen that claim yet passes it by instead of losing a Lease create to it. Bounded by
-    the window: the lost and taken claims are pruned to the shards a look sees."""
+    the window: the lost and taken claims are pruned to the shards a look sees.
+
+    The pod leaves as a whole: once a slot leaves (idle, done, the campaign gone), `leaving` is set
+    and every other slot leaves at its next turn, after its current shard, instead of claiming
+    more; so the operator, which counts a Job's slots until the Job ends, never counts slots that
+    are gone while the pod runs on with fewer."""
 
     def __init__(self, metrics: WorkerMetrics) -> None:
         self.metrics = metrics
@@ -176,12 +180,17 @@ class SlotGroup:
         # Shard name -> (the version it was lost or taken at, monotonic time).
         self._lost: dict[str, tuple[str, float]] = {}
         self._running = 0
+        self.leaving = threading.Event()
 
     def store(self, key: str, open_it: Callable[[], ResultStore]) -> ResultStore:
+        """The store of `key`, opened once (outside the lock: opening may read credentials)."""
         with self._lock:
-            if key not in self._stores:
-                self._stores[key] = open_it()
-            return self._stores[key]
+            found = self._stores.get(key)
+        if found is not None:
+            return found
+        opened = open_it()
+        with self._lock:
+            return self._stores.setdefault(key, opened)
 
     def lose(self, name: str, version: str, at: float) -> None:
         with self._lock:
@@ -196,19 +205,15 @@ class SlotGroup:
             if len(self._lost) > len(present):
                 self._lost = {name: lost for name, lost in self._lost.items() if name in present}
 
-    @contextlib.contextmanager
-    def running(self) -> Iterator[None]:
+    def hold(self, holding: bool) -> None:
+        """A slot won a shard's Lease (True) or is done with that shard (False)."""
         with self._lock:
-            self._running += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._running -= 1
+            self._running += 1 if holding else -1
 
     @property
     def busy(self) -> bool:
-        """A slot is running a shard: the process is not idle, whatever the other slots found."""
+        """A slot holds a shard (from its Lease won to its outcome): the process is not idle,
+        whatever the other slots found."""
         with self._lock:
             return self._running > 0
 
@@ -253,6 +258,8 @@ class Worker:
     slot: int = 0
     # Shared with the other slots of the process; None: a group of one, made here.
     group: SlotGroup | None = None
+    # This slot holds a shard (its Lease won, its outcome not yet reached): SlotGroup.busy.
+    _holding: bool = False
     _items_cache: dict[tuple[str, str, str], list[Item]] = field(default_factory=dict)
     # The campaign's spec.idleSeconds as last read; used unless SHARDOPS_IDLE_SECONDS overrides it.
     _campaign_idle: int = 30
@@ -312,6 +319,8 @@ class Worker:
         try:
             return self._loop()
         finally:
+            # The pod leaves as a whole (SlotGroup): the other slots follow after their shard.
+            self.shared.leaving.set()
             self.close()
 
     def _loop(self) -> int:
@@ -319,6 +328,13 @@ class Worker:
         idle_since = self.clock.monotonic()
         finished = 0
         while not self.stop.is_set():
+            if self.shared.leaving.is_set():
+                emit(
+                    "exiting",
+                    reason="another slot of this pod left: the pod leaves as a whole",
+                    shards=finished,
+                )
+                return 0
             try:
                 step = self._step()
             except Forbidden as error:
@@ -394,20 +410,24 @@ class Worker:
         """One look for work: an Outcome when a shard was claimed and run, a reason to exit, or None.
         The look and the claim hold the process's claim lock (SlotGroup) until the claimed shard's
         Lease is won (`ClaimContext.leased`); writing the claim and the run do not."""
-        held = _Held(self.shared.claiming)
         try:
-            found = self._claim_one(held)
-        finally:
-            held.release()
-        if not isinstance(found, _Won):
-            return found
-        run = ShardRun(self, found.campaign, found.claimed, found.cooling)
-        with self.shared.running():
+            held = _Held(self.shared.claiming)
+            try:
+                found = self._claim_one(held)
+            finally:
+                held.release()
+            if not isinstance(found, _Won):
+                return found
+            run = ShardRun(self, found.campaign, found.claimed, found.cooling)
             outcome = run.execute()
-        # Every claimed shard ends here, whichever way: the one place its outcome is counted.
-        error_class = run.error_class if outcome is Outcome.FAILED else None
-        self.metrics.observe_shard(run.shard.spec.shard_class, outcome, error_class)
-        return outcome
+            # Every claimed shard ends here, whichever way: the one place its outcome is counted.
+            error_class = run.error_class if outcome is Outcome.FAILED else None
+            self.metrics.observe_shard(run.shard.spec.shard_class, outcome, error_class)
+            return outcome
+        finally:
+            if self._holding:
+                self._holding = False
+                self.shared.hold(False)
 
     def _claim_one(self, held: _Held) -> _Won | str | None:
         """Look, and claim a shard of the look: what was won, a reason to exit, or None. `held`: the
@@ -449,7 +469,14 @@ class Worker:
             if self.stop.is_set():
                 return None
             version = candidate.shard.metadata.resource_version or ""
-            claimed = claim(context, campaign, candidate)
+            try:
+                claimed = claim(context, campaign, candidate)
+            except BaseException:
+                # Not lost to anyone (the Lease, if won, was let go): the next look tries it again,
+                # reading its Lease first (it may exist: lost_before), not passing it by as taken.
+                expired = self.clock.monotonic() - LOST_CLAIM_SECONDS - 1
+                self.shared.lose(candidate.shard.name, version, expired)
+                raise
             # Lost, or won: at this version the shard is no sibling slot's to try (SlotGroup).
             self.shared.lose(candidate.shard.name, version, self.clock.monotonic())
             if claimed is None:
@@ -479,8 +506,11 @@ class Worker:
 
     def _taken(self, shard: Shard, held: _Held) -> None:
         """This slot won `shard`'s Lease: its siblings pass the shard by from now (at the version they
-        see), and may look and claim while this slot writes its claim."""
+        see), count the process busy, and may look and claim while this slot writes its claim."""
         self.shared.lose(shard.name, shard.metadata.resource_version or "", self.clock.monotonic())
+        if not self._holding:
+            self._holding = True
+            self.shared.hold(True)
         held.release()
 
     def _silences(self, shards: Sequence[Shard]) -> dict[str, float]:
