@@ -355,7 +355,13 @@ def test_plan_is_the_planners_answer_and_changes_nothing(cluster: Cluster, scena
     assert plan["plan"]["startWorkers"] == 1  # no worker Job alive, one shard to hand out
     assert plan["expiredClaims"] == []  # papers-00001's Lease is live
     assert plan["observed"]["itemsTotal"] == len(ITEMS)
-    assert plan["observed"]["workers"] == {"aliveJobs": 0, "runningPods": 0, "stuckPendingPods": 0}
+    assert plan["plan"]["startSlots"] == 1
+    assert plan["observed"]["workers"] == {
+        "aliveJobs": 0,
+        "aliveSlots": 0,
+        "runningPods": 0,
+        "stuckPendingPods": 0,
+    }
     text = kc(cluster, "plan", "papers", "-n", scenario.namespace).stdout
     assert "nothing was changed" in text
     assert scenario.versions() == before
