@@ -477,9 +477,10 @@ class Worker:
                 expired = self.clock.monotonic() - LOST_CLAIM_SECONDS - 1
                 self.shared.lose(candidate.shard.name, version, expired)
                 raise
-            # Lost, or won: at this version the shard is no sibling slot's to try (SlotGroup).
-            self.shared.lose(candidate.shard.name, version, self.clock.monotonic())
             if claimed is None:
+                # Lost: at this version the shard is no sibling slot's to try (SlotGroup); a win was
+                # recorded so when its Lease was won (`_taken`).
+                self.shared.lose(candidate.shard.name, version, self.clock.monotonic())
                 self.metrics.observe_claim(ClaimOutcome.LOST)
                 emit("claim-lost", shard=candidate.shard.name)
                 # One race lost: the others on this look's list are likely raced for too; the loop
