@@ -7,6 +7,7 @@ the one a process started per shard gives.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import re
@@ -24,10 +25,13 @@ import workerkit
 from fakekube import FakeKube
 from shardops.api.enums import ErrorClass
 from shardops.api.shard import Shard
+from shardops.k8s import leases
 from shardops.k8s.api import LEASES, SHARDS, Resource
+from shardops.logic.leases import Renewals
 from shardops.store.configmap import ConfigMapStore
 from shardops.worker import runner
 from shardops.worker.runner import PERSISTENT_ENV, CommandFailure, CommandServer, ServedCommand
+from shardops.worker.runtime import Outcome
 from workerkit import NAMESPACE, add_campaign, campaign_body
 
 AGENT = [sys.executable, "-m", "shardops_example_agent.agent"]
@@ -440,6 +444,43 @@ def test_each_shard_gets_the_variables_a_process_of_its_own_would_have(tmp_path:
     assert seen[True] == seen[False]
     assert [d["SHARDOPS_SHARD"] for d in seen[True]] == ["camp-00000", "camp-00001"]
     assert seen[True][0]["SHARDOPS_RESULTS_FILE"] == "<attempt>/results.jsonl"
+
+
+def test_the_command_starts_at_the_first_look_and_the_first_shard_is_served_by_it(tmp_path: Path) -> None:
+    """Started ahead: at a slot's first look, before it has a shard (here the only one is another
+    worker's), so the process's start overlaps the wait for a claim. The shard claimed later is
+    served by that process as one started for it: the same environment (not replaced), counted once."""
+    kube = FakeKube()
+    ledger = tmp_path / "ledger.jsonl"
+    body = _campaign([{"id": 0}], True, shardSize=1, env={"SHARDOPS_AGENT_LEDGER": str(ledger)})
+    (shard,) = add_campaign(kube, body)
+    held = leases.acquire(
+        kube,  # type: ignore[arg-type]
+        NAMESPACE,
+        shard.lease_name,
+        "another-worker",
+        10,
+        dt.datetime.now(dt.UTC),
+        seen=Renewals(time.monotonic),
+    )
+    assert held is not None
+    worker = workerkit.worker(kube, tmp_path / "work")
+    try:
+        assert worker._step() is None, "the only shard is another worker's"
+        ahead = worker.commands.process
+        assert ahead is not None and not ahead.served and ahead.popen.poll() is None
+        assert _starts(worker, "persistent") == 0, "counted when it serves its first shard"
+        # The other worker lets go; the shard changes (a new version), so it is tried again.
+        kube.delete(LEASES, NAMESPACE, shard.lease_name)
+        current = kube.obj(SHARDS, NAMESPACE, shard.name)
+        assert current is not None
+        current["metadata"].setdefault("annotations", {})["touched"] = "1"
+        kube.put(SHARDS, NAMESPACE, current)
+        assert worker._step() is Outcome.DONE
+    finally:
+        worker.close()
+    assert {e["pid"] for e in _ledger(ledger) if e["event"] == "done"} == {ahead.pid}
+    assert _starts(worker, "persistent") == 1
 
 
 def test_a_crash_fails_only_its_shard_as_a_process_per_shard_would_and_the_next_gets_a_new_process(

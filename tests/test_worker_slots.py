@@ -15,7 +15,7 @@ import pytest
 from fakekube import FakeKube
 from shardops.api.enums import ShardPhase
 from shardops.api.shard import Shard
-from shardops.k8s.api import SHARDS, ApiError
+from shardops.k8s.api import LEASES, SHARDS, ApiError
 from shardops.worker.look import WatchedLooks, Watches
 from shardops.worker.metrics import WorkerMetrics
 from shardops.worker.runtime import SlotGroup, Worker, run_slots
@@ -145,25 +145,28 @@ def test_slots_never_race_each_other_for_a_shard(tmp_path: Path) -> None:
     assert len(creates) == len(shards) and not refused, [(c.path, c.status) for c in creates]
 
 
-def test_a_slot_lets_its_siblings_claim_once_its_lease_is_won(tmp_path: Path) -> None:
-    """The claim lock covers the look and the Lease create, not the claim's status write (nor the
-    run): when a slot writes its claim, the lock is free, and the shard is passed by as taken."""
+def test_a_slot_lets_its_siblings_claim_once_its_shard_is_reserved(tmp_path: Path) -> None:
+    """The claim lock covers the look and the choice, not the Lease create (nor the claim's status
+    write, nor the run): when a slot creates the Lease of the shard it chose, the lock is free, and
+    the shard is passed by as reserved; when it writes its claim, the shard is still passed by."""
     kube = FakeKube()
     (shard,) = add_campaign(kube, campaign_body(items=[{"id": 0}], shardSize=1))
     slots, watches = _slots(kube, tmp_path, 2, max_shards=1)
-    seen: list[tuple[bool, bool]] = []
+    seen: list[tuple[object, bool, bool]] = []
 
-    def at_the_claim_write(_kube: FakeKube, verb: str, resource: object, name: str) -> None:
-        if resource == SHARDS and name == shard.name and not seen:
-            taken = slots[1]._lost_at(shard.name, shard.metadata.resource_version or "")
-            seen.append((slots[0].shared.claiming.locked(), taken))
+    def at_the_claim(_kube: FakeKube, verb: str, resource: object, name: str) -> None:
+        if resource in (LEASES, SHARDS) and name in (shard.lease_name, shard.name):
+            passed_by = slots[1]._lost_at(shard.name, shard.metadata.resource_version or "")
+            seen.append((resource, slots[0].shared.claiming.locked(), passed_by))
 
-    kube.before.append(at_the_claim_write)
+    kube.before.append(at_the_claim)
     try:
         assert slots[0]._step() is not None
     finally:
         watches.close()
-    assert seen == [(False, True)], "at the claim write: the lock free, the shard taken for the siblings"
+    assert seen[:2] == [(LEASES, False, True), (SHARDS, False, True)], (
+        "at the Lease create and at the claim write: the lock free, the shard passed by"
+    )
 
 
 def test_an_idle_slot_waits_while_a_sibling_runs_and_all_leave_together(tmp_path: Path) -> None:

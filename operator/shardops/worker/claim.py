@@ -211,7 +211,7 @@ class ClaimContext:
     # This worker lost a claim of the shard before: its Lease exists, read it before taking it.
     lost_before: Callable[[Shard], bool] = lambda shard: False
     # Called once the shard's Lease is this worker's, before the claim is written: nobody else can
-    # claim the shard from here on (the worker's slots stop holding each other back: SlotGroup).
+    # claim the shard from here on (the slot counts its process busy: SlotGroup).
     leased: Callable[[Shard], None] = lambda shard: None
 
 

@@ -502,6 +502,8 @@ class ServedProcess:
     eof: bool = False
     # Readable once the process ends (ServedCommand.wait); closed by end().
     pidfd: int | None = None
+    # It took a request: a process started ahead (CommandServer.start_ahead) has not yet.
+    served: bool = False
 
     @classmethod
     def start(cls, argv: Sequence[str], env: Mapping[str, str], base: Path | None) -> ServedProcess:
@@ -617,9 +619,17 @@ class CommandServer:
     keep_directories: bool = False
     process: ServedProcess | None = None
 
+    def start_ahead(self, argv: Sequence[str], env: Mapping[str, str]) -> None:
+        """Start a process of `argv` with `env` now, before any shard needs it (none is live), so its
+        start (an interpreter and its imports) overlaps the worker's first look and claim instead of
+        the first shard's run. The first shard that fits it takes it (`serve`), as a process started
+        for that shard: it counts as started then. From the slot's thread (`spawn`)."""
+        if self.process is None:
+            self.process = ServedProcess.start(argv, env, self.base)
+
     def serve(self, argv: Sequence[str], env: Mapping[str, str], request: bytes) -> Served:
         """A process of `argv` with `env` that took `request`: the live one when it fits, else a new
-        one. From the main thread only (`spawn`)."""
+        one; `started` when this is its first request. From the slot's thread (`spawn`)."""
         replaced = None
         current = self.process
         if current is not None:
@@ -627,11 +637,13 @@ class CommandServer:
             if replaced is None:
                 try:
                     current.send(request)
-                    return Served(current, started=False, replaced=None)
+                    first, current.served = not current.served, True
+                    return Served(current, started=first, replaced=None)
                 except (BrokenPipeError, BlockingIOError) as error:
                     replaced = f"it did not take the request ({error})"
             self.discard(current)
         process = ServedProcess.start(argv, env, self.base)
+        process.served = True
         self.process = process
         try:
             process.send(request)
@@ -711,8 +723,7 @@ class ServedCommand:
     ended_at: float | None = None
 
     def start(self) -> None:
-        process_env = {k: v for k, v in self.env.items() if k not in self.shard_variables}
-        process_env[PERSISTENT_ENV] = "1"
+        process_env = served_process_env(self.env, self.shard_variables)
         request = {
             "shard": self.shard,
             "env": {k: v for k, v in self.env.items() if k in self.shard_variables},
@@ -783,6 +794,12 @@ class ServedCommand:
             self.code = exit_code(returncode)
             self.ended_at = time.monotonic()
         return self.code
+
+
+def served_process_env(env: Mapping[str, str], shard_variables: Collection[str]) -> dict[str, str]:
+    """A persistent process's environment: a shard's whole `env` without the variables whose values
+    are that shard's own (they go with each request), marked SHARDOPS_PERSISTENT=1."""
+    return {k: v for k, v in env.items() if k not in shard_variables} | {PERSISTENT_ENV: "1"}
 
 
 def command_env(

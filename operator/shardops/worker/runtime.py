@@ -39,7 +39,7 @@ from typing import Any, Protocol, TypeVar
 
 import urllib3
 
-from shardops.api.campaign import Campaign, ResultStoreStatus, SourceCooldown
+from shardops.api.campaign import Campaign, ResultStoreStatus, SourceCooldown, WorkerSpec
 from shardops.api.common import NO_TOKENS, Item, TokenCounts
 from shardops.api.enums import ErrorClass, ShardClass, ShardPhase, StoreType
 from shardops.api.llm import COOLDOWN_FILE_ENV
@@ -91,6 +91,7 @@ from shardops.worker.runner import (
     WorkItem,
     command_env,
     read_error_file,
+    served_process_env,
 )
 from shardops.worker.settings import WorkerSettings
 
@@ -120,6 +121,24 @@ LOST_CLAIM_SECONDS = 5.0
 # zero-work campaign together and lost 16 creates for each one won.
 SPREAD_SECONDS = 0.05
 MAX_SPREAD_SECONDS = 1.0
+
+
+# The protocol variables every shard's command gets with values of its own, in this order (a
+# finalize shard and a shard of the built-in LLM worker get one more each: `ShardRun.run_command`).
+SHARD_VARIABLES = (
+    "SHARDOPS_ITEMS_FILE",
+    "SHARDOPS_RESULTS_FILE",
+    "SHARDOPS_ERROR_FILE",
+    "SHARDOPS_SOURCE",
+    "SHARDOPS_SHARD",
+    "SHARDOPS_ATTEMPT",
+    "SHARDOPS_IDEMPOTENCY_KEY",
+)
+
+
+def campaign_variables(campaign: Campaign, worker_spec: WorkerSpec) -> dict[str, str]:
+    """The protocol variables every shard of `campaign` run by `worker_spec` gets the same."""
+    return {"SHARDOPS_CAMPAIGN": campaign.name, **campaign.spec.command_settings(worker_spec)}
 
 
 class Clock(Protocol):
@@ -159,13 +178,14 @@ def emit(event: str, **fields: Any) -> None:
 
 class SlotGroup:
     """What the slots of one worker process share: its metrics, its result stores (one S3 client per
-    location), the claims it lost or won lately, a lock that lets one slot at a time look and
-    claim, and how many slots are running a shard.
+    location), the claims it lost, won or is making, a lock that lets one slot at a time look and
+    choose, and how many slots are running a shard.
 
-    One slot at a time claims, so slots never race each other for a shard: a slot that won records
-    the shard at the version it claimed as taken (with the lost ones), and a sibling whose watched
-    copy has not seen that claim yet passes it by instead of losing a Lease create to it. Bounded by
-    the window: the lost and taken claims are pruned to the shards a look sees.
+    One slot at a time chooses, so slots never race each other for a shard: a slot records the
+    shard it chose at the version it saw as reserved (with the lost and won ones) before it lets the
+    lock go and creates the Lease, and a sibling, whose watched copy has not seen that claim yet,
+    passes it by instead of losing a Lease create to it; the Lease creates of the slots overlap.
+    Bounded by the window: the lost and taken claims are pruned to the shards a look sees.
 
     The pod leaves as a whole: once a slot leaves (idle, done, the campaign gone), `leaving` is set
     and every other slot leaves at its next turn, after its current shard, instead of claiming
@@ -279,6 +299,10 @@ class Worker:
     renewals: Renewals = field(init=False)
     # The persistent command's process between shards (spec.worker.persistent), ended at close().
     commands: CommandServer = field(init=False)
+    # The campaign as of the slot's last look, and whether its persistent command was started
+    # ahead of its first shard (`start_command_ahead`).
+    _looked_at: Campaign | None = None
+    _started_ahead: bool = False
 
     def __post_init__(self) -> None:
         if self.group is None:
@@ -408,14 +432,16 @@ class Worker:
 
     def _step(self) -> Outcome | str | None:
         """One look for work: an Outcome when a shard was claimed and run, a reason to exit, or None.
-        The look and the claim hold the process's claim lock (SlotGroup) until the claimed shard's
-        Lease is won (`ClaimContext.leased`); writing the claim and the run do not."""
+        The look and the choice hold the process's claim lock (SlotGroup) until the chosen shard is
+        reserved for this slot; its Lease create, the claim write and the run do not."""
         try:
             held = _Held(self.shared.claiming)
             try:
                 found = self._claim_one(held)
             finally:
                 held.release()
+            if not isinstance(found, str) and self._looked_at is not None:
+                self.start_command_ahead(self._looked_at)
             if not isinstance(found, _Won):
                 return found
             run = ShardRun(self, found.campaign, found.claimed, found.cooling)
@@ -431,7 +457,7 @@ class Worker:
 
     def _claim_one(self, held: _Held) -> _Won | str | None:
         """Look, and claim a shard of the look: what was won, a reason to exit, or None. `held`: the
-        claim lock, released once a Lease is won."""
+        claim lock, released once a shard is chosen and reserved."""
         assert self.looks is not None
         look = self._look(self.looks.look)
         decided = self._exit_reason(look)
@@ -443,8 +469,29 @@ class Worker:
         if decided is not None or look is None:
             return decided
         campaign, shards = look.campaign, look.unfinished
+        self._looked_at = campaign
         self._campaign_idle = campaign.spec.idle_seconds
         self._more_coming = uncut_shards(campaign, shards) > 0
+        self.shared.keep_only({shard.name for shard in shards})
+        silent = self._silences(shards)
+        chosen = choose(campaign, shards, self.clock.now(), self.settings.claim_candidates, self.rng, silent)
+        candidates = [candidate for candidate in chosen if not self._lost_recently(candidate.shard)]
+        self._lost_last = False
+        if not candidates:
+            self.metrics.observe_claim(ClaimOutcome.NONE)
+            return None
+        if self.stop.is_set():
+            return None
+        # One candidate per look: a won claim runs, a lost race means the others on this look's
+        # list are likely raced for too (the loop looks again after a pause, `_loop`).
+        candidate = candidates[0]
+        version = candidate.shard.metadata.resource_version or ""
+        # Lost before (its Lease exists: read it before taking it), not counting the reservation.
+        lost_before = self.shared.lost(candidate.shard.name) is not None
+        # Reserved: from here the siblings pass this shard by at this version (SlotGroup), so the
+        # lock goes now and their looks and Lease creates overlap this slot's Lease create.
+        self.shared.lose(candidate.shard.name, version, self.clock.monotonic())
+        held.release()
         context = ClaimContext(
             kube=self.kube,
             namespace=self.namespace,
@@ -455,64 +502,68 @@ class Worker:
             stored_of=lambda shard, items: self.stored_of(self.store_for(campaign), shard, items),
             store=lambda: self.store_for(campaign),
             seen=self.renewals,
-            lost_before=lambda shard: self.shared.lost(shard.name) is not None,
-            leased=lambda shard: self._taken(shard, held),
+            lost_before=lambda shard: lost_before,
+            leased=self._taken,
         )
-        self.shared.keep_only({shard.name for shard in shards})
-        silent = self._silences(shards)
-        chosen = choose(campaign, shards, self.clock.now(), self.settings.claim_candidates, self.rng, silent)
-        candidates = [candidate for candidate in chosen if not self._lost_recently(candidate.shard)]
-        self._lost_last = False
-        if not candidates:
-            self.metrics.observe_claim(ClaimOutcome.NONE)
-        for candidate in candidates:
-            if self.stop.is_set():
-                return None
-            version = candidate.shard.metadata.resource_version or ""
-            try:
-                claimed = claim(context, campaign, candidate)
-            except BaseException:
-                # Not lost to anyone (the Lease, if won, was let go): the next look tries it again,
-                # reading its Lease first (it may exist: lost_before), not passing it by as taken.
-                expired = self.clock.monotonic() - LOST_CLAIM_SECONDS - 1
-                self.shared.lose(candidate.shard.name, version, expired)
-                raise
-            if claimed is None:
-                # Lost: at this version the shard is no sibling slot's to try (SlotGroup); a win was
-                # recorded so when its Lease was won (`_taken`).
-                self.shared.lose(candidate.shard.name, version, self.clock.monotonic())
-                self.metrics.observe_claim(ClaimOutcome.LOST)
-                emit("claim-lost", shard=candidate.shard.name)
-                # One race lost: the others on this look's list are likely raced for too; the loop
-                # looks again after a pause (`_loop`) instead of trying them all now.
-                self._spread = min(self._spread * 2, MAX_SPREAD_SECONDS)
-                self._lost_last = True
-                return None
-            self._spread = max(self._spread / 2, SPREAD_SECONDS)
-            self.metrics.observe_claim(ClaimOutcome.WON)
-            emit(
-                "claimed",
-                shard=claimed.shard.name,
-                attempt=claimed.shard.current_status.attempt,
-                token=claimed.lease.fencing_token,
-                source=claimed.source,
-                resumed=len(claimed.stored),
-                reclaimed_from=claimed.reclaimed_from,
-                holder=self.holder,
-                at=time.time(),
-            )
-            # The cooldowns as of the listing just made: no other read (state.cooldowns).
-            return _Won(campaign, claimed, cooldowns.source_cooldowns(campaign, shards, self.clock.now()))
-        return None
+        try:
+            claimed = claim(context, campaign, candidate)
+        except BaseException:
+            # Not lost to anyone (the Lease, if won, was let go): the next look tries it again,
+            # reading its Lease first (it may exist: lost_before), not passing it by as taken.
+            expired = self.clock.monotonic() - LOST_CLAIM_SECONDS - 1
+            self.shared.lose(candidate.shard.name, version, expired)
+            raise
+        if claimed is None:
+            # Lost: at this version the shard is no sibling slot's to try (SlotGroup); a win was
+            # recorded so when its Lease was won (`_taken`).
+            self.shared.lose(candidate.shard.name, version, self.clock.monotonic())
+            self.metrics.observe_claim(ClaimOutcome.LOST)
+            emit("claim-lost", shard=candidate.shard.name)
+            self._spread = min(self._spread * 2, MAX_SPREAD_SECONDS)
+            self._lost_last = True
+            return None
+        self._spread = max(self._spread / 2, SPREAD_SECONDS)
+        self.metrics.observe_claim(ClaimOutcome.WON)
+        emit(
+            "claimed",
+            shard=claimed.shard.name,
+            attempt=claimed.shard.current_status.attempt,
+            token=claimed.lease.fencing_token,
+            source=claimed.source,
+            resumed=len(claimed.stored),
+            reclaimed_from=claimed.reclaimed_from,
+            holder=self.holder,
+            at=time.time(),
+        )
+        # The cooldowns as of the listing just made: no other read (state.cooldowns).
+        return _Won(campaign, claimed, cooldowns.source_cooldowns(campaign, shards, self.clock.now()))
 
-    def _taken(self, shard: Shard, held: _Held) -> None:
-        """This slot won `shard`'s Lease: its siblings pass the shard by from now (at the version they
-        see), count the process busy, and may look and claim while this slot writes its claim."""
+    def _taken(self, shard: Shard) -> None:
+        """This slot won `shard`'s Lease: its siblings go on passing the shard by (at the version they
+        see: its reservation renewed for LOST_CLAIM_SECONDS) and count the process busy."""
         self.shared.lose(shard.name, shard.metadata.resource_version or "", self.clock.monotonic())
         if not self._holding:
             self._holding = True
             self.shared.hold(True)
-        held.release()
+
+    def start_command_ahead(self, campaign: Campaign) -> None:
+        """Once per slot, after its first look: start the campaign's persistent command
+        (spec.worker.persistent) before the slot's first shard needs it, so the process's start (an
+        interpreter and its imports, seconds while a campaign's workers all start at once) overlaps
+        the slot's wait for its first claim. Its environment is the one every shard's process gets
+        (`served_process_env`), so the first shard takes it; a command that cannot start is left to
+        that shard, which fails naming why."""
+        if self._started_ahead:
+            return
+        self._started_ahead = True
+        worker_spec = campaign.spec.worker
+        if worker_spec.persistent is not True:
+            return
+        env = command_env(os.environ, campaign_variables(campaign, worker_spec), worker_spec.env_dict())
+        try:
+            self.commands.start_ahead(worker_spec.full_command(), served_process_env(env, SHARD_VARIABLES))
+        except CommandFailure as failure:
+            log.info("the persistent command did not start ahead; its first shard says why: %s", failure)
 
     def _silences(self, shards: Sequence[Shard]) -> dict[str, float]:
         """How long this worker has not seen each Running shard's claim renewed. Kept for every shard
@@ -949,21 +1000,20 @@ class ShardRun:
             return self.fail(
                 ErrorClass.UNKNOWN, f"cannot write the attempt's files: {error}", self.claimed.source
             )
-        # The protocol variables whose values are this shard's own; a persistent command gets them
-        # with each shard's request, the campaign's at its start.
-        of_shard = {
-            "SHARDOPS_ITEMS_FILE": str(files.items),
-            "SHARDOPS_RESULTS_FILE": str(files.results),
-            "SHARDOPS_ERROR_FILE": str(files.error),
-            "SHARDOPS_SOURCE": self.claimed.source or "",
-            "SHARDOPS_SHARD": self.name,
-            "SHARDOPS_ATTEMPT": str(self.attempt),
-            "SHARDOPS_IDEMPOTENCY_KEY": self.key,
-        }
-        of_campaign = {
-            "SHARDOPS_CAMPAIGN": self.campaign.name,
-            **self.campaign.spec.command_settings(worker_spec),
-        }
+        # The protocol variables whose values are this shard's own (SHARD_VARIABLES, and the
+        # optional ones below); a persistent command gets them with each shard's request, the
+        # campaign's at its start.
+        values = (
+            str(files.items),
+            str(files.results),
+            str(files.error),
+            self.claimed.source or "",
+            self.name,
+            str(self.attempt),
+            self.key,
+        )
+        of_shard = dict(zip(SHARD_VARIABLES, values, strict=True))
+        of_campaign = campaign_variables(self.campaign, worker_spec)
         if self.finalize:
             problem = self.write_campaign_results(files.campaign_results)
             if problem is not None:
