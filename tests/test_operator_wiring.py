@@ -81,19 +81,49 @@ def _every_handler(registry: kopf.OperatorRegistry) -> list[Any]:
 
 def test_handlers_are_registered_with_ids() -> None:
     registry, _, _ = _registered()
-    changing = registry._changing.get_all_handlers()
     watching = registry._watching.get_all_handlers()
-    assert {h.id for h in changing} == {"campaign-reconcile"} and len(changing) == 3
-    # Resume is the initial listing (reason None, initial True); create and update are changes.
-    assert sorted((str(h.reason), bool(h.initial)) for h in changing) == [
-        ("None", True),
-        ("create", False),
-        ("update", False),
+    # No change handler: kopf would keep a copy of each Campaign's spec in an annotation.
+    assert not registry._changing.get_all_handlers()
+    assert sorted(h.id for h in watching) == [
+        "campaign-index",
+        "campaign-reconcile",
+        "old-finalizer",
+        "shard-changed",
     ]
-    assert sorted(h.id for h in watching) == ["campaign-index", "old-finalizer", "shard-changed"]
     assert not registry._spawning.get_all_handlers(), "no timers, no daemons: the tick is ticker.py"
     assert [h.id for h in registry._activities.get_all_handlers()] == ["login"]
     assert not kopf.get_default_registry()._changing.get_all_handlers(), "nothing at import time"
+
+
+def test_a_campaign_is_reconciled_when_first_seen_and_when_its_spec_changes_not_on_status_writes() -> None:
+    registry, _, operator = _registered()
+    (handler,) = [h for h in registry._watching.get_all_handlers() if h.id == "campaign-reconcile"]
+    kicked: list[tuple[str, str]] = []
+    operator.kick = lambda namespace, name: kicked.append((namespace, name)) or True  # type: ignore[method-assign]
+    resumed = {"shardops.dev/resumed": "2026-01-01T00:00:00Z"}
+    events = [
+        (None, "u1", 1, {}, True),  # the first listing (or the create)
+        ("MODIFIED", "u1", 1, {}, False),  # a status write: no new generation
+        ("MODIFIED", "u1", 2, {}, True),  # the spec changed
+        ("MODIFIED", "u1", 2, {"other.io/x": "1"}, False),  # not ours
+        ("MODIFIED", "u1", 2, resumed, True),  # `kubectl campaign resume` of a held campaign
+        ("MODIFIED", "u1", 2, resumed, False),
+        ("DELETED", "u1", 2, resumed, False),
+        ("ADDED", "u2", 1, {}, True),  # applied again: a new Campaign of the same name
+        ("MODIFIED", "u3", 1, {}, True),  # deleted and applied again between two events
+    ]
+    for type_, uid, generation, ours, expected in events:
+        before = len(kicked)
+        meta = {
+            "name": "c",
+            "namespace": "ns",
+            "uid": uid,
+            "generation": generation,
+            "annotations": ours,
+        }
+        handler.fn(type=type_, namespace="ns", name="c", body=kopf.Body({"metadata": meta}))
+        assert (len(kicked) > before) is expected, (type_, uid, generation, ours)
+    assert set(kicked) == {("ns", "c")}
 
 
 def test_no_handler_makes_kopf_add_a_finalizer() -> None:
@@ -156,7 +186,6 @@ def test_kopf_keeps_its_bookkeeping_under_our_prefix_and_posts_no_events() -> No
     configured = kopf_settings(settings())
     assert configured.persistence.finalizer == KOPF_FINALIZER == "shardops.dev/kopf-finalizer"
     assert configured.persistence.progress_storage.prefix == "shardops.dev"  # type: ignore[attr-defined]
-    assert configured.persistence.diffbase_storage.prefix == "shardops.dev"  # type: ignore[attr-defined]
     assert configured.posting.enabled is False and configured.peering.standalone is True
     assert configured.scanning.disabled is True
 

@@ -10,6 +10,8 @@ fed by the `campaign-index` watch handler. tests/test_operator_wiring.py keeps i
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
@@ -23,6 +25,33 @@ from shardops.scheduler.settings import OperatorSettings
 from shardops.scheduler.ticker import CampaignTicker
 
 
+class SpecGenerations:
+    """Which request of each Campaign this process has reconciled on: its uid, its metadata.generation
+    (the API server raises it with every change of the spec, never with a status write) and its
+    `shardops.dev/` annotations (`kubectl campaign cancel/resume` set them with the spec or alone).
+    Bounded by the Campaigns the operator watches (an entry goes with its Campaign's DELETED event)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._seen: dict[tuple[str, str], tuple[str, int, frozenset[tuple[str, str]]]] = {}
+
+    def changed(self, event_type: str | None, namespace: str, name: str, metadata: Mapping[str, Any]) -> bool:
+        """True for a Campaign's first event in this process and for a new request (or a new Campaign
+        of the same name); False for its other events, and for its deletion (forgotten)."""
+        key = (namespace, name)
+        annotations = metadata.get("annotations") or {}
+        ours = frozenset((k, str(v)) for k, v in annotations.items() if k.startswith(f"{API_GROUP}/"))
+        request = (str(metadata.get("uid") or ""), int(metadata.get("generation") or 0), ours)
+        with self._lock:
+            if event_type == "DELETED":
+                self._seen.pop(key, None)
+                return False
+            if self._seen.get(key) == request:
+                return False
+            self._seen[key] = request
+            return True
+
+
 def register(
     registry: kopf.OperatorRegistry,
     settings: OperatorSettings,
@@ -33,12 +62,19 @@ def register(
     # kopf's own client login, from the same in-cluster config or kubeconfig the Kube client uses.
     kopf.on.login(id="login", registry=registry)(kopf.login_via_client)
 
-    # A failed pass is retried by the next tick anyway; the backoff only keeps kopf from hammering.
-    @kopf.on.resume(*campaigns, id="campaign-reconcile", registry=registry, backoff=settings.tick_seconds)
-    @kopf.on.create(*campaigns, id="campaign-reconcile", registry=registry, backoff=settings.tick_seconds)
-    @kopf.on.update(*campaigns, id="campaign-reconcile", registry=registry, backoff=settings.tick_seconds)
-    def campaign_changed(*, namespace: str | None, name: str, **_: Any) -> None:
-        reconciler.kick(namespace or "", name)
+    # A pass when a Campaign is first seen (created, or listed at start) and when its spec changes,
+    # not on the operator's own status writes. An event handler, not kopf's change handlers: those
+    # keep the last handled spec in an annotation, a second copy of every inline item that doubles
+    # what each write of the object sends and breaks on a spec over half the annotation limit
+    # (256 KiB), kopf #1087. A failed pass is retried by the next tick (ticker.py).
+    specs = SpecGenerations()
+
+    @kopf.on.event(*campaigns, id="campaign-reconcile", registry=registry)
+    def campaign_changed(
+        *, type: str | None, namespace: str | None, name: str, body: kopf.Body, **_: Any
+    ) -> None:
+        if specs.changed(type, namespace or "", name, body.get("metadata", {})):
+            reconciler.kick(namespace or "", name)
 
     # Every watch event of a Campaign (the first listing included) keeps the ticker's index: async,
     # so it runs on the event loop where the ticker's tasks live, and it does no I/O.

@@ -59,7 +59,6 @@ def kopf_settings(settings: OperatorSettings) -> kopf.OperatorSettings:
     configured = kopf.OperatorSettings()
     # kopf's bookkeeping under our own prefix, so `kubectl get -o yaml` shows one vocabulary.
     configured.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=API_GROUP)
-    configured.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=API_GROUP)
     # No handler needs a finalizer (handlers.py); kopf would add this one only if one did. It stays
     # the name an earlier release used, so kopf, too, removes it where it finds it.
     configured.persistence.finalizer = KOPF_FINALIZER
