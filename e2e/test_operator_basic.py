@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter
 
@@ -117,6 +118,31 @@ def test_forty_items_in_eight_shards_never_more_than_three_running(
         and e["objectRef"].get("resource") in ("campaigns", "jobs")
     )
     print(f"  campaign-level writes over the whole run: {dict(sorted(campaign_writes.items()))}")
+
+
+def test_a_campaign_whose_spec_fills_most_of_the_annotation_limit_runs_applied_with_kubectl(
+    local_cluster: Cluster, namespace: str
+) -> None:
+    """Applied as users apply (`kubectl apply`, whose own annotation holds the whole object), a
+    Campaign of ~150 KB of inline items: the operator keeps no second copy of its spec (kopf's change
+    handlers would, in an annotation, and the two together pass the 256 KiB limit: each write of
+    kopf's would be refused). It runs to Succeeded, and its status writes carry the spec once."""
+    kube = kube_for(local_cluster)
+    items = [{"n": i, "text": f"{i:06d}-" + "x" * 90} for i in range(1500)]
+    body = campaign_body("wide", items, shardSize=500, maxConcurrency=3)
+    manifest = json.dumps(body)
+    assert 128 * 1024 < len(manifest) < 256 * 1024, len(manifest)
+    with operator_running(local_cluster, namespace) as operator:
+        local_cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=manifest)
+        final = wait_phase(kube, namespace, "wide", {"Succeeded", "Completed", "Paused"}, timeout=240)
+        assert final["status"]["phase"] == "Succeeded", final["status"]
+        assert final["status"]["progressText"] == "3/3"
+        annotations = final["metadata"].get("annotations") or {}
+        assert "kubectl.kubernetes.io/last-applied-configuration" in annotations
+        ours = [key for key in annotations if key.startswith("shardops.dev/")]
+        assert ours == [], ours
+        logs = "\n".join(operator.log(pod.metadata.name) for pod in operator.pods())
+        assert "Too long" not in logs and "must have at most" not in logs
 
 
 def _finished(job: dict) -> bool:
