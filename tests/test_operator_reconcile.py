@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import threading
 from typing import Any
 
 import pytest
@@ -33,6 +34,7 @@ from shardops.k8s.api import (
     PODS,
     SHARDS,
     AlreadyExists,
+    ApiError,
     Resource,
 )
 from shardops.scheduler.reconcile import Reconciler
@@ -162,6 +164,53 @@ def test_first_pass_materializes_within_the_backlog_bound_and_starts_workers(
     backpressured = condition(status, "Backpressured")
     assert backpressured["status"] == "True" and "pending 2 of bound 2" in backpressured["message"]
     assert kube.event_reasons("camp-00000") == [], "materializing is routine: history, not an Event"
+
+
+def test_a_new_shards_pending_write_goes_alongside_the_next_create(kube: OperatorKube, clock: Clock) -> None:
+    """The creates of a pass go one after another in index order; each new shard's Pending write
+    does not hold them up: while shard 0's is held back, shard 1 is created."""
+    put_campaign(kube, campaign(items=[{"id": i} for i in range(10)], backlogRatio=3, maxConcurrency=1))
+    next_created = threading.Event()
+    held: list[bool] = []
+
+    def hold_the_first_pending_write(_kube: object, verb: str, resource: object, name: str) -> None:
+        if resource == SHARDS and verb == "create" and name == "camp-00001":
+            next_created.set()
+        if resource == SHARDS and verb == "patch" and name == "camp-00000" and not held:
+            held.append(next_created.wait(10))
+
+    kube.before.append(hold_the_first_pending_write)
+    run(kube, clock)
+    assert held == [True], "shard 1's create waited for shard 0's Pending write"
+    creates = [c.name for c in kube.calls if (c.method, c.plural) == ("POST", "shards")]
+    assert creates == ["camp-00000", "camp-00001", "camp-00002"], "in index order, ratio 3 * 1"
+    assert {shard_of(kube, n)["status"]["phase"] for n in creates} == {"Pending"}
+
+
+def test_a_failed_pending_write_stops_the_pass_and_leaves_no_gap(kube: OperatorKube, clock: Clock) -> None:
+    """A Pending write that fails ends the pass with its error once the writes sent are answered; the
+    shards created are the first ones, in order (no index skipped below the highest), and the one
+    left Queued is made Pending by the next pass."""
+    put_campaign(kube, campaign(items=[{"id": i} for i in range(10)], backlogRatio=5, maxConcurrency=1))
+    failing = {"camp-00001"}
+
+    def refuse(call: Any) -> BaseException | None:
+        if call.plural == "shards" and call.method == "PATCH" and call.name in failing:
+            return ApiError(500, "InternalError", "etcd hiccup")
+        return None
+
+    kube.fail = refuse
+    with pytest.raises(ApiError, match="etcd hiccup"):
+        run(kube, clock)
+    created = names(kube)
+    assert created == [f"camp-{i:05d}" for i in range(len(created))] and "camp-00001" in created
+    assert "status" not in shard_of(kube, "camp-00001") or shard_of(kube, "camp-00001")["status"].get(
+        "phase"
+    ) in (None, "Queued")
+    failing.clear()
+    run(kube, clock)
+    assert shard_of(kube, "camp-00001")["status"]["phase"] == "Pending"
+    assert names(kube)[: len(created)] == created
 
 
 def test_more_shards_once_some_run_and_never_more_jobs_than_the_cap(kube: OperatorKube, clock: Clock) -> None:

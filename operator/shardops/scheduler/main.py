@@ -91,9 +91,10 @@ def run_operator(settings: OperatorSettings) -> int:
         # kopf logs every successful handler call at INFO: one line per tick per campaign.
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     metrics = Metrics()
-    # A connection for each reconcile thread, plus the leader election thread's and one spare.
+    # A connection for each reconcile thread and for a write alongside each (Reconciler._alongside),
+    # plus the leader election thread's and one spare.
     kube = Kube.from_environment(
-        OPERATOR_FIELD_MANAGER, settings.kubeconfig, connections=settings.reconcile_threads + 2
+        OPERATOR_FIELD_MANAGER, settings.kubeconfig, connections=2 * settings.reconcile_threads + 2
     )
     kube.observer = metrics.observe_api
     # The audit log records the user agent: it tells apart operator replicas sharing one service

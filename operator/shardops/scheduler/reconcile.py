@@ -23,6 +23,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent import futures
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -170,6 +172,12 @@ class Reconciler:
         self._stores: dict[tuple[str, str], S3Store] = {}
         self.retention = Retention(
             kube, settings.result_store_location(), settings.result_retention_seconds, self._s3
+        )
+        # Writes a pass sends alongside its own (`_materialize`): one pool for all passes, never
+        # the pool that runs them (a pass waiting on a write queued behind passes would deadlock).
+        # The API client's pool has a connection for each (scheduler/main.py).
+        self._alongside = ThreadPoolExecutor(
+            max_workers=settings.reconcile_threads, thread_name_prefix="alongside"
         )
 
     # --- entry points (called from kopf handlers, in kopf's thread pool) ------------------------------
@@ -751,7 +759,14 @@ class Reconciler:
         self._maybe_finalize(seen, plan, now)
 
     def _materialize(self, seen: _Observed, count: int, now: dt.datetime) -> None:
-        """Cut the next `count` shards (FIFO by item index) and make them Pending."""
+        """Cut the next `count` shards (FIFO by item index) and make them Pending.
+
+        The creates go one after another in index order, so a pass stopped anywhere leaves no gap
+        below the highest shard cut (`observe.item_progress` counts the cut from it). Each new
+        shard's Pending write goes alongside the next create (`_alongside`), which halves what a
+        pass spends cutting (two round trips a shard, one after the other, before), and the pass
+        waits for them all before it goes on; a write that fails stops the creates. A shard whose
+        Pending write did not happen (the pass stopped) is Queued, and the next pass promotes it."""
         if count <= 0:
             return
         progress = self._item_progress(seen)
@@ -759,21 +774,29 @@ class Reconciler:
         first = -(-progress.cut_items // size)
         phases = [shardview.phase_of(s) for s in seen.shards.values()]
         pending, running = phases.count(ShardPhase.PENDING), phases.count(ShardPhase.RUNNING)
-        for position, index in enumerate(range(first, first + count), start=1):
-            start, end = builders.shard_slice(len(seen.items), size, index)
-            if start >= end:
-                return
-            body = builders.shard_body(seen.campaign, index, seen.items)
-            # What this shard was planned from, so the backlog bound can be checked exactly after
-            # the fact: pending + position <= backlogRatio * max(running, 1) of this snapshot.
-            body["metadata"].setdefault("annotations", {})[PLANNED_FROM_ANNOTATION] = (
-                f"pending={pending},running={running},position={position}"
-            )
-            shard = self._create_shard(seen, body)
-            if shard is None:
-                return
-            message = f"items {start}..{end - 1} of {len(seen.items)}"
-            self._transition(seen, shard, TransitionRequest(Action.MATERIALIZE, message), now)
+        # At most `count` (the planner's cut, bounded by the backlog): one per shard of this pass.
+        writes: list[Future[bool]] = []
+        try:
+            for position, index in enumerate(range(first, first + count), start=1):
+                start, end = builders.shard_slice(len(seen.items), size, index)
+                if start >= end or any(w.done() and w.exception() is not None for w in writes):
+                    break
+                body = builders.shard_body(seen.campaign, index, seen.items)
+                # What this shard was planned from, so the backlog bound can be checked exactly after
+                # the fact: pending + position <= backlogRatio * max(running, 1) of this snapshot.
+                body["metadata"].setdefault("annotations", {})[PLANNED_FROM_ANNOTATION] = (
+                    f"pending={pending},running={running},position={position}"
+                )
+                shard = self._create_shard(seen, body)
+                if shard is None:
+                    break
+                message = f"items {start}..{end - 1} of {len(seen.items)}"
+                request = TransitionRequest(Action.MATERIALIZE, message)
+                writes.append(self._alongside.submit(self._transition, seen, shard, request, now))
+        finally:
+            futures.wait(writes)
+        for write in writes:
+            write.result()  # the first failure, as the pass would have met it
 
     def _maybe_finalize(self, seen: _Observed, plan: DispatchPlan, now: dt.datetime) -> None:
         campaign = seen.campaign
