@@ -25,9 +25,7 @@ import workerkit
 from fakekube import FakeKube
 from shardops.api.enums import ErrorClass
 from shardops.api.shard import Shard
-from shardops.k8s import leases
 from shardops.k8s.api import LEASES, SHARDS, Resource
-from shardops.logic.leases import Renewals
 from shardops.store.configmap import ConfigMapStore
 from shardops.worker import runner
 from shardops.worker.runner import PERSISTENT_ENV, CommandFailure, CommandServer, ServedCommand
@@ -454,16 +452,7 @@ def test_the_command_starts_at_the_first_look_and_the_first_shard_is_served_by_i
     ledger = tmp_path / "ledger.jsonl"
     body = _campaign([{"id": 0}], True, shardSize=1, env={"SHARDOPS_AGENT_LEDGER": str(ledger)})
     (shard,) = add_campaign(kube, body)
-    held = leases.acquire(
-        kube,  # type: ignore[arg-type]
-        NAMESPACE,
-        shard.lease_name,
-        "another-worker",
-        10,
-        dt.datetime.now(dt.UTC),
-        seen=Renewals(time.monotonic),
-    )
-    assert held is not None
+    workerkit.held_by_another(kube, shard, dt.datetime.now(dt.UTC))
     worker = workerkit.worker(kube, tmp_path / "work")
     try:
         assert worker._step() is None, "the only shard is another worker's"

@@ -23,7 +23,7 @@ from shardops.k8s.shards import unfinished_query
 from shardops.logic.leases import Renewals
 from shardops.worker.look import Wake, WatchedLooks, campaign_change_matters, read_look, shard_change_matters
 from shardops.worker.runtime import LOST_CLAIM_SECONDS, MAX_SPREAD_SECONDS, SPREAD_SECONDS, Outcome
-from workerkit import NAMESPACE, add_campaign, campaign_body, worker
+from workerkit import NAMESPACE, add_campaign, campaign_body, held_by_another, worker
 
 AGENT = [sys.executable, "-m", "shardops_example_agent.agent"]
 
@@ -334,16 +334,7 @@ def test_a_shard_whose_index_the_campaign_folded_is_never_worked_on(tmp_path: Pa
 
 
 def _held_by_another(kube: FakeKube, shard: Shard, clock: SteppedClock) -> None:
-    held = leases.acquire(
-        kube,  # type: ignore[arg-type]
-        NAMESPACE,
-        shard.lease_name,
-        "another-worker",
-        10,
-        clock.now(),
-        seen=Renewals(clock.monotonic),
-    )
-    assert held is not None
+    held_by_another(kube, shard, clock.now(), clock.monotonic)
 
 
 def test_a_lost_race_ends_the_look_and_widens_the_spread_and_a_win_narrows_it(tmp_path: Path) -> None:

@@ -6,15 +6,18 @@ from __future__ import annotations
 import datetime as dt
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from fakekube import FakeKube
 from shardops.api.names import CAMPAIGN_LABEL
 from shardops.api.shard import Shard
+from shardops.k8s import leases
 from shardops.k8s.api import CAMPAIGNS, SHARDS
 from shardops.k8s.shards import Actor, TransitionRequest, apply_transition
 from shardops.logic.idempotency import idempotency_key
+from shardops.logic.leases import Renewals
 from shardops.logic.transitions import Action
 from shardops.worker.runtime import SystemClock, Worker
 from shardops.worker.settings import WorkerSettings
@@ -87,6 +90,22 @@ def add_campaign(kube: FakeKube, body: JSON) -> list[Shard]:
     status = {**(recorded.get("status") or {}), "cutShards": len(shards)}
     kube.put(CAMPAIGNS, NAMESPACE, {**recorded, "status": status})
     return shards
+
+
+def held_by_another(
+    kube: FakeKube, shard: Shard, now: dt.datetime, monotonic: Callable[[], float] = time.monotonic
+) -> None:
+    """`shard`'s Lease, held by another worker for 10 s from `now`."""
+    held = leases.acquire(
+        kube,  # type: ignore[arg-type]
+        NAMESPACE,
+        shard.lease_name,
+        "another-worker",
+        10,
+        now,
+        seen=Renewals(monotonic),
+    )
+    assert held is not None
 
 
 # --- workers ----------------------------------------------------------------------------------------
