@@ -62,15 +62,12 @@ class Lane:
     """A worker pod's part of the claim order, so the pods of a campaign rarely race each other for
     one shard: the shards whose index is `number` modulo `count`. `count` is the number of worker
     Jobs the campaign runs at its cap (`logic.backpressure.worker_jobs`), `number` the pod's Job
-    number (SHARDOPS_WORKER_NUMBER) less one, modulo `count`; `width`, the pod's slots: as many as
-    it may claim at once (its slots finish together), so its part of the head is that deep. A
-    preference, never a limit: a pod whose part of the head is taken claims from the rest
-    (`choose`), so no shard waits for a pod that is gone, and a replacement Job whose number lands
-    on a live pod's lane only races it as before."""
+    number (SHARDOPS_WORKER_NUMBER) less one, modulo `count`. A preference, never a limit: a pod whose
+    part of the head is taken claims from the rest (`choose`), so no shard waits for a pod that is
+    gone, and a replacement Job whose number lands on a live pod's lane only races it as before."""
 
     number: int
     count: int
-    width: int = 1
 
     @classmethod
     def of(cls, worker_number: int | None, campaign: Campaign) -> Lane | None:
@@ -78,9 +75,8 @@ class Lane:
         if worker_number is None:
             return None
         spec = campaign.spec
-        width = spec.worker.slots_per_pod()
-        count = len(worker_jobs(spec.max_concurrency, width))
-        return cls((worker_number - 1) % count, count, width) if count > 1 else None
+        count = len(worker_jobs(spec.max_concurrency, spec.worker.slots_per_pod()))
+        return cls((worker_number - 1) % count, count) if count > 1 else None
 
     def holds(self, shard: Shard) -> bool:
         return shard.spec.index % self.count == self.number
@@ -163,9 +159,9 @@ def choose(
     lane: Lane | None = None,
 ) -> list[Candidate]:
     """Candidates to try, in the order to try them: a random order of the first `k` in claim order;
-    with a `lane`, before them a random order of the pod's own shards (at most d, the larger of `k`
-    and the lane's width) among the first d times the lanes, of the highest priority there.
-    `silent`: how long this worker has not seen each Running shard's claim renewed (none: just seen).
+    with a `lane`, before them a random order of the pod's own shards (at most `k`) among the first
+    `k` times the lanes, of the highest priority there. `silent`: how long this worker has not seen
+    each Running shard's claim renewed (none: just seen).
 
     The planner's inputs are the operator's (`observe.claim_inputs`), so per-source cooldowns,
     fallbacks, the budget gate (spent: the larger of the campaign's status and the shards' costs)
@@ -202,9 +198,8 @@ def choose(
     if lane is None or not ranked:
         return head
     top = ranked[0][0][0]  # the highest priority claimable: a lane never passes it by for a lower one
-    depth = max(k, lane.width)
-    window = ranked[: depth * lane.count]
-    mine = [c for key, c in window if key[0] == top and lane.holds(c.shard)][:depth]
+    window = ranked[: k * lane.count]
+    mine = [c for key, c in window if key[0] == top and lane.holds(c.shard)][:k]
     rng.shuffle(mine)
     taken = {id(c) for c in mine}
     return mine + [c for c in head if id(c) not in taken]
