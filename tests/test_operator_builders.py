@@ -195,8 +195,6 @@ def test_a_worker_job_of_several_slots_says_so_to_its_pod_and_to_the_planner() -
     job = builders.worker_job_body(camp, camp.spec.worker, "sa", number=3, slots=5)
     env = job["spec"]["template"]["spec"]["containers"][0]["env"]
     assert [v["value"] for v in env if v["name"] == "SHARDOPS_SLOTS"][-1] == "5"
-    # Its number too: the pod's lane of the claim order (worker.claim.Lane).
-    assert [v["value"] for v in env if v["name"] == "SHARDOPS_WORKER_NUMBER"][-1] == "3"
     assert workers.job_slots(job) == 5
     assert workers.job_slots({"metadata": {"name": "old"}}) == 1, "a Job of an earlier release has one"
     assert workers.job_slots({"metadata": {"annotations": {"shardops.dev/worker-slots": "x"}}}) == 1

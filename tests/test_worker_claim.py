@@ -17,7 +17,6 @@ from shardops.logic.planner import plan_dispatch
 from shardops.state import observe
 from shardops.worker.claim import (
     Candidate,
-    Lane,
     choose,
     expected_shards,
     is_zombie,
@@ -96,52 +95,6 @@ def test_candidates_are_a_random_order_of_the_first_k_in_priority_then_fifo_orde
     assert heads == {("camp-00000", "camp-00001", "camp-00010", "camp-00011")}
     orders = {tuple(_names(campaign, shards, k=4, seed=seed)) for seed in range(30)}
     assert len(orders) > 1, "workers must not all try the same shard first"
-
-
-def _lane_names(campaign: Campaign, shards: list[Shard], lane: Lane | None, k: int, seed: int) -> list[str]:
-    chosen = choose(campaign, shards, NOW, k, random.Random(seed), _silences(shards), lane)
-    return [c.shard.name for c in chosen]
-
-
-def test_a_lane_puts_the_pods_own_part_of_the_head_first_and_the_rest_after() -> None:
-    """Two pods of 10 slots at maxConcurrency 20: lanes 0 and 1 of 2. Each tries the shards of its own
-    lane first (from the first k x 2 in claim order, at most k), then the head as without a lane, so
-    the two pods' first tries never meet while each has a part left."""
-    campaign = _campaign(items=[{"id": i} for i in range(40)], maxConcurrency=20, worker=_slots(10))
-    shards = [_shard(i) for i in range(30)]
-    lanes = [Lane.of(number, campaign) for number in (1, 2)]
-    assert lanes == [Lane(0, 2), Lane(1, 2)]
-    for seed in range(20):
-        even, odd = (_lane_names(campaign, shards, lane, 5, seed) for lane in lanes)
-        assert {n[-1] for n in even[:5]} <= set("02468") and {n[-1] for n in odd[:5]} <= set("13579")
-        assert sorted(even[:5]) == [f"camp-{i:05d}" for i in range(0, 10, 2)]
-        assert sorted(even[5:]) == ["camp-00001", "camp-00003"], "then the rest of the head of 5"
-    # Its part taken (not claimable any more), a pod claims from the head as before: nothing waits
-    # for a pod that is gone.
-    odd_only = [_shard(i) for i in range(1, 30, 2)]
-    assert sorted(_lane_names(campaign, odd_only, lanes[0], 5, 0)) == [
-        f"camp-{i:05d}" for i in (1, 3, 5, 7, 9)
-    ]
-
-
-def test_a_lane_never_passes_a_higher_priority_by() -> None:
-    campaign = _campaign(items=[{"id": i} for i in range(40)], maxConcurrency=20, worker=_slots(10))
-    shards = [_shard(0, priority=5), _shard(1, priority=5)] + [_shard(i) for i in range(2, 20)]
-    first = _lane_names(campaign, shards, Lane(0, 2), 5, 0)
-    assert first[0] == "camp-00000", "its own part of the highest priority first"
-    assert sorted(first[1:]) == ["camp-00001", "camp-00002", "camp-00003", "camp-00004"]
-
-
-def test_no_lane_without_a_job_number_or_with_one_pod() -> None:
-    campaign = _campaign(items=[{"id": i} for i in range(40)], maxConcurrency=20, worker=_slots(10))
-    assert Lane.of(None, campaign) is None
-    assert Lane.of(3, campaign) == Lane(0, 2), "a replacement Job shares a lane"
-    assert Lane.of(1, _campaign(maxConcurrency=10, worker=_slots(10))) is None
-    assert Lane.of(2, _campaign(maxConcurrency=3)) == Lane(1, 3), "one slot a pod: a lane per pod"
-
-
-def _slots(slots: int) -> dict[str, Any]:
-    return {"image": "x", "command": ["true"], "slots": slots}
 
 
 def test_skips_backoff_running_done_and_respects_max_concurrency() -> None:

@@ -213,8 +213,6 @@ def worker_job_body(
         *(worker_metrics_env(metrics) if metrics is not None else []),
         # After the campaign's env: the planner counts the slots the annotation below says.
         {"name": "SHARDOPS_SLOTS", "value": str(slots)},
-        # The pod's lane of the claim order (worker.claim.Lane).
-        {"name": "SHARDOPS_WORKER_NUMBER", "value": str(number)},
     ]
     container: JSON = {
         "name": "worker",

@@ -33,7 +33,6 @@ from shardops.api.shard import Progress, Shard, ShardError
 from shardops.k8s import leases
 from shardops.k8s.api import SHARDS, Conflict, Kube, NotFound
 from shardops.k8s.shards import Actor, TransitionRequest, apply_transition
-from shardops.logic.backpressure import worker_jobs
 from shardops.logic.breaker import route
 from shardops.logic.budget import BudgetGate, allows
 from shardops.logic.idempotency import item_subkey
@@ -55,31 +54,6 @@ class Candidate:
     # The source to call: the shard's own, or its fallback while the own breaker is open.
     source: str | None
     zombie: bool
-
-
-@dataclass(frozen=True)
-class Lane:
-    """A worker pod's part of the claim order, so the pods of a campaign rarely race each other for
-    one shard: the shards whose index is `number` modulo `count`. `count` is the number of worker
-    Jobs the campaign runs at its cap (`logic.backpressure.worker_jobs`), `number` the pod's Job
-    number (SHARDOPS_WORKER_NUMBER) less one, modulo `count`. A preference, never a limit: a pod whose
-    part of the head is taken claims from the rest (`choose`), so no shard waits for a pod that is
-    gone, and a replacement Job whose number lands on a live pod's lane only races it as before."""
-
-    number: int
-    count: int
-
-    @classmethod
-    def of(cls, worker_number: int | None, campaign: Campaign) -> Lane | None:
-        """The lane of the pod of Job `worker_number` (None: a Job that does not say, or one pod)."""
-        if worker_number is None:
-            return None
-        spec = campaign.spec
-        count = len(worker_jobs(spec.max_concurrency, spec.worker.slots_per_pod()))
-        return cls((worker_number - 1) % count, count) if count > 1 else None
-
-    def holds(self, shard: Shard) -> bool:
-        return shard.spec.index % self.count == self.number
 
 
 @dataclass(frozen=True)
@@ -156,12 +130,9 @@ def choose(
     k: int,
     rng: random.Random,
     silent: Mapping[str, float],
-    lane: Lane | None = None,
 ) -> list[Candidate]:
-    """Candidates to try, in the order to try them: a random order of the first `k` in claim order;
-    with a `lane`, before them a random order of the pod's own shards (at most `k`) among the first
-    `k` times the lanes, of the highest priority there. `silent`: how long this worker has not seen
-    each Running shard's claim renewed (none: just seen).
+    """Candidates to try, in the order to try them: a random order of the first `k` in claim order.
+    `silent`: how long this worker has not seen each Running shard's claim renewed (none: just seen).
 
     The planner's inputs are the operator's (`observe.claim_inputs`), so per-source cooldowns,
     fallbacks, the budget gate (spent: the larger of the campaign's status and the shards' costs)
@@ -195,14 +166,7 @@ def choose(
     ranked.sort(key=lambda pair: pair[0])
     head = [candidate for _, candidate in ranked[:k]]
     rng.shuffle(head)
-    if lane is None or not ranked:
-        return head
-    top = ranked[0][0][0]  # the highest priority claimable: a lane never passes it by for a lower one
-    window = ranked[: k * lane.count]
-    mine = [c for key, c in window if key[0] == top and lane.holds(c.shard)][:k]
-    rng.shuffle(mine)
-    taken = {id(c) for c in mine}
-    return mine + [c for c in head if id(c) not in taken]
+    return head
 
 
 def was_claimed(shard: Shard) -> bool:

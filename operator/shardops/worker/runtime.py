@@ -68,7 +68,7 @@ from shardops.store.records import (
 )
 from shardops.store.s3 import S3Store
 from shardops.worker import heartbeat
-from shardops.worker.claim import ClaimContext, Claimed, Lane, choose, claim, stop_reason, uncut_shards
+from shardops.worker.claim import ClaimContext, Claimed, choose, claim, stop_reason, uncut_shards
 from shardops.worker.heartbeat import Fenced, FenceReason
 from shardops.worker.look import Look, Looks, ReadLooks, Wake, read_look
 from shardops.worker.metrics import (
@@ -474,10 +474,7 @@ class Worker:
         self._more_coming = uncut_shards(campaign, shards) > 0
         self.shared.keep_only({shard.name for shard in shards})
         silent = self._silences(shards)
-        lane = Lane.of(self.settings.worker_number, campaign)
-        chosen = choose(
-            campaign, shards, self.clock.now(), self.settings.claim_candidates, self.rng, silent, lane
-        )
+        chosen = choose(campaign, shards, self.clock.now(), self.settings.claim_candidates, self.rng, silent)
         candidates = [candidate for candidate in chosen if not self._lost_recently(candidate.shard)]
         self._lost_last = False
         if not candidates:

@@ -105,15 +105,6 @@ class WorkerSettings(ClockSkewSettings):
     max_shards: int = Field(
         default=0, ge=0, description="Exit after this many shards (each slot); 0 means no limit."
     )
-    worker_number: int | None = Field(
-        default=None,
-        ge=1,
-        description=(
-            "This pod's worker Job number in its campaign (the operator's Job sets it): with the "
-            "campaign's slots per pod it gives the pod a lane of the claim order (`claim.Lane`), so "
-            "the pods of a campaign rarely race each other for a shard. Unset: no lane."
-        ),
-    )
     slots: int = Field(
         default=1,
         ge=1,
