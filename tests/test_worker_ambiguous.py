@@ -138,3 +138,46 @@ def test_a_write_that_was_not_applied_is_not_taken_for_ours() -> None:
     with pytest.raises(ApiError):
         leases.acquire(kube, NAMESPACE, "s", "w1", 10, NOW, seen=Renewals(lambda: 0.0))  # type: ignore[arg-type]
     assert kube.obj(LEASES, NAMESPACE, "s") is None
+
+
+@pytest.mark.parametrize("answer", ANSWERS)
+@pytest.mark.parametrize("campaign_stands", [True, False], ids=["folded", "campaign deleted"])
+def test_a_done_write_whose_answer_was_lost_and_whose_shard_was_folded_commits_its_result(
+    tmp_path: Path, answer: LostAnswer, campaign_stands: bool
+) -> None:
+    """The operator folds a Done shard and deletes it within moments: the re-read that would
+    recognise the Done write finds nothing. The write was applied all the same (only a Done shard is
+    folded), so the result is committed for reuse; when the campaign itself went, it is not."""
+    from fakes3 import FakeS3
+    from shardops.api.campaign import ResultStoreStatus
+    from shardops.api.enums import StoreType
+    from shardops.k8s.api import CAMPAIGNS, SHARDS
+    from shardops.store.s3 import S3Store
+
+    kube = FakeKube()
+    location = ResultStoreStatus(type=StoreType.S3, endpoint="http://127.0.0.1:1", bucket="results")
+    body = _agent_campaign([{"id": 1}], shardSize=1)
+    body["status"] = {"resultStore": location.to_dict()}
+    (shard,) = add_campaign(kube, body)
+    s3 = S3Store(location, NAMESPACE, client=FakeS3())
+
+    def folded_meanwhile(call: Call) -> BaseException:
+        kube.objects.pop((SHARDS.plural, NAMESPACE, shard.name))
+        if not campaign_stands:
+            kube.objects.pop((CAMPAIGNS.plural, NAMESPACE, body["metadata"]["name"]))
+        return answer(call)
+
+    lost = kube.lose_answers(_status_write("Done"), folded_meanwhile)  # type: ignore[arg-type]
+    worker = workerkit.worker(kube, tmp_path, max_shards=1)
+    worker.shared.store(location.model_dump_json(), lambda: s3)
+    assert worker.run() == 0
+    assert len(lost) == 1
+    done = lost[0].body["status"]["result"]  # type: ignore[index]
+    committed = s3.read_result(shard.spec.idempotency_key)
+    if campaign_stands:
+        assert committed is not None and committed.name == done["ref"], "committed after the Done write"
+        assert _shards_done(worker.metrics, "done") == 1
+        assert worker.metrics.sample("shardops_worker_fenced_total", reason="deleted") == 0
+    else:
+        assert committed is None, "nothing committed for a deleted campaign's retention to miss"
+        assert worker.metrics.sample("shardops_worker_fenced_total", reason="deleted") == 1

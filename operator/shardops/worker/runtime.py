@@ -1206,7 +1206,11 @@ class ShardRun:
             self.prove_claim(retrying)
             self.transition(done)
 
-        self.while_lease_lasts("the Done write", write_done)
+        try:
+            self.while_lease_lasts("the Done write", write_done)
+        except Fenced as fenced:
+            if not self.folded_after_our_done_write(fenced):
+                raise
         # Nobody else can hold the shard until after this moment: the Lease is ours until it runs out.
         ended = time.time()
         # The Lease is not released: Done is terminal, so nobody claims the shard again, and the
@@ -1226,6 +1230,28 @@ class ShardRun:
             at=ended,
         )
         return Outcome.REUSED if reused else Outcome.DONE
+
+    def folded_after_our_done_write(self, fenced: Fenced) -> bool:
+        """Whether a Done write that ended `fenced` by the shard's deletion was applied after all.
+
+        A Done write whose answer was lost is recognised by re-reading the shard; but the operator
+        folds a Done shard and deletes it within moments, so the re-read may find it gone. While our
+        Lease has not run out nobody else could have completed the shard, and a Shard of a campaign
+        that still stands is deleted only when folded, which only a Done shard is: then our write was
+        applied, and the result is committed for reuse as after any Done write. (A deleted campaign
+        also deletes its shards: that stays Fenced, and nothing is committed for its retention to
+        miss.) One GET of the Campaign, only on this path."""
+        if fenced.reason is not FenceReason.DELETED or self.clock.now() >= self.lease.until:
+            return False
+        try:
+            campaign = self.kube.get(CAMPAIGNS, self.namespace, self.campaign.name)
+        except (ApiError, urllib3.exceptions.HTTPError, OSError) as error:
+            log.warning("%s: gone after the Done write; the campaign could not be read: %s", self.name, error)
+            return False
+        if (campaign.get("metadata") or {}).get("uid") != self.campaign.metadata.uid:
+            return False
+        log.info("%s: the Done write's answer was lost and the shard is folded: it was applied", self.name)
+        return True
 
     def while_lease_lasts(self, what: str, call: Callable[[bool], T]) -> T:
         """`call(retrying)` (a step of the way to Done), retried on API trouble while the lease lasts:
