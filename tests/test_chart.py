@@ -668,7 +668,7 @@ def test_operator_rules_are_exactly_what_the_operator_uses(helm_bin: Path) -> No
         ("shardops.dev", "campaigns/status", "patch"),
         *{("shardops.dev", "shards", v) for v in ("get", "list", "watch", "create", "delete")},
         ("shardops.dev", "shards/status", "patch"),
-        *{("coordination.k8s.io", "leases", v) for v in ("get", "patch")},
+        *{("coordination.k8s.io", "leases", v) for v in ("get", "patch", "delete")},
         *{("batch", "jobs", v) for v in ("list", "create")},
         ("", "pods", "list"),
         *{("", "configmaps", v) for v in ("get", "create")},  # itemsFrom; store.finished (zombies)

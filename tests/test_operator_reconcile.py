@@ -536,6 +536,36 @@ def test_a_zombie_the_operator_completes_from_its_stored_s3_result_is_committed_
     assert committed is not None and committed.name == stored.name
 
 
+@pytest.mark.parametrize("lease_delete_fails", [False, True], ids=["deleted", "delete refused"])
+def test_a_folded_shards_lease_goes_right_after_its_shard(
+    kube: OperatorKube, clock: Clock, lease_delete_fails: bool
+) -> None:
+    """Not at the garbage collector's pace: the Leases alive stay within the window bound however far
+    the collector falls behind. A refused Lease delete leaves the Lease to the collector and the
+    fold whole."""
+    from fakes3 import FakeS3
+    from shardops.store.s3 import S3Store
+
+    put_campaign(kube, campaign(items=[{"id": 0}, {"id": 1}], maxAttempts=2))
+    operator = reconciler(kube, clock, result_store="S3", s3_bucket="results")
+    location = operator.settings.result_store_location()
+    operator._stores[(NAMESPACE, location.model_dump_json())] = S3Store(location, NAMESPACE, client=FakeS3())
+    operator.reconcile(NAMESPACE, "camp")
+    result = {"ref": "attempts/x/t1.json", "fingerprint": "sha256:" + "0" * 64, "bytes": 10}
+    for index in (0, 1):
+        put_shard(kube, shard("camp", index, "Done", result=result))
+        put_lease(kube, f"camp-{index:05d}", "w1", T0, seconds=30)
+    if lease_delete_fails:
+        kube.fail = lambda call: (
+            ApiError(403, "Forbidden", "no") if call.method == "DELETE" and call.plural == "leases" else None
+        )
+    operator.reconcile(NAMESPACE, "camp")
+    assert status_of(kube)["folded"]["shards"] == 2
+    for name in ("camp-00000", "camp-00001"):
+        assert kube.obj(SHARDS, NAMESPACE, name) is None
+        assert (kube.obj(LEASES, NAMESPACE, name) is None) is not lease_delete_fails
+
+
 def test_expiry_on_the_last_attempt_blocks_with_the_error_and_its_event(
     kube: OperatorKube, clock: Clock
 ) -> None:

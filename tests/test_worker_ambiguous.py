@@ -141,17 +141,22 @@ def test_a_write_that_was_not_applied_is_not_taken_for_ours() -> None:
 
 
 @pytest.mark.parametrize("answer", ANSWERS)
-@pytest.mark.parametrize("campaign_stands", [True, False], ids=["folded", "campaign deleted"])
+@pytest.mark.parametrize(
+    ("campaign_stands", "reread_fails"),
+    [(True, False), (True, True), (False, False)],
+    ids=["folded", "folded, the re-read failing once", "campaign deleted"],
+)
 def test_a_done_write_whose_answer_was_lost_and_whose_shard_was_folded_commits_its_result(
-    tmp_path: Path, answer: LostAnswer, campaign_stands: bool
+    tmp_path: Path, answer: LostAnswer, campaign_stands: bool, reread_fails: bool
 ) -> None:
-    """The operator folds a Done shard and deletes it within moments: the re-read that would
-    recognise the Done write finds nothing. The write was applied all the same (only a Done shard is
-    folded), so the result is committed for reuse; when the campaign itself went, it is not."""
+    """The operator folds a Done shard and deletes it and its Lease within moments: the re-read that
+    would recognise the Done write finds nothing (or, when the re-read fails, the retry's renewal
+    finds no Lease). The write was applied all the same (only a Done shard is folded), so the result
+    is committed for reuse; when the campaign itself went, it is not."""
     from fakes3 import FakeS3
     from shardops.api.campaign import ResultStoreStatus
     from shardops.api.enums import StoreType
-    from shardops.k8s.api import CAMPAIGNS, SHARDS
+    from shardops.k8s.api import CAMPAIGNS, SHARDS, ApiError
     from shardops.store.s3 import S3Store
 
     kube = FakeKube()
@@ -160,11 +165,18 @@ def test_a_done_write_whose_answer_was_lost_and_whose_shard_was_folded_commits_i
     body["status"] = {"resultStore": location.to_dict()}
     (shard,) = add_campaign(kube, body)
     s3 = S3Store(location, NAMESPACE, client=FakeS3())
+    rereads_to_fail = [ApiError(503, "ServiceUnavailable", "busy")] if reread_fails else []
 
     def folded_meanwhile(call: Call) -> BaseException:
         kube.objects.pop((SHARDS.plural, NAMESPACE, shard.name))
+        kube.objects.pop((LEASES.plural, NAMESPACE, shard.name))
         if not campaign_stands:
             kube.objects.pop((CAMPAIGNS.plural, NAMESPACE, body["metadata"]["name"]))
+        kube.fail = lambda call: (
+            rereads_to_fail.pop()
+            if rereads_to_fail and call.method == "GET" and call.plural == "shards"
+            else None
+        )
         return answer(call)
 
     lost = kube.lose_answers(_status_write("Done"), folded_meanwhile)  # type: ignore[arg-type]
@@ -172,12 +184,16 @@ def test_a_done_write_whose_answer_was_lost_and_whose_shard_was_folded_commits_i
     worker.shared.store(location.model_dump_json(), lambda: s3)
     assert worker.run() == 0
     assert len(lost) == 1
+    assert not rereads_to_fail
     done = lost[0].body["status"]["result"]  # type: ignore[index]
     committed = s3.read_result(shard.spec.idempotency_key)
+    fenced = sum(
+        worker.metrics.sample("shardops_worker_fenced_total", reason=r) for r in ("deleted", "lease")
+    )
     if campaign_stands:
         assert committed is not None and committed.name == done["ref"], "committed after the Done write"
         assert _shards_done(worker.metrics, "done") == 1
-        assert worker.metrics.sample("shardops_worker_fenced_total", reason="deleted") == 0
+        assert fenced == 0
     else:
         assert committed is None, "nothing committed for a deleted campaign's retention to miss"
-        assert worker.metrics.sample("shardops_worker_fenced_total", reason="deleted") == 1
+        assert fenced == 1

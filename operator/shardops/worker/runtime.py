@@ -45,7 +45,7 @@ from shardops.api.enums import ErrorClass, ShardClass, ShardPhase, StoreType
 from shardops.api.llm import COOLDOWN_FILE_ENV
 from shardops.api.shard import Progress, Shard, ShardError, ShardResult
 from shardops.k8s import leases
-from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS, ApiError, Forbidden, Kube, NotFound
+from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS, SHARDS, ApiError, Forbidden, Kube, NotFound
 from shardops.k8s.campaigns import ItemsUnavailable
 from shardops.k8s.shards import Actor, TransitionRequest, apply_transition, list_shards
 from shardops.logic.backoff import retry_not_before
@@ -1208,8 +1208,8 @@ class ShardRun:
 
         try:
             self.while_lease_lasts("the Done write", write_done)
-        except Fenced as fenced:
-            if not self.folded_after_our_done_write(fenced):
+        except Fenced:
+            if not self.folded_after_our_done_write():
                 raise
         # Nobody else can hold the shard until after this moment: the Lease is ours until it runs out.
         ended = time.time()
@@ -1231,17 +1231,25 @@ class ShardRun:
         )
         return Outcome.REUSED if reused else Outcome.DONE
 
-    def folded_after_our_done_write(self, fenced: Fenced) -> bool:
-        """Whether a Done write that ended `fenced` by the shard's deletion was applied after all.
+    def folded_after_our_done_write(self) -> bool:
+        """Whether a Done write that ended fenced was applied after all, its shard folded since.
 
-        A Done write whose answer was lost is recognised by re-reading the shard; but the operator
-        folds a Done shard and deletes it within moments, so the re-read may find it gone. While our
-        Lease has not run out nobody else could have completed the shard, and a Shard of a campaign
-        that still stands is deleted only when folded, which only a Done shard is: then our write was
-        applied, and the result is committed for reuse as after any Done write. (A deleted campaign
-        also deletes its shards: that stays Fenced, and nothing is committed for its retention to
-        miss.) One GET of the Campaign, only on this path."""
-        if fenced.reason is not FenceReason.DELETED or self.clock.now() >= self.lease.until:
+        A Done write whose answer was lost is recognised by re-reading the shard (or, on a retry,
+        renewing the Lease first); but the operator folds a Done shard and deletes it, and its Lease,
+        within moments, so the re-read may find nothing. While our Lease has not run out nobody else
+        could have completed the shard, and a Shard of a campaign that still stands (same uid) is
+        deleted only when folded, which only a Done shard is: then our write was applied. (A deleted
+        campaign also deletes its shards: that stays a fencing, and nothing is committed for its
+        retention to miss.) Two GETs, only on this path."""
+        if self.clock.now() >= self.lease.until:
+            return False
+        try:
+            self.kube.get(SHARDS, self.namespace, self.name)
+            return False
+        except NotFound:
+            pass
+        except (ApiError, urllib3.exceptions.HTTPError, OSError) as error:
+            log.warning("%s: fenced at the Done write; the shard could not be read: %s", self.name, error)
             return False
         try:
             campaign = self.kube.get(CAMPAIGNS, self.namespace, self.campaign.name)
