@@ -1240,12 +1240,13 @@ class ShardRun:
         could have completed the shard, and a Shard of a campaign that still stands (same uid) is
         deleted only when folded, which only a Done shard is: then our write was applied. (A deleted
         campaign also deletes its shards: that stays a fencing, and nothing is committed for its
-        retention to miss.) Two GETs, only on this path."""
-        if self.clock.now() >= self.lease.until:
+        retention to miss.) Only shards of an S3 store are folded. Two GETs, only on this path."""
+        if self.store.type is not StoreType.S3 or self.clock.now() >= self.lease.until:
             return False
         try:
-            self.kube.get(SHARDS, self.namespace, self.name)
-            return False
+            found = self.kube.get(SHARDS, self.namespace, self.name)
+            if (found.get("metadata") or {}).get("uid") == self.shard.metadata.uid:
+                return False  # still there: the fencing stands
         except NotFound:
             pass
         except (ApiError, urllib3.exceptions.HTTPError, OSError) as error:
