@@ -563,3 +563,53 @@ def test_the_command_checks_a_recorded_log_and_skips_a_line_still_being_written(
 def compact(entry: JSON) -> str:
     """As the API server writes an audit entry: JSON without spaces."""
     return json.dumps(entry, separators=(",", ":"))
+
+
+def _done_answered_504(r: Recording, name: str, based_on_the_last_version: bool) -> None:
+    """The Done write of `name` as the audit log records it when its worker was killed right after
+    sending it: answered 504 (the request's context ended with its client), no stored object."""
+    writes = [
+        e
+        for e in r.entries
+        if e["objectRef"]["name"] == name and e["objectRef"].get("subresource") == "status"
+    ]
+    done, before = writes[-1], writes[-2]
+    assert done["responseObject"]["status"]["phase"] == "Done"
+    rv = before["responseObject"]["metadata"]["resourceVersion"]
+    done["requestObject"] = {
+        "metadata": {"resourceVersion": rv if based_on_the_last_version else str(int(rv) - 1)},
+        # A merge patch, as the worker sends it: the claim's fields cleared with nulls.
+        "status": {
+            **done["responseObject"]["status"],
+            "owner": None,
+            "fencingToken": None,
+            "leaseUntil": None,
+        },
+    }
+    done["responseStatus"] = {"code": 504, "reason": "Timeout"}
+    done["responseObject"] = {"kind": "Status", "status": "Failure", "reason": "Timeout", "code": 504}
+
+
+def test_a_done_write_answered_504_after_its_client_went_away_is_taken_as_applied() -> None:
+    """The API server runs a write to its end when its client goes away mid-request, and answers 504
+    to nobody: the audit log holds no stored object, yet the shard went Done (and was folded). Found
+    by the killed-workers scenario."""
+    r = run()
+    _done_answered_504(r, "s0", based_on_the_last_version=True)
+    history = r.history()
+    tally: Counter[str] = Counter()
+    assert checker.check(history, IDENTITIES, tally) == []
+    (applied,) = history.applied_unanswered
+    assert applied.name == "s0" and "applied after its client went away" in applied.describe()
+    assert tally["Done writes"] == 3 and tally["folded shards"] == 2
+    done = [v for v in history.shards[(NS, "s0")] if not v.deleted][-1]
+    assert done.phase == "Done" and done.owner is None and done.result is not None
+
+
+def test_a_504_write_made_at_an_older_version_is_not_taken_as_applied() -> None:
+    r = run()
+    _done_answered_504(r, "s0", based_on_the_last_version=False)
+    history = r.history()
+    assert history.applied_unanswered == []
+    found = {(v.invariant, v.object) for v in checker.check(history, IDENTITIES)}
+    assert ("no-shard-lost", "shard ns/s0") in found

@@ -536,6 +536,47 @@ def test_a_zombie_the_operator_completes_from_its_stored_s3_result_is_committed_
     assert committed is not None and committed.name == stored.name
 
 
+def test_the_fold_commits_each_done_shards_result_unless_its_worker_did(
+    kube: OperatorKube, clock: Clock
+) -> None:
+    """A worker killed right after its Done write never commits its result for reuse; the fold
+    does, before the ledger, and leaves a result its worker committed as it is (found by the fault
+    suite's killed-workers scenario: a Done shard whose key had no committed result)."""
+    from fakes3 import FakeS3
+    from shardops.logic.idempotency import item_subkey
+    from shardops.store.records import ResultMeta, StoredResult, encode_result
+    from shardops.store.s3 import S3Store
+
+    put_campaign(kube, campaign(items=[{"id": 0}, {"id": 1}], maxAttempts=2))
+    operator = reconciler(kube, clock, result_store="S3", s3_bucket="results")
+    location = operator.settings.result_store_location()
+    s3 = S3Store(location, NAMESPACE, client=FakeS3())
+    operator._stores[(NAMESPACE, location.model_dump_json())] = s3
+    operator.reconcile(NAMESPACE, "camp")
+
+    def stored_by(index: int, token: int, answer: str) -> tuple[str, StoredResult]:
+        key = shard("camp", index, None)["spec"]["idempotencyKey"]
+        text = encode_result(key, [(0, item_subkey({"id": index}), answer)])
+        meta = ResultMeta("camp", f"camp-{index:05d}", "w1", 1, token)
+        return key, s3.store_result(key, text, meta, 1)[0]
+
+    done = {}
+    for index in (0, 1):
+        _, done[index] = stored_by(index, 1, f"answer {index}")
+        result = {"ref": done[index].name, "fingerprint": done[index].fingerprint, "bytes": done[index].bytes}
+        put_shard(kube, shard("camp", index, "Done", result=result))
+    key_1, earlier = stored_by(1, 7, "committed before")
+    s3.commit(key_1, earlier)
+    key_0 = shard("camp", 0, None)["spec"]["idempotencyKey"]
+    assert s3.read_result(key_0) is None, "its worker died before committing"
+    operator.reconcile(NAMESPACE, "camp")
+    assert status_of(kube)["folded"]["shards"] == 2
+    committed_0 = s3.read_result(key_0)
+    assert committed_0 is not None and committed_0.name == done[0].name
+    committed_1 = s3.read_result(key_1)
+    assert committed_1 is not None and committed_1.name == earlier.name, "a result committed before stays"
+
+
 @pytest.mark.parametrize("lease_delete_fails", [False, True], ids=["deleted", "delete refused"])
 def test_a_folded_shards_lease_goes_right_after_its_shard(
     kube: OperatorKube, clock: Clock, lease_delete_fails: bool

@@ -17,7 +17,7 @@ import json
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from shardops.api.campaign import CampaignSpec
@@ -61,6 +61,9 @@ class Write:
     code: int
     request: JSON | None
     response: JSON | None
+    # Answered 504 because its client went away, yet applied: the stored object is inferred
+    # (`_applied_after_their_client_left`).
+    applied_unanswered: bool = False
 
     @property
     def succeeded(self) -> bool:
@@ -82,7 +85,8 @@ class Write:
 
     def describe(self) -> str:
         who = self.agent_identity or self.username
-        return f"{self.verb} {self.resource} {self.code} by {who} at {self.stage.isoformat()}"
+        applied = " (applied after its client went away)" if self.applied_unanswered else ""
+        return f"{self.verb} {self.resource} {self.code}{applied} by {who} at {self.stage.isoformat()}"
 
 
 def _version_of(obj: JSON | None) -> int | None:
@@ -245,6 +249,9 @@ class History:
     # Successful writes recorded without the stored object: a recording made without
     # `record_history`, or a policy that misses a resource. The checker refuses such a history.
     without_body: list[Write] = field(default_factory=list)
+    # Writes answered 504 after their client went away and taken as applied (their versions are in
+    # `shards`): `_applied_after_their_client_left`.
+    applied_unanswered: list[Write] = field(default_factory=list)
 
     def lease_in_force(self, key: ObjectKey, before: int) -> LeaseVersion | None:
         """The Lease `key` as stored just before resourceVersion `before` (None: none yet, or deleted)."""
@@ -276,6 +283,7 @@ class History:
             "lease versions": sum(len(v) for v in self.leases.values()),
             "campaign status versions": sum(len(v) for v in self.campaigns.values()),
             "failed writes": len(self.failed_writes),
+            "writes applied after their client went away": len(self.applied_unanswered),
         }
 
 
@@ -363,7 +371,59 @@ def from_entries(entries: Iterable[Mapping[str, Any]]) -> History:
     history.leases = _in_server_order(leases)
     history.campaigns = _in_server_order(campaigns)
     history.failed_writes.sort(key=lambda w: w.stage)
+    _applied_after_their_client_left(history)
     return history
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386: `patch` applied to `target` (objects merge, null removes, anything else replaces)."""
+    if not isinstance(patch, dict):
+        return patch
+    merged = dict(target) if isinstance(target, dict) else {}
+    for name, value in patch.items():
+        if value is None:
+            merged.pop(name, None)
+        else:
+            merged[name] = merge_patch(merged.get(name), value)
+    return merged
+
+
+def _applied_after_their_client_left(history: History) -> None:
+    """Shard status patches the server answered 504 and applied all the same: the version each made.
+
+    The API server runs a write to its end even when its client goes away mid-request (a worker
+    SIGKILLed right after sending its Done write): the request's context ends, the server answers
+    504 Timeout to nobody — which is what the audit log records, with no stored object — and the
+    write lands a moment later. Such a patch is taken as applied when nothing recorded says it was
+    not: it was made at the resourceVersion of the shard's last stored version, and no later version
+    of the shard was stored (only, perhaps, its deletion). Its version is that one with the patch
+    merged in, at the newest resourceVersion the server had stored by the time it answered."""
+    answered_by = sorted(
+        (v.write.stage, v.resource_version)
+        for versions in (*history.shards.values(), *history.leases.values(), *history.campaigns.values())
+        for v in versions
+        if v.resource_version is not None
+    )
+    for write in list(history.failed_writes):
+        patch = write.request or {}
+        if (write.code, write.verb, write.resource) != (504, "patch", f"{SHARD_PLURAL}/status"):
+            continue
+        versions = history.shards.get((write.namespace, write.name), [])
+        stored = [v for v in versions if not v.deleted]
+        if not stored or any(v.write.stage > write.stage for v in stored):
+            continue
+        last = stored[-1]
+        based_on = str((patch.get("metadata") or {}).get("resourceVersion") or "")
+        if based_on != str(last.resource_version):
+            continue
+        newest = max((rv for stage, rv in answered_by if stage <= write.stage), default=0)
+        rv = max(newest, last.resource_version or 0)
+        obj = merge_patch(last.obj, {key: value for key, value in patch.items() if key != "metadata"})
+        obj["metadata"] = {**last.metadata, "resourceVersion": str(rv)}
+        applied = replace(write, applied_unanswered=True, response=obj)
+        versions.insert(versions.index(last) + 1, ShardVersion(applied, obj))
+        history.failed_writes.remove(write)
+        history.applied_unanswered.append(applied)
 
 
 def _in_server_order(groups: Mapping[ObjectKey, list[V]]) -> dict[ObjectKey, list[V]]:

@@ -83,7 +83,7 @@ from shardops.scheduler.retention import Retention
 from shardops.scheduler.settings import REPORTING_CONTROLLER, OperatorSettings
 from shardops.state import breakers, cooldowns, errors, history, ledger, observe, shardview, workers
 from shardops.store import ResultStore
-from shardops.store.finished import commit_for_reuse, completion, stored_result_of
+from shardops.store.finished import commit_for_reuse, commit_recorded, completion, stored_result_of
 from shardops.store.items import StreamedItems, object_items
 from shardops.store.records import StoredResult, StoreUnavailable
 from shardops.store.s3 import NotJsonlText, S3Store
@@ -993,6 +993,8 @@ class Reconciler:
 
         First of three crash-safe steps (ledger, status, delete): a segment whose status write is
         lost is ignored by readers (its indices are not in doneRanges) and written again later.
+        Before it, each shard's recorded result is committed for reuse (`commit_recorded`: a no-op
+        where its worker committed it, as it does unless it died right after its Done write).
         Only S3 stores fold, and only those the operator holds credentials for; ConfigMap campaigns
         (at most 1000 shards) keep their Done shards."""
         previous = seen.campaign.current_status.folded
@@ -1002,6 +1004,9 @@ class Reconciler:
             return [], previous
         folded = ledger.fold(previous, candidates, seen.campaign.spec.error_threshold.window)
         try:
+            # One conditional PUT a shard, answered "already there" when its worker committed.
+            for shard in candidates:
+                commit_recorded(store, shard)
             store.write_ledger(
                 seen.campaign.name,
                 seen.campaign.metadata.uid or "",

@@ -51,9 +51,22 @@ def completion(shard: Shard, stored: StoredResult, message: str) -> TransitionRe
     )
 
 
+def commit_recorded(store: ResultStore, shard: Shard) -> None:
+    """Commit the result a Done shard's status records, for reuse, unless the key has one (then that
+    one stays). The fold does this before the shard's facts go to the ledger: the worker commits
+    right after its Done write, but a worker killed between the two (or whose re-read could not
+    recognise the write) never does, and a Done shard's result is then the key's all the same.
+    StoreUnavailable propagates (the fold waits for the store)."""
+    result = shard.current_status.result
+    if result is None:
+        return
+    stored = StoredResult(result.ref, result.fingerprint, result.bytes, "", {})
+    store.commit(shard.spec.idempotency_key, stored)
+
+
 def commit_for_reuse(store: ResultStore, shard: Shard, stored: StoredResult) -> None:
     """After the shard's Done write: make `stored` the key's result for reuse. If that fails the
-    shard is Done all the same; a re-applied campaign computes it again."""
+    shard is Done all the same, and the operator's fold commits it (`commit_recorded`)."""
     try:
         store.commit(shard.spec.idempotency_key, stored)
     except StoreUnavailable as error:
