@@ -1040,9 +1040,9 @@ class Reconciler:
 
         The Lease goes right after its Shard, not at the garbage collector's pace: the collector
         removes it by owner reference, but it can fall behind a campaign that folds fast, and the
-        Leases alive are bounded by the window only if they go with their Shards (it also spares the
-        collector a GET per Lease). A Lease left behind (a crash between the two, an error) is the
-        collector's, as before."""
+        Leases alive are bounded by the window only if they go with their Shards. (The collector
+        still reads each Lease once, to find it gone: measured, 0.99 GETs per shard.) A Lease left
+        behind (a crash between the two, an error) is the collector's, as before."""
         for shard in shards:
             try:
                 self.kube.delete(SHARDS, shard.namespace, shard.name)
