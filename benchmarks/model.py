@@ -5,6 +5,7 @@ Everything here is plain data that `report` renders to benchmarks/RESULTS.md and
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -53,8 +54,12 @@ class Section:
 
 
 def meets(value: float | None, bound: float, at_least: bool = True) -> bool | None:
+    """Whether `value` keeps `bound`; a value equal to it up to float rounding does (4.06 / 2.03 is
+    2.0000000000000004, which keeps "<= 2")."""
     if value is None:
         return None
+    if math.isclose(value, bound, rel_tol=1e-9, abs_tol=1e-12):
+        return True
     return value >= bound if at_least else value <= bound
 
 

@@ -102,3 +102,15 @@ def test_audit_cost_counts_by_writer_verb_and_resource_inside_the_window() -> No
     assert cost.reads == {("worker", "list", "shards"): 1, ("kubelet", "watch", "pods"): 1}
     assert cost.writes_per_unit == 0.5 and cost.reads_per_unit == 1.0
     assert audit.writer(entries[-1]) == "job-controller"
+
+
+def test_a_figure_equal_to_its_target_up_to_float_rounding_meets_it() -> None:
+    """The full set at 558248e reported writes per heartbeat 2.00 as missing "<= 2": it was
+    2.0000000000000004, a difference of two rounded means."""
+    from benchmarks.model import meets
+
+    assert meets(2.0000000000000004, 2, at_least=False) is True
+    assert meets(0.8999999999999999, 0.9) is True
+    assert meets(2.001, 2, at_least=False) is False
+    assert meets(0.89, 0.9) is False
+    assert meets(None, 1) is None
