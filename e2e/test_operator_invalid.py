@@ -58,11 +58,17 @@ def test_unreadable_items_are_reported_with_the_fix_and_nothing_is_created(
         # Reported, not acted on: no shard, no worker.
         assert shards_of(kube, namespace) == []
         assert kube.list(JOBS, namespace) == []
-        notes = {
-            e["reason"]: e["note"]
-            for e in kube.list(EVENTS, namespace)
-            if e["regarding"]["name"] == "fromcm" and e["type"] == "Warning"
-        }
+
+        def warnings() -> dict[str, str] | None:
+            found = {
+                e["reason"]: e["note"]
+                for e in kube.list(EVENTS, namespace)
+                if e["regarding"]["name"] == "fromcm" and e["type"] == "Warning"
+            }
+            return found if {"ItemsNotFound", "ItemsInvalid"} <= set(found) else None
+
+        # The Event follows the status write that set the condition: wait for it, not just the status.
+        notes = wait_for("an Event for each reason", warnings)
         assert "create it" in notes["ItemsNotFound"] and "line 3" in notes["ItemsInvalid"]
         # One Event per problem, not one per reconcile.
         per_reason = [e["reason"] for e in kube.list(EVENTS, namespace) if e["regarding"]["name"] == "fromcm"]
