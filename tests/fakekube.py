@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import urllib3
+from e2e.faults.history import merge_patch
 
 from shardops.k8s.api import (
     CAMPAIGNS,
@@ -75,19 +76,6 @@ WITH_STATUS_SUBRESOURCE = (CAMPAIGNS, SHARDS)
 SERVER_OWNED = ("name", "namespace", "uid", "creationTimestamp")
 VERBS = {"POST": "create", "PUT": "replace", "PATCH": "patch", "DELETE": "delete"}
 API_GROUP_PATH = "/apis/shardops.dev/v1alpha1"
-
-
-def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch: objects merge key by key, null deletes, anything else replaces."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    result = copy.deepcopy(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = merge_patch(result.get(key), value)
-    return result
 
 
 def json_patch_ops(target: Any, ops: list[JSON]) -> Any:

@@ -12,6 +12,7 @@ Pure: lines or parsed entries in, a History out; no cluster, no file.
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import json
 import re
@@ -376,16 +377,18 @@ def from_entries(entries: Iterable[Mapping[str, Any]]) -> History:
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386: `patch` applied to `target` (objects merge, null removes, anything else replaces)."""
+    """RFC 7386 JSON merge patch: objects merge key by key, null deletes, anything else replaces.
+    A new object: neither argument is changed or shared with it. (The unit tests' fake API server
+    applies merge patches with it too.)"""
     if not isinstance(patch, dict):
-        return patch
-    merged = dict(target) if isinstance(target, dict) else {}
-    for name, value in patch.items():
+        return copy.deepcopy(patch)
+    result = copy.deepcopy(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
         if value is None:
-            merged.pop(name, None)
+            result.pop(key, None)
         else:
-            merged[name] = merge_patch(merged.get(name), value)
-    return merged
+            result[key] = merge_patch(result.get(key), value)
+    return result
 
 
 def _applied_after_their_client_left(history: History) -> None:
@@ -398,12 +401,12 @@ def _applied_after_their_client_left(history: History) -> None:
     not: it was made at the resourceVersion of the shard's last stored version, and no later version
     of the shard was stored (only, perhaps, its deletion). Its version is that one with the patch
     merged in, at the newest resourceVersion the server had stored by the time it answered."""
-    answered_by = sorted(
+    answered_by = [
         (v.write.stage, v.resource_version)
         for versions in (*history.shards.values(), *history.leases.values(), *history.campaigns.values())
         for v in versions
         if v.resource_version is not None
-    )
+    ]
     for write in list(history.failed_writes):
         patch = write.request or {}
         if (write.code, write.verb, write.resource) != (504, "patch", f"{SHARD_PLURAL}/status"):

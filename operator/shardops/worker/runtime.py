@@ -835,7 +835,7 @@ class ShardRun:
             campaign = Campaign.parse_items_counted(
                 self.kube.get(CAMPAIGNS, self.namespace, self.campaign.name)
             )
-        except (ApiError, urllib3.exceptions.HTTPError, OSError) as error:
+        except TRANSIENT_ERRORS as error:
             # NotFound is an ApiError: a deleted campaign ends the shard by other ways.
             log.warning("%s: could not read the campaign's source cooldowns: %s", self.name, error)
             return
@@ -1249,12 +1249,12 @@ class ShardRun:
                 return False  # still there: the fencing stands
         except NotFound:
             pass
-        except (ApiError, urllib3.exceptions.HTTPError, OSError) as error:
+        except TRANSIENT_ERRORS as error:
             log.warning("%s: fenced at the Done write; the shard could not be read: %s", self.name, error)
             return False
         try:
             campaign = self.kube.get(CAMPAIGNS, self.namespace, self.campaign.name)
-        except (ApiError, urllib3.exceptions.HTTPError, OSError) as error:
+        except TRANSIENT_ERRORS as error:
             log.warning("%s: gone after the Done write; the campaign could not be read: %s", self.name, error)
             return False
         if (campaign.get("metadata") or {}).get("uid") != self.campaign.metadata.uid:
