@@ -578,12 +578,13 @@ def test_the_fold_commits_each_done_shards_result_unless_its_worker_did(
 
 
 @pytest.mark.parametrize("lease_delete_fails", [False, True], ids=["deleted", "delete refused"])
-def test_a_folded_shards_lease_goes_right_after_its_shard(
+def test_a_folded_shards_lease_goes_right_before_its_shard(
     kube: OperatorKube, clock: Clock, lease_delete_fails: bool
 ) -> None:
     """Not at the garbage collector's pace: the Leases alive stay within the window bound however far
-    the collector falls behind. A refused Lease delete leaves the Lease to the collector and the
-    fold whole."""
+    the collector falls behind. Before its Shard, so the collector, which reads every dependent of a
+    deleted owner it still knows, has none left to read. A refused Lease delete leaves the Lease to
+    the collector and the fold whole."""
     from fakes3 import FakeS3
     from shardops.store.s3 import S3Store
 
@@ -602,9 +603,11 @@ def test_a_folded_shards_lease_goes_right_after_its_shard(
         )
     operator.reconcile(NAMESPACE, "camp")
     assert status_of(kube)["folded"]["shards"] == 2
+    deletes = [c.path for c in kube.calls if c.method == "DELETE"]
     for name in ("camp-00000", "camp-00001"):
         assert kube.obj(SHARDS, NAMESPACE, name) is None
         assert (kube.obj(LEASES, NAMESPACE, name) is None) is not lease_delete_fails
+        assert deletes.index(LEASES.path(NAMESPACE, name)) < deletes.index(SHARDS.path(NAMESPACE, name))
 
 
 def test_expiry_on_the_last_attempt_blocks_with_the_error_and_its_event(

@@ -1038,12 +1038,15 @@ class Reconciler:
     def _delete_folded(self, seen: _Observed, shards: Sequence[Shard]) -> None:
         """Delete Shards the ledger and the status already hold, each with its Lease.
 
-        The Lease goes right after its Shard, not at the garbage collector's pace: the collector
-        removes it by owner reference, but it can fall behind a campaign that folds fast, and the
-        Leases alive are bounded by the window only if they go with their Shards. (The collector
-        still reads each Lease once, to find it gone: measured, 0.99 GETs per shard.) A Lease left
-        behind (a crash between the two, an error) is the collector's, as before."""
+        The Lease goes with its Shard, not at the garbage collector's pace: the collector removes it
+        by owner reference, but it can fall behind a campaign that folds fast, and the Leases alive
+        are bounded by the window only if they go with their Shards. Right before the Shard: the
+        collector reads every dependent it still knows of an owner deleted (0.99 GETs per shard
+        measured when the Lease went after), none once it has seen the Lease go. A Done shard needs
+        no Lease (nobody claims it again), so a crash between the two leaves a Shard the next pass
+        deletes; a Lease left behind (a refused delete) is the collector's, as before."""
         for shard in shards:
+            self._delete_lease_of(shard)
             try:
                 self.kube.delete(SHARDS, shard.namespace, shard.name)
             except NotFound:
@@ -1052,7 +1055,6 @@ class Reconciler:
                 log.warning("deleting folded shard %s failed, next pass retries: %s", shard.name, error)
                 return
             seen.shards.pop(shard.name, None)
-            self._delete_lease_of(shard)
 
     def _delete_lease_of(self, shard: Shard) -> None:
         try:
