@@ -17,7 +17,7 @@ from pathlib import Path
 
 from benchmarks import limits, report, scenarios
 from benchmarks.model import Section
-from benchmarks.plan import PLANS, Plan
+from benchmarks.plan import PLANS, Plan, narrowed
 from benchmarks.plots import Plots
 from benchmarks.target import Target, acquire, git_revision
 
@@ -99,15 +99,28 @@ def main(argv: list[str] | None = None) -> int:
         help=f"comma list of sections to run ({', '.join(key for key, _ in STEPS)}); "
         "use with --out so the full RESULTS.md stays",
     )
+    parser.add_argument(
+        "--case",
+        default="",
+        help="comma list of the versus cases to run (zero, 1s, 5s in the full set); all by default",
+    )
+    parser.add_argument("--repeats", type=int, default=None, help="repeats of each versus case")
     args = parser.parse_args(argv)
-    plan = PLANS[args.plan]
     only = frozenset(key for key in args.only.split(",") if key)
     unknown = only - {key for key, _ in STEPS}
     if unknown:
         parser.error(f"--only: unknown section(s) {', '.join(sorted(unknown))}")
+    cases = frozenset(key for key in args.case.split(",") if key)
+    try:
+        plan = narrowed(PLANS[args.plan], cases, args.repeats)
+    except ValueError as error:
+        parser.error(f"--case/--repeats: {error}")
     command = "BENCH_QUICK=1 make bench" if plan.name == "quick" else "make bench"
-    if only:
-        command = f"python -m benchmarks --plan {plan.name} --only {','.join(sorted(only))}"
+    if only or cases or args.repeats is not None:
+        command = f"python -m benchmarks --plan {plan.name}"
+        command += f" --only {','.join(sorted(only))}" if only else ""
+        command += f" --case {','.join(sorted(cases))}" if cases else ""
+        command += f" --repeats {args.repeats}" if args.repeats is not None else ""
     with acquire(args.work) as target:
         try:
             run(target, plan, args.out, command, only)

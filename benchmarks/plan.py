@@ -9,7 +9,7 @@ most of it), the quick one within 10.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -179,3 +179,20 @@ SMOKE = Plan(
 )
 
 PLANS = {plan.name: plan for plan in (FULL, QUICK, SMOKE)}
+
+
+def narrowed(plan: Plan, cases: frozenset[str], repeats: int | None) -> Plan:
+    """`plan` with only the versus cases named in `cases` (all when empty), each repeated `repeats`
+    times when given: a quick side-by-side look at one case (`python -m benchmarks --only versus
+    --case 1s --repeats 5`), its figures read as the full set's are."""
+    unknown = cases - {case.key for case in plan.versus}
+    if unknown:
+        raise ValueError(f"unknown versus case(s) {', '.join(sorted(unknown))} of the {plan.name} set")
+    if repeats is not None and repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}")
+    versus = tuple(
+        replace(case, repeats=repeats if repeats is not None else case.repeats)
+        for case in plan.versus
+        if not cases or case.key in cases
+    )
+    return replace(plan, versus=versus)

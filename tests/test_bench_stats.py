@@ -114,3 +114,16 @@ def test_a_figure_equal_to_its_target_up_to_float_rounding_meets_it() -> None:
     assert meets(2.001, 2, at_least=False) is False
     assert meets(0.89, 0.9) is False
     assert meets(None, 1) is None
+
+
+def test_a_plan_narrowed_to_one_versus_case_keeps_the_rest_and_repeats_it_as_asked() -> None:
+    from benchmarks.plan import FULL, narrowed
+
+    one = narrowed(FULL, frozenset({"1s"}), 5)
+    assert [(case.key, case.repeats) for case in one.versus] == [("1s", 5)]
+    assert one.scale == FULL.scale and one.name == FULL.name
+    assert narrowed(FULL, frozenset(), None) == FULL
+    with pytest.raises(ValueError, match="unknown versus case"):
+        narrowed(FULL, frozenset({"2s"}), None)
+    with pytest.raises(ValueError, match="at least 1"):
+        narrowed(FULL, frozenset(), 0)
