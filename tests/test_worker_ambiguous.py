@@ -142,17 +142,23 @@ def test_a_write_that_was_not_applied_is_not_taken_for_ours() -> None:
 
 @pytest.mark.parametrize("answer", ANSWERS)
 @pytest.mark.parametrize(
-    ("campaign_stands", "reread_fails"),
-    [(True, False), (True, True), (False, False)],
-    ids=["folded", "folded, the re-read failing once", "campaign deleted"],
+    ("campaign_stands", "reread_fails", "shard_gone"),
+    [(True, False, True), (True, True, True), (False, False, True), (True, True, False)],
+    ids=[
+        "folded",
+        "folded, the re-read failing once",
+        "campaign deleted",
+        "its Lease deleted, the Shard not yet, the re-read failing once",
+    ],
 )
 def test_a_done_write_whose_answer_was_lost_and_whose_shard_was_folded_commits_its_result(
-    tmp_path: Path, answer: LostAnswer, campaign_stands: bool, reread_fails: bool
+    tmp_path: Path, answer: LostAnswer, campaign_stands: bool, reread_fails: bool, shard_gone: bool
 ) -> None:
-    """The operator folds a Done shard and deletes it and its Lease within moments: the re-read that
-    would recognise the Done write finds nothing (or, when the re-read fails, the retry's renewal
-    finds no Lease). The write was applied all the same (only a Done shard is folded), so the result
-    is committed for reuse; when the campaign itself went, it is not."""
+    """The operator folds a Done shard and deletes its Lease and then it within moments: the re-read
+    that would recognise the Done write finds nothing (or, when the re-read fails, the retry's
+    renewal finds no Lease, with the Shard still there or not). The write was applied all the same
+    (only a Done shard is folded), so the result is committed for reuse; when the campaign itself
+    went, it is not."""
     from fakes3 import FakeS3
     from shardops.api.campaign import ResultStoreStatus
     from shardops.api.enums import StoreType
@@ -168,8 +174,9 @@ def test_a_done_write_whose_answer_was_lost_and_whose_shard_was_folded_commits_i
     rereads_to_fail = [ApiError(503, "ServiceUnavailable", "busy")] if reread_fails else []
 
     def folded_meanwhile(call: Call) -> BaseException:
-        kube.objects.pop((SHARDS.plural, NAMESPACE, shard.name))
         kube.objects.pop((LEASES.plural, NAMESPACE, shard.name))
+        if shard_gone:
+            kube.objects.pop((SHARDS.plural, NAMESPACE, shard.name))
         if not campaign_stands:
             kube.objects.pop((CAMPAIGNS.plural, NAMESPACE, body["metadata"]["name"]))
         kube.fail = lambda call: (

@@ -1235,18 +1235,23 @@ class ShardRun:
         """Whether a Done write that ended fenced was applied after all, its shard folded since.
 
         A Done write whose answer was lost is recognised by re-reading the shard (or, on a retry,
-        renewing the Lease first); but the operator folds a Done shard and deletes it, and its Lease,
-        within moments, so the re-read may find nothing. While our Lease has not run out nobody else
-        could have completed the shard, and a Shard of a campaign that still stands (same uid) is
-        deleted only when folded, which only a Done shard is: then our write was applied. (A deleted
-        campaign also deletes its shards: that stays a fencing, and nothing is committed for its
-        retention to miss.) Only shards of an S3 store are folded. Two GETs, only on this path."""
+        renewing the Lease first); but the operator folds a Done shard and deletes its Lease and
+        then it within moments, so the retry's renewal may find no Lease and the re-read no shard.
+        While our Lease has not run out nobody else could have completed the shard: found Done (its
+        Lease already gone, the Shard next), our write was applied. And a Shard of a campaign that
+        still stands (same uid) is deleted only when folded, which only a Done shard is: gone, our
+        write was applied too. (A deleted campaign also deletes its shards: that stays a fencing,
+        and nothing is committed for its retention to miss.) Only shards of an S3 store are folded.
+        At most two GETs, only on this path."""
         if self.store.type is not StoreType.S3 or self.clock.now() >= self.lease.until:
             return False
         try:
             found = self.kube.get(SHARDS, self.namespace, self.name)
             if (found.get("metadata") or {}).get("uid") == self.shard.metadata.uid:
-                return False  # still there: the fencing stands
+                if Shard.parse_items_counted(found).phase is not ShardPhase.DONE:
+                    return False  # still there and not Done: the fencing stands
+                log.info("%s: the Done write's answer was lost; the shard is Done, being folded", self.name)
+                return True
         except NotFound:
             pass
         except TRANSIENT_ERRORS as error:
