@@ -22,6 +22,7 @@ from typing import Any
 from e2e import schedulerkit
 from e2e.harness import wait_for
 
+from benchmarks.lanes import Lanes
 from benchmarks.target import ProcessStat, Target, process_stat
 from shardops.api.names import API_GROUP_VERSION, CAMPAIGN_LABEL
 from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS, EVENTS, JOBS, LEASES, PODS, SHARDS, NotFound, Resource
@@ -86,6 +87,8 @@ class Run:
     operator_cpu: float | None = None
     # Until when the API requests in the namespace are this run's: set when its cleanup starts.
     quiet_until: float | None = None
+    # Where the worker slots' time went (their pods' logs; local control plane only).
+    lanes: Lanes | None = None
 
     @property
     def window(self) -> tuple[float, float]:

@@ -25,7 +25,7 @@ from e2e import schedulerkit
 from e2e.chartkit import worker_service_account
 from e2e.harness import wait_for
 
-from benchmarks import audit, profiling, runs, stats
+from benchmarks import audit, lanes, profiling, runs, stats
 from benchmarks.model import Section, Table, fmt, meets
 from benchmarks.plan import Plan, Scale, Versus
 from benchmarks.plots import Plots
@@ -335,6 +335,7 @@ def _versus_pair(
         ctx.shard_objects[f"{namespace}/{name}"] = schedulerkit.campaign_shards(
             target.kube, namespace, name, target.cluster.object_store
         )
+        run.lanes = _worker_lanes(target, namespace, name, run.started)
         run.quiet_until = time.time()
         delete_campaign(target, namespace, name, plan.cleanup_timeout, shards=plan.wait_for_garbage)
         # Worker processes are reaped (and counted) when they exit, which may be after the run's end.
@@ -374,6 +375,17 @@ def utilization(run: Run, intervals: Sequence[tuple[float, float]]) -> float | N
         return None
     mean = stats.mean_concurrency(intervals, window)
     return None if mean is None else mean / run.max_concurrency
+
+
+def _worker_lanes(target: Target, namespace: str, campaign: str, started: float) -> lanes.Lanes | None:
+    """The campaign's worker slots, step by step, from its worker pods' logs (read before the pods
+    go; the local control plane keeps them as files). None elsewhere."""
+    if target.local is None:
+        return None
+    pods = target.kube.list(PODS, namespace, label_selector=f"{CAMPAIGN_LABEL}={campaign}")
+    names = [pod["metadata"]["name"] for pod in pods]
+    logs = {name: lanes.parse_log(target.cluster.pod_log(namespace, name, "worker")) for name in names}
+    return lanes.read(logs, started)
 
 
 def _versus_rows(section: Section, case: Versus, pairs: list[tuple[Run, Run]]) -> list[list[str]]:
@@ -450,6 +462,9 @@ def _versus_rows(section: Section, case: Versus, pairs: list[tuple[Run, Run]]) -
             details,
         )
     )
+    steps = lanes.table(case.label, [o.lanes for o in ours if o.lanes is not None])
+    if steps is not None:
+        section.tables.append(steps)
     return rows
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 
 import pytest
@@ -127,3 +128,42 @@ def test_a_plan_narrowed_to_one_versus_case_keeps_the_rest_and_repeats_it_as_ask
         narrowed(FULL, frozenset({"2s"}), None)
     with pytest.raises(ValueError, match="at least 1"):
         narrowed(FULL, frozenset(), 0)
+
+
+def test_a_lanes_steps_are_read_from_its_workers_log_lines() -> None:
+    """Two slots of one pod: each step of each shard, the gap between a slot's Done and its next
+    claim (split by whether the pod lost a race meanwhile), when each slot first claimed."""
+    from benchmarks import lanes
+
+    def line(at: float, event: str, **fields: object) -> str:
+        stamp = dt.datetime.fromtimestamp(1000 + at, dt.UTC).isoformat(timespec="milliseconds")
+        return json.dumps({"time": stamp, "event": event, **fields})
+
+    def shard(name: str, holder: str, claimed: float) -> list[str]:
+        return [
+            line(claimed, "claimed", shard=name, holder=holder),
+            line(claimed + 0.01, "command-started", shard=name),
+            line(claimed + 1.01, "command-exited", shard=name),
+            line(claimed + 1.06, "completed", shard=name),
+        ]
+
+    text = "\n".join(
+        [
+            "Traceback (not JSON)",
+            *shard("s0", "pod-1", 1.0),
+            *shard("s1", "pod-2", 1.5),
+            *shard("s2", "pod-1", 2.16),  # 0.1 s after s0's Done
+            line(2.7, "claim-lost", shard="s9"),
+            *shard("s3", "pod-2", 2.86),  # 0.3 s after s1's Done, a race lost meanwhile
+        ]
+    )
+    read = lanes.read({"pod": lanes.parse_log(text)}, started=1000.0)
+    assert read.shards == 4 and read.lost == 1
+    assert sorted(round(t, 3) for t in read.first_claims) == [1.0, 1.5]
+    assert [round(t, 3) for t in read.steps["claim written -> command started"]] == [0.01] * 4
+    assert sorted(round(t, 3) for t in read.steps[lanes.GAP]) == [0.1, 0.3]
+    assert [round(t, 3) for t in read.gaps_clean] == [0.1]
+    assert [round(t, 3) for t in read.gaps_after_a_loss] == [0.3]
+    table = lanes.table("case", [read])
+    assert table is not None and "0.25 claim races lost per shard" in table.title
+    assert lanes.table("case", [lanes.read({}, 0.0)]) is None
