@@ -32,13 +32,17 @@ GAP = "Done written -> next claim written (same slot)"
 _SHARD_EVENTS = frozenset({"claimed", *(event for _, begin, end in STEPS for event in (begin, end))})
 
 
+def _no_steps() -> dict[str, list[float]]:
+    return {label: [] for label, _, _ in STEPS} | {GAP: []}
+
+
 @dataclass
 class Lanes:
     """The steps of every shard of one run, in seconds; `first_claims`: when each lane claimed its
     first shard, after the run's start; `lost`: claim races lost; `gaps_after_a_loss`: the gaps in
     which the slot's pod lost a race."""
 
-    steps: dict[str, list[float]] = field(default_factory=dict)
+    steps: dict[str, list[float]] = field(default_factory=_no_steps)
     first_claims: list[float] = field(default_factory=list)
     lost: int = 0
     shards: int = 0
@@ -65,7 +69,7 @@ def _at(entry: JSON) -> float:
 
 def read(logs: Mapping[str, Iterable[JSON]], started: float) -> Lanes:
     """`logs`: each worker pod's log entries, by pod; `started`: the run's start (epoch seconds)."""
-    lanes = Lanes(steps={label: [] for label, _, _ in STEPS} | {GAP: []})
+    lanes = Lanes()
     for entries in logs.values():
         times: dict[str, dict[str, float]] = {}
         holder_of: dict[str, str] = {}
@@ -102,7 +106,7 @@ def read(logs: Mapping[str, Iterable[JSON]], started: float) -> Lanes:
 
 def table(label: str, runs: Iterable[Lanes]) -> Table | None:
     """The steps of `runs` pooled (the repeats of one case): median, mean and 90th percentile."""
-    pooled = Lanes(steps={name: [] for name, _, _ in STEPS} | {GAP: []})
+    pooled = Lanes()
     for lanes in runs:
         for name, values in lanes.steps.items():
             pooled.steps[name].extend(values)
