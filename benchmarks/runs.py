@@ -22,6 +22,7 @@ from typing import Any
 from e2e import schedulerkit
 from e2e.harness import wait_for
 
+from benchmarks.cpu import CpuCounter
 from benchmarks.lanes import Lanes
 from benchmarks.target import ProcessStat, Target, process_stat
 from shardops.api.names import API_GROUP_VERSION, CAMPAIGN_LABEL
@@ -61,6 +62,8 @@ class Sample:
     counts: dict[str, int]
     operator_rss: int | None
     operator_cpu: float | None
+    # CPU seconds by kind of process since the previous sample (benchmarks.cpu; local control plane).
+    cpu: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -198,8 +201,9 @@ def indexed_job_manifest(
 
 
 class Sampler:
-    """Every `interval` seconds: live objects per kind in the namespace (when `count`), and the
-    operator's memory and CPU (when its pid is known: local control plane only)."""
+    """Every `interval` seconds: live objects per kind in the namespace (when `count`), the
+    operator's memory and CPU (when its pid is known) and the machine's CPU by kind of process (both
+    on the local control plane only, whose processes are all on this machine)."""
 
     def __init__(
         self,
@@ -218,6 +222,7 @@ class Sampler:
         self.samples: list[Sample] = []
         self.peak_rss: int | None = None
         self.last_cpu: float | None = None
+        self.cpu = CpuCounter() if target.local is not None else None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="bench-sampler", daemon=True)
 
@@ -245,6 +250,7 @@ class Sampler:
                 counts,
                 stat.rss_bytes if stat else None,
                 stat.cpu_seconds if stat else None,
+                self.cpu.read() if self.cpu is not None else {},
             )
         )
 

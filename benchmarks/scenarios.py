@@ -25,7 +25,7 @@ from e2e import schedulerkit
 from e2e.chartkit import worker_service_account
 from e2e.harness import wait_for
 
-from benchmarks import audit, lanes, profiling, runs, stats
+from benchmarks import audit, cpu, lanes, profiling, runs, stats
 from benchmarks.model import Section, Table, fmt, meets
 from benchmarks.plan import Plan, Scale, Versus
 from benchmarks.plots import Plots
@@ -1136,10 +1136,36 @@ def scale(ctx: Context) -> Section:
             summary,
         ),
     )
+    for label, run, _, _, case in entries:
+        if case is not None:
+            table = _cpu_by_decile(label, run)
+            if table is not None:
+                section.tables.append(table)
     ctx.plots.deciles(curves)
     ctx.plots.objects(object_series)
     section.plots += ["deciles.png", "objects.png"]
     return section
+
+
+def _cpu_by_decile(label: str, run: Run) -> Table | None:
+    """Cores busy per kind of process in each decile of `run` (benchmarks.cpu): what the machine
+    spent its CPU on while the decile's shards completed, so a decile that is slower than the others
+    shows what grew. None without CPU samples (not the local control plane)."""
+    samples = [(s.at, s.cpu) for s in run.samples if s.cpu]
+    spans = [(begin, end) for begin, end, _ in stats.decile_spans(run.started, run.completions)]
+    if not samples or not spans:
+        return None
+    cores = cpu.cores_by_span(samples, spans)
+    rows = [
+        [kind, *(fmt(value, 2) for value in values)]
+        for kind, values in cores.items()
+        if any(value is not None and value >= 0.01 for value in values)
+    ]
+    return Table(
+        f"{label}: where the CPU went in each decile (cores busy; this machine has {os.cpu_count()})",
+        ["process", *(f"d{n}" for n in range(1, len(spans) + 1))],
+        rows,
+    )
 
 
 def _mib(value: int | None) -> str:

@@ -49,27 +49,33 @@ def percentile(values: Sequence[float], fraction: float) -> float | None:
     return ordered[below] * (1 - weight) + ordered[above] * weight
 
 
-def decile_rates(start: float, completions: Sequence[float], parts: int = 10) -> list[float]:
-    """Throughput (completions per second) of each tenth of the completions, in completion order.
+def decile_spans(
+    start: float, completions: Sequence[float], parts: int = 10
+) -> list[tuple[float, float, int]]:
+    """Each tenth of the completions, in completion order: (begin, end, how many completed).
 
-    Part k holds completions k*n/parts .. (k+1)*n/parts (n = how many completed); its rate is its
-    size divided by the time from the previous part's last completion (or `start`) to its own last.
-    Fewer completions than parts: one part per completion.
+    Part k holds completions k*n/parts .. (k+1)*n/parts (n = how many completed); it spans from the
+    previous part's last completion (or `start`) to its own last. Fewer completions than parts: one
+    part per completion.
     """
     ordered = sorted(completions)
     if not ordered:
         return []
     parts = min(parts, len(ordered))
-    rates = []
+    spans = []
     previous_end = start
     for part in range(parts):
         first = part * len(ordered) // parts
         last = (part + 1) * len(ordered) // parts
         end = ordered[last - 1]
-        elapsed = max(end - previous_end, 1e-6)
-        rates.append((last - first) / elapsed)
+        spans.append((previous_end, end, last - first))
         previous_end = end
-    return rates
+    return spans
+
+
+def decile_rates(start: float, completions: Sequence[float], parts: int = 10) -> list[float]:
+    """Throughput (completions per second) of each tenth of the completions (`decile_spans`)."""
+    return [count / max(end - begin, 1e-6) for begin, end, count in decile_spans(start, completions, parts)]
 
 
 def mean_concurrency(intervals: Sequence[tuple[float, float]], window: tuple[float, float]) -> float | None:
