@@ -102,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--case",
         default="",
-        help="comma list of the versus cases to run (zero, 1s, 5s in the full set); all by default",
+        help="comma list of the versus and scale cases to run (full set: zero, 1s, 5s; 10k, 100k); "
+        "a section none of whose cases is named runs all of its own",
     )
     parser.add_argument("--repeats", type=int, default=None, help="repeats of each versus case")
     args = parser.parse_args(argv)

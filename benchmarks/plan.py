@@ -182,17 +182,21 @@ PLANS = {plan.name: plan for plan in (FULL, QUICK, SMOKE)}
 
 
 def narrowed(plan: Plan, cases: frozenset[str], repeats: int | None) -> Plan:
-    """`plan` with only the versus cases named in `cases` (all when empty), each repeated `repeats`
-    times when given: a quick side-by-side look at one case (`python -m benchmarks --only versus
-    --case 1s --repeats 5`), its figures read as the full set's are."""
-    unknown = cases - {case.key for case in plan.versus}
+    """`plan` with only the cases named in `cases`: each of the versus and scale sections keeps the
+    ones of its own it names (all of them when it names none), and the versus cases are repeated
+    `repeats` times when given. A quick look at one case, its figures read as the full set's are:
+    `python -m benchmarks --only versus --case 1s --repeats 5`, `--only scale --case 100k`."""
+    unknown = cases - {case.key for case in plan.versus} - {case.key for case in plan.scale}
     if unknown:
-        raise ValueError(f"unknown versus case(s) {', '.join(sorted(unknown))} of the {plan.name} set")
+        raise ValueError(f"unknown case(s) {', '.join(sorted(unknown))} of the {plan.name} set")
     if repeats is not None and repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats}")
+    named_versus = cases & {case.key for case in plan.versus}
+    named_scale = cases & {case.key for case in plan.scale}
     versus = tuple(
         replace(case, repeats=repeats if repeats is not None else case.repeats)
         for case in plan.versus
-        if not cases or case.key in cases
+        if not named_versus or case.key in named_versus
     )
-    return replace(plan, versus=versus)
+    scale = tuple(case for case in plan.scale if not named_scale or case.key in named_scale)
+    return replace(plan, versus=versus, scale=scale)

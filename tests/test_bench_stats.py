@@ -124,7 +124,11 @@ def test_a_plan_narrowed_to_one_versus_case_keeps_the_rest_and_repeats_it_as_ask
     assert [(case.key, case.repeats) for case in one.versus] == [("1s", 5)]
     assert one.scale == FULL.scale and one.name == FULL.name
     assert narrowed(FULL, frozenset(), None) == FULL
-    with pytest.raises(ValueError, match="unknown versus case"):
+    scale = narrowed(FULL, frozenset({"100k"}), None)
+    assert [case.key for case in scale.scale] == ["100k"] and scale.versus == FULL.versus
+    both = narrowed(FULL, frozenset({"zero", "10k"}), None)
+    assert [c.key for c in both.versus] == ["zero"] and [c.key for c in both.scale] == ["10k"]
+    with pytest.raises(ValueError, match="unknown case"):
         narrowed(FULL, frozenset({"2s"}), None)
     with pytest.raises(ValueError, match="at least 1"):
         narrowed(FULL, frozenset(), 0)
