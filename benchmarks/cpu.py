@@ -131,21 +131,23 @@ def _with_machine(spent: Mapping[str, float], busy: float) -> dict[str, float]:
 def cores_by_span(
     samples: Iterable[tuple[float, Mapping[str, float]]], spans: Sequence[tuple[float, float]]
 ) -> dict[str, list[float | None]]:
-    """Cores busy per kind in each span: the CPU seconds of the samples taken inside (begin, end],
-    divided by the time those samples cover. `samples`: (when taken, CPU seconds since the previous
-    sample). A span with no sample in it gives None."""
+    """Cores busy per kind in each span (begin, end): the CPU seconds of the sample intervals that
+    overlap it, each spread evenly over its interval and counted for the overlapping part, divided
+    by the time those parts cover. `samples`: (when taken, CPU seconds since the previous sample; the
+    first only sets the baseline). A span that no sample interval overlaps gives None."""
     ordered = sorted(samples, key=lambda s: s[0])
     kinds = {kind for _, spent in ordered for kind in spent}
     result: dict[str, list[float | None]] = {kind: [] for kind in kinds}
     for begin, end in spans:
         covered = 0.0
         totals: dict[str, float] = {}
-        # Each sample covers the time since the one before it (the first only sets the baseline).
         for (before, _), (at, spent) in itertools.pairwise(ordered):
-            if begin < at <= end:
-                covered += at - before
-                for kind, seconds in spent.items():
-                    totals[kind] = totals.get(kind, 0.0) + seconds
+            overlap = min(end, at) - max(begin, before)
+            if overlap <= 0 or at <= before:
+                continue
+            covered += overlap
+            for kind, seconds in spent.items():
+                totals[kind] = totals.get(kind, 0.0) + seconds * overlap / (at - before)
         for kind in kinds:
             result[kind].append(totals.get(kind, 0.0) / covered if covered > 0 else None)
     return {kind: result[kind] for kind in ORDER if kind in result}

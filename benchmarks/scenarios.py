@@ -1151,9 +1151,10 @@ def _cpu_by_decile(label: str, run: Run) -> Table | None:
     """Cores busy per kind of process in each decile of `run` (benchmarks.cpu): what the machine
     spent its CPU on while the decile's shards completed, so a decile that is slower than the others
     shows what grew. None without CPU samples (not the local control plane)."""
-    samples = [(s.at, s.cpu) for s in run.samples if s.cpu]
+    # Every sample, the first too: it holds nothing, it is the baseline of the second.
+    samples = [(s.at, s.cpu) for s in run.samples]
     spans = [(begin, end) for begin, end, _ in stats.decile_spans(run.started, run.completions)]
-    if not samples or not spans:
+    if not any(cpu for _, cpu in samples) or not spans:
         return None
     cores = cpu.cores_by_span(samples, spans)
     rows = [

@@ -52,6 +52,10 @@ def test_bench_harness_writes_a_well_formed_report(cluster: Cluster, tmp_path: P
         cost = by_key["cost"].data["per_case"]["zero"]
         assert cost["writes_per_shard"] > 0 and cost["job_writes_per_item"] > 0
         assert (out / "cost.png").exists()
+        # The processes' CPU was sampled with the objects: the scale run's table of it per decile.
+        cpu_tables = [t for t in by_key["scale"].tables if "where the CPU went" in t.title]
+        assert len(cpu_tables) == 1, [t.title for t in by_key["scale"].tables]
+        assert cpu_tables[0].rows and cpu_tables[0].rows[0][0] == "the machine (all processes)"
         # py-spy attached to a live operator or worker process (busy or not, it was profiled).
         profiles = by_key["profiles"].data["profiles"]
         assert any(p["error"] is None for p in profiles), profiles

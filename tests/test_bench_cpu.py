@@ -85,14 +85,16 @@ def test_the_counter_attributes_each_interval_to_the_kinds_and_the_rest_to_no_on
     assert spent[cpu.UNATTRIBUTED] == pytest.approx(1.0)
 
 
-def test_cores_by_span_divides_each_spans_samples_by_the_time_they_cover() -> None:
+def test_cores_by_span_spreads_each_sample_over_its_interval_and_divides_by_the_time_covered() -> None:
     samples = [
         (0.0, {}),
         (2.0, {"etcd": 1.0, cpu.MACHINE: 2.0}),
         (4.0, {"etcd": 3.0, cpu.MACHINE: 4.0}),
         (10.0, {"etcd": 3.0, cpu.MACHINE: 6.0}),
     ]
-    cores = cpu.cores_by_span(samples, [(0.0, 4.0), (4.0, 10.0), (10.0, 20.0)])
+    cores = cpu.cores_by_span(samples, [(0.0, 4.0), (4.0, 10.0), (10.0, 20.0), (1.0, 3.0), (9.0, 12.0)])
     assert list(cores) == [cpu.MACHINE, "etcd"]  # the table's order
-    assert cores["etcd"] == [pytest.approx(1.0), pytest.approx(0.5), None]
-    assert cores[cpu.MACHINE] == [pytest.approx(1.5), pytest.approx(1.0), None]
+    # (1, 3): half of the first interval and half of the second; (9, 12): one sixth of the third,
+    # the rest of it after the last sample (not covered).
+    assert cores["etcd"] == [1.0, 0.5, None, 1.0, 0.5]
+    assert cores[cpu.MACHINE] == [1.5, 1.0, None, 1.5, 1.0]
