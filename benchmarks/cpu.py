@@ -13,12 +13,11 @@ processes gone in between) is shown as its own row, so the rows add up to the ma
 from __future__ import annotations
 
 import itertools
-import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+from benchmarks.target import CLOCK_TICKS, stat_fields
 
 MACHINE = "the machine (all processes)"
 UNATTRIBUTED = "not attributed (kernel, processes gone between samples)"
@@ -104,12 +103,13 @@ class CpuCounter:
             return {}
         return _with_machine(spent, max(machine - previous_machine, 0.0))
 
-    def _process(self, entry: Path) -> tuple[str, float] | None:
+    @staticmethod
+    def _process(entry: Path) -> tuple[str, float] | None:
+        """(start time, own CPU seconds) of the process, None when it is gone."""
         try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
+            fields = stat_fields(entry)
+        except OSError:
             return None
-        # After the command name: utime and stime are the 12th and 13th, starttime the 20th.
         return fields[19], (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
     @staticmethod
@@ -143,7 +143,7 @@ def cores_by_span(
         totals: dict[str, float] = {}
         for (before, _), (at, spent) in itertools.pairwise(ordered):
             overlap = min(end, at) - max(begin, before)
-            if overlap <= 0 or at <= before:
+            if overlap <= 0:  # also when two samples share a time: at == before
                 continue
             covered += overlap
             for kind, seconds in spent.items():

@@ -62,13 +62,19 @@ class ProcessStat:
     peak_rss_bytes: int
 
 
+def stat_fields(directory: Path) -> list[str]:
+    """The fields of a process's `stat` file (`directory`: /proc/PID) after its command name, which
+    may hold spaces and parentheses: utime, stime, cutime, cstime are the 12th..15th, starttime the
+    20th. OSError when the process is gone."""
+    return (directory / "stat").read_text().rsplit(")", 1)[1].split()
+
+
 def process_stat(pid: int) -> ProcessStat | None:
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        fields = stat_fields(Path(f"/proc/{pid}"))
         status = Path(f"/proc/{pid}/status").read_text()
     except OSError:
         return None
-    # Fields after the command name: utime, stime, cutime, cstime are the 12th..15th.
     utime, stime, cutime, cstime = (int(v) for v in fields[11:15])
 
     def kib(name: str) -> int:
