@@ -202,8 +202,10 @@ def indexed_job_manifest(
 
 class Sampler:
     """Every `interval` seconds: live objects per kind in the namespace (when `count`), the
-    operator's memory and CPU (when its pid is known) and the machine's CPU by kind of process (both
-    on the local control plane only, whose processes are all on this machine)."""
+    operator's memory and CPU (when its pid is known) and, when `count_cpu`, the machine's CPU by
+    kind of process (both on the local control plane only, whose processes are all on this
+    machine; the CPU by kind reads every process's /proc files, so only the runs that report it
+    pay for it)."""
 
     def __init__(
         self,
@@ -213,6 +215,7 @@ class Sampler:
         *,
         count: bool,
         operator: schedulerkit.Operator | None,
+        count_cpu: bool = False,
     ) -> None:
         self.target = target
         self.namespace = namespace
@@ -222,7 +225,7 @@ class Sampler:
         self.samples: list[Sample] = []
         self.peak_rss: int | None = None
         self.last_cpu: float | None = None
-        self.cpu = CpuCounter() if target.local is not None else None
+        self.cpu = CpuCounter() if count_cpu and target.local is not None else None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="bench-sampler", daemon=True)
 
@@ -334,12 +337,13 @@ def run_campaign(
     operator: schedulerkit.Operator | None = None,
     sample_every: float | None = None,
     count_objects: bool = False,
+    count_cpu: bool = False,
     on_start: Callable[[], None] | None = None,
 ) -> Run:
     name = manifest["metadata"]["name"]
     cpu_before = target.cpu_seconds()
     sampler = (
-        Sampler(target, namespace, sample_every, count=count_objects, operator=operator)
+        Sampler(target, namespace, sample_every, count=count_objects, operator=operator, count_cpu=count_cpu)
         if sample_every
         else None
     )

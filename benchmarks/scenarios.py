@@ -1216,6 +1216,7 @@ def _scale_case(ctx: Context, case: Scale, section: Section, budget: float) -> d
             operator=operator,
             sample_every=plan.sample_every,
             count_objects=True,
+            count_cpu=True,  # its table per decile (_cpu_by_decile)
         )
         if profile is not None:
             result = profile.wait(plan.profile_seconds + 60)
