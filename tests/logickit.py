@@ -10,7 +10,7 @@ from shardops.logic.backpressure import NO_WORKER_FAILURES, WorkerFailures
 from shardops.logic.breaker import SourceBreaker
 from shardops.logic.budget import BudgetStatus, budget_status
 from shardops.logic.planner import Breakers, DispatchInputs, DispatchLimits, WorkerCounts
-from shardops.logic.views import ItemProgress, ShardView
+from shardops.logic.shardview import ItemProgress, ShardView
 
 NOW = datetime(2025, 1, 1, 12, 0, 0, tzinfo=UTC)
 

@@ -33,7 +33,7 @@ from shardops.cli.campaign_plan import plan_view, render_plan
 from shardops.cli.campaign_status import render_status, status_view
 from shardops.k8s.api import CAMPAIGNS, SHARDS
 from shardops.logic.error_threshold import AttemptEnd, error_threshold_trip
-from shardops.state import errors, observe
+from shardops.state import error_threshold, observe
 
 INVALID = ErrorClass.INVALID_INPUT
 
@@ -107,12 +107,12 @@ def test_endings_are_done_and_final_failures_after_the_resume() -> None:
         history=[entry("Pending", at(5), "AttemptFailed", errorClass="timeout")],
     )
     shards = [Shard.parse(b) for b in (failed(0, 10), done(1, 20), failed(2, 30), retried)]
-    assert [(e.shard, e.error_class) for e in errors.attempt_ends(shards, None)] == [
+    assert [(e.shard, e.error_class) for e in error_threshold.attempt_ends(shards, None)] == [
         ("camp-00000", INVALID),
         ("camp-00001", None),
         ("camp-00002", INVALID),
     ]
-    assert [e.shard for e in errors.attempt_ends(shards, at(20))] == ["camp-00002"]
+    assert [e.shard for e in error_threshold.attempt_ends(shards, at(20))] == ["camp-00002"]
 
 
 @pytest.fixture

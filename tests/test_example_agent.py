@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from shardops.logic.errors import classify_failure
+from shardops.logic.failures import classify_failure
 from shardops.worker.runner import read_error_file
 
 AGENT = [sys.executable, "-m", "shardops_example_agent.agent"]

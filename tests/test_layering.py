@@ -240,7 +240,7 @@ def test_checker_catches(source: str) -> None:
         "from collections.abc import Callable\ndef f(rand: Callable[[], float]) -> float:\n    return rand()",
         "from shardops.api.enums import ShardPhase",
         "from shardops.api import enums",
-        "from shardops.logic.views import ShardView",
+        "from shardops.logic.shardview import ShardView",
         "from .views import ShardView",
         "from . import budget",
         "import hashlib, json, math",
@@ -267,8 +267,8 @@ PACKAGE_RANKS = {
     "cli": 5,
     "llm": 5,
 }
-# skew: the wall-clock settings both entry packages share; it imports nothing of shardops.
-ROOT_MODULES = {"shardops": -1, "shardops.skew": -1, "shardops.main": 6}
+# clock: the wall clock and its skew settings both entry packages share; it imports nothing of shardops.
+ROOT_MODULES = {"shardops": -1, "shardops.clock": -1, "shardops.main": 6}
 
 
 def _rank(module: str) -> tuple[int, str] | None:
@@ -372,8 +372,8 @@ def test_layering_checker_allows(source: str, module: str) -> None:
 
 
 # `shardops llm` runs under the worker runtime as the user's command would, without API server
-# credentials (the runtime drops KUBECONFIG): it needs only the models and the pure rules.
-LLM_ALLOWED_LAYERS = frozenset({"shardops", "api", "logic", "llm"})
+# credentials (the runtime drops KUBECONFIG): it needs only the models, the pure rules and the clock.
+LLM_ALLOWED_LAYERS = frozenset({"shardops", "api", "logic", "llm", "clock"})
 
 
 def llm_import_violations(source: str, module_name: str) -> list[str]:

@@ -27,7 +27,7 @@ from shardops.llm.pacing import Pacer, Share, state_path
 from shardops.llm.render import RenderError, RequestTemplate
 from shardops.llm.upstream import classify_status, parse_duration, provider_error, rate_limit_wait
 from shardops.logic.backoff import retry_not_before
-from shardops.logic.errors import EXIT_TEMPFAIL, MAX_RETRY_AFTER_SECONDS, classify_failure
+from shardops.logic.failures import EXIT_TEMPFAIL, MAX_RETRY_AFTER_SECONDS, classify_failure
 from shardops.scheduler.builders import worker_job_body
 from shardops.worker.runtime import Worker
 from shardops.worker.settings import WorkerSettings

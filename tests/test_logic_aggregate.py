@@ -12,7 +12,7 @@ from shardops.logic import conditions
 from shardops.logic.aggregate import MAX_LISTED_NAMES, Aggregate, CampaignFacts, aggregate
 from shardops.logic.budget import BudgetGate, BudgetHold, HoldCause, budget_status
 from shardops.logic.conditions import DesiredCondition
-from shardops.logic.views import ItemProgress, ShardView
+from shardops.logic.shardview import ItemProgress, ShardView
 
 P = ShardPhase
 FIN = ShardClass.FINALIZE

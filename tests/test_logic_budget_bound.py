@@ -22,7 +22,7 @@ from shardops.logic.budget import (
     reserved,
 )
 from shardops.logic.planner import LimitReason, plan_dispatch
-from shardops.logic.views import ShardView
+from shardops.logic.shardview import ShardView
 
 P = ShardPhase
 FIN = ShardClass.FINALIZE

@@ -20,7 +20,7 @@ from shardops.logic.backpressure import (
 from shardops.logic.breaker import Route, SourceBreaker
 from shardops.logic.budget import BudgetGate, budget_status
 from shardops.logic.planner import DispatchInputs, LimitReason, claim_order_key, plan_dispatch
-from shardops.logic.views import ShardView
+from shardops.logic.shardview import ShardView
 
 P = ShardPhase
 FIN = ShardClass.FINALIZE

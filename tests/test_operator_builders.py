@@ -19,8 +19,8 @@ from shardops.logic.aggregate import CampaignFacts, aggregate
 from shardops.logic.breaker import SourceBreaker, effective
 from shardops.logic.idempotency import idempotency_key
 from shardops.logic.leases import Renewals
+from shardops.logic.shardview import ItemProgress
 from shardops.logic.timefmt import micro_time
-from shardops.logic.views import ItemProgress
 from shardops.scheduler import builders
 from shardops.state import breakers, shardview, workers
 

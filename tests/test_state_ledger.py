@@ -85,7 +85,7 @@ def test_a_folded_shard_counts_once_as_done_with_its_cost() -> None:
 
 def test_folded_completions_still_break_a_run_of_failures_for_the_error_threshold() -> None:
     from schedulerkit import entry
-    from shardops.state import errors
+    from shardops.state import error_threshold
 
     def failed(index: int, minute: int) -> Shard:
         at = NOW + dt.timedelta(minutes=minute)
@@ -108,10 +108,10 @@ def test_folded_completions_still_break_a_run_of_failures_for_the_error_threshol
     assert folded.recent_completions == [NOW + dt.timedelta(minutes=6), NOW + dt.timedelta(minutes=7)]
     failures = [failed(i, i) for i in range(4)] + [failed(4 + i, 8 + i) for i in range(4)]
     body = campaign(items=[{"id": i} for i in range(20)], shardSize=1)
-    tripped = errors.error_threshold_condition(Campaign.parse(body), failures)
+    tripped = error_threshold.error_threshold_condition(Campaign.parse(body), failures)
     assert tripped.status == "True", "eight non-retryable failures in a row, nothing between them"
     body["status"] = {"folded": folded.to_dict()}
-    kept = errors.error_threshold_condition(Campaign.parse(body), failures)
+    kept = error_threshold.error_threshold_condition(Campaign.parse(body), failures)
     assert kept.status == "False", "the folded completions at minutes 6 and 7 break the run"
 
 

@@ -55,8 +55,8 @@ def test_a_clock_offset_shifts_the_wall_clock_only_when_asked(monkeypatch: pytes
     import datetime as dt
     import random
 
+    from shardops.clock import ClockSkewSettings
     from shardops.scheduler.settings import OperatorSettings
-    from shardops.skew import ClockSkewSettings
 
     assert ClockSkewSettings().wall_clock()().tzinfo is dt.UTC
     monkeypatch.setenv("SHARDOPS_CLOCK_OFFSET_SECONDS", "-30")

@@ -33,6 +33,10 @@ from shardops.api.rules import CelRule
 # for keys shardops reads, such as an item's `source`.
 Item = dict[str, Any]
 
+# A JSON object as the API server and the stores send it: what the k8s, store, state and entry
+# layers pass around before (or instead of) parsing it into a model.
+JSON = dict[str, Any]
+
 # Kubernetes resource quantities as users write them: `cpu: 1` and `cpu: "500m"`. The CRD takes
 # both (int-or-string, like core/v1); the model stores the string so consumers see one type.
 QUANTITY_PATTERN = (

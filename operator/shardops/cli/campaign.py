@@ -37,6 +37,7 @@ from shardops.cli.campaign_results import DEFAULT_CUSTOM_ID, FORMATS, run_result
 from shardops.cli.campaign_status import WATCH_INTERVAL_SECONDS, run_status
 from shardops.cli.command import Context
 from shardops.cli.text import parse_duration
+from shardops.clock import utcnow
 from shardops.k8s.api import DEFAULT_TIMEOUT_SECONDS, ApiError
 
 OUTPUTS: tuple[str, ...] = ("human", "json", "yaml")
@@ -324,10 +325,6 @@ def client_for(args: argparse.Namespace) -> Client:
             args.kubeconfig, context=args.context, impersonate=args.impersonate, timeout=args.request_timeout
         )
     )
-
-
-def utcnow() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
 
 
 def main(

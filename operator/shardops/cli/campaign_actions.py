@@ -13,9 +13,9 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from shardops.api.campaign import MAX_RETRY_SHARDS, Campaign
+from shardops.api.common import JSON
 from shardops.api.enums import ShardPhase
 from shardops.api.names import RESUMED_ANNOTATION
 from shardops.api.shard import Shard
@@ -24,9 +24,7 @@ from shardops.cli.command import Context, load, parse_campaign
 from shardops.cli.text import names_text
 from shardops.k8s.api import Conflict
 from shardops.logic.timefmt import rfc3339
-from shardops.state import errors
-
-JSON = dict[str, Any]
+from shardops.state import error_threshold
 
 # What `kubectl campaign cancel` writes on a Campaign: when it was cancelled.
 CANCELLED_ANNOTATION = "shardops.dev/cancelled"
@@ -64,7 +62,7 @@ def resume_patch(campaign: Campaign, now: dt.datetime) -> JSON:
     annotations: JSON = {}
     if CANCELLED_ANNOTATION in (campaign.metadata.annotations or {}):
         annotations[CANCELLED_ANNOTATION] = None
-    if errors.held(campaign):
+    if error_threshold.held(campaign):
         annotations[RESUMED_ANNOTATION] = rfc3339(now)
     if annotations:
         patch["metadata"] = {"annotations": annotations}
@@ -248,7 +246,7 @@ def run_resume(ctx: Context) -> int:
     body = ctx.client.get_campaign(ctx.namespace, ctx.args.name)
     campaign = parse_campaign(body)
     cancelled = cancelled_at(campaign)
-    held = errors.held(campaign)
+    held = error_threshold.held(campaign)
     if not campaign.spec.suspend and cancelled is None and not held:
         return _finish(
             ctx, _unchanged("resume", campaign, "not suspended (spec.suspend is false); nothing changed")

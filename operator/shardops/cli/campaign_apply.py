@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from shardops.api.campaign import DEFAULT_S3_PREFIX, CampaignSpec, ResultStoreStatus, parse_item_line
+from shardops.api.common import JSON
 from shardops.api.enums import StoreType
 from shardops.cli.campaign_client import EXIT_OK, EXIT_USAGE, CliError, bad_state, no_access
 from shardops.cli.campaign_results import user_s3_store
@@ -30,7 +31,6 @@ from shardops.logic.shard_items import ShardItemsSize
 from shardops.store.records import StoreUnavailable
 from shardops.store.s3 import S3Store
 
-JSON = dict[str, Any]
 _CHUNK = 1 << 20
 
 

@@ -16,7 +16,7 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import urllib3
 from kubernetes import config
@@ -24,7 +24,7 @@ from kubernetes.client.exceptions import ApiException
 
 from shardops import API_GROUP
 from shardops.api.campaign import ItemsFrom
-from shardops.api.common import Item
+from shardops.api.common import JSON, Item
 from shardops.api.names import CAMPAIGN_LABEL, CLI_FIELD_MANAGER
 from shardops.k8s import campaigns, jobs
 from shardops.k8s.api import (
@@ -42,7 +42,6 @@ from shardops.k8s.api import (
 )
 from shardops.k8s.shards import Actor
 
-JSON = dict[str, Any]
 T = TypeVar("T")
 
 EXIT_OK = 0

@@ -10,10 +10,10 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from pydantic import ValidationError
 
+from shardops.api.common import JSON
 from shardops.api.enums import ShardPhase
 from shardops.api.shard import Shard, ShardError
 from shardops.cli.campaign_client import (
@@ -33,9 +33,6 @@ from shardops.logic.transitions import EventReason
 from shardops.state import ledger
 from shardops.store.records import StoreUnavailable
 from shardops.store.s3 import S3Store
-
-JSON = dict[str, Any]
-
 
 # --- view (what -o json|yaml prints) ------------------------------------------------------------------
 

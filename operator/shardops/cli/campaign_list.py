@@ -9,9 +9,9 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from shardops import API_GROUP
+from shardops.api.common import JSON
 from shardops.api.enums import ConditionReason, ConditionStatus, ConditionType
 from shardops.api.names import CAMPAIGN_KIND
 from shardops.cli.campaign_actions import CANCELLED_ANNOTATION
@@ -19,9 +19,6 @@ from shardops.cli.campaign_client import EXIT_OK
 from shardops.cli.command import Context
 from shardops.cli.text import as_json, as_yaml, duration, percent, table
 from shardops.k8s.leases import parse_time
-
-JSON = dict[str, Any]
-
 
 # --- view (what -o json|yaml prints) ------------------------------------------------------------------
 

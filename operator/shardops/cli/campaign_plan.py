@@ -11,9 +11,9 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from shardops.api.campaign import Campaign
+from shardops.api.common import JSON
 from shardops.api.enums import ShardPhase
 from shardops.api.shard import Shard
 from shardops.cli.campaign_client import EXIT_OK, bad_state
@@ -24,9 +24,6 @@ from shardops.k8s.campaigns import ItemsUnavailable
 from shardops.logic.budget import BudgetStatus, reserved
 from shardops.logic.planner import DispatchPlan, WorkerCounts, plan_dispatch
 from shardops.state import observe
-
-JSON = dict[str, Any]
-
 
 # --- view (what -o json|yaml prints) ------------------------------------------------------------------
 

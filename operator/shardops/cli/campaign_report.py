@@ -14,10 +14,9 @@ import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from shardops.api.campaign import Campaign, FoldedShards
-from shardops.api.common import TokenCounts
+from shardops.api.common import JSON, TokenCounts
 from shardops.api.enums import ShardPhase
 from shardops.api.names import SHARDOPS_FIELD_MANAGERS
 from shardops.api.shard import Shard
@@ -36,8 +35,6 @@ from shardops.cli.command import Context, load
 from shardops.cli.text import iso, percent, table
 from shardops.logic.budget import BudgetGate, BudgetStatus
 from shardops.state import ledger
-
-JSON = dict[str, Any]
 
 # Closing checklist: "attempt distribution normal (not many shards at the maximum)". Many means more
 # than this share of the shards, and at least MAX_ATTEMPTS_MIN_COUNT of them.

@@ -13,10 +13,10 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
-from typing import Any, TextIO
+from typing import TextIO
 
 from shardops.api.campaign import Campaign, ResultStoreStatus
-from shardops.api.common import Item
+from shardops.api.common import JSON, Item
 from shardops.api.enums import ShardPhase, StoreType
 from shardops.api.shard import Shard
 from shardops.cli.campaign_client import EXIT_OK, bad_state, no_access
@@ -30,7 +30,6 @@ from shardops.store.items import campaign_items
 from shardops.store.records import StoreUnavailable
 from shardops.store.s3 import S3Store, client_for
 
-JSON = dict[str, Any]
 FORMATS = ("jsonl", "openai")
 DEFAULT_CUSTOM_ID = "custom_id"
 

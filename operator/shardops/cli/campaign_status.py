@@ -12,10 +12,9 @@ import json
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from shardops.api.campaign import Campaign
-from shardops.api.common import Condition, TokenCounts
+from shardops.api.common import JSON, Condition, TokenCounts
 from shardops.api.enums import BreakerState, ShardPhase
 from shardops.api.shard import Shard
 from shardops.cli.campaign_actions import cancelled_at
@@ -34,9 +33,7 @@ from shardops.logic.breaker import effective
 from shardops.logic.budget import BudgetGate, BudgetHold, BudgetStatus, reserved
 from shardops.logic.planner import plan_dispatch
 from shardops.logic.transitions import EventReason
-from shardops.state import breakers, errors, ledger, observe
-
-JSON = dict[str, Any]
+from shardops.state import breakers, error_threshold, ledger, observe
 
 WATCH_INTERVAL_SECONDS = 2.0
 # Rate for the time-left estimate: shards finished in this window (or since the first claim).
@@ -252,7 +249,7 @@ def status_view(campaign: Campaign, shards: Sequence[Shard], now: dt.datetime) -
     # The planner on a worker's inputs: what may start now, and whether the budget holds the rest.
     budget_hold = plan_dispatch(observe.claim_inputs(campaign, shards, now)).budget_hold
     hold = None
-    held = None if spec.suspend else errors.hold_text(campaign)
+    held = None if spec.suspend else error_threshold.hold_text(campaign)
     if spec.suspend:
         hold = "suspended"
     elif held is not None:

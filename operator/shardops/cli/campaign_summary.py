@@ -6,20 +6,18 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from pydantic import ValidationError
 
 from shardops.api.campaign import Campaign
+from shardops.api.common import JSON
 from shardops.api.enums import ShardClass, ShardPhase
 from shardops.api.shard import Shard
 from shardops.cli.text import percent
 from shardops.logic.aggregate import Aggregate, CampaignFacts, aggregate
 from shardops.logic.budget import BudgetHold, BudgetStatus
-from shardops.logic.views import ShardView
+from shardops.logic.shardview import ShardView
 from shardops.state import observe, shardview
-
-JSON = dict[str, Any]
 
 PHASE_ORDER = (
     ShardPhase.QUEUED,

@@ -13,13 +13,12 @@ from typing import Any, Protocol, TextIO
 from pydantic import ValidationError
 
 from shardops.api.campaign import Campaign
+from shardops.api.common import JSON
 from shardops.api.shard import Shard
 from shardops.cli.campaign_client import Client, bad_state, default_namespace
 from shardops.cli.campaign_summary import parse_shards
 from shardops.cli.text import as_json, as_yaml
 from shardops.state import ledger, shardview
-
-JSON = dict[str, Any]
 
 
 class View(Protocol):

@@ -24,10 +24,10 @@ import urllib3
 from kubernetes import client, config
 
 from shardops import API_GROUP, API_VERSION
+from shardops.api.common import JSON
 
 log = logging.getLogger(__name__)
 
-JSON = dict[str, Any]
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})

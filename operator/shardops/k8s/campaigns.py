@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
 
 from shardops.api.campaign import ItemsFrom
-from shardops.api.common import Item
+from shardops.api.common import JSON, Item
 from shardops.api.enums import ConditionReason
 from shardops.k8s import events
 from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS, Kube, NotFound
 from shardops.k8s.shards import Actor
-
-JSON = dict[str, Any]
 
 
 class ItemsUnavailable(Exception):

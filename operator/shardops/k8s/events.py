@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import datetime as dt
 import secrets
-from typing import Any
 
+from shardops.api.common import JSON
 from shardops.k8s.api import EVENTS, AlreadyExists, ApiError, Kube
 from shardops.logic.timefmt import micro_time as format_micro_time
 
-JSON = dict[str, Any]
 NOTE_LIMIT = 1024
 
 

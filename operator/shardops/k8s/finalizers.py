@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from shardops.api.common import JSON
 from shardops.k8s.api import Invalid, Kube, NotFound, Resource
 
-JSON = dict[str, Any]
 # Rounds of read-and-patch when the list keeps changing under us; the next event retries anyway.
 REMOVAL_ROUNDS = 3
 

@@ -20,13 +20,12 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any
 
+from shardops.api.common import JSON
 from shardops.k8s.api import Forbidden, Gone, Kube, Resource, WatchEvent
 
 log = logging.getLogger(__name__)
 
-JSON = dict[str, Any]
 # How long one watch request lasts before the server ends it and the informer starts the next.
 WATCH_SECONDS = 240
 # After API trouble, the informer lists again this long after (more after Forbidden: RBAC

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from shardops.api.common import controller_uid
+from shardops.api.common import JSON, controller_uid
 from shardops.api.names import CAMPAIGN_LABEL, ROLE_LABEL
 from shardops.k8s.api import JOBS, PODS, AlreadyExists, Kube
 
-JSON = dict[str, Any]
 WORKER_ROLE = "worker"
 
 

@@ -12,15 +12,13 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
+from shardops.api.common import JSON
 from shardops.k8s.ambiguous import write_recognised
 from shardops.k8s.api import LEASES, AlreadyExists, Conflict, Kube, NotFound
 from shardops.logic.leases import Renewals, is_expired
 from shardops.logic.timefmt import micro_time as format_micro_time
 from shardops.logic.timefmt import parse_rfc3339
-
-JSON = dict[str, Any]
 
 
 class LeaseLost(Exception):

@@ -8,6 +8,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
+from shardops.api.common import JSON
 from shardops.api.enums import ShardPhase
 from shardops.api.names import CAMPAIGN_LABEL, SHARD_PHASE_FIELD
 from shardops.api.shard import HistoryEntry, Shard, ShardStatus
@@ -23,8 +24,6 @@ from shardops.logic.transitions import (
     records_event,
     transition,
 )
-
-JSON = dict[str, Any]
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,6 @@ becomes the shard's notBefore).
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import os
 import random
@@ -37,10 +36,11 @@ from shardops.api.llm import (
     ModelPrice,
     source_api_key_env,
 )
+from shardops.clock import utcnow
 from shardops.llm.pacing import Pacer, Share, cooldown_until, jittered, state_path
 from shardops.llm.render import RenderError, RequestTemplate
 from shardops.llm.upstream import CallFailure, Completion, Upstream, parse_duration
-from shardops.logic.errors import EXIT_TEMPFAIL
+from shardops.logic.failures import EXIT_TEMPFAIL
 
 EXIT_FAILED = 1
 _SNIPPET = 200
@@ -192,7 +192,7 @@ class Call:
         self._heed_cooldown()
         started = self.pacer.wait()
         try:
-            completion = self.upstream.complete(body, dt.datetime.now(dt.UTC))
+            completion = self.upstream.complete(body, utcnow())
         except CallFailure as error:
             if error.retry_after is not None:
                 self.pacer.hold_until(self.pacer.clock() + jittered(error.retry_after, self.rng.random()))

@@ -12,7 +12,7 @@ from shardops.api.enums import CampaignPhase, ShardClass, ShardPhase
 from shardops.logic import conditions
 from shardops.logic.budget import BudgetGate, BudgetStatus, budget_status
 from shardops.logic.conditions import MAX_LISTED_NAMES, DesiredCondition
-from shardops.logic.views import ItemProgress, ShardView
+from shardops.logic.shardview import ItemProgress, ShardView
 
 
 @dataclass(frozen=True)

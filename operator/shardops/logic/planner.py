@@ -54,8 +54,8 @@ from shardops.logic.budget import (
     reserved,
     room,
 )
+from shardops.logic.shardview import ItemProgress, ShardView
 from shardops.logic.timefmt import rfc3339
-from shardops.logic.views import ItemProgress, ShardView
 
 
 class LimitReason(StrEnum):

@@ -8,7 +8,6 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from shardops.api.campaign import (
     BreakerStatus,
@@ -18,7 +17,7 @@ from shardops.api.campaign import (
     ShardCounts,
     WorkerSpec,
 )
-from shardops.api.common import Condition, Item, set_condition
+from shardops.api.common import JSON, Condition, Item, set_condition
 from shardops.api.enums import BreakerState, ShardClass, ShardPhase
 from shardops.api.names import (
     API_GROUP_VERSION,
@@ -36,8 +35,6 @@ from shardops.logic.breaker import CLOSED_BREAKER, SourceBreaker, effective
 from shardops.logic.conditions import DesiredCondition
 from shardops.logic.idempotency import idempotency_key, items_digest
 from shardops.state import breakers, shardview
-
-JSON = dict[str, Any]
 
 # The non-root user of the shardops image (Dockerfile), the same as the chart's operator pod.
 WORKER_UID = 65532

@@ -46,9 +46,10 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
 
+from shardops.api.common import JSON
 from shardops.api.names import LEADER_INSTANCE_ANNOTATION
+from shardops.clock import utcnow
 from shardops.k8s import events
 from shardops.k8s.api import LEASES, AlreadyExists, Conflict, Kube, NotFound, WriteRefused
 from shardops.logic.leases import is_expired
@@ -57,8 +58,6 @@ from shardops.scheduler.metrics import Metrics
 from shardops.scheduler.settings import REPORTING_CONTROLLER, OperatorSettings
 
 log = logging.getLogger(__name__)
-
-JSON = dict[str, Any]
 
 
 class Problem(StrEnum):
@@ -142,7 +141,7 @@ class LeaderElector:
         loop_healthy: Callable[[], bool] = lambda: True,
         on_lost: Callable[[], None] = lambda: None,
         clock: Callable[[], float] = time.monotonic,
-        wall: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+        wall: Callable[[], dt.datetime] = utcnow,
     ) -> None:
         self.kube = kube
         self.settings = settings

@@ -39,7 +39,7 @@ from shardops.api.campaign import (
     ResultStoreStatus,
     resolve_result_store,
 )
-from shardops.api.common import Condition, Item
+from shardops.api.common import JSON, Condition, Item
 from shardops.api.enums import (
     BreakerState,
     CampaignPhase,
@@ -53,6 +53,7 @@ from shardops.api.enums import (
 )
 from shardops.api.names import PLANNED_FROM_ANNOTATION
 from shardops.api.shard import Shard, ShardError
+from shardops.clock import utcnow
 from shardops.k8s import campaigns, events, jobs, leases
 from shardops.k8s.api import (
     CAMPAIGNS,
@@ -75,13 +76,13 @@ from shardops.logic.conditions import DesiredCondition
 from shardops.logic.leases import LeaseVerdict, Renewals, classify_lease, lease_action
 from shardops.logic.planner import DispatchPlan, LimitReason, plan_dispatch
 from shardops.logic.shard_items import ShardItemsTooLarge, check_shard_items
+from shardops.logic.shardview import ItemProgress
 from shardops.logic.transitions import Action
-from shardops.logic.views import ItemProgress
 from shardops.scheduler import builders, failpoints
 from shardops.scheduler.metrics import BREAKER_VALUES, Metrics
 from shardops.scheduler.retention import Retention
 from shardops.scheduler.settings import REPORTING_CONTROLLER, OperatorSettings
-from shardops.state import breakers, cooldowns, errors, history, ledger, observe, shardview, workers
+from shardops.state import breakers, cooldowns, error_threshold, history, ledger, observe, shardview, workers
 from shardops.store import ResultStore
 from shardops.store.finished import commit_for_reuse, commit_recorded, completion, stored_result_of
 from shardops.store.items import StreamedItems, object_items
@@ -90,16 +91,11 @@ from shardops.store.s3 import NotJsonlText, S3Store
 
 log = logging.getLogger(__name__)
 
-JSON = dict[str, Any]
 CONFLICT_ROUNDS = 3
 # Done shards one pass folds at most (one ledger segment, one status write); more wait a pass.
 MAX_FOLD = 500
 # The operator acts on a retry request (the CLI records the request itself as RetryRequested).
 RETRY_STARTED = "RetryStarted"
-
-
-def utcnow() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
 
 
 @dataclass
@@ -746,7 +742,7 @@ class Reconciler:
 
     def _act(self, seen: _Observed, plan: DispatchPlan, now: dt.datetime) -> None:
         hold = "campaign suspended (spec.suspend)" if seen.campaign.spec.suspend else "budget exhausted"
-        if not seen.campaign.spec.suspend and errors.held(seen.campaign):
+        if not seen.campaign.spec.suspend and error_threshold.held(seen.campaign):
             hold = "error threshold reached (condition ErrorThreshold)"
         for name in plan.pause:
             self._transition_named(seen, name, TransitionRequest(Action.PAUSE, f"paused: {hold}"), now)
@@ -937,7 +933,7 @@ class Reconciler:
             conditions.breaker_open(sorted(open_sources)),
             conditions.scheduled(self.settings.identity, self.renewing()),
             conditions.workers_failing(limits.get(LimitReason.WORKERS_FAILING)),
-            errors.error_threshold_condition(campaign, seen.shards.values()),
+            error_threshold.error_threshold_condition(campaign, seen.shards.values()),
         ]
         merged = builders.merge_conditions(previous.conditions, desired, now, campaign.generation)
         new = builders.campaign_status(

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardops.api.campaign import Campaign, ResultStoreStatus, retention_of
-from shardops.api.common import Condition
+from shardops.api.common import JSON, Condition
 from shardops.api.enums import ConditionType, StoreType
 from shardops.api.shard import Shard
 from shardops.k8s.api import CAMPAIGNS, Kube, NotFound
@@ -39,7 +39,6 @@ from shardops.store.s3 import S3Store
 
 log = logging.getLogger(__name__)
 
-JSON = dict[str, Any]
 StoreFor = Callable[[str, ResultStoreStatus], S3Store | None]
 
 

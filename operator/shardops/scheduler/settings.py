@@ -16,8 +16,8 @@ from pydantic_settings import NoDecode, SettingsConfigDict
 from shardops import API_GROUP
 from shardops.api.campaign import BUCKET_PATTERN, DEFAULT_S3_PREFIX, MAX_RETENTION_SECONDS, ResultStoreStatus
 from shardops.api.enums import StoreType
+from shardops.clock import ClockSkewSettings
 from shardops.scheduler.builders import DEFAULT_WORKER_SERVICE_ACCOUNT, WorkerMetricsEndpoint
-from shardops.skew import ClockSkewSettings
 from shardops.state import observe
 
 REPORTING_CONTROLLER = f"{API_GROUP}/operator"

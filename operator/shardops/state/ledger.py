@@ -10,17 +10,14 @@ Pure: no I/O.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
 
 from shardops.api.campaign import FoldedShards, IndexRange
-from shardops.api.common import NO_TOKENS, TokenCounts
+from shardops.api.common import JSON, NO_TOKENS, TokenCounts
 from shardops.api.enums import ShardClass, ShardPhase
 from shardops.api.names import API_GROUP_VERSION, SHARD_KIND
 from shardops.api.shard import Shard
 from shardops.logic import ranges
 from shardops.logic.transitions import EventReason
-
-JSON = dict[str, Any]
 
 
 def is_folded(shard: Shard, folded: FoldedShards) -> bool:

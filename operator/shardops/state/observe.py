@@ -16,9 +16,9 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from shardops.api.campaign import Budget, Campaign, CampaignSpec, FoldedShards
+from shardops.api.common import JSON
 from shardops.api.enums import ShardClass, ShardPhase
 from shardops.api.shard import Shard
 from shardops.logic.aggregate import CampaignFacts
@@ -26,17 +26,15 @@ from shardops.logic.breaker import SourceBreaker
 from shardops.logic.budget import BudgetStatus, budget_status
 from shardops.logic.leases import LeaseVerdict, classify_lease, lease_action
 from shardops.logic.planner import DispatchInputs, DispatchLimits
+from shardops.logic.shardview import ItemProgress, ShardView
 from shardops.logic.transitions import Action
-from shardops.logic.views import ItemProgress, ShardView
-from shardops.state import cooldowns, errors, history, shardview, workers
+from shardops.state import cooldowns, error_threshold, history, shardview, workers
 from shardops.state.breakers import (
     UNDECLARED_SOURCE_POLICY,
     breaker_policies,
     breakers_from_status,
     planner_breakers,
 )
-
-JSON = dict[str, Any]
 
 # How long a worker pod may stay Pending before the cluster counts as full: the one default of
 # OperatorSettings.worker_pending_grace_seconds, and what `kubectl campaign plan` assumes.
@@ -75,7 +73,7 @@ def campaign_facts(
     has_finalize = spec.finalize is not None
     return CampaignFacts(
         campaign=campaign.name,
-        suspended=spec.suspend or errors.held(campaign),
+        suspended=spec.suspend or error_threshold.held(campaign),
         items=item_progress(campaign, shards, items_total, folded),
         budget_limit=spec.budget.limit if spec.budget is not None else None,
         budget_warn_ratio=_warn_ratio(spec),
@@ -85,7 +83,7 @@ def campaign_facts(
         previous_spent=campaign.current_status.spent,
         folded_done=folded.shards,
         folded_cost=folded.cost,
-        hold=None if spec.suspend else errors.hold_text(campaign),
+        hold=None if spec.suspend else error_threshold.hold_text(campaign),
     )
 
 
@@ -159,11 +157,11 @@ def dispatch_inputs(
         shards=views,
         breakers=planner_breakers(spec, states),
         budget=campaign_budget(campaign, views),
-        suspended=spec.suspend or errors.held(campaign),
+        suspended=spec.suspend or error_threshold.held(campaign),
         workers=workers.worker_counts(jobs, pods, now, pending_grace),
         now=now,
         cooldowns=cooldowns.until_by_source(cooldowns.source_cooldowns(campaign, shards, now)),
-        hold=None if spec.suspend else errors.hold_text(campaign),
+        hold=None if spec.suspend else error_threshold.hold_text(campaign),
     )
 
 

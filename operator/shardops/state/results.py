@@ -13,10 +13,9 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from shardops.api.campaign import Campaign, FoldedShards
-from shardops.api.common import Item
+from shardops.api.common import JSON, Item
 from shardops.api.enums import ShardClass, ShardPhase
 from shardops.api.shard import Shard
 from shardops.state import ledger
@@ -24,7 +23,6 @@ from shardops.store import ResultStore
 from shardops.store.records import StoreCorrupt
 from shardops.store.s3 import S3Store
 
-JSON = dict[str, Any]
 # (ref, key) -> (fingerprint, text) of the verified stored result; raises StoreCorrupt.
 ReadResult = Callable[[str, str], tuple[str, str]]
 

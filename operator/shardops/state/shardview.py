@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable
-from typing import Any
 
 from shardops.api.campaign import Campaign
+from shardops.api.common import JSON
 from shardops.api.enums import ShardClass, ShardPhase
 from shardops.api.shard import Shard
 from shardops.k8s.leases import lease_expires_at
 from shardops.logic.leases import NOBODY_RENEWS, LeaseObservation, Renewals
+from shardops.logic.shardview import ShardView
 from shardops.logic.transitions import EventReason
-from shardops.logic.views import ShardView
-
-JSON = dict[str, Any]
 
 
 def shard_name(campaign: str, index: int) -> str:

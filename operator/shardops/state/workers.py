@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
-from typing import Any
 
+from shardops.api.common import JSON
 from shardops.api.names import WORKER_NUMBER_ANNOTATION, WORKER_SLOTS_ANNOTATION
 from shardops.k8s.leases import parse_time
 from shardops.logic.backpressure import WORKER_FAILURE_WINDOW, WorkerFailures
 from shardops.logic.planner import WorkerCounts
-
-JSON = dict[str, Any]
-
 
 # FailureTarget and SuccessCriteriaMet come before Failed and Complete: the pod is done already.
 _JOB_DONE = frozenset({"Complete", "Failed", "FailureTarget", "SuccessCriteriaMet"})

@@ -38,6 +38,7 @@ from typing import Any
 import urllib3
 
 from shardops import API_GROUP
+from shardops.api.common import JSON
 from shardops.api.enums import StoreType
 from shardops.api.names import CAMPAIGN_LABEL, IDEMPOTENCY_KEY_LABEL
 from shardops.k8s.api import CONFIGMAPS, AlreadyExists, ApiError, Conflict, Kube, NotFound
@@ -55,8 +56,6 @@ from shardops.store.records import (
     sha256_of,
     store_label,
 )
-
-JSON = dict[str, Any]
 
 API_PREFIX = API_GROUP
 RESULT_PREFIX = "shardops-result-"

@@ -22,13 +22,15 @@ import random
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 from urllib.parse import quote, urlsplit
 from xml.etree import ElementTree
 
 import urllib3
 from botocore.exceptions import ClientError, EndpointConnectionError
+
+from shardops.clock import utcnow
 
 # AWS's own default, as boto3's for S3 when no region is configured.
 DEFAULT_REGION = "us-east-1"
@@ -169,7 +171,7 @@ class WireS3:
         *,
         ca_bundle: str | None = None,
         fallback: Callable[[], Any] | None = None,
-        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        clock: Callable[[], datetime] = utcnow,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.endpoint = endpoint

@@ -40,7 +40,7 @@ from shardops.logic.leases import LeaseVerdict, Renewals, is_expired, lease_acti
 from shardops.logic.planner import claim_order_key, plan_dispatch
 from shardops.logic.timefmt import rfc3339
 from shardops.logic.transitions import Action, EventReason
-from shardops.state import errors, observe, shardview
+from shardops.state import error_threshold, observe, shardview
 from shardops.store import ResultStore
 from shardops.store.finished import commit_for_reuse, completion, stored_result_of
 from shardops.store.records import ItemRecord
@@ -94,7 +94,7 @@ def stop_reason(campaign: Campaign, unfinished: Sequence[Shard]) -> str | None:
         return "campaign is being deleted"
     if campaign.spec.suspend:
         return "campaign is suspended"
-    if errors.held(campaign):
+    if error_threshold.held(campaign):
         return "campaign is held by its error threshold (condition ErrorThreshold)"
     budget = observe.campaign_budget(campaign, (shardview.shard_view(s) for s in unfinished))
     if budget.gate is BudgetGate.EXHAUSTED:

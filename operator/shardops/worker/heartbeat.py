@@ -19,9 +19,8 @@ import datetime as dt
 import logging
 from collections.abc import Callable
 from enum import StrEnum
-from typing import Any
 
-from shardops.api.common import TokenCounts
+from shardops.api.common import JSON, TokenCounts
 from shardops.api.enums import ShardPhase
 from shardops.api.shard import Progress, Shard
 from shardops.k8s import leases
@@ -29,7 +28,6 @@ from shardops.k8s.api import SHARDS, Conflict, Kube, NotFound
 
 log = logging.getLogger(__name__)
 
-JSON = dict[str, Any]
 # Our own writes can race only with the operator's bookkeeping on a Running shard; a few rounds
 # separate that from a takeover, which shows on the first re-read.
 _WRITE_ROUNDS = 3

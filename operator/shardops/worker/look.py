@@ -19,9 +19,10 @@ import logging
 import threading
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Protocol
 
 from shardops.api.campaign import Campaign
+from shardops.api.common import JSON
 from shardops.api.enums import ShardPhase
 from shardops.api.shard import Shard
 from shardops.k8s.api import CAMPAIGNS, SHARDS, Kube, NotFound
@@ -31,7 +32,6 @@ from shardops.logic.timefmt import parse_rfc3339
 
 log = logging.getLogger(__name__)
 
-JSON = dict[str, Any]
 # How long the first look waits for the watches' first lists before it reads directly instead.
 SYNC_SECONDS = 10.0
 

@@ -44,12 +44,13 @@ from shardops.api.common import NO_TOKENS, Item, TokenCounts
 from shardops.api.enums import ErrorClass, ShardClass, ShardPhase, StoreType
 from shardops.api.llm import COOLDOWN_FILE_ENV
 from shardops.api.shard import Progress, Shard, ShardError, ShardResult
+from shardops.clock import utcnow
 from shardops.k8s import leases
 from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS, SHARDS, ApiError, Forbidden, Kube, NotFound
 from shardops.k8s.campaigns import ItemsUnavailable
 from shardops.k8s.shards import Actor, TransitionRequest, apply_transition, list_shards
 from shardops.logic.backoff import retry_not_before
-from shardops.logic.errors import classify_failure, next_phase_after_failure
+from shardops.logic.failures import classify_failure, next_phase_after_failure
 from shardops.logic.idempotency import item_subkey
 from shardops.logic.leases import Renewals
 from shardops.logic.transitions import Action
@@ -146,14 +147,10 @@ class Clock(Protocol):
     def monotonic(self) -> float: ...
 
 
-def _utcnow() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
-
-
 @dataclass
 class SystemClock:
     # The wall clock (`skew.ClockSkewSettings.wall_clock` shifts it for fault injection).
-    wall: Callable[[], dt.datetime] = _utcnow
+    wall: Callable[[], dt.datetime] = utcnow
 
     def now(self) -> dt.datetime:
         return self.wall()

@@ -12,7 +12,7 @@ from pydantic import AliasChoices, Field
 from pydantic_settings import SettingsConfigDict
 
 from shardops.api.campaign import MAX_WORKER_SLOTS
-from shardops.skew import ClockSkewSettings
+from shardops.clock import ClockSkewSettings
 
 # In-cluster, the namespace of the pod's service account: the usual fallback when the Job does not
 # set SHARDOPS_NAMESPACE.

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from shardops.api.enums import ErrorClass, ShardPhase
-from shardops.logic.errors import (
+from shardops.logic.failures import (
     MAX_MESSAGE_CHARS,
     ClassifiedError,
     classify_failure,

@@ -1,4 +1,4 @@
-"""A process's wall clock, shifted on purpose: fault injection of clock skew between machines.
+"""A process's wall clock (`utcnow`), and that clock shifted on purpose: fault injection of clock skew.
 
 The operator and the worker read their wall clock (`now`: claim and heartbeat times, leaseUntil,
 notBefore, history entries, Event times) through `ClockSkewSettings.wall_clock`. The fault suite sets
@@ -49,10 +49,11 @@ class ClockSkewSettings(BaseSettings):
             (rng or random.Random()).uniform(-spread, spread) if spread else 0.0
         )
         if not offset:
-            return _utcnow
+            return utcnow
         shift = dt.timedelta(seconds=offset)
-        return lambda: _utcnow() + shift
+        return lambda: utcnow() + shift
 
 
-def _utcnow() -> dt.datetime:
+def utcnow() -> dt.datetime:
+    """The wall clock in UTC, unshifted: the one `now` every process reads unless a test hands it another."""
     return dt.datetime.now(dt.UTC)
