@@ -1,8 +1,8 @@
 """One in-memory API server for the unit tests: a stand-in for `shardops.k8s.api.Kube`.
 
-`FakeKube` has the `Kube` methods the product uses (request, get, list, create, replace, patch,
-delete) with the semantics that matter for fencing and for what the tests assert, as the real API
-server has them:
+`FakeKube` has the calls the product makes on a client (`shardops.k8s.api.KubeClient`, which `Kube`
+satisfies too; mypy checks the fake against it: the end of this file) with the semantics that
+matter for fencing and for what the tests assert, as the real API server has them:
 
 * objects by (plural, namespace, name); one resourceVersion counter for all of them, bumped on
   every write, continuing above any version a test seeds;
@@ -41,7 +41,7 @@ import functools
 import itertools
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,6 +49,7 @@ from typing import Any
 import urllib3
 from e2e.faults.history import merge_patch
 
+from shardops.api.common import JSON
 from shardops.k8s.api import (
     CAMPAIGNS,
     DEFAULT_TIMEOUT_SECONDS,
@@ -58,13 +59,13 @@ from shardops.k8s.api import (
     ApiError,
     Conflict,
     Invalid,
+    KubeClient,
     NotFound,
     Resource,
     WatchEvent,
     WriteGuard,
 )
 
-JSON = dict[str, Any]
 Hook = Callable[["FakeKube", str, Resource, str], None]
 # What a committed write is answered with instead of its result.
 LostAnswer = Callable[["Call"], BaseException]
@@ -78,7 +79,7 @@ VERBS = {"POST": "create", "PUT": "replace", "PATCH": "patch", "DELETE": "delete
 API_GROUP_PATH = "/apis/shardops.dev/v1alpha1"
 
 
-def json_patch_ops(target: Any, ops: list[JSON]) -> Any:
+def json_patch_ops(target: Any, ops: Sequence[JSON]) -> Any:
     """RFC 6902 `test`, `remove` and `add` (`-` appends to a list) on a copy of `target`. A failed
     test or a missing path raises Invalid, and nothing changes."""
     result = copy.deepcopy(target)
@@ -396,7 +397,16 @@ class FakeKube:
 
     # --- the Kube surface ----------------------------------------------------------------------------
 
-    def request(self, method: str, path: str, *, query: Any = None, body: Any = None, **_: Any) -> JSON:
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str | int | bool] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: float | None = None,
+    ) -> JSON:
         call = Call(method, path, body, dict(query or {}))
         self.calls.append(call)
         problem = self.fail(call)
@@ -496,7 +506,7 @@ class FakeKube:
                     changes["status"] = patch["status"]
             return self._write(resource, namespace, current, merge_patch(current, changes))
 
-    def json_patch(self, resource: Resource, namespace: str | None, name: str, ops: list[JSON]) -> JSON:
+    def json_patch(self, resource: Resource, namespace: str | None, name: str, ops: Sequence[JSON]) -> JSON:
         """RFC 6902 on the main resource (status stays as it is on resources with a subresource)."""
         with self._call("PATCH", resource, namespace, name, body=ops):
             current = self._stored(resource, namespace, name)
@@ -514,7 +524,7 @@ class FakeKube:
         name: str,
         *,
         resource_version: str | None = None,
-        **_: Any,
+        propagation: str = "Background",
     ) -> JSON:
         with self._call("DELETE", resource, namespace, name):
             current = self._stored(resource, namespace, name)
@@ -532,7 +542,7 @@ class FakeKube:
 
     def list_at(
         self, resource: Resource, namespace: str | None = None, **query: Any
-    ) -> tuple[list[JSON], str]:
+    ) -> tuple[Sequence[JSON], str]:
         with self._changed:
             label = query.pop("labelSelector", None)
             return self.list(resource, namespace, label, **query), str(self._last_version)
@@ -572,3 +582,8 @@ class FakeKube:
                     gone = copy.deepcopy(before or {})
                     gone["metadata"]["resourceVersion"] = str(version)
                     yield WatchEvent("DELETED", gone)
+
+
+# `make typecheck` checks this file (pyproject.toml, [tool.mypy] files): the fake has every call the
+# product makes on an API client (k8s.api.KubeClient), with the real client's signatures.
+_FAKE_IS_A_CLIENT: type[KubeClient] = FakeKube

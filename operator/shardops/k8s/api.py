@@ -1,5 +1,10 @@
 """Every call to the API server goes through `Kube.request`: JSON in, JSON out, typed errors, retries.
 
+Product code that takes a client takes a `KubeClient`: the Protocol of the calls it makes, which the
+real client (`Kube`) and the unit tests' in-memory API server (tests/fakekube.py) both satisfy —
+checked by mypy for both (the end of this module, and the end of tests/fakekube.py), so neither can
+drift from the other without `make typecheck` failing.
+
 Request building is pure (`resource_path`, `merge_patch_with_precondition`); the only I/O is one
 HTTP call on the kubernetes client's connection pool, which carries the kubeconfig's credentials.
 Conflicts (409) are never retried here: the caller re-reads and decides, because a stale write
@@ -17,7 +22,7 @@ import random
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote
 
 import urllib3
@@ -243,6 +248,78 @@ class RetryPolicy:
 RequestObserver = Callable[[str, str, int], None]
 # Called with (method, path) before each attempt of a write; raises WriteRefused to stop it unsent.
 WriteGuard = Callable[[str, str], None]
+
+
+class KubeClient(Protocol):
+    """The calls product code makes on an API client: `Kube` (the real one) and tests/fakekube.py's
+    `FakeKube` both have them, with these signatures (mypy checks both). A call product code needs
+    that is not here is added here first, then to both."""
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str | int | bool] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: float | None = None,
+    ) -> JSON: ...
+
+    def get(
+        self, resource: Resource, namespace: str | None, name: str, subresource: str | None = None
+    ) -> JSON: ...
+
+    def list(
+        self,
+        resource: Resource,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        **query: str | int,
+    ) -> list[JSON]: ...
+
+    def list_at(
+        self, resource: Resource, namespace: str | None = None, **query: str | int
+    ) -> tuple[Sequence[JSON], str]: ...
+
+    def watch(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        resource_version: str,
+        *,
+        seconds: int,
+        **query: str | int,
+    ) -> Iterator[WatchEvent]: ...
+
+    def create(self, resource: Resource, namespace: str | None, body: JSON) -> JSON: ...
+
+    def replace(self, resource: Resource, namespace: str | None, name: str, body: JSON) -> JSON: ...
+
+    def patch(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        name: str,
+        patch: JSON,
+        *,
+        resource_version: str | None = None,
+        subresource: str | None = None,
+    ) -> JSON: ...
+
+    def json_patch(
+        self, resource: Resource, namespace: str | None, name: str, ops: Sequence[JSON]
+    ) -> JSON: ...
+
+    def delete(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        name: str,
+        *,
+        resource_version: str | None = None,
+        propagation: str = "Background",
+    ) -> JSON: ...
 
 
 class Kube:
@@ -480,3 +557,8 @@ class Kube:
         if resource_version:
             body["preconditions"] = {"resourceVersion": resource_version}
         return self.request("DELETE", resource.path(namespace, name), body=body)
+
+
+if TYPE_CHECKING:
+    # mypy proves that the real client has every call of KubeClient, with its signature.
+    _KUBE_IS_A_CLIENT: type[KubeClient] = Kube

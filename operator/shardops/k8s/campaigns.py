@@ -8,7 +8,7 @@ from shardops.api.campaign import ItemsFrom
 from shardops.api.common import JSON, Item
 from shardops.api.enums import ConditionReason
 from shardops.k8s import events
-from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS, Kube, NotFound
+from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS, KubeClient, NotFound
 from shardops.k8s.shards import Actor
 
 
@@ -22,7 +22,7 @@ class ItemsUnavailable(Exception):
         self.message = message
 
 
-def get(kube: Kube, namespace: str, name: str) -> JSON | None:
+def get(kube: KubeClient, namespace: str, name: str) -> JSON | None:
     """The campaign as stored, or None once it is gone."""
     try:
         return kube.get(CAMPAIGNS, namespace, name)
@@ -30,7 +30,9 @@ def get(kube: Kube, namespace: str, name: str) -> JSON | None:
         return None
 
 
-def patch_status(kube: Kube, namespace: str, name: str, status: JSON, resource_version: str | None) -> JSON:
+def patch_status(
+    kube: KubeClient, namespace: str, name: str, status: JSON, resource_version: str | None
+) -> JSON:
     """One merge patch of the status subresource; Conflict when the campaign changed since it was read."""
     return kube.patch(
         CAMPAIGNS,
@@ -42,7 +44,7 @@ def patch_status(kube: Kube, namespace: str, name: str, status: JSON, resource_v
     )
 
 
-def read_items(kube: Kube, namespace: str, source: ItemsFrom) -> tuple[list[Item], str]:
+def read_items(kube: KubeClient, namespace: str, source: ItemsFrom) -> tuple[list[Item], str]:
     """The items in the ConfigMap key (JSONL) and the ConfigMap's resourceVersion (to cache by)."""
     if source.config_map_name is None or source.key is None:
         raise ValueError("spec.itemsFrom names an object, not a ConfigMap")
@@ -70,7 +72,7 @@ def read_items(kube: Kube, namespace: str, source: ItemsFrom) -> tuple[list[Item
 
 
 def record_event(
-    kube: Kube,
+    kube: KubeClient,
     campaign: JSON,
     *,
     reason: str,

@@ -7,7 +7,7 @@ import datetime as dt
 import secrets
 
 from shardops.api.common import JSON
-from shardops.k8s.api import EVENTS, AlreadyExists, ApiError, Kube
+from shardops.k8s.api import EVENTS, AlreadyExists, ApiError, KubeClient
 from shardops.logic.timefmt import micro_time as format_micro_time
 
 NOTE_LIMIT = 1024
@@ -58,7 +58,7 @@ def new_event_name(target: JSON) -> str:
     return f"{(target.get('metadata') or {}).get('name')}.{secrets.token_hex(6)}"
 
 
-def record(kube: Kube, body: JSON) -> str | None:
+def record(kube: KubeClient, body: JSON) -> str | None:
     """Create the Event; an event that cannot be written must not stop the transition it describes.
 
     Its name is random and chosen here, so a create sent again after a lost answer (`k8s.api`

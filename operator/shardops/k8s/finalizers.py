@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from shardops.api.common import JSON
-from shardops.k8s.api import Invalid, Kube, NotFound, Resource
+from shardops.k8s.api import Invalid, KubeClient, NotFound, Resource
 
 # Rounds of read-and-patch when the list keeps changing under us; the next event retries anyway.
 REMOVAL_ROUNDS = 3
@@ -35,7 +35,7 @@ def removal_patch(finalizers: Sequence[str], finalizer: str) -> list[JSON]:
 
 
 def remove_finalizer(
-    kube: Kube,
+    kube: KubeClient,
     resource: Resource,
     namespace: str,
     name: str,

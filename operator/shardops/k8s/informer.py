@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable, Mapping
 
 from shardops.api.common import JSON
-from shardops.k8s.api import Forbidden, Gone, Kube, Resource, WatchEvent
+from shardops.k8s.api import Forbidden, Gone, KubeClient, Resource, WatchEvent
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ class Informer:
 
     def __init__(
         self,
-        kube: Kube,
+        kube: KubeClient,
         resource: Resource,
         namespace: str,
         query: Mapping[str, str],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from shardops.api.common import JSON, controller_uid
 from shardops.api.names import CAMPAIGN_LABEL, ROLE_LABEL
-from shardops.k8s.api import JOBS, PODS, AlreadyExists, Kube
+from shardops.k8s.api import JOBS, PODS, AlreadyExists, KubeClient
 
 WORKER_ROLE = "worker"
 
@@ -13,16 +13,16 @@ def worker_selector(campaign: str) -> str:
     return f"{CAMPAIGN_LABEL}={campaign},{ROLE_LABEL}={WORKER_ROLE}"
 
 
-def list_workers(kube: Kube, namespace: str, campaign: str) -> list[JSON]:
+def list_workers(kube: KubeClient, namespace: str, campaign: str) -> list[JSON]:
     return kube.list(JOBS, namespace, label_selector=worker_selector(campaign))
 
 
-def list_worker_pods(kube: Kube, namespace: str, campaign: str) -> list[JSON]:
+def list_worker_pods(kube: KubeClient, namespace: str, campaign: str) -> list[JSON]:
     """Pods of the worker Jobs: the Job template carries the same labels."""
     return kube.list(PODS, namespace, label_selector=worker_selector(campaign))
 
 
-def create(kube: Kube, namespace: str, body: JSON) -> JSON:
+def create(kube: KubeClient, namespace: str, body: JSON) -> JSON:
     """Create the worker Job `body` names (its name is fixed before the create, never generated).
 
     A create whose answer was lost and that was sent again (`k8s.api` repeats named creates after

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from shardops.api.common import JSON
 from shardops.k8s.ambiguous import write_recognised
-from shardops.k8s.api import LEASES, AlreadyExists, Conflict, Kube, NotFound
+from shardops.k8s.api import LEASES, AlreadyExists, Conflict, KubeClient, NotFound
 from shardops.logic.leases import Renewals, is_expired
 from shardops.logic.timefmt import micro_time as format_micro_time
 from shardops.logic.timefmt import parse_rfc3339
@@ -100,7 +100,7 @@ def _claim_from(lease: JSON, namespace: str, now: dt.datetime) -> Claim:
 
 
 def acquire(
-    kube: Kube,
+    kube: KubeClient,
     namespace: str,
     name: str,
     holder: str,
@@ -167,7 +167,7 @@ def acquire(
     return _claim_from(updated, namespace, now)
 
 
-def renew(kube: Kube, claim: Claim, now: dt.datetime) -> Claim:
+def renew(kube: KubeClient, claim: Claim, now: dt.datetime) -> Claim:
     """Extend our claim. Raises LeaseLost when it is not ours any more: the caller must stop at once.
 
     One PATCH with our last resourceVersion as precondition; only on a conflict do we re-read, to
@@ -192,7 +192,7 @@ def renew(kube: Kube, claim: Claim, now: dt.datetime) -> Claim:
     raise LeaseLost(f"lease {claim.name} keeps changing under us")
 
 
-def release(kube: Kube, claim: Claim) -> bool:
+def release(kube: KubeClient, claim: Claim) -> bool:
     """Give the claim back (graceful shutdown, completion). False when it was no longer ours.
 
     A release whose answer was lost is recognised on a re-read: nobody holds the Lease and its
@@ -220,7 +220,7 @@ def release(kube: Kube, claim: Claim) -> bool:
         return False
 
 
-def _read_if_ours(kube: Kube, claim: Claim) -> JSON:
+def _read_if_ours(kube: KubeClient, claim: Claim) -> JSON:
     try:
         current = kube.get(LEASES, claim.namespace, claim.name)
     except NotFound as error:
@@ -244,7 +244,7 @@ def holder_and_token(lease: JSON) -> tuple[str | None, int]:
     return spec.get("holderIdentity") or None, int(spec.get("leaseTransitions") or 0)
 
 
-def read(kube: Kube, namespace: str, name: str) -> JSON | None:
+def read(kube: KubeClient, namespace: str, name: str) -> JSON | None:
     """The Lease as stored, or None when it does not exist (the shard was never claimed)."""
     try:
         return kube.get(LEASES, namespace, name)
@@ -252,7 +252,7 @@ def read(kube: Kube, namespace: str, name: str) -> JSON | None:
         return None
 
 
-def revoke(kube: Kube, lease: JSON) -> bool:
+def revoke(kube: KubeClient, lease: JSON) -> bool:
     """Clear the holder of `lease` as it was read: the scheduler takes back an expired or stalled claim.
 
     The resourceVersion precondition makes this lose to a renewal that landed after the read (the

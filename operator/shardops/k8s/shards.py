@@ -14,7 +14,7 @@ from shardops.api.names import CAMPAIGN_LABEL, SHARD_PHASE_FIELD
 from shardops.api.shard import HistoryEntry, Shard, ShardStatus
 from shardops.k8s import events
 from shardops.k8s.ambiguous import write_recognised
-from shardops.k8s.api import SHARDS, Kube
+from shardops.k8s.api import SHARDS, KubeClient
 from shardops.logic.transitions import (
     Action,
     EventType,
@@ -79,7 +79,7 @@ def planned_status(
 
 
 def apply_transition(
-    kube: Kube,
+    kube: KubeClient,
     shard: Shard,
     request: TransitionRequest,
     actor: Actor,
@@ -144,7 +144,7 @@ def shows_transition(shard: Shard, planned: ShardStatus) -> bool:
     return any(entry.to_dict() == added for entry in status.history)
 
 
-def list_shards(kube: Kube, namespace: str, campaign: str) -> list[Shard]:
+def list_shards(kube: KubeClient, namespace: str, campaign: str) -> list[Shard]:
     """Every Shard of the campaign, Done ones included."""
     return [
         Shard.parse(item)
@@ -178,7 +178,7 @@ def watched_query(campaign: str) -> dict[str, str]:
     return {**query, "fieldSelector": f"{query['fieldSelector']},{_WITH_STATUS}"}
 
 
-def list_unfinished(kube: Kube, namespace: str, campaign: str) -> list[Shard]:
+def list_unfinished(kube: KubeClient, namespace: str, campaign: str) -> list[Shard]:
     """The campaign's Shards that are not Done (`unfinished_query`).
 
     Parsed lean (`Shard.parse_items_counted`): a look for work plans over states and counts, and

@@ -12,7 +12,7 @@ from typing import Protocol
 
 from shardops.api.campaign import CONFIGMAP_STORE_MAX_SHARDS, Campaign, ResultStoreStatus
 from shardops.api.enums import StoreType
-from shardops.k8s.api import Kube
+from shardops.k8s.api import KubeClient
 from shardops.store.records import ItemRecord, ResultMeta, StoredResult, StoreUnavailable
 
 __all__ = ["ResultStore", "StoreUnavailable", "capacity_problem", "location_of", "open_store"]
@@ -66,7 +66,7 @@ def location_of(campaign: Campaign) -> ResultStoreStatus:
 
 
 def open_store(
-    kube: Kube, namespace: str, location: ResultStoreStatus, max_bytes: int | None = None
+    kube: KubeClient, namespace: str, location: ResultStoreStatus, max_bytes: int | None = None
 ) -> ResultStore:
     """The store at `location` for `namespace`; `max_bytes` overrides the store's own size cap."""
     if location.type is StoreType.S3:

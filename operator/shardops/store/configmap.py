@@ -41,7 +41,7 @@ from shardops import API_GROUP
 from shardops.api.common import JSON
 from shardops.api.enums import StoreType
 from shardops.api.names import CAMPAIGN_LABEL, IDEMPOTENCY_KEY_LABEL
-from shardops.k8s.api import CONFIGMAPS, AlreadyExists, ApiError, Conflict, Kube, NotFound
+from shardops.k8s.api import CONFIGMAPS, AlreadyExists, ApiError, Conflict, KubeClient, NotFound
 from shardops.store.records import (
     ItemRecord,
     ResultMeta,
@@ -246,7 +246,7 @@ def items_body(key: str, campaign: str, data: Mapping[str, str]) -> JSON:
 # --- I/O ------------------------------------------------------------------------------------------
 
 
-def read_result(kube: Kube, namespace: str, key: str) -> StoredResult | None:
+def read_result(kube: KubeClient, namespace: str, key: str) -> StoredResult | None:
     """The key's committed result, verified; None when none was committed. StoreCorrupt when
     present but invalid. Two reads (the pointer, the attempt it names); one for an earlier release's."""
     try:
@@ -256,7 +256,7 @@ def read_result(kube: Kube, namespace: str, key: str) -> StoredResult | None:
     return check_committed(configmap, key, lambda ref: read_ref(kube, namespace, ref, key))
 
 
-def find_result(kube: Kube, namespace: str, key: str, token: int | None) -> StoredResult | None:
+def find_result(kube: KubeClient, namespace: str, key: str, token: int | None) -> StoredResult | None:
     """The key's committed result, else the claim `token`'s own attempt (stored whole before its Done
     write; committed only after it), verified. At most two reads."""
     committed = read_result(kube, namespace, key)
@@ -270,7 +270,7 @@ def find_result(kube: Kube, namespace: str, key: str, token: int | None) -> Stor
 
 
 def store_result(
-    kube: Kube, namespace: str, key: str, text: str, meta: ResultMeta, item_count: int, cap: int
+    kube: KubeClient, namespace: str, key: str, text: str, meta: ResultMeta, item_count: int, cap: int
 ) -> tuple[StoredResult, bool]:
     """Store `text` as the claim `meta`'s own result, its attempt ConfigMap; not the key's result yet
     (`commit` makes it that, after the claim's Done write): (stored, False).
@@ -312,13 +312,13 @@ def store_result(
     raise Conflict(409, "Conflict", f"result ConfigMap {name} kept changing while storing it")
 
 
-def commit(kube: Kube, namespace: str, key: str, stored: StoredResult) -> None:
+def commit(kube: KubeClient, namespace: str, key: str, stored: StoredResult) -> None:
     """Make `stored` the key's result, unless one was committed before (that one stays)."""
     with contextlib.suppress(AlreadyExists):
         kube.create(CONFIGMAPS, namespace, pointer_body(key, stored))
 
 
-def purge_names(kube: Kube, namespace: str, key: str, campaign: str) -> list[str]:
+def purge_names(kube: KubeClient, namespace: str, key: str, campaign: str) -> list[str]:
     """The ConfigMaps under `key` that purging `campaign` deletes: the key's committed result and
     item results (by name), and the attempt ConfigMaps of the campaign's claims, found by their
     labels (one LIST; their names hold tokens no one keeps). Other campaigns' attempts of the key
@@ -333,7 +333,7 @@ def purge_names(kube: Kube, namespace: str, key: str, campaign: str) -> list[str
 
 
 def read_items(
-    kube: Kube, namespace: str, key: str, wanted: Iterable[str]
+    kube: KubeClient, namespace: str, key: str, wanted: Iterable[str]
 ) -> tuple[dict[str, ItemRecord], list[str]]:
     """Stored, verified item results of the shard with `key` (for resuming), and corrupt sub-keys."""
     try:
@@ -344,7 +344,7 @@ def read_items(
 
 
 def save_items(
-    kube: Kube,
+    kube: KubeClient,
     namespace: str,
     key: str,
     campaign: str,
@@ -387,7 +387,7 @@ def save_items(
     raise Conflict(409, "Conflict", f"items ConfigMap {name} kept changing while adding results")
 
 
-def read_ref(kube: Kube, namespace: str, ref: str, key: str) -> StoredResult:
+def read_ref(kube: KubeClient, namespace: str, ref: str, key: str) -> StoredResult:
     """The verified result a Done shard's `status.result.ref` names; StoreCorrupt when absent or bad."""
     try:
         configmap = kube.get(CONFIGMAPS, namespace, ref)
@@ -400,7 +400,7 @@ def read_ref(kube: Kube, namespace: str, ref: str, key: str) -> StoredResult:
 class ConfigMapStore:
     """The ConfigMap store bound to one namespace: the `ResultStore` the worker and the CLI use."""
 
-    kube: Kube
+    kube: KubeClient
     namespace: str
     max_bytes: int = DEFAULT_MAX_BYTES
 

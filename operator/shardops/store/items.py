@@ -11,7 +11,7 @@ from shardops.api.campaign import Campaign, ItemsObject, parse_item_line
 from shardops.api.common import Item
 from shardops.api.enums import ConditionReason
 from shardops.k8s import campaigns
-from shardops.k8s.api import Kube
+from shardops.k8s.api import KubeClient
 from shardops.logic.shard_items import ShardItemsSize
 from shardops.store.s3 import S3Store
 
@@ -99,7 +99,7 @@ def object_items(source: ItemsObject, s3: S3Store | None, shard_size: int | None
     return StreamedItems(lambda: s3.open_lines(source.key, source.bucket), where, shard_size)
 
 
-def campaign_items(kube: Kube, campaign: Campaign, s3: S3Store | None) -> Sequence[Item]:
+def campaign_items(kube: KubeClient, campaign: Campaign, s3: S3Store | None) -> Sequence[Item]:
     """Every item of the campaign: inline, a ConfigMap's (read now) or an object's (streamed).
     Raises campaigns.ItemsUnavailable naming the problem and its fix."""
     if campaign.spec.items_left_out:

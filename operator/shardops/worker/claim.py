@@ -31,7 +31,7 @@ from shardops.api.enums import CampaignPhase, ErrorClass, ShardPhase
 from shardops.api.names import API_GROUP_VERSION, SHARD_KIND
 from shardops.api.shard import Progress, Shard, ShardError
 from shardops.k8s import leases
-from shardops.k8s.api import SHARDS, Conflict, Kube, NotFound
+from shardops.k8s.api import SHARDS, Conflict, KubeClient, NotFound
 from shardops.k8s.shards import Actor, TransitionRequest, apply_transition
 from shardops.logic.breaker import route
 from shardops.logic.budget import BudgetGate, allows
@@ -196,7 +196,7 @@ def progress_of(items: Sequence[Item], done_keys: Mapping[str, object] | set[str
 
 @dataclass(frozen=True)
 class ClaimContext:
-    kube: Kube
+    kube: KubeClient
     namespace: str
     holder: str
     actor: Actor

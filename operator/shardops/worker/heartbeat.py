@@ -24,7 +24,7 @@ from shardops.api.common import JSON, TokenCounts
 from shardops.api.enums import ShardPhase
 from shardops.api.shard import Progress, Shard
 from shardops.k8s import leases
-from shardops.k8s.api import SHARDS, Conflict, Kube, NotFound
+from shardops.k8s.api import SHARDS, Conflict, KubeClient, NotFound
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ def still_ours(shard: Shard, holder: str, token: int) -> bool:
     return status.phase is ShardPhase.RUNNING and status.owner == holder and status.fencing_token == token
 
 
-def renew(kube: Kube, claim: leases.Claim, now: dt.datetime) -> leases.Claim:
+def renew(kube: KubeClient, claim: leases.Claim, now: dt.datetime) -> leases.Claim:
     """The renewed claim, or Fenced when the Lease is no longer ours."""
     try:
         return leases.renew(kube, claim, now)
@@ -68,7 +68,7 @@ def renew(kube: Kube, claim: leases.Claim, now: dt.datetime) -> leases.Claim:
 
 
 def write_as_holder(
-    kube: Kube, shard: Shard, holder: str, token: int, write: Callable[[Shard], Shard]
+    kube: KubeClient, shard: Shard, holder: str, token: int, write: Callable[[Shard], Shard]
 ) -> Shard:
     """Run `write(shard)` (a write with the shard's resourceVersion as precondition) as the holder.
 
@@ -122,7 +122,7 @@ def _time(moment: dt.datetime) -> str:
     return moment.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
 
 
-def patch_heartbeat(kube: Kube, shard: Shard, patch: JSON) -> Shard:
+def patch_heartbeat(kube: KubeClient, shard: Shard, patch: JSON) -> Shard:
     """One status patch at the shard's resourceVersion."""
     return Shard.parse(
         kube.patch(

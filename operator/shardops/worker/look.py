@@ -25,7 +25,7 @@ from shardops.api.campaign import Campaign
 from shardops.api.common import JSON
 from shardops.api.enums import ShardPhase
 from shardops.api.shard import Shard
-from shardops.k8s.api import CAMPAIGNS, SHARDS, Kube, NotFound
+from shardops.k8s.api import CAMPAIGNS, SHARDS, KubeClient, NotFound
 from shardops.k8s.informer import Changes, Informer
 from shardops.k8s.shards import list_unfinished, watched_query
 from shardops.logic.timefmt import parse_rfc3339
@@ -71,7 +71,7 @@ class Looks(Protocol):
     def close(self) -> None: ...
 
 
-def read_look(kube: Kube, namespace: str, campaign: str) -> Look:
+def read_look(kube: KubeClient, namespace: str, campaign: str) -> Look:
     """Two requests: the Campaign, then its unfinished shards. Read in this order, the shards are at
     least as new as the Campaign status (a fold records shards there before it deletes them)."""
     # Items counted, not parsed: shards carry their own (the look's cost stays the window's).
@@ -83,7 +83,7 @@ def read_look(kube: Kube, namespace: str, campaign: str) -> Look:
 class ReadLooks:
     """Every look reads (`read_look`); waiting is sleeping."""
 
-    kube: Kube
+    kube: KubeClient
     namespace: str
     campaign: str
 
@@ -164,7 +164,7 @@ class Watches:
     of slots. Parses are kept per object version, so a look parses only what changed since the last
     one. Parsed objects are shared and never changed by their readers."""
 
-    def __init__(self, kube: Kube, namespace: str, campaign: str) -> None:
+    def __init__(self, kube: KubeClient, namespace: str, campaign: str) -> None:
         self.kube = kube
         self.namespace = namespace
         self.campaign_name = campaign
@@ -259,7 +259,9 @@ class WatchedLooks:
 
     Until the watches have listed once (or when they cannot: no watch permission), looks read."""
 
-    def __init__(self, kube: Kube, namespace: str, campaign: str, watches: Watches | None = None) -> None:
+    def __init__(
+        self, kube: KubeClient, namespace: str, campaign: str, watches: Watches | None = None
+    ) -> None:
         self.kube = kube
         self.namespace = namespace
         self.campaign_name = campaign
