@@ -28,8 +28,9 @@ from shardops.api.shard import Shard
 from shardops.k8s.api import LEASES, SHARDS, Resource
 from shardops.store.configmap import ConfigMapStore
 from shardops.worker import runner
-from shardops.worker.runner import PERSISTENT_ENV, CommandFailure, CommandServer, ServedCommand
-from shardops.worker.runtime import Outcome
+from shardops.worker.holding import Outcome
+from shardops.worker.persistent import PERSISTENT_ENV, CommandServer, ServedCommand
+from shardops.worker.runner import CommandFailure
 from workerkit import NAMESPACE, add_campaign, campaign_body
 
 AGENT = [sys.executable, "-m", "shardops_example_agent.agent"]
@@ -310,12 +311,12 @@ def test_a_command_that_cannot_start_is_command_not_found(server: CommandServer)
 _SERVED_PARENT = """
 import os, sys, time
 from pathlib import Path
-from shardops.worker import runner
+from shardops.worker import persistent, runner
 if sys.argv[1] == "preexec":
     runner._SETPRIV = None
-server = runner.CommandServer(Path(sys.argv[2]))
+server = persistent.CommandServer(Path(sys.argv[2]))
 argv = [sys.executable, "-c", sys.argv[3]]
-command = runner.ServedCommand(server, argv, dict(os.environ), frozenset(), "s")
+command = persistent.ServedCommand(server, argv, dict(os.environ), frozenset(), "s")
 command.start()
 while command.poll() is None:
     time.sleep(0.01)

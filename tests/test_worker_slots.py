@@ -18,8 +18,9 @@ from shardops.api.shard import Shard
 from shardops.k8s.api import LEASES, SHARDS, ApiError
 from shardops.worker.look import WatchedLooks, Watches
 from shardops.worker.metrics import WorkerMetrics
-from shardops.worker.runtime import SlotGroup, Worker, run_slots
+from shardops.worker.runtime import Worker
 from shardops.worker.settings import IDENTITY_MAX, WorkerSettings
+from shardops.worker.slots import SlotGroup, run_slots
 from workerkit import NAMESPACE, add_campaign, campaign_body, worker_settings
 
 # Every shard's command waits until $EXPECTED shards' commands have started (a file each in

@@ -21,8 +21,9 @@ from shardops.k8s.api import CAMPAIGNS, LEASES, SHARDS, Gone, json_lines, watch_
 from shardops.k8s.informer import Changes, Informer
 from shardops.k8s.shards import unfinished_query
 from shardops.logic.leases import Renewals
+from shardops.worker.holding import Outcome
 from shardops.worker.look import Wake, WatchedLooks, campaign_change_matters, read_look, shard_change_matters
-from shardops.worker.runtime import LOST_CLAIM_SECONDS, MAX_SPREAD_SECONDS, SPREAD_SECONDS, Outcome
+from shardops.worker.runtime import LOST_CLAIM_SECONDS, MAX_SPREAD_SECONDS, SPREAD_SECONDS
 from workerkit import NAMESPACE, add_campaign, campaign_body, held_by_another, worker
 
 AGENT = [sys.executable, "-m", "shardops_example_agent.agent"]

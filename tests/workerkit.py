@@ -19,7 +19,8 @@ from shardops.k8s.shards import Actor, TransitionRequest, apply_transition
 from shardops.logic.idempotency import idempotency_key
 from shardops.logic.leases import Renewals
 from shardops.logic.transitions import Action
-from shardops.worker.runtime import SystemClock, Worker
+from shardops.worker.clocks import SystemClock
+from shardops.worker.runtime import Worker
 from shardops.worker.settings import WorkerSettings
 
 JSON = dict[str, Any]

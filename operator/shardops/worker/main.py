@@ -14,10 +14,13 @@ from typing import Any
 from shardops import __version__
 from shardops.api.names import WORKER_FIELD_MANAGER
 from shardops.k8s.api import Kube
+from shardops.worker.clocks import SystemClock
+from shardops.worker.logs import emit
 from shardops.worker.look import WatchedLooks, Watches
 from shardops.worker.metrics import METRICS_PATH, MetricsEndpoint, WorkerMetrics
-from shardops.worker.runtime import SlotGroup, SystemClock, Worker, emit, run_slots
+from shardops.worker.runtime import Worker
 from shardops.worker.settings import WorkerSettings
+from shardops.worker.slots import SlotGroup, run_slots
 
 
 class JsonFormatter(logging.Formatter):
