@@ -649,10 +649,10 @@ def test_worker_rules_are_exactly_what_the_runtime_uses(helm_bin: Path) -> None:
     worker = grants(rules_of(render(helm_bin), "-worker"))
     assert worker == {
         ("shardops.dev", "campaigns", "get"),  # runtime: read the campaign (a fresh look)
-        *{("shardops.dev", "campaigns", v) for v in ("list", "watch")},  # worker.look: watch it by name
+        *{("shardops.dev", "campaigns", v) for v in ("list", "watch")},  # worker.observed: watch it by name
         ("shardops.dev", "shards", "get"),  # claim: re-read before writing
         ("shardops.dev", "shards", "list"),  # claim: find a claimable shard
-        ("shardops.dev", "shards", "watch"),  # worker.look: watch the unfinished shards
+        ("shardops.dev", "shards", "watch"),  # worker.observed: watch the unfinished shards
         ("shardops.dev", "shards/status", "patch"),  # k8s.shards.apply_transition
         *{("coordination.k8s.io", "leases", v) for v in ("get", "create", "update", "patch")},  # k8s.leases
         *{("", "configmaps", v) for v in ("get", "create", "update", "patch")},  # k8s.results, itemsFrom

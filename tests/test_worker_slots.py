@@ -16,8 +16,8 @@ from fakekube import FakeKube
 from shardops.api.enums import ShardPhase
 from shardops.api.shard import Shard
 from shardops.k8s.api import LEASES, SHARDS, ApiError
-from shardops.worker.look import WatchedLooks, Watches
 from shardops.worker.metrics import WorkerMetrics
+from shardops.worker.observed import WatchedObserver, Watches
 from shardops.worker.runtime import Worker
 from shardops.worker.settings import IDENTITY_MAX, WorkerSettings
 from shardops.worker.slots import SlotGroup, run_slots
@@ -59,7 +59,7 @@ def _slots(kube: FakeKube, tmp_path: Path, count: int, **settings: object) -> tu
             stop=stop,
             slot=slot,
             group=group,
-            looks=WatchedLooks(kube, NAMESPACE, "camp", watches),  # type: ignore[arg-type]
+            observer=WatchedObserver(kube, NAMESPACE, "camp", watches),  # type: ignore[arg-type]
         )
         for slot in range(count)
     ]

@@ -1,4 +1,4 @@
-"""Workers that look for work through watches (`k8s.informer`, `worker.look.WatchedLooks`), against
+"""Workers that look for work through watches (`k8s.informer`, `worker.observed.WatchedObserver`), against
 the in-memory API server's watch: the copy follows every change, a look costs no request, a waiting
 worker wakes on a change that may matter and not on a heartbeat, and an exit is confirmed on a
 fresh read."""
@@ -22,7 +22,13 @@ from shardops.k8s.informer import Changes, Informer
 from shardops.k8s.shards import unfinished_query
 from shardops.logic.leases import Renewals
 from shardops.worker.holding import Outcome
-from shardops.worker.look import Wake, WatchedLooks, campaign_change_matters, read_look, shard_change_matters
+from shardops.worker.observed import (
+    Wake,
+    WatchedObserver,
+    campaign_change_matters,
+    read_observed,
+    shard_change_matters,
+)
 from shardops.worker.runtime import LOST_CLAIM_SECONDS, MAX_SPREAD_SECONDS, SPREAD_SECONDS
 from workerkit import NAMESPACE, add_campaign, campaign_body, held_by_another, worker
 
@@ -110,14 +116,14 @@ def test_the_informer_follows_the_window_and_wakes_only_on_changes_that_matter()
 def test_watched_looks_read_nothing_per_look_and_parse_only_what_changed() -> None:
     kube = FakeKube()
     shards = add_campaign(kube, campaign_body(items=[{"id": i} for i in range(6)]))
-    looks = WatchedLooks(kube, NAMESPACE, "camp")  # type: ignore[arg-type]
+    looks = WatchedObserver(kube, NAMESPACE, "camp")  # type: ignore[arg-type]
     try:
-        first = looks.look()
+        first = looks.observe()
         assert not first.fresh and first.campaign.name == "camp"
         assert sorted(s.name for s in first.unfinished) == [s.name for s in shards]
         reads = [c for c in kube.calls if c.method in ("GET", "LIST")]
         for _ in range(20):
-            again = looks.look()
+            again = looks.observe()
         assert [c for c in kube.calls if c.method in ("GET", "LIST")] == reads, "a look sent a request"
         # The same parsed objects while nothing changed: a look parses only what changed.
         assert [id(s) for s in again.unfinished] == [id(s) for s in first.unfinished]
@@ -126,9 +132,11 @@ def test_watched_looks_read_nothing_per_look_and_parse_only_what_changed() -> No
         _until(
             looks.changes,
             seen,
-            lambda: {s.name: s.phase for s in looks.look().unfinished}[shards[0].name] is ShardPhase.RUNNING,
+            lambda: (
+                {s.name: s.phase for s in looks.observe().unfinished}[shards[0].name] is ShardPhase.RUNNING
+            ),
         )
-        changed = {s.name: s for s in looks.look().unfinished}
+        changed = {s.name: s for s in looks.observe().unfinished}
         assert changed[shards[0].name] is not first.unfinished[0]
         assert changed[shards[2].name] is {s.name: s for s in first.unfinished}[shards[2].name]
     finally:
@@ -138,9 +146,9 @@ def test_watched_looks_read_nothing_per_look_and_parse_only_what_changed() -> No
 def test_a_waiting_worker_wakes_when_a_shard_appears_not_at_its_poll(tmp_path: Path) -> None:
     kube = FakeKube()
     add_campaign(kube, campaign_body(items=[{"id": 0}]))
-    looks = WatchedLooks(kube, NAMESPACE, "camp")  # type: ignore[arg-type]
+    looks = WatchedObserver(kube, NAMESPACE, "camp")  # type: ignore[arg-type]
     try:
-        looks.look()
+        looks.observe()
         stop = threading.Event()
         woke: list[bool] = []
         # The wait counts changes from the look on, so the put may land before the wait begins.
@@ -161,12 +169,12 @@ def test_a_worker_on_watches_runs_every_shard_and_exits_on_a_fresh_read(tmp_path
     shards = add_campaign(
         kube, campaign_body(items=[{"id": i} for i in range(6)], worker={"image": "x", "command": AGENT})
     )
-    runner = worker(kube, tmp_path, looks=WatchedLooks(kube, NAMESPACE, "camp"))  # type: ignore[arg-type]
+    runner = worker(kube, tmp_path, observer=WatchedObserver(kube, NAMESPACE, "camp"))  # type: ignore[arg-type]
     assert runner.run() == 0
     for shard in shards:
         stored = kube.obj(SHARDS, NAMESPACE, shard.name)
         assert stored is not None and stored["status"]["phase"] == ShardPhase.DONE
-    # Looks came from the watches: the only reads of the Campaign and of shard lists are the
+    # Observer came from the watches: the only reads of the Campaign and of shard lists are the
     # watches' first lists and the fresh read that confirmed the exit.
     campaign_gets = [
         c for c in kube.calls if c.method == "GET" and c.path == CAMPAIGNS.path(NAMESPACE, "camp")
@@ -180,11 +188,11 @@ def test_a_worker_does_not_exit_on_a_copy_that_lags(tmp_path: Path) -> None:
     confirms an exit disagrees, so the worker works instead of leaving."""
     kube = FakeKube()
     (shard,) = add_campaign(kube, campaign_body(items=[{"id": 0}], worker={"image": "x", "command": AGENT}))
-    looks = WatchedLooks(kube, NAMESPACE, "camp")  # type: ignore[arg-type]
-    looks.look()
+    looks = WatchedObserver(kube, NAMESPACE, "camp")  # type: ignore[arg-type]
+    looks.observe()
     looks.close()
     looks.campaign._objects.clear()  # stopped, the copy stays without its Campaign
-    runner = worker(kube, tmp_path, looks=looks)
+    runner = worker(kube, tmp_path, observer=looks)
     assert runner._step() is Outcome.DONE
     assert Shard.parse(kube.obj(SHARDS, NAMESPACE, shard.name) or {}).phase is ShardPhase.DONE
 
@@ -192,9 +200,9 @@ def test_a_worker_does_not_exit_on_a_copy_that_lags(tmp_path: Path) -> None:
 def test_a_lost_claim_is_not_tried_again_until_the_shard_changes(tmp_path: Path) -> None:
     kube = FakeKube()
     (shard,) = add_campaign(kube, campaign_body(items=[{"id": 0}], worker={"image": "x", "command": AGENT}))
-    looks = WatchedLooks(kube, NAMESPACE, "camp")  # type: ignore[arg-type]
+    looks = WatchedObserver(kube, NAMESPACE, "camp")  # type: ignore[arg-type]
     try:
-        looks.look()
+        looks.observe()
         looks.close()  # the copy stops here: it never sees the winner's claim
         # Another worker holds the shard's Lease (its claim write has not landed).
         now = dt.datetime.now(dt.UTC)
@@ -202,7 +210,7 @@ def test_a_lost_claim_is_not_tried_again_until_the_shard_changes(tmp_path: Path)
             leases.acquire(kube, NAMESPACE, shard.lease_name, "other", 30, now, seen=Renewals(lambda: 0.0))
             is not None
         )  # type: ignore[arg-type]
-        runner = worker(kube, tmp_path, looks=looks)
+        runner = worker(kube, tmp_path, observer=looks)
         assert runner._step() is None
         lease_reads = lambda: [c for c in kube.calls if c.plural == "leases"]  # noqa: E731
         tried = len(lease_reads())
@@ -368,7 +376,7 @@ def test_a_lost_race_ends_the_look_and_widens_the_spread_and_a_win_narrows_it(tm
     assert not runner._lost_last and runner._spread == MAX_SPREAD_SECONDS / 2
 
 
-class _RecordedLooks(WatchedLooks):
+class _RecordedObserver(WatchedObserver):
     woke: list[Wake]
 
     def wait(self, seconds: float, stop: threading.Event) -> Wake:
@@ -388,9 +396,9 @@ def test_a_change_that_leaves_no_pending_shard_to_try_does_not_end_the_wait(tmp_
     lost, running = add_campaign(kube, body)
     clock = SteppedClock()
     _held_by_another(kube, lost, clock)
-    looks = _RecordedLooks(kube, NAMESPACE, "camp")  # type: ignore[arg-type]
+    looks = _RecordedObserver(kube, NAMESPACE, "camp")  # type: ignore[arg-type]
     looks.woke = []
-    runner = worker(kube, tmp_path, clock=clock, looks=looks)
+    runner = worker(kube, tmp_path, clock=clock, observer=looks)
     try:
         _phase(kube, running.name, ShardPhase.RUNNING)
         _until(
@@ -418,12 +426,12 @@ def test_a_change_that_leaves_no_pending_shard_to_try_does_not_end_the_wait(tmp_
 def test_a_shard_without_a_status_is_left_out_of_the_watch_until_it_is_pending() -> None:
     """Every event of a watched shard goes to every worker: the one of a shard just created (no status,
     not claimable) is not sent. The write that makes it Pending brings it in and wakes a waiter; a
-    fresh read (`read_look`, which confirms exits) sees it all along."""
+    fresh read (`read_observed`, which confirms exits) sees it all along."""
     kube = FakeKube()
     (shard,) = add_campaign(kube, campaign_body(items=[{"id": 0}]))
-    looks = WatchedLooks(kube, NAMESPACE, "camp")  # type: ignore[arg-type]
+    looks = WatchedObserver(kube, NAMESPACE, "camp")  # type: ignore[arg-type]
     try:
-        looks.look()
+        looks.observe()
         body = kube.obj(SHARDS, NAMESPACE, shard.name)
         assert body is not None
         created = {k: v for k, v in body.items() if k != "status"}
@@ -431,11 +439,11 @@ def test_a_shard_without_a_status_is_left_out_of_the_watch_until_it_is_pending()
         seen = looks.changes.count
         kube.put(SHARDS, NAMESPACE, created)
         kube.put(SHARDS, NAMESPACE, {**body, "metadata": {**body["metadata"], "name": "camp-00002"}})
-        _until(looks.changes, seen, lambda: "camp-00002" in {s.name for s in looks.look().unfinished})
-        assert "camp-00001" not in {s.name for s in looks.look().unfinished}
-        assert "camp-00001" in {s.name for s in read_look(kube, NAMESPACE, "camp").unfinished}  # type: ignore[arg-type]
+        _until(looks.changes, seen, lambda: "camp-00002" in {s.name for s in looks.observe().unfinished})
+        assert "camp-00001" not in {s.name for s in looks.observe().unfinished}
+        assert "camp-00001" in {s.name for s in read_observed(kube, NAMESPACE, "camp").unfinished}  # type: ignore[arg-type]
         seen = looks.changes.count
         _phase(kube, "camp-00001", ShardPhase.PENDING)
-        _until(looks.changes, seen, lambda: "camp-00001" in {s.name for s in looks.look().unfinished})
+        _until(looks.changes, seen, lambda: "camp-00001" in {s.name for s in looks.observe().unfinished})
     finally:
         looks.close()

@@ -129,7 +129,7 @@ def worker_settings(tmp_path: Path, **overrides: Any) -> WorkerSettings:
 def worker(kube: FakeKube, tmp_path: Path, campaign: str = "camp", **overrides: Any) -> Worker:
     """A Worker of `campaign` on the in-memory API server; `looks`, `clock` and `stop` go to the
     Worker, everything else to its settings (`worker_settings`)."""
-    parts = {key: overrides.pop(key) for key in ("looks", "clock", "stop") if key in overrides}
+    parts = {key: overrides.pop(key) for key in ("observer", "clock", "stop") if key in overrides}
     return Worker(
         kube=kube,  # type: ignore[arg-type]
         settings=worker_settings(tmp_path, **overrides),

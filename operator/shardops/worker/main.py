@@ -16,8 +16,8 @@ from shardops.api.names import WORKER_FIELD_MANAGER
 from shardops.k8s.api import Kube
 from shardops.worker.clocks import SystemClock
 from shardops.worker.logs import emit
-from shardops.worker.look import WatchedLooks, Watches
 from shardops.worker.metrics import METRICS_PATH, MetricsEndpoint, WorkerMetrics
+from shardops.worker.observed import WatchedObserver, Watches
 from shardops.worker.runtime import Worker
 from shardops.worker.settings import WorkerSettings
 from shardops.worker.slots import SlotGroup, run_slots
@@ -88,7 +88,7 @@ def run_worker(settings: WorkerSettings, campaign: str) -> int:
             stop=stop,
             slot=slot,
             group=group,
-            looks=WatchedLooks(kube, namespace, campaign, watches) if watches is not None else None,
+            observer=WatchedObserver(kube, namespace, campaign, watches) if watches is not None else None,
             clock=clock,
         )
         for slot in range(settings.slots)

@@ -1,9 +1,9 @@
-"""The worker loop (`Worker`, one per slot): look, claim a shard, run it to an outcome, repeat until
-there is nothing left to do.
+"""The worker loop (`Worker`, one per slot): observe, claim a shard, run it to an outcome, repeat
+until there is nothing left to do.
 
 One shard at a time per slot: a claimed shard is run by a ShardRun (shardrun.py) and ends in an
 Outcome (holding.py). A worker process runs spec.worker.slots such loops, each in its own thread,
-sharing what one process needs once (slots.py: `SlotGroup`, `run_slots`). What a slot looks at
+sharing what one process needs once (slots.py: `SlotGroup`, `run_slots`). What a slot observes
 before it claims is its `Observed` (observed.py), read or watched.
 """
 
@@ -31,8 +31,8 @@ from shardops.worker.claim import ClaimContext, Claimed, choose, claim, stop_rea
 from shardops.worker.clocks import Clock, SystemClock
 from shardops.worker.holding import TRANSIENT_ERRORS, Outcome
 from shardops.worker.logs import emit, log
-from shardops.worker.look import Look, Looks, ReadLooks, Wake, read_look
 from shardops.worker.metrics import ClaimOutcome, WorkerMetrics
+from shardops.worker.observed import Observed, Observer, ReadObserver, Wake, read_observed
 from shardops.worker.persistent import CommandServer, served_process_env
 from shardops.worker.runner import SHARD_VARIABLES, CommandFailure, campaign_variables, command_env
 from shardops.worker.settings import WorkerSettings
@@ -44,12 +44,12 @@ CONTROLLER = "shardops.dev/worker"
 # winner's claim to reach a watched copy, short enough that a winner that crashed between its Lease
 # and its claim write costs little (its Lease runs out anyway before the shard is claimable).
 LOST_CLAIM_SECONDS = 5.0
-# After a watched change, an idle worker waits a random part of its spread before it looks, so the
+# After a watched change, an idle worker waits a random part of its spread before it observes, so
 # idle workers that all saw one new shard do not all race for it at once. The spread starts here,
 # doubles with every claim the worker loses (more workers are racing than the spread keeps apart)
 # up to MAX_SPREAD_SECONDS, and halves with every claim it wins: binary exponential backoff, as
 # Ethernet spaces out senders that collided. A lost race costs a Lease create the API server
-# refuses (409) and the worker's own look; without it, 20 idle workers met every new shard of a
+# refuses (409) and the worker's own observation; without it, 20 idle workers met every new shard of a
 # zero-work campaign together and lost 16 creates for each one won.
 SPREAD_SECONDS = 0.05
 MAX_SPREAD_SECONDS = 1.0
@@ -57,11 +57,11 @@ MAX_SPREAD_SECONDS = 1.0
 
 @dataclass(frozen=True)
 class _Won:
-    """A claim a slot won, with what its run needs of the look it was made on."""
+    """A claim a slot won, with what its run needs of what was observed when it was made."""
 
     campaign: Campaign
     claimed: Claimed
-    # The cooldowns as of that look: no other read (state.cooldowns).
+    # The cooldowns as observed then: no other read (state.cooldowns).
     cooling: Mapping[str, SourceCooldown]
 
 
@@ -86,15 +86,16 @@ class Worker:
     _items_cache: dict[tuple[str, str, str], list[Item]] = field(default_factory=dict)
     # The campaign's spec.idleSeconds as last read; used unless SHARDOPS_IDLE_SECONDS overrides it.
     _campaign_idle: int = 30
-    # The campaign had items not yet cut into shards at the last look: the operator cuts more as soon
+    # The campaign had items not yet cut into shards when last observed: the operator cuts more as soon
     # as the backlog has room, so a worker waits for them instead of going idle.
     _more_coming: bool = False
-    # How a look gets the campaign and its unfinished shards (worker.look); None: a read per look.
-    looks: Looks | None = None
+    # How the slot observes the campaign and its unfinished shards (worker.observed); None: a read
+    # per observation.
+    observer: Observer | None = None
     # Shards whose claim this process lost, or a sibling slot won, are in `group` (SlotGroup.lose):
     # a watched copy shows the winner's claim only once its event arrives; until the shard changes
     # (or LOST_CLAIM_SECONDS pass) trying it again would only lose again.
-    # The current spread (SPREAD_SECONDS) and whether the last look ended with a lost claim.
+    # The current spread (SPREAD_SECONDS) and whether the last observation ended with a lost claim.
     _spread: float = SPREAD_SECONDS
     _lost_last: bool = False
     # When this worker last saw each claim of its window renewed, on its own clock: zombies are
@@ -102,9 +103,9 @@ class Worker:
     renewals: Renewals = field(init=False)
     # The persistent command's process between shards (spec.worker.persistent), ended at close().
     commands: CommandServer = field(init=False)
-    # The campaign as of the slot's last look, and whether its persistent command was started
+    # The campaign as the slot last observed it, and whether its persistent command was started
     # ahead of its first shard (`start_command_ahead`).
-    _looked_at: Campaign | None = None
+    _observed_campaign: Campaign | None = None
     _started_ahead: bool = False
 
     def __post_init__(self) -> None:
@@ -113,8 +114,8 @@ class Worker:
             self.group = SlotGroup(WorkerMetrics(f"{self.namespace}/{self.campaign_name}"))
         self.renewals = Renewals(self.clock.monotonic)
         self.commands = CommandServer(self.settings.work_dir, self.settings.keep_work_dir)
-        if self.looks is None:
-            self.looks = ReadLooks(self.kube, self.namespace, self.campaign_name)
+        if self.observer is None:
+            self.observer = ReadObserver(self.kube, self.namespace, self.campaign_name)
 
     @property
     def shared(self) -> SlotGroup:
@@ -182,7 +183,7 @@ class Worker:
                 emit("exiting", reason=step, shards=finished)
                 return 0
             if self._lost_last:
-                # Others are racing for the same shards: look again (there may be more to claim)
+                # Others are racing for the same shards: observe again (there may be more to claim)
                 # after a random part of the spread, not at once and not only at the next change.
                 self.wait(self.rng.random() * self._spread)
                 continue
@@ -200,30 +201,30 @@ class Worker:
         return 0
 
     def close(self) -> None:
-        assert self.looks is not None
+        assert self.observer is not None
         try:
             self.commands.close(self.settings.term_grace_seconds)
         finally:
-            self.looks.close()
+            self.observer.close()
 
     def wait_for_work(self, seconds: float) -> None:
         """Until something may have made a shard claimable, or `seconds`. A watched change is
         followed by a pause of a random part of the spread, then the watched copy is asked whether
         a shard is Pending that this worker has not just lost (no request, no parse): when none is,
-        someone else took the new shard during the pause, and the worker waits on without a look."""
-        assert self.looks is not None
+        someone else took the new shard during the pause, and the worker waits on without observing."""
+        assert self.observer is not None
         deadline = self.clock.monotonic() + seconds
         while True:
-            # On time without a change, the look comes all the same: it also judges zombies.
-            if self.looks.wait(deadline - self.clock.monotonic(), self.stop) is not Wake.CHANGE:
+            # On time without a change, the slot observes all the same: that also judges zombies.
+            if self.observer.wait(deadline - self.clock.monotonic(), self.stop) is not Wake.CHANGE:
                 return
             if self.wait(self.rng.random() * self._spread) or self._may_claim():
                 return
 
     def _may_claim(self) -> bool:
         """A Pending shard is in the watched copy that this worker did not just lose (or no copy)."""
-        assert self.looks is not None
-        pending = self.looks.pending(self.clock.now())
+        assert self.observer is not None
+        pending = self.observer.pending(self.clock.now())
         if pending is None:
             return True
         return any(not self._lost_at(name, version) for name, version in pending.items())
@@ -234,8 +235,8 @@ class Worker:
         return float(self._campaign_idle)
 
     def _step(self) -> Outcome | str | None:
-        """One look for work: an Outcome when a shard was claimed and run, a reason to exit, or None.
-        The look and the choice hold the process's claim lock (SlotGroup) until the chosen shard is
+        """One pass for work: an Outcome when a shard was claimed and run, a reason to exit, or None.
+        Observing and choosing hold the process's claim lock (SlotGroup) until the chosen shard is
         reserved for this slot; its Lease create, the claim write and the run do not."""
         try:
             held = Held(self.shared.claiming)
@@ -243,8 +244,8 @@ class Worker:
                 found = self._claim_one(held)
             finally:
                 held.release()
-            if not isinstance(found, str) and self._looked_at is not None:
-                self.start_command_ahead(self._looked_at)
+            if not isinstance(found, str) and self._observed_campaign is not None:
+                self.start_command_ahead(self._observed_campaign)
             if not isinstance(found, _Won):
                 return found
             run = ShardRun(self, found.campaign, found.claimed, cooldowns=found.cooling)
@@ -259,20 +260,20 @@ class Worker:
                 self.shared.hold(False)
 
     def _claim_one(self, held: Held) -> _Won | str | None:
-        """Look, and claim a shard of the look: what was won, a reason to exit, or None. `held`: the
-        claim lock, released once a shard is chosen and reserved."""
-        assert self.looks is not None
-        look = self._look(self.looks.look)
-        decided = self._exit_reason(look)
-        if decided is not None and (look is None or not look.fresh):
+        """Observe, and claim a shard of what was observed: what was won, a reason to exit, or None.
+        `held`: the claim lock, released once a shard is chosen and reserved."""
+        assert self.observer is not None
+        observed = self._observe(self.observer.observe)
+        decided = self._exit_reason(observed)
+        if decided is not None and (observed is None or not observed.fresh):
             # A watched copy may lag (two watches, each an event behind at most): exit only on a
             # fresh read that agrees (one more read of a gone campaign that was read already).
-            look = self._look(lambda: read_look(self.kube, self.namespace, self.campaign_name))
-            decided = self._exit_reason(look)
-        if decided is not None or look is None:
+            observed = self._observe(lambda: read_observed(self.kube, self.namespace, self.campaign_name))
+            decided = self._exit_reason(observed)
+        if decided is not None or observed is None:
             return decided
-        campaign, shards = look.campaign, look.unfinished
-        self._looked_at = campaign
+        campaign, shards = observed.campaign, observed.unfinished
+        self._observed_campaign = campaign
         self._campaign_idle = campaign.spec.idle_seconds
         self._more_coming = uncut_shards(campaign, shards) > 0
         self.shared.keep_only({shard.name for shard in shards})
@@ -285,14 +286,14 @@ class Worker:
             return None
         if self.stop.is_set():
             return None
-        # One candidate per look: a won claim runs, a lost race means the others on this look's
-        # list are likely raced for too (the loop looks again after a pause, `_loop`).
+        # One candidate per observation: a won claim runs, a lost race means the others on its list
+        # are likely raced for too (the loop observes again after a pause, `_loop`).
         candidate = candidates[0]
         version = candidate.shard.metadata.resource_version or ""
         # Lost before (its Lease exists: read it before taking it), not counting the reservation.
         lost_before = self.shared.lost(candidate.shard.name) is not None
         # Reserved: from here the siblings pass this shard by at this version (SlotGroup), so the
-        # lock goes now and their looks and Lease creates overlap this slot's Lease create.
+        # lock goes now and their observations and Lease creates overlap this slot's Lease create.
         self.shared.lose(candidate.shard.name, version, self.clock.monotonic())
         held.release()
         context = ClaimContext(
@@ -311,7 +312,7 @@ class Worker:
         try:
             claimed = claim(context, campaign, candidate)
         except BaseException:
-            # Not lost to anyone (the Lease, if won, was let go): the next look tries it again,
+            # Not lost to anyone (the Lease, if won, was let go): the next observation tries it again,
             # reading its Lease first (it may exist: lost_before), not passing it by as taken.
             expired = self.clock.monotonic() - LOST_CLAIM_SECONDS - 1
             self.shared.lose(candidate.shard.name, version, expired)
@@ -350,7 +351,7 @@ class Worker:
             self.shared.hold(True)
 
     def start_command_ahead(self, campaign: Campaign) -> None:
-        """Once per slot, after its first look: start the campaign's persistent command
+        """Once per slot, after it first observed: start the campaign's persistent command
         (spec.worker.persistent) before the slot's first shard needs it, so the process's start (an
         interpreter and its imports, seconds while a campaign's workers all start at once) overlaps
         the slot's wait for its first claim. Its environment is the one every shard's process gets
@@ -370,7 +371,7 @@ class Worker:
 
     def _silences(self, shards: Sequence[Shard]) -> dict[str, float]:
         """How long this worker has not seen each Running shard's claim renewed. Kept for every shard
-        of the look (bounded by the window): a Pending shard's Lease judged at a claim stays timed."""
+        observed (bounded by the window): a Pending shard's Lease judged at a claim stays timed."""
         self.renewals.keep_only([shard.lease_name for shard in shards])
         return {
             shard.name: shardview.claim_silence(self.renewals, shard, None)
@@ -379,38 +380,39 @@ class Worker:
         }
 
     @staticmethod
-    def _look(how: Callable[[], Look]) -> Look | None:
-        """A look with only the shards the Campaign controls (a deleted incarnation's are not its)
-        and has not folded; None when the campaign does not exist. Only the unfinished shards: what a
-        look costs is bounded by the window, not the campaign.
+    def _observe(how: Callable[[], Observed]) -> Observed | None:
+        """What `how` observed, with only the shards the Campaign controls (a deleted incarnation's
+        are not its) and has not folded; None when the campaign does not exist. Only the unfinished
+        shards: what an observation costs is bounded by the window, not the campaign.
 
         A shard whose index the campaign has folded is never worked on: it can only be a stale
         re-creation — a create an operator replica had in flight when it lost leadership, landing
         after the new leader folded and deleted that shard — which the leader deletes as a leftover
         (docs/architecture.md, "Leader election")."""
         try:
-            look = how()
+            observed = how()
         except NotFound:
             return None
-        mine = shardview.of_campaign(look.unfinished, look.campaign)
-        return Look(look.campaign, ledger.unfolded(mine, look.campaign.current_status.folded), look.fresh)
+        campaign = observed.campaign
+        mine = shardview.of_campaign(observed.unfinished, campaign)
+        return Observed(campaign, ledger.unfolded(mine, campaign.current_status.folded), observed.fresh)
 
-    def _exit_reason(self, look: Look | None) -> str | None:
-        """Why this worker should exit, judged on `look` (None: the campaign does not exist)."""
-        if look is None:
+    def _exit_reason(self, observed: Observed | None) -> str | None:
+        """Why this worker should exit, judged on `observed` (None: the campaign does not exist)."""
+        if observed is None:
             return f"campaign {self.namespace}/{self.campaign_name} does not exist"
         started_for = self.settings.campaign_uid
-        if started_for and look.campaign.metadata.uid != started_for:
+        if started_for and observed.campaign.metadata.uid != started_for:
             return (
                 f"campaign {self.namespace}/{self.campaign_name} was deleted and applied again "
-                f"(uid {look.campaign.metadata.uid}, this worker's was {started_for})"
+                f"(uid {observed.campaign.metadata.uid}, this worker's was {started_for})"
             )
-        return stop_reason(look.campaign, look.unfinished)
+        return stop_reason(observed.campaign, observed.unfinished)
 
     def _lost_recently(self, shard: Shard) -> bool:
         """This process lost (or a sibling slot won) the claim of `shard` as it is now, a moment ago:
         the winner's claim has not reached the copy yet. (Bounded by the window: pruned to the
-        looked-at shards, `SlotGroup.keep_only`.)"""
+        observed shards, `SlotGroup.keep_only`.)"""
         return self._lost_at(shard.name, shard.metadata.resource_version or "")
 
     def _lost_at(self, name: str, version: str) -> bool:

@@ -27,14 +27,14 @@ class SlotLoop(Protocol):
 
 class SlotGroup:
     """What the slots of one worker process share: its metrics, its result stores (one S3 client per
-    location), the claims it lost, won or is making, a lock that lets one slot at a time look and
+    location), the claims it lost, won or is making, a lock that lets one slot at a time observe and
     choose, and how many slots are running a shard.
 
     One slot at a time chooses, so slots never race each other for a shard: a slot records the
     shard it chose at the version it saw as reserved (with the lost and won ones) before it lets the
     lock go and creates the Lease, and a sibling, whose watched copy has not seen that claim yet,
     passes it by instead of losing a Lease create to it; the Lease creates of the slots overlap.
-    Bounded by the window: the lost and taken claims are pruned to the shards a look sees.
+    Bounded by the window: the lost and taken claims are pruned to the shards an observation sees.
 
     The pod leaves as a whole: once a slot leaves (idle, done, the campaign gone), `leaving` is set
     and every other slot leaves at its next turn, after its current shard, instead of claiming
@@ -88,7 +88,8 @@ class SlotGroup:
 
 
 class Held:
-    """A lock taken now, released once (by whichever comes first: a won Lease, or the end of the look)."""
+    """A lock taken now, released once (by whichever comes first: a won Lease, or the end of the
+    observation)."""
 
     def __init__(self, lock: threading.Lock) -> None:
         self._lock = lock

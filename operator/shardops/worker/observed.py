@@ -1,13 +1,15 @@
-"""What a worker looks at before it claims: its Campaign and the campaign's unfinished Shards.
+"""What a worker observes before it claims (`Observed`): its Campaign and the campaign's unfinished
+Shards.
 
-Two ways to get them, one answer (`Look`):
+Two ways to observe them (an `Observer`), one answer:
 
-* `read_look` — a GET of the Campaign and a list of the unfinished shards: two requests, whose cost
-  to the API server is the window's (the list), made on every look. Used where a fresh answer
-  matters: to confirm a reason to exit, and where no watch is to be had.
-* `WatchedLook` — the same two sets kept current by two watches (`k8s.informer`): a look costs the
-  API server nothing and the worker only the parse of what changed since its last look; a worker
-  waiting for work wakes when a shard appears, changes phase or leaves the window, instead of polling.
+* `read_observed` (`ReadObserver`) — a GET of the Campaign and a list of the unfinished shards: two
+  requests, whose cost to the API server is the window's (the list), made on every observation. Used
+  where a fresh answer matters: to confirm a reason to exit, and where no watch is to be had.
+* `WatchedObserver` — the same two sets kept current by two watches (`Watches`, `k8s.informer`): an
+  observation costs the API server nothing and the worker only the parse of what changed since its
+  last one; a worker waiting for work wakes when a shard appears, changes phase or leaves the window,
+  instead of polling.
 
 Both are bounded by the window: one Campaign (selected by name) and its Shards that are not Done.
 """
@@ -32,7 +34,7 @@ from shardops.logic.timefmt import parse_rfc3339
 
 log = logging.getLogger(__name__)
 
-# How long the first look waits for the watches' first lists before it reads directly instead.
+# How long the first observation waits for the watches' first lists before it reads directly instead.
 SYNC_SECONDS = 10.0
 
 
@@ -45,7 +47,9 @@ class Wake(StrEnum):
 
 
 @dataclass(frozen=True)
-class Look:
+class Observed:
+    """What a worker observed: the Campaign and its unfinished Shards."""
+
     campaign: Campaign
     # The campaign's Shards that are not Done, parsed lean (`Shard.parse_items_counted`).
     unfinished: list[Shard]
@@ -53,8 +57,10 @@ class Look:
     fresh: bool
 
 
-class Looks(Protocol):
-    def look(self) -> Look:
+class Observer(Protocol):
+    """How a worker observes its campaign (`ReadObserver`, `WatchedObserver`), and waits for work."""
+
+    def observe(self) -> Observed:
         """The campaign and its unfinished shards; NotFound when the campaign does not exist."""
         ...
 
@@ -64,31 +70,32 @@ class Looks(Protocol):
 
     def pending(self, now: dt.datetime) -> dict[str, str] | None:
         """The Pending shards whose notBefore has passed, by name: their resourceVersions, read from
-        what the looks already hold (no request, no parse); None when that is not known without a
-        look. A hint, not a decision: the planner decides on the look."""
+        what the observer already holds (no request, no parse); None when that is not known without
+        observing. A hint, not a decision: the planner decides on what is observed."""
         ...
 
     def close(self) -> None: ...
 
 
-def read_look(kube: KubeClient, namespace: str, campaign: str) -> Look:
+def read_observed(kube: KubeClient, namespace: str, campaign: str) -> Observed:
     """Two requests: the Campaign, then its unfinished shards. Read in this order, the shards are at
     least as new as the Campaign status (a fold records shards there before it deletes them)."""
-    # Items counted, not parsed: shards carry their own (the look's cost stays the window's).
+    # Items counted, not parsed: shards carry their own (an observation's cost stays the window's).
     body = kube.get(CAMPAIGNS, namespace, campaign)
-    return Look(Campaign.parse_items_counted(body), list_unfinished(kube, namespace, campaign), fresh=True)
+    unfinished = list_unfinished(kube, namespace, campaign)
+    return Observed(Campaign.parse_items_counted(body), unfinished, fresh=True)
 
 
 @dataclass
-class ReadLooks:
-    """Every look reads (`read_look`); waiting is sleeping."""
+class ReadObserver:
+    """Every observation reads (`read_observed`); waiting is sleeping."""
 
     kube: KubeClient
     namespace: str
     campaign: str
 
-    def look(self) -> Look:
-        return read_look(self.kube, self.namespace, self.campaign)
+    def observe(self) -> Observed:
+        return read_observed(self.kube, self.namespace, self.campaign)
 
     def wait(self, seconds: float, stop: threading.Event) -> Wake:
         return Wake.STOP if stop.wait(max(seconds, 0.0)) else Wake.TIMEOUT
@@ -159,9 +166,9 @@ def campaign_change_matters(old: JSON | None, new: JSON | None) -> bool:
 class Watches:
     """The two watches of a campaign — the Campaign (by name) and its unfinished Shards that have a
     status (`watched_query`: a shard just created, not yet Pending, is left out until it is) — and
-    the parses of what they hold, shared by the slots of a worker process (`WatchedLooks`, one per
+    the parses of what they hold, shared by the slots of a worker process (`WatchedObserver`, one per
     slot): one stream of changes decoded once, each object version parsed once, whatever the number
-    of slots. Parses are kept per object version, so a look parses only what changed since the last
+    of slots. Parses are kept per object version, so an observation parses only what changed since the last
     one. Parsed objects are shared and never changed by their readers."""
 
     def __init__(self, kube: KubeClient, namespace: str, campaign: str) -> None:
@@ -200,14 +207,14 @@ class Watches:
         return self.campaign.synced and self.shards.synced
 
     def wait_synced_once(self) -> None:
-        """The first look of any slot waits (at most SYNC_SECONDS) for the watches' first lists."""
+        """The first observation of any slot waits (at most SYNC_SECONDS) for the watches' first lists."""
         with self._lock:
             if self._waited_for_sync:
                 return
             self._waited_for_sync = True
         if not (self.campaign.wait_synced(SYNC_SECONDS) and self.shards.wait_synced(SYNC_SECONDS)):
             log.warning(
-                "the watches of %s did not list in %.0f s (%s); reading on each look meanwhile",
+                "the watches of %s did not list in %.0f s (%s); reading on each observation meanwhile",
                 self.campaign_name,
                 SYNC_SECONDS,
                 self.campaign.problem or self.shards.problem or "no answer yet",
@@ -216,7 +223,7 @@ class Watches:
     def parsed(self) -> tuple[Campaign, list[Shard]]:
         """The watched Campaign and unfinished Shards, parsed; NotFound without the Campaign."""
         # Two watches, each current to within an event but not with each other: a decision that
-        # depends on both agreeing (that the campaign is finished) is confirmed by `read_look`.
+        # depends on both agreeing (that the campaign is finished) is confirmed by `read_observed`.
         found = self.campaign.objects()
         if not found:
             where = f"{self.namespace}/{self.campaign_name}"
@@ -253,11 +260,11 @@ class Watches:
         self.shards.stop()
 
 
-class WatchedLooks:
-    """Looks from a campaign's watches (`Watches`): its own, or a worker process's shared by its
-    slots, each slot with a view of its own (what it has looked at and waited for).
+class WatchedObserver:
+    """Observer from a campaign's watches (`Watches`): its own, or a worker process's shared by its
+    slots, each slot with a view of its own (what it has observed and waited for).
 
-    Until the watches have listed once (or when they cannot: no watch permission), looks read."""
+    Until the watches have listed once (or when they cannot: no watch permission), observations read."""
 
     def __init__(
         self, kube: KubeClient, namespace: str, campaign: str, watches: Watches | None = None
@@ -268,9 +275,9 @@ class WatchedLooks:
         # Stopped at close() only when made here; shared watches go with their process.
         self._owns_watches = watches is None
         self.watches = watches if watches is not None else Watches(kube, namespace, campaign)
-        # The change count when the last look began: a wait after it ends at any change since,
-        # also one that came between the look and the wait.
-        self._looked_at = self.changes.count
+        # The change count when the last observation began: a wait after it ends at any change
+        # since, also one that came between the observation and the wait.
+        self._observed_at = self.changes.count
 
     @property
     def changes(self) -> Changes:
@@ -284,26 +291,26 @@ class WatchedLooks:
     def shards(self) -> Informer:
         return self.watches.shards
 
-    def look(self) -> Look:
+    def observe(self) -> Observed:
         self.watches.wait_synced_once()
-        self._looked_at = self.changes.count
+        self._observed_at = self.changes.count
         if not self.watches.synced:
-            return read_look(self.kube, self.namespace, self.campaign_name)
+            return read_observed(self.kube, self.namespace, self.campaign_name)
         campaign, unfinished = self.watches.parsed()
-        return Look(campaign, unfinished, fresh=False)
+        return Observed(campaign, unfinished, fresh=False)
 
     def wait(self, seconds: float, stop: threading.Event) -> Wake:
-        """Until a change that matters since the last look began (or the last wait it ended),
+        """Until a change that matters since the last observation began (or the last wait it ended),
         `seconds`, or `stop`; checked in short slices so a stop (SIGTERM) is seen at once."""
-        seen = self._looked_at
+        seen = self._observed_at
         remaining = max(seconds, 0.0)
         while remaining > 0 and not stop.is_set():
             slice_ = min(remaining, 0.2)
             now = self.changes.wait(seen, slice_)
             if now != seen:
                 # The next wait waits for a change after this one: a waiter that weighed this one
-                # without a look (`Worker.wait_for_work`) is not woken by it again.
-                self._looked_at = now
+                # without observing (`Worker.wait_for_work`) is not woken by it again.
+                self._observed_at = now
                 return Wake.CHANGE
             remaining -= slice_
         return Wake.STOP if stop.is_set() else Wake.TIMEOUT
