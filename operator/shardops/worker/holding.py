@@ -124,8 +124,10 @@ class Slot(Protocol):
 
 @dataclass
 class Holding:
-    """One claimed shard, from claim to outcome. Holds the latest shard object (its
-    resourceVersion is the precondition of our next write) and the Lease claim."""
+    """One claimed shard as its holder sees it, from claim to outcome: the latest shard object (its
+    resourceVersion is the precondition of our next write), the Lease claim, the item results known,
+    and every write made as the holder (heartbeat, transitions, and the endings: `complete`, `fail`,
+    `release`). What runs the command is ShardRun's (shardrun.py)."""
 
     slot: Slot
     campaign: Campaign
