@@ -31,6 +31,9 @@ tools: ## build (once, cached under ~/.cache/shardops) kube-apiserver, kube-cont
 image: ## the shardops image as an OCI archive, without Docker (dist/shardops-image.oci.tar; cached on its inputs)
 	bash hack/image.sh
 
+push: image ## copy that image to a registry with skopeo: make push IMAGE=registry.example.com/team/shardops[:tag]
+	bash hack/push.sh "$(IMAGE)"
+
 lint: $(STAMP) ## ruff
 	$(BIN)/ruff check operator tests e2e examples benchmarks
 	$(BIN)/ruff format --check operator tests e2e examples benchmarks
