@@ -1,0 +1,250 @@
+"""The documentation is checked like code: the README stays a front door, user docs name no commit or
+work session, every shardops manifest in the docs is valid for the API models, every `kubectl
+campaign` command line parses, and docs/operate.md lists every metric the code exports."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from docskit import (
+    CONTRIBUTOR_DOCS,
+    OPERATE,
+    README,
+    ROOT,
+    Block,
+    campaign_argvs,
+    command_lines,
+    documented_table,
+    every_doc,
+    fenced_blocks,
+    metric_rows,
+    metrics_table,
+    relative,
+    user_docs,
+)
+from shardops.api import Campaign, Shard
+from shardops.api.names import API_GROUP
+from shardops.cli import campaign as cli
+
+README_MAX_WORDS = 1500
+# Every kind of the shardops.dev group and the model that validates it. A new kind gets its model here.
+MODELS: dict[str, type[Campaign] | type[Shard]] = {"Campaign": Campaign, "Shard": Shard}
+REGENERATE = "run `.venv/bin/python tests/docskit.py` to regenerate docs/operate.md's metrics table"
+
+
+# --- the README is a front door ---------------------------------------------------------------------
+
+
+def test_the_readme_has_at_most_1500_words() -> None:
+    words = len(README.read_text(encoding="utf-8").split())  # what `wc -w` counts
+    assert words <= README_MAX_WORDS, (
+        f"README.md has {words} words (at most {README_MAX_WORDS}): move details to a page under docs/"
+    )
+
+
+def test_the_readme_links_every_user_page() -> None:
+    text = README.read_text(encoding="utf-8")
+    pages = [relative(p) for p in user_docs() if p != README]
+    assert {"docs/install.md", "docs/worker-command.md", "docs/sizing.md", "docs/operate.md"} <= set(pages)
+    assert [p for p in pages if f"]({p}" not in text] == []
+
+
+def test_the_doc_sets_are_found() -> None:
+    users = {relative(p) for p in user_docs()}
+    everything = {relative(p) for p in every_doc()}
+    assert {"README.md", "docs/install.md", "docs/user-guide.md", "docs/operate.md"} <= users
+    assert {"CONTRIBUTING.md", "docs/contributing/fault-suite.md"} <= everything - users
+    assert not any(CONTRIBUTOR_DOCS in (ROOT / p).parents for p in users)
+
+
+# --- no commit hashes or work sessions in user docs ---------------------------------------------------
+
+# A commit named by its hash: 7 to 40 hex digits, at least one digit and one letter, standing alone
+# (not part of a pod name, an Event name or a digest, which are joined to other text by - . : or @).
+COMMIT = re.compile(r"(?<![\w.:@/-])(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}(?![\w-])")
+# How the history of the work shows up in text: "stop 22", "session 3", "this session".
+SESSION = re.compile(
+    r"\b(?:sessions?|stops?)\s+\d+\b|\b(?:this|that|last|previous|next|earlier|same)\s+session\b",
+    re.IGNORECASE,
+)
+
+
+def history_references(text: str) -> list[str]:
+    return [line.strip() for line in text.splitlines() if COMMIT.search(line) or SESSION.search(line)]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "after the fold deletes each Lease (8c5e1b3)",
+        "the cut-cursor fix (bcf726f, stop 22)",
+        "Cold not re-measured this session",
+        "measured in session 4",
+        "see commit 0fbc4c3 and 40a95a3",
+    ],
+)
+def test_the_checker_finds_history_references(line: str) -> None:
+    assert history_references(f"before\n{line}\nafter") == [line]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "scheduled by the leader shardops-operator-66474bffd6-78kcb",
+        "(event survey-00005.68488ac952ae, at 2026-12-01T02:57:35Z)",
+        "--set image.digest=sha256:4f53cda18c2baa0c0354bb5f9a3ecbe5ed12ab4d8e11ba873c2f11161202b945",
+        "a deadbeef value, 1234567 items, e2e tests in one pytest session",
+        "stop claiming for that source",
+    ],
+)
+def test_the_checker_lets_plain_text_pass(line: str) -> None:
+    assert history_references(line) == []
+
+
+@pytest.mark.parametrize("path", user_docs(), ids=relative)
+def test_user_docs_name_no_commit_or_session(path: Path) -> None:
+    found = history_references(path.read_text(encoding="utf-8"))
+    assert found == [], (
+        f"{relative(path)} tells the project's history; say what is true now "
+        "(timings and their history go to docs/contributing/):\n" + "\n".join(found)
+    )
+
+
+# --- every manifest in the docs is valid -------------------------------------------------------------
+
+
+def yaml_blocks() -> list[Block]:
+    return [b for path in every_doc() for b in fenced_blocks(path) if b.language in ("yaml", "yml")]
+
+
+def shardops_manifests() -> list[tuple[str, dict[str, Any]]]:
+    found: list[tuple[str, dict[str, Any]]] = []
+    for block in yaml_blocks():
+        for number, doc in enumerate(yaml.safe_load_all(block.text)):
+            if isinstance(doc, dict) and str(doc.get("apiVersion", "")).startswith(f"{API_GROUP}/"):
+                found.append((f"{block.where}#{number}", doc))
+    return found
+
+
+@pytest.mark.parametrize("block", yaml_blocks(), ids=lambda b: b.where)
+def test_every_yaml_block_parses(block: Block) -> None:
+    list(yaml.safe_load_all(block.text))
+
+
+MANIFESTS = shardops_manifests()
+
+
+def test_the_docs_hold_campaign_manifests() -> None:
+    where = {where.split(":")[0] for where, doc in MANIFESTS if doc.get("kind") == "Campaign"}
+    assert "README.md" in where
+
+
+@pytest.mark.parametrize(("where", "doc"), MANIFESTS, ids=[where for where, _ in MANIFESTS])
+def test_every_shardops_manifest_in_the_docs_is_valid(where: str, doc: dict[str, Any]) -> None:
+    kind = doc.get("kind")
+    assert kind in MODELS, f"{where}: kind {kind!r} of {API_GROUP} has no model in this test"
+    MODELS[kind].parse(doc)
+
+
+def test_an_invalid_manifest_is_refused() -> None:
+    """The check above can fail: a Campaign without a worker is refused by the models."""
+    with pytest.raises(ValueError, match="worker"):
+        Campaign.parse(
+            {
+                "apiVersion": f"{API_GROUP}/v1alpha1",
+                "kind": "Campaign",
+                "metadata": {"name": "x"},
+                "spec": {"items": [{}]},
+            }
+        )
+
+
+# --- every kubectl campaign command line parses -------------------------------------------------------
+
+
+def documented_commands() -> list[tuple[str, list[str]]]:
+    return [
+        (where, argv)
+        for path in every_doc()
+        for block in fenced_blocks(path)
+        for where, line in command_lines(block)
+        for argv in campaign_argvs(line)
+    ]
+
+
+COMMANDS = documented_commands()
+
+
+def parse_error(argv: list[str]) -> str | None:
+    """None when `kubectl campaign` accepts `argv`; else argparse's message."""
+    stderr = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
+            cli.build_parser().parse_args(argv)
+    except SystemExit as stop:
+        return None if stop.code == 0 else stderr.getvalue().strip() or f"exit {stop.code}"
+    return None
+
+
+def test_the_docs_hold_command_lines_of_every_kind() -> None:
+    used = {cli.build_parser().parse_args(argv).command for _, argv in COMMANDS if parse_error(argv) is None}
+    assert {"status", "plan", "results", "report", "apply", "purge", "retry", "suspend"} <= used
+
+
+def test_the_command_check_can_fail() -> None:
+    assert parse_error(["status"]) is not None  # no campaign name
+    assert parse_error(["statsu", "x"]) is not None
+    assert parse_error(["status", "x", "-n", "team-a"]) is None
+
+
+@pytest.mark.parametrize(("where", "argv"), COMMANDS, ids=[f"{w} {' '.join(a)}" for w, a in COMMANDS])
+def test_every_documented_command_line_parses(where: str, argv: list[str]) -> None:
+    error = parse_error(argv)
+    assert error is None, f"{where}: kubectl campaign {' '.join(argv)}\n{error}"
+
+
+def test_command_lines_are_read_as_a_shell_would() -> None:
+    block = Block(
+        README,
+        1,
+        "console",
+        "$ kubectl campaign results demo \\\n    -o out.jsonl  # a comment\n"
+        "kubectl campaign suspend|resume demo\nkubectl campaign list -A | head\nkubectl get shards\n"
+        'KUBECONFIG=x kubectl campaign report demo; echo "exit $?"\n',
+    )
+    lines = [line for _, line in command_lines(block)]
+    assert [argv for line in lines for argv in campaign_argvs(line)] == [
+        ["results", "demo", "-o", "out.jsonl"],
+        ["suspend", "demo"],
+        ["resume", "demo"],
+        ["list", "-A"],
+        ["report", "demo"],
+    ]
+
+
+# --- docs/operate.md lists every metric ---------------------------------------------------------------
+
+
+def test_every_metric_in_the_code_is_in_operate_md_with_its_labels() -> None:
+    table = documented_table(OPERATE.read_text(encoding="utf-8"))
+    documented = {
+        cells[0].strip("` "): tuple(label.strip("` ") for label in cells[3].split(",") if label.strip("` —"))
+        for cells in (row.strip("|").split(" | ") for row in table.splitlines()[2:])
+    }
+    exported = {row.name: row.labels for row in metric_rows()}
+    assert len(exported) >= 25  # the operator's and the worker's registries were both read
+    missing = {name: labels for name, labels in exported.items() if documented.get(name) != labels}
+    assert not missing, f"docs/operate.md misses or mislabels {sorted(missing)}: {REGENERATE}"
+    gone = sorted(set(documented) - set(exported))
+    assert not gone, f"docs/operate.md lists metrics the code does not export: {gone}: {REGENERATE}"
+
+
+def test_the_metrics_table_is_the_generated_one() -> None:
+    assert documented_table(OPERATE.read_text(encoding="utf-8")) == metrics_table(), REGENERATE
