@@ -22,6 +22,11 @@ if [ ! -s "$archive" ] || [ ! -s "$digest_file" ]; then
   echo "push: $archive not found: run make image first" >&2
   exit 1
 fi
+digest=$(cat "$digest_file")
+if [[ ! "$digest" =~ ^sha256:[0-9a-f]{64}$ ]]; then
+  echo "push: $digest_file holds no image digest ('$digest'): run IMAGE_REBUILD=1 make image" >&2
+  exit 1
+fi
 # A tag is what follows the last ':' after the last '/' (a registry port like :5000 is not one).
 last_part=${destination##*/}
 if [[ "$last_part" != *:* ]]; then
@@ -35,7 +40,6 @@ if [ -n "${SKOPEO_DEST_CREDS:-}" ]; then
 fi
 echo "[push] oci-archive:$archive -> docker://$destination" >&2
 skopeo copy "${credentials[@]}" "oci-archive:$archive" "docker://$destination"
-digest=$(cat "$digest_file")
 repository=${destination%:*}
 echo "[push] pushed; install the chart with --set image.repository=$repository --set image.digest=$digest" >&2
 echo "$digest"
