@@ -229,6 +229,27 @@ def test_command_lines_are_read_as_a_shell_would() -> None:
     ]
 
 
+# --- docs/install.md names every S3 call the store makes ------------------------------------------
+
+S3_STORE = ROOT / "operator" / "shardops" / "store" / "s3.py"
+INSTALL = ROOT / "docs" / "install.md"
+# The boto3 methods the store calls (`self._call(what, "method", ...)`) and the S3 API each sends.
+S3_CALL = re.compile(r"self\._call\(\s*[^,]+,\s*\"(\w+)\"")
+TRANSFERS = {"upload_fileobj": "PutObject"}  # boto3's managed upload: PutObject or a multipart upload
+
+
+def s3_operation(method: str) -> str:
+    return TRANSFERS.get(method) or "".join(part.capitalize() for part in method.split("_"))
+
+
+def test_install_md_names_every_s3_call_of_the_store() -> None:
+    methods = set(S3_CALL.findall(S3_STORE.read_text(encoding="utf-8")))
+    assert {"get_object", "put_object", "list_objects_v2", "delete_objects", "head_bucket"} <= methods
+    permissions = INSTALL.read_text(encoding="utf-8").split("**Permissions.**", 1)[1].split("\n\n**", 1)[0]
+    missing = sorted(s3_operation(m) for m in methods if s3_operation(m) not in permissions)
+    assert not missing, f"docs/install.md, Permissions: add {missing} and the IAM action each needs"
+
+
 # --- docs/operate.md lists every metric ---------------------------------------------------------------
 
 
