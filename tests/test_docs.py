@@ -64,6 +64,64 @@ def test_the_doc_sets_are_found() -> None:
     assert not any(CONTRIBUTOR_DOCS in (ROOT / p).parents for p in users)
 
 
+# --- links resolve -----------------------------------------------------------------------------------
+
+# Pages other changes add at the same time as these docs (the tenancy model, the benchmark results'
+# new home); a link to them is checked like any other once they exist.
+WRITTEN_ELSEWHERE = {"docs/security.md", "benchmarks/results/RESULTS.md"}
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+CODE = re.compile(r"```.*?```|`[^`\n]*`", re.S)
+
+
+def anchor(heading: str) -> str:
+    """GitHub's anchor of a Markdown heading."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    text = CODE.sub("", path.read_text(encoding="utf-8").replace("`", ""))
+    return {anchor(m.group(1)) for m in re.finditer(r"^#+ (.*)$", text, re.M)}
+
+
+def broken_links(path: Path) -> list[str]:
+    broken = []
+    for target in LINK.findall(CODE.sub("", path.read_text(encoding="utf-8"))):
+        if re.match(r"^[a-z]+:", target):
+            continue
+        name, _, fragment = target.partition("#")
+        destination = (path.parent / name).resolve() if name else path
+        if not destination.exists():
+            if destination not in {ROOT / page for page in WRITTEN_ELSEWHERE}:
+                broken.append(f"{target}: no such file")
+        elif fragment and destination.suffix == ".md" and fragment not in anchors(destination):
+            broken.append(f"{target}: no heading #{fragment} in {destination.name}")
+    return broken
+
+
+def test_anchors_are_githubs() -> None:
+    assert anchor("One process for many shards: `spec.worker.persistent`".replace("`", "")) == (
+        "one-process-for-many-shards-specworkerpersistent"
+    )
+    assert anchor("3. The result store (S3)") == "3-the-result-store-s3"
+
+
+def test_the_link_check_can_fail(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    (tmp_path / "other.md").write_text("# Other page\n\n## A section\n")
+    page.write_text(
+        "[ok](other.md#a-section) [gone](gone.md) [bad](other.md#no-such) `[code](x.md)` [web](https://x.y)\n"
+    )
+    assert broken_links(page) == [
+        "gone.md: no such file",
+        "other.md#no-such: no heading #no-such in other.md",
+    ]
+
+
+@pytest.mark.parametrize("path", every_doc(), ids=relative)
+def test_every_link_of_the_docs_resolves(path: Path) -> None:
+    assert broken_links(path) == []
+
+
 # --- no commit hashes or work sessions in user docs ---------------------------------------------------
 
 # A commit named by its hash: 7 to 40 hex digits, at least one digit and one letter, standing alone
