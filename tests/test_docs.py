@@ -325,5 +325,30 @@ def test_every_metric_in_the_code_is_in_operate_md_with_its_labels() -> None:
     assert not gone, f"docs/operate.md lists metrics the code does not export: {gone}: {REGENERATE}"
 
 
+def alert_expressions() -> list[tuple[str, str]]:
+    """(alert, expression) of every PrometheusRule in the docs."""
+    found = []
+    for block in yaml_blocks():
+        for doc in yaml.safe_load_all(block.text):
+            if isinstance(doc, dict) and doc.get("kind") == "PrometheusRule":
+                for group in doc["spec"]["groups"]:
+                    found += [(f"{block.where} {rule['alert']}", rule["expr"]) for rule in group["rules"]]
+    return found
+
+
+def test_alerts_query_only_exported_metrics_and_labels() -> None:
+    alerts = alert_expressions()
+    assert len(alerts) >= 5
+    labels_of = {row.name: set(row.labels) for row in metric_rows()}
+    for alert, expr in alerts:
+        names = re.findall(r"\b(shardops_\w+)", expr)
+        assert names, f"{alert}: names no shardops metric"
+        assert [n for n in names if n not in labels_of] == [], f"{alert}: {expr}"
+        used = {label for group in re.findall(r"by \(([^)]*)\)", expr) for label in group.split(",")}
+        used |= set(re.findall(r"\{(\w+)=", expr))
+        known = set().union(*(labels_of[n] for n in names))
+        assert {label.strip() for label in used} <= known, f"{alert}: labels {used} not in {known}"
+
+
 def test_the_metrics_table_is_the_generated_one() -> None:
     assert documented_table(OPERATE.read_text(encoding="utf-8")) == metrics_table(), REGENERATE
