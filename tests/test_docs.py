@@ -1,6 +1,7 @@
-"""The documentation is checked like code: the README stays a front door, user docs name no commit or
-work session, every shardops manifest in the docs is valid for the API models, every `kubectl
-campaign` command line parses, and docs/operate.md lists every metric the code exports."""
+"""The documentation is checked like code: the README stays a front door; user docs name no commit or
+work session; every shardops manifest (and `spec:` fragment) in the docs is valid for the API models;
+every `kubectl campaign` command line parses; links resolve; the S3 permissions and the alerts name
+what the code uses; and docs/operate.md lists every metric the code exports."""
 
 from __future__ import annotations
 
@@ -209,6 +210,54 @@ def test_every_shardops_manifest_in_the_docs_is_valid(where: str, doc: dict[str,
     kind = doc.get("kind")
     assert kind in MODELS, f"{where}: kind {kind!r} of {API_GROUP} has no model in this test"
     MODELS[kind].parse(doc)
+
+
+def merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        nested = isinstance(value, dict) and isinstance(base.get(key), dict)
+        out[key] = merged(base[key], value) if nested else value
+    return out
+
+
+def in_a_campaign(spec: dict[str, Any]) -> dict[str, Any]:
+    """A Campaign around a documented `spec:` fragment, with the items and worker it may leave out."""
+    base: dict[str, Any] = {"worker": {"image": "registry.example.com/agent:1", "command": ["agent"]}}
+    if "itemsFrom" not in spec:
+        base["items"] = [{"n": 1}]
+    return {
+        "apiVersion": f"{API_GROUP}/v1alpha1",
+        "kind": "Campaign",
+        "metadata": {"name": "fragment"},
+        "spec": merged(base, spec),
+    }
+
+
+def spec_fragments() -> list[tuple[str, dict[str, Any]]]:
+    return [
+        (f"{block.where}#{number}", doc["spec"])
+        for block in yaml_blocks()
+        for number, doc in enumerate(yaml.safe_load_all(block.text))
+        if isinstance(doc, dict) and set(doc) == {"spec"}
+    ]
+
+
+FRAGMENTS = spec_fragments()
+
+
+def test_the_docs_hold_spec_fragments() -> None:
+    assert {where.split(":")[0] for where, _ in FRAGMENTS} >= {"docs/sizing.md", "docs/user-guide.md"}
+
+
+@pytest.mark.parametrize(("where", "spec"), FRAGMENTS, ids=[where for where, _ in FRAGMENTS])
+def test_every_spec_fragment_in_the_docs_is_valid_in_a_campaign(where: str, spec: dict[str, Any]) -> None:
+    """Field names and values of a `spec:` snippet are the models' (unknown fields are refused)."""
+    Campaign.parse(in_a_campaign(spec))
+
+
+def test_a_misspelled_fragment_is_refused() -> None:
+    with pytest.raises(ValueError, match="shardSise"):
+        Campaign.parse(in_a_campaign({"shardSise": 3}))
 
 
 def test_an_invalid_manifest_is_refused() -> None:
