@@ -31,6 +31,9 @@ tools: ## build (once, cached under ~/.cache/shardops) kube-apiserver, kube-cont
 image: ## the shardops image as an OCI archive, without Docker (dist/shardops-image.oci.tar; cached on its inputs)
 	bash hack/image.sh
 
+push: image ## copy that image to a registry with skopeo: make push IMAGE=registry.example.com/team/shardops[:tag]
+	bash hack/push.sh "$(IMAGE)"
+
 lint: $(STAMP) ## ruff
 	$(BIN)/ruff check operator tests e2e examples benchmarks
 	$(BIN)/ruff format --check operator tests e2e examples benchmarks
@@ -56,8 +59,8 @@ E2E_WORKERS ?= $(if $(KUBECONFIG),0,2)
 e2e: $(BENCH_STAMP) tools image ## tests against the local control plane (or KUBECONFIG when set); two sessions (E2E_WORKERS=0: one)
 	$(BIN)/pytest -q --durations=30 -n $(E2E_WORKERS) --dist loadfile --no-loadscope-reorder e2e
 
-faults: $(BENCH_STAMP) tools image ## the fault scenarios at full size (>= 20 operator kills, stale writers, 20 frozen-worker runs): docs/faults-results.md
-	SHARDOPS_FAULTS=full SHARDOPS_FAULTS_TABLE=docs/faults-results.md $(BIN)/pytest -q -s e2e/test_fault_scenarios.py
+faults: $(BENCH_STAMP) tools image ## the fault scenarios at full size (>= 20 operator kills, stale writers, 20 frozen-worker runs): docs/contributing/faults-results.md
+	SHARDOPS_FAULTS=full SHARDOPS_FAULTS_TABLE=docs/contributing/faults-results.md $(BIN)/pytest -q -s e2e/test_fault_scenarios.py
 
 bench: $(BENCH_STAMP) tools ## benchmarks on the local control plane (or KUBECONFIG): benchmarks/RESULTS.md; BENCH_QUICK=1 for the quick set
 	$(BIN)/python -m benchmarks

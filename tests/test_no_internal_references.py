@@ -15,8 +15,9 @@ from shardops.cli import campaign as cli
 from shardops.k8s.api import EVENTS, LEASES
 
 REPO = Path(__file__).resolve().parents[1]
-# What users and operators of shardops read: the docs, the chart, the README and the code itself.
-PRODUCT = [REPO / "docs", REPO / "charts", REPO / "README.md", REPO / "operator"]
+# What users, operators and contributors of shardops read: the docs, the chart, the README, the
+# contributors' guide and the code itself.
+PRODUCT = [REPO / "docs", REPO / "charts", REPO / "README.md", REPO / "CONTRIBUTING.md", REPO / "operator"]
 INTERNAL = re.compile(r"\bseeds?\b[\s/_-]*\d|\bDESIGN\.md\b", re.IGNORECASE)
 
 
@@ -64,7 +65,8 @@ def product_files() -> list[Path]:
 
 def test_the_product_files_are_found() -> None:
     names = {p.relative_to(REPO).as_posix() for p in product_files()}
-    assert {"README.md", "docs/user-guide.md", "charts/shardops/Chart.yaml"} <= names
+    assert {"README.md", "CONTRIBUTING.md", "docs/user-guide.md", "charts/shardops/Chart.yaml"} <= names
+    assert {"docs/worker-command.md", "docs/contributing/fault-suite.md"} <= names
     assert "operator/shardops/cli/campaign_report.py" in names
 
 
