@@ -26,14 +26,14 @@ $(BENCH_STAMP): $(STAMP)
 	touch $@
 
 tools: ## build (once, cached under ~/.cache/shardops) kube-apiserver, kube-controller-manager, etcd; install kubectl + helm
-	bash e2e/cluster/build.sh
+	bash testbed/cluster/build.sh
 
 image: ## the shardops image as an OCI archive, without Docker (dist/shardops-image.oci.tar; cached on its inputs)
 	bash hack/image.sh
 
 lint: $(STAMP) ## ruff
-	$(BIN)/ruff check operator tests e2e examples benchmarks
-	$(BIN)/ruff format --check operator tests e2e examples benchmarks
+	$(BIN)/ruff check operator tests e2e testbed examples benchmarks
+	$(BIN)/ruff format --check operator tests e2e testbed examples benchmarks
 
 typecheck: $(STAMP) ## mypy (strict on api/ and logic/)
 	$(BIN)/mypy
@@ -65,17 +65,17 @@ bench: $(BENCH_STAMP) tools ## benchmarks on the local control plane (or KUBECON
 test: lint typecheck unit e2e ## everything CI runs
 
 demo: $(STAMP) tools image ## local control plane (unless KUBECONFIG is set) + operator via Helm + a sample campaign to completion
-	$(BIN)/python -m e2e.demo
+	$(BIN)/python -m testbed.demo
 
 cluster-up: $(STAMP) tools ## start the local control plane in the background; prints how to use it
-	$(BIN)/python -m e2e.cluster.lifecycle up
+	$(BIN)/python -m testbed.cluster.lifecycle up
 
 cluster-down: $(STAMP) ## stop the local control plane started by cluster-up
-	$(BIN)/python -m e2e.cluster.lifecycle down
+	$(BIN)/python -m testbed.cluster.lifecycle down
 
 fmt: $(STAMP) ## format and autofix
-	$(BIN)/ruff format operator tests e2e examples benchmarks
-	$(BIN)/ruff check --fix operator tests e2e examples benchmarks
+	$(BIN)/ruff format operator tests e2e testbed examples benchmarks
+	$(BIN)/ruff check --fix operator tests e2e testbed examples benchmarks
 
 clean: ## remove the venv and local state (not the ~/.cache build)
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .shardops

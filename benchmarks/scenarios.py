@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from e2e import schedulerkit
-from e2e.chartkit import worker_service_account
-from e2e.harness import wait_for
+from testbed.harness import wait_for
+from testbed.kits import scheduler as schedulerkit
+from testbed.kits.chart import worker_service_account
 
 from benchmarks import audit, cpu, lanes, profiling, runs, stats
 from benchmarks.model import Section, Table, fmt, meets

@@ -18,10 +18,9 @@ from typing import Any
 
 import pytest
 import yaml
-
-from e2e.cluster import lifecycle
-from e2e.harness import Cluster, wait_for
-from e2e.schedulerkit import (
+from testbed.cluster import lifecycle
+from testbed.harness import Cluster, wait_for
+from testbed.kits.scheduler import (
     JSON,
     campaign_body,
     condition,
@@ -32,6 +31,7 @@ from e2e.schedulerkit import (
     shards_of,
     wait_phase,
 )
+
 from e2e.test_cli_campaign import kc
 from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS, Kube
 from shardops_example_agent.agent import answer

@@ -20,10 +20,9 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-
-from e2e import chartkit
-from e2e.harness import REPO_ROOT, Cluster, create_namespace, wait_for
-from e2e.schedulerkit import (
+from testbed.harness import REPO_ROOT, Cluster, create_namespace, wait_for
+from testbed.kits import chart as chartkit
+from testbed.kits.scheduler import (
     OPERATOR_NAME,
     Operator,
     campaign_body,
@@ -32,6 +31,7 @@ from e2e.schedulerkit import (
     kube_for,
     operator_running,
 )
+
 from shardops.api.names import CAMPAIGN_LABEL, KOPF_FINALIZER
 from shardops.k8s.api import CAMPAIGNS, JOBS, LEASES, SHARDS, Kube, NotFound
 

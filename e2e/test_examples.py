@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from testbed.harness import REPO_ROOT, Cluster, dump_json, objects_in
 
-from e2e.harness import REPO_ROOT, Cluster, dump_json, objects_in
 from shardops.api.campaign import Campaign
 from shardops.cli import campaign as cli
 from shardops.k8s import campaigns

@@ -1,8 +1,8 @@
 """A recorded run passes the fault checker: 40 one-item shards, maxConcurrency 4, leaseSeconds 10, the
 S3 store (so Done shards fold), and one worker frozen (SIGSTOP) past its lease while it holds a
 shard, then thawed. Every write to Shards, Campaign status and Leases in the test's namespace is
-read back from the API server's audit log (e2e/faults/history.py) and checked offline
-(e2e/faults/checker.py): no violation, and the fault was exercised (a claim taken over from the
+read back from the API server's audit log (testbed/faults/history.py) and checked offline
+(testbed/faults/checker.py): no violation, and the fault was exercised (a claim taken over from the
 frozen worker, its late writes refused)."""
 
 from __future__ import annotations
@@ -10,13 +10,12 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-
-from e2e import chartkit
-from e2e.cluster import lifecycle
-from e2e.faults import checker, inject
-from e2e.faults.recording import AuditTail
-from e2e.harness import Cluster, wait_for
-from e2e.schedulerkit import (
+from testbed.cluster import lifecycle
+from testbed.faults import checker, inject
+from testbed.faults.recording import AuditTail
+from testbed.harness import Cluster, wait_for
+from testbed.kits import chart as chartkit
+from testbed.kits.scheduler import (
     LEASE_SECONDS,
     OPERATOR_NAME,
     campaign_body,
@@ -28,6 +27,7 @@ from e2e.schedulerkit import (
     stop_group,
     wait_phase,
 )
+
 from shardops.k8s.api import SHARDS, NotFound
 
 pytestmark = pytest.mark.usefixtures("crds_installed")

@@ -1,5 +1,5 @@
 """Fault scenarios: a campaign runs while faults are injected, its whole history is read back from the
-API server's audit log and checked offline (e2e/faults/checker.py). Each scenario adds a row to the
+API server's audit log and checked offline (testbed/faults/checker.py). Each scenario adds a row to the
 results table (docs/faults.md says what each column counts).
 
 Two sizes: `short` (the default, part of `make test`: a few operator kills and worker kills, a minute
@@ -24,15 +24,14 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-
-from e2e.cluster import lifecycle
-from e2e.cluster.kubelet.identity import API_SERVER_ANNOTATION
-from e2e.faults import checker, inject, results
-from e2e.faults.history import History, key_text
-from e2e.faults.proxy import NO_FAULTS, ApiProxy, Fault, FaultRates, Traffic, by_client, summary
-from e2e.faults.recording import AuditTail
-from e2e.harness import Cluster, wait_for
-from e2e.schedulerkit import (
+from testbed.cluster import lifecycle
+from testbed.cluster.kubelet.identity import API_SERVER_ANNOTATION
+from testbed.faults import checker, inject, results
+from testbed.faults.history import History, key_text
+from testbed.faults.proxy import NO_FAULTS, ApiProxy, Fault, FaultRates, Traffic, by_client, summary
+from testbed.faults.recording import AuditTail
+from testbed.harness import Cluster, wait_for
+from testbed.kits.scheduler import (
     LEADER_LEASE,
     OPERATOR_NAME,
     Operator,
@@ -46,6 +45,7 @@ from e2e.schedulerkit import (
     stop_group,
     wait_phase,
 )
+
 from e2e.test_fault_history import IDENTITIES
 from shardops.api.campaign import ResultStoreStatus
 from shardops.api.names import LEADER_INSTANCE_ANNOTATION
@@ -112,7 +112,7 @@ def results_table() -> Iterator[None]:
             "# Fault scenarios: results",
             "",
             f"`make faults` on {when} (load average {load:.1f} at the end). Each row: a campaign run while",
-            "the faults were injected, its history checked by `e2e/faults/checker.py` (docs/faults.md).",
+            "the faults were injected, its history checked by `testbed/faults/checker.py` (docs/faults.md).",
             "",
             HEADER,
             *(row.markdown() for row in ROWS),
@@ -670,7 +670,7 @@ def test_api_errors_and_lost_answers_through_a_proxy(
     local_cluster: Cluster, history_namespace: str, object_store: lifecycle.ObjectStore, audit_tail: AuditTail
 ) -> None:
     """The operator and its workers reach the API server through the fault proxy
-    (e2e/faults/proxy.py): a campaign without faults first (the baseline request rate), then one
+    (testbed/faults/proxy.py): a campaign without faults first (the baseline request rate), then one
     under API_FAULTS. Every invariant holds, no attempt is charged, no retry storm."""
     local = local_cluster.local
     assert local is not None

@@ -14,10 +14,9 @@ from typing import Any
 
 import pytest
 import yaml
-
-from e2e.cluster import lifecycle
-from e2e.harness import Cluster, wait_for
-from e2e.schedulerkit import (
+from testbed.cluster import lifecycle
+from testbed.harness import Cluster, wait_for
+from testbed.kits.scheduler import (
     STORE_SECRET,
     campaign_body,
     condition,
@@ -27,6 +26,7 @@ from e2e.schedulerkit import (
     shards_of,
     wait_phase,
 )
+
 from e2e.test_cli_campaign import kc
 from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS
 from shardops.store.configmap import PREFIXES

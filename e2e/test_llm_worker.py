@@ -1,6 +1,6 @@
 """The built-in LLM worker end to end: campaigns of `shardops llm` under the operator (worker Jobs on
 the process-kubelet, API keys from Secrets) against the OpenAI-compatible loopback test upstream
-(e2e/llmserver.py). What is asserted comes from the upstream's request log and the objects on the
+(testbed/upstream.py). What is asserted comes from the upstream's request log and the objects on the
 API server, not from the worker's own account."""
 
 from __future__ import annotations
@@ -14,10 +14,8 @@ from collections import defaultdict
 from typing import Any
 
 import pytest
-
-from e2e.harness import Cluster, wait_for
-from e2e.llmserver import ANSWER_SCHEMA_FORMAT, Behaviour, LoggedRequest, llm_server
-from e2e.schedulerkit import (
+from testbed.harness import Cluster, wait_for
+from testbed.kits.scheduler import (
     JSON,
     campaign_body,
     create_campaign,
@@ -28,7 +26,9 @@ from e2e.schedulerkit import (
     shards_of,
     wait_phase,
 )
-from e2e.workerkit import attempt_configmaps
+from testbed.kits.worker import attempt_configmaps
+from testbed.upstream import ANSWER_SCHEMA_FORMAT, Behaviour, LoggedRequest, llm_server
+
 from shardops.api.llm import ModelPrice
 from shardops.k8s.api import Kube
 from shardops.logic.timefmt import parse_rfc3339

@@ -6,9 +6,8 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
-
-from e2e.harness import Cluster, wait_for
-from e2e.schedulerkit import (
+from testbed.harness import Cluster, wait_for
+from testbed.kits.scheduler import (
     HOLD_WINDOW,
     STALE_READ_GRACE,
     campaign_body,

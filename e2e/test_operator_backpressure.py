@@ -5,10 +5,9 @@ from __future__ import annotations
 import time
 
 import pytest
-
-from e2e.cluster import lifecycle
-from e2e.harness import Cluster, wait_for
-from e2e.schedulerkit import (
+from testbed.cluster import lifecycle
+from testbed.harness import Cluster, wait_for
+from testbed.kits.scheduler import (
     TERMINAL,
     campaign_body,
     condition,
@@ -21,6 +20,7 @@ from e2e.schedulerkit import (
     recording,
     s3_store_env,
 )
+
 from shardops.api.names import PLANNED_FROM_ANNOTATION
 
 pytestmark = pytest.mark.usefixtures("crds_installed")

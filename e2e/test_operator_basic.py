@@ -7,9 +7,8 @@ import math
 from collections import Counter
 
 import pytest
-
-from e2e.harness import Cluster
-from e2e.schedulerkit import (
+from testbed.harness import Cluster
+from testbed.kits.scheduler import (
     audit_entries,
     campaign_body,
     condition,

@@ -6,9 +6,8 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
-
-from e2e.harness import Cluster
-from e2e.schedulerkit import (
+from testbed.harness import Cluster
+from testbed.kits.scheduler import (
     STALE_READ_GRACE,
     Seen,
     campaign_body,
@@ -21,6 +20,7 @@ from e2e.schedulerkit import (
     shards_of,
     wait_phase,
 )
+
 from shardops.k8s.api import EVENTS
 
 pytestmark = pytest.mark.usefixtures("crds_installed")

@@ -7,9 +7,8 @@ import datetime as dt
 import math
 
 import pytest
-
-from e2e.harness import Cluster, wait_for
-from e2e.schedulerkit import (
+from testbed.harness import Cluster, wait_for
+from testbed.kits.scheduler import (
     HOLD_WINDOW,
     JSON,
     STALE_READ_GRACE,
@@ -29,6 +28,7 @@ from e2e.schedulerkit import (
     shard_phase,
     wait_phase,
 )
+
 from shardops.k8s.api import SHARDS, Kube
 
 pytestmark = pytest.mark.usefixtures("crds_installed")

@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client
-
-from e2e.harness import Cluster, wait_for
-from e2e.schedulerkit import (
+from testbed.harness import Cluster, wait_for
+from testbed.kits.scheduler import (
     LEASE_SECONDS,
     campaign_body,
     committed_result,
@@ -29,6 +28,7 @@ from e2e.schedulerkit import (
     recording,
     wait_phase,
 )
+
 from shardops.k8s.api import EVENTS, LEASES, SHARDS, NotFound
 from shardops.logic.backoff import backoff_bounds
 

@@ -11,9 +11,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
-from e2e.harness import Cluster, wait_for
-from e2e.schedulerkit import (
+from testbed.harness import Cluster, wait_for
+from testbed.kits.scheduler import (
     JSON,
     campaign_body,
     committed_result,
@@ -32,6 +31,7 @@ from e2e.schedulerkit import (
     stop_group,
     wait_phase,
 )
+
 from shardops.k8s.api import EVENTS, Kube
 
 pytestmark = pytest.mark.usefixtures("crds_installed")

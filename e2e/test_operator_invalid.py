@@ -5,9 +5,8 @@ fixed it runs."""
 from __future__ import annotations
 
 import pytest
-
-from e2e.harness import Cluster, wait_for
-from e2e.schedulerkit import (
+from testbed.harness import Cluster, wait_for
+from testbed.kits.scheduler import (
     JSON,
     campaign_body,
     condition,
@@ -18,6 +17,7 @@ from e2e.schedulerkit import (
     shards_of,
     wait_phase,
 )
+
 from shardops.k8s.api import CONFIGMAPS, EVENTS, JOBS, Kube
 
 pytestmark = pytest.mark.usefixtures("crds_installed")

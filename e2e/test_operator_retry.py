@@ -10,9 +10,8 @@ from __future__ import annotations
 import time
 
 import pytest
-
-from e2e.harness import Cluster, wait_for
-from e2e.schedulerkit import (
+from testbed.harness import Cluster, wait_for
+from testbed.kits.scheduler import (
     campaign_body,
     create_campaign,
     get_campaign,
@@ -24,6 +23,7 @@ from e2e.schedulerkit import (
     shard_phase,
     wait_phase,
 )
+
 from e2e.test_cli_campaign import kc
 from shardops.k8s.api import EVENTS, SHARDS, Kube
 

@@ -19,9 +19,8 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-
-from e2e.harness import Cluster, wait_for
-from e2e.schedulerkit import (
+from testbed.harness import Cluster, wait_for
+from testbed.kits.scheduler import (
     LEASE_SECONDS,
     Recorder,
     campaign_body,
@@ -38,6 +37,7 @@ from e2e.schedulerkit import (
     recording,
     wait_phase,
 )
+
 from shardops.k8s.api import EVENTS, LEASES, SHARDS, Kube, NotFound
 
 pytestmark = pytest.mark.usefixtures("crds_installed")

@@ -16,10 +16,9 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-
-from e2e.cluster import lifecycle
-from e2e.harness import Cluster, wait_for
-from e2e.schedulerkit import (
+from testbed.cluster import lifecycle
+from testbed.harness import Cluster, wait_for
+from testbed.kits.scheduler import (
     STORE_SECRET,
     campaign_body,
     campaign_shards,
@@ -32,6 +31,7 @@ from e2e.schedulerkit import (
     shards_of,
     wait_phase,
 )
+
 from shardops.api.enums import ShardPhase
 from shardops.api.shard import Shard
 from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS, SHARDS, NotFound

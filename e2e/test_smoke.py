@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client
-
-from e2e.harness import REPO_ROOT, Cluster, dump_json, objects_in, wait_for
+from testbed.harness import REPO_ROOT, Cluster, dump_json, objects_in, wait_for
 
 INVALID_SAMPLES = sorted((REPO_ROOT / "tests" / "data" / "invalid").glob("*.yaml"))
 

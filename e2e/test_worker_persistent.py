@@ -9,9 +9,16 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from testbed.harness import Cluster
+from testbed.kits.scheduler import (
+    campaign_body,
+    create_campaign,
+    history,
+    kube_for,
+    operator_running,
+    wait_phase,
+)
 
-from e2e.harness import Cluster
-from e2e.schedulerkit import campaign_body, create_campaign, history, kube_for, operator_running, wait_phase
 from e2e.test_bad_input import _assert_exact, _results
 from shardops.k8s.api import JOBS, SHARDS
 
