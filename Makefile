@@ -59,7 +59,7 @@ e2e: $(BENCH_STAMP) tools image ## tests against the local control plane (or KUB
 faults: $(BENCH_STAMP) tools image ## the fault scenarios at full size (>= 20 operator kills, stale writers, 20 frozen-worker runs): docs/faults-results.md
 	SHARDOPS_FAULTS=full SHARDOPS_FAULTS_TABLE=docs/faults-results.md $(BIN)/pytest -q -s e2e/test_fault_scenarios.py
 
-bench: $(BENCH_STAMP) tools ## benchmarks on the local control plane (or KUBECONFIG): benchmarks/RESULTS.md; BENCH_QUICK=1 for the quick set
+bench: $(BENCH_STAMP) tools ## benchmarks on the local control plane (or KUBECONFIG): benchmarks/results/RESULTS.md; BENCH_QUICK=1 for the quick set
 	$(BIN)/python -m benchmarks
 
 test: lint typecheck unit e2e ## everything CI runs
