@@ -15,6 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 from kubernetes import client, config
+from testbed.bed import Bed
 from testbed.cluster import lifecycle
 from testbed.faults.recording import AuditTail
 from testbed.harness import Cluster, create_namespace, external_kubeconfig, install_crds
@@ -119,3 +120,18 @@ def result_store(request: pytest.FixtureRequest, namespace: str) -> workerkit.St
         store: lifecycle.ObjectStore = request.getfixturevalue("object_store")
         return workerkit.StoreUnderTest("s3", namespace, store, f"e2e-{uuid.uuid4().hex[:8]}")
     return workerkit.StoreUnderTest("configmap", namespace)
+
+
+@pytest.fixture
+def bed(cluster: Cluster, namespace: str) -> Bed:
+    """The cluster under test and this test's namespace, with what the kits do there (testbed/bed.py).
+    A test that needs the local control plane (audit log, process-kubelet) also asks for
+    `local_cluster`, usually as `pytest.mark.usefixtures("local_cluster")`."""
+    return Bed(cluster, namespace)
+
+
+@pytest.fixture
+def history_bed(local_cluster: Cluster, history_namespace: str) -> Bed:
+    """`bed` in a history namespace of the local control plane: the audit log records its writes
+    with their bodies, for a test that checks its run's history."""
+    return Bed(local_cluster, history_namespace)

@@ -29,6 +29,7 @@ from typing import Any
 import yaml
 from kubernetes import client, watch
 
+from shardops.api.common import JSON
 from shardops.api.names import API_GROUP_VERSION
 from shardops.k8s.api import CAMPAIGNS, LEASES, SHARDS, Kube, NotFound
 from shardops.logic.idempotency import key_label
@@ -40,7 +41,6 @@ from testbed.cluster.lifecycle import WRITE_VERBS, free_port
 from testbed.harness import Cluster, wait_for
 from testbed.kits import chart as chartkit
 
-JSON = dict[str, Any]
 GROUP, VERSION = API_GROUP_VERSION.split("/")
 OPERATOR_NAME = "shardops-operator"
 LEADER_LEASE = "shardops-operator"
