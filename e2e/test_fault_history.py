@@ -14,7 +14,6 @@ from testbed.bed import Bed
 from testbed.cluster import lifecycle
 from testbed.faults import checker, inject
 from testbed.faults.recording import AuditTail
-from testbed.kits import chart as chartkit
 
 from shardops.k8s.api import SHARDS, NotFound
 
@@ -24,7 +23,7 @@ ITEMS = 40
 CONCURRENCY = 4
 IDENTITIES = checker.Identities(
     operator_accounts=frozenset({Bed.OPERATOR_NAME}),
-    worker_accounts=frozenset({chartkit.worker_service_account()}),
+    worker_accounts=frozenset({Bed.chart.worker_service_account()}),
 )
 
 

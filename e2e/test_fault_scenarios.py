@@ -32,7 +32,7 @@ from testbed.faults.history import History, key_text
 from testbed.faults.proxy import NO_FAULTS, ApiProxy, Fault, FaultRates, Traffic, by_client, summary
 from testbed.faults.recording import AuditTail
 from testbed.harness import Cluster
-from testbed.kits.scheduler import Operator, wait_phase
+from testbed.kits.scheduler import Operator
 
 from e2e.test_fault_history import IDENTITIES
 from shardops.api.campaign import ResultStoreStatus
@@ -150,9 +150,11 @@ def _campaign(
     )
 
 
-def _finished(kube: Kube, cluster: Cluster, namespace: str, name: str, timeout: float) -> None:
-    wait_phase(kube, namespace, name, {"Succeeded", "Completed"}, timeout=timeout)
-    Bed.wait_for("every worker to exit", lambda: not inject.worker_pids(cluster, namespace, name), 120)
+def _finished(bed: Bed, name: str, timeout: float) -> None:
+    bed.wait_phase(name, {"Succeeded", "Completed"}, timeout=timeout)
+    bed.wait_for(
+        "every worker to exit", lambda: not inject.worker_pids(bed.cluster, bed.namespace, name), 120
+    )
 
 
 def _leader_instance(operator: Operator) -> str | None:
@@ -180,7 +182,6 @@ def test_operator_sigkilled_again_and_again_loses_nothing(
 ) -> None:
     bed = history_bed  # its writes are audited with their bodies
     kills = 20 if FULL else 3
-    kube = bed.kube
     rng = random.Random(13)
     env = bed.s3_store_env(object_store, f"e2e-{bed.namespace}")
     # Long enough to outlast the kills (the restarts' back-off, as the kubelet's, grows to 30 s).
@@ -204,7 +205,7 @@ def test_operator_sigkilled_again_and_again_loses_nothing(
             began = _container_started(operator)
             assert instance and began is not None
             restart_to_lead.append(led - began)
-        _finished(kube, bed.cluster, bed.namespace, "kills", 900)
+        _finished(bed, "kills", 900)
     row = Row(
         "operator SIGKILLed",
         f"{kills} kills",
@@ -215,22 +216,18 @@ def test_operator_sigkilled_again_and_again_loses_nothing(
     assert not row.violations, "\n".join(map(str, row.violations))
 
 
-def _held(
-    kube: Kube, cluster: Cluster, namespace: str, campaign: str, timeout: float = 120
-) -> list[tuple[str, str, int]]:
+def _held(bed: Bed, campaign: str, timeout: float = 120) -> list[tuple[str, str, int]]:
     """The campaign's Running shards whose worker runs, once there is one (`inject.held_shards`)."""
-    return Bed.wait_for(
+    return bed.wait_for(
         "a worker holding a shard",
-        lambda: inject.held_shards(kube, cluster, namespace, campaign) or None,
+        lambda: inject.held_shards(bed.kube, bed.cluster, bed.namespace, campaign) or None,
         timeout,
         interval=0.2,
     )
 
 
 def _kill_holders(
-    kube: Kube,
-    cluster: Cluster,
-    namespace: str,
+    bed: Bed,
     campaign: str,
     kills: int,
     rng: random.Random,
@@ -239,8 +236,8 @@ def _kill_holders(
     """SIGKILL `kills` workers of `campaign`, each one holding a shard at the time, a random pause
     within `pause` seconds apart."""
     for _ in range(kills):
-        _, _, pid = rng.choice(_held(kube, cluster, namespace, campaign))
-        Bed.kill_group(pid)
+        _, _, pid = rng.choice(_held(bed, campaign))
+        bed.kill_group(pid)
         time.sleep(rng.uniform(*pause))  # a random moment for the next kill, not a synchronization
 
 
@@ -250,15 +247,14 @@ def test_workers_sigkilled_at_random_lose_nothing(
 ) -> None:
     bed = history_bed  # its writes are audited with their bodies
     kills = 10 if FULL else 2
-    kube = bed.kube
     rng = random.Random(11)
     env = bed.s3_store_env(object_store, f"e2e-{bed.namespace}")
     body = _campaign("workerkills", 300 if FULL else 40, 8, 1.0)
     started = time.monotonic()
     with bed.operator(env=env):
         bed.create_campaign(body)
-        _kill_holders(kube, bed.cluster, bed.namespace, "workerkills", kills, rng, (0.5, 2.0))
-        _finished(kube, bed.cluster, bed.namespace, "workerkills", 600)
+        _kill_holders(bed, "workerkills", kills, rng, (0.5, 2.0))
+        _finished(bed, "workerkills", 600)
     row = Row("workers SIGKILLed", f"{kills} kills of a worker holding a shard")
     row.took = time.monotonic() - started
     tally = _check(row, audit_tail, bed.namespace, object_store)
@@ -276,7 +272,6 @@ def test_clocks_thirty_seconds_apart_take_no_live_claim(
     timestamps, the operator would reclaim each live claim seconds after it was renewed."""
     bed = history_bed  # its writes are audited with their bodies
     kills = 3 if FULL else 1
-    kube = bed.kube
     rng = random.Random(17)
     env = {
         **bed.s3_store_env(object_store, f"e2e-{bed.namespace}"),
@@ -295,8 +290,8 @@ def test_clocks_thirty_seconds_apart_take_no_live_claim(
     started = time.monotonic()
     with bed.operator(env=env):
         bed.create_campaign(body)
-        _kill_holders(kube, bed.cluster, bed.namespace, "skew", kills, rng, (2.0, 6.0))
-        _finished(kube, bed.cluster, bed.namespace, "skew", 900)
+        _kill_holders(bed, "skew", kills, rng, (2.0, 6.0))
+        _finished(bed, "skew", 900)
     row = Row(
         "clock skew",
         f"operator +30 s, workers ±30 s at random; {kills} worker kill(s); leaseSeconds 30",
@@ -352,7 +347,6 @@ def test_a_leader_paused_past_its_lease_and_resumed_writes_nothing(
     had in flight must be refused or never sent (`operator-writes-while-leading`)."""
     bed = history_bed  # its writes are audited with their bodies
     pauses = 3
-    kube = bed.kube
     env = bed.s3_store_env(object_store, f"e2e-{bed.namespace}")
     started = time.monotonic()
     failovers: list[float] = []
@@ -384,7 +378,7 @@ def test_a_leader_paused_past_its_lease_and_resumed_writes_nothing(
                 time.sleep(3.0)  # the new leader at work while the old one is still paused
             finally:
                 bed.continue_group(pids[leader])
-        _finished(kube, bed.cluster, bed.namespace, "splitbrain", 900)
+        _finished(bed, "splitbrain", 900)
     gaps = _leader_takeover_gaps(audit_tail.history(bed.namespace), bed.LEADER_LEASE)
     row = Row(
         "split brain",
@@ -455,7 +449,7 @@ def test_a_hostile_workload_under_a_budget_loses_nothing(
         )
         spent_held = float(kube.get(CAMPAIGNS, bed.namespace, "hostile")["status"].get("spent") or 0)
         kube.patch(CAMPAIGNS, bed.namespace, "hostile", {"spec": {"budget": {"limit": 100}}})
-        _finished(kube, bed.cluster, bed.namespace, "hostile", 600)
+        _finished(bed, "hostile", 600)
         final = kube.get(CAMPAIGNS, bed.namespace, "hostile")["status"]
     row = Row(
         "hostile workload",
@@ -489,19 +483,18 @@ def test_the_api_server_and_etcd_restarted_mid_campaign_lose_nothing(
     bed = history_bed  # its writes are audited with their bodies
     local = bed.cluster.local
     assert local is not None
-    kube = bed.kube
     env = bed.s3_store_env(object_store, f"e2e-{bed.namespace}")
     started = time.monotonic()
     outages: list[str] = []
     with bed.operator(env=env):
         bed.create_campaign(_campaign("restarts", 200, 8, 1.0))
         for process in ("kube-apiserver", "etcd", "kube-apiserver", "etcd"):
-            _held(kube, bed.cluster, bed.namespace, "restarts", timeout=180)
+            _held(bed, "restarts", timeout=180)
             down = time.monotonic()
             local.restart(process, down_seconds=3.0)
             outages.append(f"{process} {time.monotonic() - down:.1f} s")
             time.sleep(5.0)  # the campaign runs on between two outages: a clock, not a synchronization
-        _finished(kube, bed.cluster, bed.namespace, "restarts", 900)
+        _finished(bed, "restarts", 900)
     row = Row("control plane restarted", "; ".join(outages) + " (down, until /readyz)")
     row.took = time.monotonic() - started
     _check(row, audit_tail, bed.namespace, object_store)
@@ -545,7 +538,7 @@ def test_several_stale_writers_at_once_are_fenced(
     with bed.operator(env=env):
         bed.create_campaign(_campaign("stale", 150, 12, 2.0))
         owners = _freeze_and_thaw(bed.cluster, kube, bed.namespace, "stale", 3, 22.0)
-        _finished(kube, bed.cluster, bed.namespace, "stale", 600)
+        _finished(bed, "stale", 600)
     row = Row("stale writers", f"{len(owners)} workers SIGSTOPped 22 s past their 10 s leases, resumed")
     row.took = time.monotonic() - started
     tally = _check(row, audit_tail, bed.namespace, object_store)
@@ -570,7 +563,7 @@ def test_one_worker_frozen_past_its_lease_among_twelve(
     with bed.operator(env=env):
         bed.create_campaign(_campaign("frozen", 150, 12, 2.0))
         _freeze_and_thaw(bed.cluster, kube, bed.namespace, "frozen", 1, 22.0)
-        _finished(kube, bed.cluster, bed.namespace, "frozen", 600)
+        _finished(bed, "frozen", 600)
     row = Row(f"one frozen worker among 12, run {run} of {FROZEN_REPEATS}", "1 worker SIGSTOPped 22 s")
     row.took = time.monotonic() - started
     tally = _check(row, audit_tail, bed.namespace, object_store)
@@ -672,7 +665,6 @@ def test_api_errors_and_lost_answers_through_a_proxy(
     bed = history_bed  # its writes are audited with their bodies
     local = bed.cluster.local
     assert local is not None
-    kube = bed.kube
     env = bed.s3_store_env(object_store, f"e2e-{bed.namespace}")
     calm_items, faulty_items = (60, 600) if FULL else (24, 150)
     pki = local.pki
@@ -685,11 +677,11 @@ def test_api_errors_and_lost_answers_through_a_proxy(
         with bed.operator(env=env) as operator:
             calm_start = time.monotonic()
             bed.create_campaign(_campaign("calm", calm_items, 6, 1.0))
-            _finished(kube, bed.cluster, bed.namespace, "calm", 300)
+            _finished(bed, "calm", 300)
             calm_end = time.monotonic()
             proxy.set_rates(API_FAULTS)
             bed.create_campaign(_campaign("faulty", faulty_items, 6, 1.0))
-            _finished(kube, bed.cluster, bed.namespace, "faulty", 1200)
+            _finished(bed, "faulty", 1200)
             proxy.set_rates(NO_FAULTS)
             faulty_end = time.monotonic()
             restarts = operator.restarts()

@@ -8,5 +8,7 @@ imports nothing from e2e/, tests/ or benchmarks/ (tests/test_layering.py checks 
     harness.py    the cluster under test (local or KUBECONFIG): clients, namespaces, CRDs, wait_for
     faults/       the fault suite: audit-log history, its invariants, the API fault proxy, process finders
     kits/         what tests do on a cluster: render/install the chart, run the operator, run workers
+    bed.py        Bed: one test's cluster and namespace with the kits' calls bound to them (the e2e
+                  `bed` fixture)
     demo.py       `make demo`: the operator installed by its chart and a sample campaign to completion
 """

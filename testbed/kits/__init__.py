@@ -1,5 +1,5 @@
 """What tests do on a cluster, beyond the harness. e2e tests reach them through the `bed` fixture
-(e2e/conftest.py); the benchmarks import them directly. Lowest first:
+(testbed/bed.py); the benchmarks import them directly. Lowest first:
 
     chart.py       the Helm chart: render, install, its service accounts and admission policies
     scheduler.py   the operator as a Deployment, campaigns and their waits, audit-log write counts
