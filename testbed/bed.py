@@ -1,12 +1,12 @@
 """Bed: one e2e test's view of the cluster under test, as one object.
 
-A test asks for the `bed` fixture (or `local_bed`, for the local control plane's audit log and
-process-kubelet; both in e2e/conftest.py) instead of importing a list of names from the kits: what
-it does in its namespace is a method (`bed.apply_campaign(...)`, `bed.wait_phase(...)`,
-`bed.operator()`), and the kits' questions about objects, their constants and the process-group
-signals are attributes of the class (`bed.phase_of(shard)`, `bed.LEASE_SECONDS`). The chart and
-worker kits are there whole, for what only a few tests use (`bed.chart.render(...)`,
-`bed.workers.worker_pool(...)`).
+A test asks for the `bed` fixture (e2e/conftest.py; with `local_cluster` too when it needs the
+local control plane's audit log or process-kubelet, or `history_bed` for a history namespace)
+instead of importing a list of names from the kits: what it does in its namespace is a method
+(`bed.apply_campaign(...)`, `bed.wait_phase(...)`, `bed.operator()`), and the kits' questions about
+objects, their constants and the process-group signals are attributes of the class
+(`bed.phase_of(shard)`, `bed.LEASE_SECONDS`). The chart and worker kits are there whole, for what
+only a few tests use (`bed.chart.render(...)`, `bed.workers.worker_pool(...)`).
 
 The kits stay plain functions of (cluster or kube, namespace): the benchmarks use them directly.
 """
