@@ -26,7 +26,7 @@ $(BENCH_STAMP): $(STAMP)
 	touch $@
 
 tools: ## build (once, cached under ~/.cache/shardops) kube-apiserver, kube-controller-manager, etcd; install kubectl + helm
-	bash e2e/cluster/build.sh
+	bash testbed/cluster/build.sh
 
 image: ## the shardops image as an OCI archive, without Docker (dist/shardops-image.oci.tar; cached on its inputs)
 	bash hack/image.sh
@@ -35,8 +35,8 @@ push: image ## copy that image to a registry with skopeo: make push IMAGE=regist
 	bash hack/push.sh "$(IMAGE)"
 
 lint: $(STAMP) ## ruff
-	$(BIN)/ruff check operator tests e2e examples benchmarks
-	$(BIN)/ruff format --check operator tests e2e examples benchmarks
+	$(BIN)/ruff check operator tests e2e testbed examples benchmarks
+	$(BIN)/ruff format --check operator tests e2e testbed examples benchmarks
 
 typecheck: $(STAMP) ## mypy (strict on api/ and logic/)
 	$(BIN)/mypy
@@ -62,23 +62,23 @@ e2e: $(BENCH_STAMP) tools image ## tests against the local control plane (or KUB
 faults: $(BENCH_STAMP) tools image ## the fault scenarios at full size (>= 20 operator kills, stale writers, 20 frozen-worker runs): docs/contributing/faults-results.md
 	SHARDOPS_FAULTS=full SHARDOPS_FAULTS_TABLE=docs/contributing/faults-results.md $(BIN)/pytest -q -s e2e/test_fault_scenarios.py
 
-bench: $(BENCH_STAMP) tools ## benchmarks on the local control plane (or KUBECONFIG): benchmarks/RESULTS.md; BENCH_QUICK=1 for the quick set
+bench: $(BENCH_STAMP) tools ## benchmarks on the local control plane (or KUBECONFIG): benchmarks/results/RESULTS.md; BENCH_QUICK=1 for the quick set
 	$(BIN)/python -m benchmarks
 
 test: lint typecheck unit e2e ## everything CI runs
 
 demo: $(STAMP) tools image ## local control plane (unless KUBECONFIG is set) + operator via Helm + a sample campaign to completion
-	$(BIN)/python -m e2e.demo
+	$(BIN)/python -m testbed.demo
 
 cluster-up: $(STAMP) tools ## start the local control plane in the background; prints how to use it
-	$(BIN)/python -m e2e.cluster.lifecycle up
+	$(BIN)/python -m testbed.cluster.lifecycle up
 
 cluster-down: $(STAMP) ## stop the local control plane started by cluster-up
-	$(BIN)/python -m e2e.cluster.lifecycle down
+	$(BIN)/python -m testbed.cluster.lifecycle down
 
 fmt: $(STAMP) ## format and autofix
-	$(BIN)/ruff format operator tests e2e examples benchmarks
-	$(BIN)/ruff check --fix operator tests e2e examples benchmarks
+	$(BIN)/ruff format operator tests e2e testbed examples benchmarks
+	$(BIN)/ruff check --fix operator tests e2e testbed examples benchmarks
 
 clean: ## remove the venv and local state (not the ~/.cache build)
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .shardops

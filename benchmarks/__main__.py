@@ -1,5 +1,5 @@
 """`make bench`: measure shardops on the local control plane (or the cluster KUBECONFIG names) and
-write benchmarks/RESULTS.md, results.json and the PNG figures.
+write benchmarks/results/: RESULTS.md, results.json and the PNG figures.
 
     python -m benchmarks                 # the full set (BENCH_QUICK=1: the quick set)
     python -m benchmarks --plan quick --out /tmp/bench
@@ -15,22 +15,24 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from benchmarks import limits, report, scenarios
+from benchmarks import limits, report
 from benchmarks.model import Section
 from benchmarks.plan import PLANS, Plan, narrowed
 from benchmarks.plots import Plots
+from benchmarks.scenarios import cost, latency, many, physical, profiles, scale, versus
+from benchmarks.scenarios.context import Context, stop_everything
 from benchmarks.target import Target, acquire, git_revision
 
 HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parent
 
-STEPS: list[tuple[str, Callable[[scenarios.Context], Section]]] = [
-    ("physical", scenarios.physical),
-    ("versus", scenarios.versus),
-    ("cost", scenarios.api_cost),
-    ("latency", scenarios.latency),
-    ("many", scenarios.many),
-    ("scale", scenarios.scale),
+STEPS: list[tuple[str, Callable[[Context], Section]]] = [
+    ("physical", physical.physical),
+    ("versus", versus.versus),
+    ("cost", cost.api_cost),
+    ("latency", latency.latency),
+    ("many", many.many),
+    ("scale", scale.scale),
 ]
 # Sections whose runs shrink to the time left (down to a minimum) instead of being skipped.
 ADAPTIVE = frozenset({"many", "scale"})
@@ -45,7 +47,7 @@ def run(
     for old in out.glob("*.png"):
         old.unlink()
     started = time.monotonic()
-    ctx = scenarios.Context(target, plan, out, Plots(out))
+    ctx = Context(target, plan, out, Plots(out))
     about = {
         "date": report.now_text(),
         "git revision": git_revision(),
@@ -74,7 +76,7 @@ def run(
             traceback.print_exc()
         section.seconds = time.monotonic() - began
         sections.append(section)
-    sections.append(scenarios.profiles(ctx))
+    sections.append(profiles.profiles(ctx))
     about["total time"] = f"{time.monotonic() - started:.0f} s"
     facts = {"command": command, "about": about}
     report.write(out, plan, sections, facts, limits.explain(sections, ctx))
@@ -86,7 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
     default = "quick" if os.environ.get("BENCH_QUICK") not in (None, "", "0") else "full"
     parser.add_argument("--plan", choices=sorted(PLANS), default=default)
-    parser.add_argument("--out", type=Path, default=HERE, help="where RESULTS.md and the figures go")
+    parser.add_argument(
+        "--out", type=Path, default=HERE / "results", help="where RESULTS.md and the figures go"
+    )
     parser.add_argument(
         "--work",
         type=Path,
@@ -126,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             run(target, plan, args.out, command, only)
         finally:
-            scenarios.stop_everything(target)
+            stop_everything(target)
     return 0
 
 

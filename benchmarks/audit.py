@@ -1,4 +1,4 @@
-"""API cost from the local control plane's audit log (e2e/cluster/lifecycle.py's policy): every write
+"""API cost from the local control plane's audit log (testbed/cluster/lifecycle.py's policy): every write
 and, at metadata level, every read of shardops objects, Leases, Jobs (and jobs/status), Pods (and
 pods/status, pods/binding), ConfigMaps and Events.
 
@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from e2e import schedulerkit
-from e2e.cluster.lifecycle import READ_VERBS, WRITE_VERBS
+from testbed.cluster.lifecycle import READ_VERBS, WRITE_VERBS
+from testbed.kits import scheduler as schedulerkit
 
 from benchmarks.runs import epoch
 from benchmarks.target import USER_AGENT as BENCH_AGENT

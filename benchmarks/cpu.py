@@ -31,7 +31,7 @@ KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("shardops operator", ("shardops operator",)),
     ("shardops workers", ("shardops worker",)),
     ("agents (the workers' commands)", ("shardops-example-agent",)),
-    ("process-kubelet", ("-m e2e.cluster.kubelet",)),
+    ("process-kubelet", ("-m testbed.cluster.kubelet",)),
     ("benchmark harness", ("-m benchmarks",)),
 )
 ORDER = (MACHINE, *(kind for kind, _ in KINDS), OTHER, UNATTRIBUTED)

@@ -11,7 +11,7 @@ from benchmarks import stats
 from benchmarks.model import Check, Section
 
 if TYPE_CHECKING:
-    from benchmarks.scenarios import Context
+    from benchmarks.scenarios.context import Context
 
 # Frames that are on every stack of a process (entry points, the event loop) say nothing.
 GENERIC = (

@@ -1,6 +1,6 @@
 """What a benchmark run reports: sections of tables and plots, and checks of figures against targets.
 
-Everything here is plain data that `report` renders to benchmarks/RESULTS.md and results.json.
+Everything here is plain data that `report` renders to benchmarks/results/RESULTS.md and results.json.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""benchmarks/RESULTS.md, results.json and the summary table printed at the end of a run."""
+"""benchmarks/results/RESULTS.md, results.json and the summary table printed at the end of a run."""
 
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ def write(
         "# shardops benchmarks: results",
         "",
         f"Produced by `{facts['command']}` — {plan.description}. How to read each table and figure: "
-        "[README.md](README.md). Absolute times on a shared 2-core machine are noise; the ratios of "
+        "[README.md](../README.md). Absolute times on a shared 2-core machine are noise; the ratios of "
         "runs measured side by side in this one run are the result.",
         "",
         "| | |",

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from e2e import schedulerkit
-from e2e.harness import wait_for
+from testbed.harness import wait_for
+from testbed.kits import scheduler as schedulerkit
 
 from benchmarks.cpu import CpuCounter
 from benchmarks.lanes import Lanes

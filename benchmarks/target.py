@@ -1,4 +1,4 @@
-"""The cluster under measurement: the local control plane (e2e/cluster/lifecycle.py) or the one
+"""The cluster under measurement: the local control plane (testbed/cluster/lifecycle.py) or the one
 KUBECONFIG names, with what the benchmarks read of it (process CPU and memory, etcd's size, object
 counts, the audit log) and the operator installed the way the operator e2e tests install it.
 
@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from e2e import schedulerkit
-from e2e.cluster import lifecycle
-from e2e.harness import REPO_ROOT, Cluster, create_namespace, external_kubeconfig, install_crds, wait_for
 from kubernetes import client, config
+from testbed.cluster import lifecycle
+from testbed.harness import REPO_ROOT, Cluster, create_namespace, external_kubeconfig, install_crds, wait_for
+from testbed.kits import scheduler as schedulerkit
 
 from shardops.k8s.api import Kube, Resource
 from shardops.scheduler.settings import OperatorSettings
@@ -100,7 +100,9 @@ class Target:
 
     @property
     def kind(self) -> str:
-        return "local control plane (e2e/cluster)" if self.local else f"KUBECONFIG {self.cluster.kubeconfig}"
+        return (
+            "local control plane (testbed/cluster)" if self.local else f"KUBECONFIG {self.cluster.kubeconfig}"
+        )
 
     # --- namespaces and the operator ---------------------------------------------------------------
 
@@ -239,7 +241,7 @@ def for_cluster(cluster: Cluster, work_dir: Path) -> Target:
 
 
 # What a run writes itself: a tree changed only there is the tree that was measured.
-BENCH_OUTPUTS = ("benchmarks/RESULTS.md", "benchmarks/results.json", "benchmarks/*.png")
+BENCH_OUTPUTS = ("benchmarks/results",)
 
 
 def git_revision() -> str:

@@ -1,6 +1,6 @@
 """Fixtures for tests against a real Kubernetes API server.
 
-By default a local control plane (e2e/cluster) is started once per session, with SeaweedFS as its
+By default a local control plane (testbed/cluster) is started once per session, with SeaweedFS as its
 S3 server. With KUBECONFIG set (and SHARDOPS_E2E_LOCAL unset), the tests use that cluster instead;
 tests that need the local process-kubelet or the audit log are skipped there, and tests that need
 S3 run only when SHARDOPS_S3_ENDPOINT (and the other SHARDOPS_S3_* variables) name a store.
@@ -15,11 +15,11 @@ from collections.abc import Iterator
 
 import pytest
 from kubernetes import client, config
-
-from e2e import workerkit
-from e2e.cluster import lifecycle
-from e2e.faults.recording import AuditTail
-from e2e.harness import Cluster, create_namespace, external_kubeconfig, install_crds
+from testbed.bed import Bed
+from testbed.cluster import lifecycle
+from testbed.faults.recording import AuditTail
+from testbed.harness import Cluster, create_namespace, external_kubeconfig, install_crds
+from testbed.kits import worker as workerkit
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -45,7 +45,7 @@ def cluster() -> Iterator[Cluster]:
         yield Cluster(external, bin_dir, api, None, lifecycle.ObjectStore.from_env(os.environ))
         return
     # The bodies of Shard, Campaign status and Lease writes too, so any test can check its run's
-    # history (e2e/faults/, docs/faults.md); e2e campaigns are small.
+    # history (testbed/faults/, docs/faults.md); e2e campaigns are small.
     with lifecycle.running_cluster(record_history=True) as local:
         print(
             f"\nlocal control plane: /readyz in {local.timings['readyz']:.1f}s, "
@@ -70,7 +70,7 @@ def local_cluster(cluster: Cluster) -> Cluster:
 @pytest.fixture
 def audit_tail(local_cluster: Cluster) -> AuditTail:
     """The audit log from this test's start on: `audit_tail.history(namespace)` is the History of
-    what the test's run wrote in its namespace (e2e/faults/history.py)."""
+    what the test's run wrote in its namespace (testbed/faults/history.py)."""
     assert local_cluster.audit_log is not None
     return AuditTail(local_cluster.audit_log)
 
@@ -120,3 +120,18 @@ def result_store(request: pytest.FixtureRequest, namespace: str) -> workerkit.St
         store: lifecycle.ObjectStore = request.getfixturevalue("object_store")
         return workerkit.StoreUnderTest("s3", namespace, store, f"e2e-{uuid.uuid4().hex[:8]}")
     return workerkit.StoreUnderTest("configmap", namespace)
+
+
+@pytest.fixture
+def bed(cluster: Cluster, namespace: str) -> Bed:
+    """The cluster under test and this test's namespace, with what the kits do there (testbed/bed.py).
+    A test that needs the local control plane (audit log, process-kubelet) also asks for
+    `local_cluster`, usually as `pytest.mark.usefixtures("local_cluster")`."""
+    return Bed(cluster, namespace)
+
+
+@pytest.fixture
+def history_bed(local_cluster: Cluster, history_namespace: str) -> Bed:
+    """`bed` in a history namespace of the local control plane: the audit log records its writes
+    with their bodies, for a test that checks its run's history."""
+    return Bed(local_cluster, history_namespace)

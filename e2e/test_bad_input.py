@@ -18,25 +18,16 @@ from typing import Any
 
 import pytest
 import yaml
+from testbed.bed import Bed
+from testbed.cluster import lifecycle
+from testbed.harness import Cluster
 
-from e2e.cluster import lifecycle
-from e2e.harness import Cluster, wait_for
-from e2e.schedulerkit import (
-    JSON,
-    campaign_body,
-    condition,
-    get_campaign,
-    kube_for,
-    operator_running,
-    s3_store_env,
-    shards_of,
-    wait_phase,
-)
 from e2e.test_cli_campaign import kc
-from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS, Kube
+from shardops.api.common import JSON
+from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS
 from shardops_example_agent.agent import answer
 
-pytestmark = pytest.mark.usefixtures("crds_installed")
+pytestmark = pytest.mark.usefixtures("crds_installed", "local_cluster")
 
 # A ConfigMap holds at most 1 MiB (1,048,576 bytes) in all; this input leaves ~40 KB for the rest.
 NEAR_CONFIGMAP_LIMIT = 1_000_000
@@ -75,7 +66,7 @@ def _apply(cluster: Cluster, namespace: str, tmp_path: Path, name: str, text: st
 
 
 def _manifest(name: str, **spec: Any) -> str:
-    body = campaign_body(name, [{"n": 1}], **spec)
+    body = Bed.campaign_body(name, [{"n": 1}], **spec)
     return yaml.safe_dump(body, allow_unicode=True)
 
 
@@ -129,13 +120,13 @@ def _refusals(big_items: list[JSON]) -> list[tuple[str, str, Callable[[str], str
         (
             "items not objects",
             'items [1, "two"]',
-            lambda n: yaml.safe_dump(campaign_body(n, [1, "two"])),  # type: ignore[list-item]
+            lambda n: yaml.safe_dump(Bed.campaign_body(n, [1, "two"])),  # type: ignore[list-item]
             "spec.items[0]",
         ),
         (
             "inline items too big",
             f"{len(big_items)} inline items, {len(json.dumps(big_items)) // 1024 // 1024} MiB",
-            lambda n: json.dumps(campaign_body(n, big_items)),
+            lambda n: json.dumps(Bed.campaign_body(n, big_items)),
             "too large",
         ),
     ]
@@ -145,9 +136,9 @@ def _jsonl(items: list[JSON]) -> bytes:
     return "".join(json.dumps(item) + "\n" for item in items).encode()
 
 
-def _ready_false(kube: Kube, namespace: str, name: str) -> JSON | None:
-    body = get_campaign(kube, namespace, name)
-    ready = condition(body, "Ready")
+def _ready_false(bed: Bed, name: str) -> JSON | None:
+    body = bed.get_campaign(name)
+    ready = bed.condition(body, "Ready")
     return (
         ready if ready and ready["status"] == "False" and body["status"].get("phase") == "Invalid" else None
     )
@@ -172,23 +163,23 @@ def _assert_exact(lines: list[JSON], items: list[JSON]) -> None:
 
 
 def test_bad_input_is_refused_or_reported_and_harms_nothing(
-    local_cluster: Cluster, namespace: str, object_store: lifecycle.ObjectStore, tmp_path: Path
+    bed: Bed, object_store: lifecycle.ObjectStore, tmp_path: Path
 ) -> None:
-    kube = kube_for(local_cluster)
+    kube = bed.kube
     prefix = f"e2e-{uuid.uuid4().hex[:8]}"
-    env = s3_store_env(local_cluster, namespace, object_store, prefix)
+    env = bed.s3_store_env(object_store, prefix)
     s3 = object_store.client()
     rows: list[Row] = []
     fast = {"SHARDOPS_AGENT_LATENCY": 0}
 
-    with operator_running(local_cluster, namespace, env=env) as operator:
+    with bed.operator(env=env) as operator:
         started_as = operator.running_pids()
         # The bystander: a campaign already running when the bad input arrives.
         steady_items = [{"n": i} for i in range(30)]
         kube.create(
             CAMPAIGNS,
-            namespace,
-            campaign_body(
+            bed.namespace,
+            bed.campaign_body(
                 "steady",
                 steady_items,
                 shardSize=1,
@@ -201,17 +192,17 @@ def test_bad_input_is_refused_or_reported_and_harms_nothing(
         big_items = [{"n": i, "pad": "x" * 1000} for i in range(3500)]
         for number, (case, given, manifest, says) in enumerate(_refusals(big_items)):
             name = f"refused-{number}"
-            stderr = _apply(local_cluster, namespace, tmp_path, name, manifest(name))
+            stderr = _apply(bed.cluster, bed.namespace, tmp_path, name, manifest(name))
             assert says in stderr, f"{case}: {stderr[-600:]}"
             rows.append(Row(case, given, f"refused at admission: {_first_line(stderr)}"))
-        names = {c["metadata"]["name"] for c in kube.list(CAMPAIGNS, namespace)}
+        names = {c["metadata"]["name"] for c in kube.list(CAMPAIGNS, bed.namespace)}
         assert names == {"steady"}, names
 
         # 2. Accepted, then reported before anything runs: Ready=False naming the fix, no shard.
         reported: list[tuple[str, str, str, JSON, str]] = []
         kube.create(
             CONFIGMAPS,
-            namespace,
+            bed.namespace,
             {"metadata": {"name": "not-json"}, "data": {"items.jsonl": '{"n": 1}\n{"n": 2,\n'}},
         )
         reported.append(
@@ -225,7 +216,7 @@ def test_bad_input_is_refused_or_reported_and_harms_nothing(
         )
         kube.create(
             CONFIGMAPS,
-            namespace,
+            bed.namespace,
             {"metadata": {"name": "not-objects"}, "data": {"items.jsonl": '{"n": 1}\n[1, 2]\n'}},
         )
         reported.append(
@@ -293,17 +284,17 @@ def test_bad_input_is_refused_or_reported_and_harms_nothing(
             )
         )
         for _case, _given, name, source, _says in reported:
-            body = campaign_body(name, [])
+            body = bed.campaign_body(name, [])
             del body["spec"]["items"]
             body["spec"]["itemsFrom"] = source
-            kube.create(CAMPAIGNS, namespace, body)
+            kube.create(CAMPAIGNS, bed.namespace, body)
         for case, given, name, _source, says in reported:
-            ready = wait_for(
-                f"{name}: Ready=False", lambda name=name: _ready_false(kube, namespace, name), timeout=90
+            ready = bed.wait_for(
+                f"{name}: Ready=False", lambda name=name: _ready_false(bed, name), timeout=90
             )
             assert says in ready["message"], f"{case}: {ready['message']}"
             rows.append(Row(case, given, f"condition Ready=False {ready['reason']}: {ready['message']}"))
-        cut = {s["spec"]["campaign"] for s in shards_of(kube, namespace)}
+        cut = {s["spec"]["campaign"] for s in bed.shards()}
         assert not cut & {name for _c, _g, name, _s, _w in reported}, cut
 
         # 3. Accepted and run to the exact results.
@@ -314,18 +305,22 @@ def test_bad_input_is_refused_or_reported_and_harms_nothing(
         near_text = "".join(json.dumps(item) + "\n" for item in near_items)
         assert NEAR_CONFIGMAP_LIMIT - 100 <= len(near_text) <= NEAR_CONFIGMAP_LIMIT
         kube.create(
-            CONFIGMAPS, namespace, {"metadata": {"name": "near-limit"}, "data": {"items.jsonl": near_text}}
+            CONFIGMAPS,
+            bed.namespace,
+            {"metadata": {"name": "near-limit"}, "data": {"items.jsonl": near_text}},
         )
-        near = campaign_body("near-limit", [], shardSize=2000, maxConcurrency=2, worker_env=fast)
+        near = bed.campaign_body("near-limit", [], shardSize=2000, maxConcurrency=2, worker_env=fast)
         del near["spec"]["items"]
         near["spec"]["itemsFrom"] = {"configMapName": "near-limit", "key": "items.jsonl"}
-        kube.create(CAMPAIGNS, namespace, near)
+        kube.create(CAMPAIGNS, bed.namespace, near)
 
         unicode_items: list[JSON] = [
             {"text": text, "ключ": "значение", "🔑": i} for i, text in enumerate(UNICODE_TEXTS)
         ]
         kube.create(
-            CAMPAIGNS, namespace, campaign_body("unicode", unicode_items, shardSize=3, worker_env=fast)
+            CAMPAIGNS,
+            bed.namespace,
+            bed.campaign_body("unicode", unicode_items, shardSize=3, worker_env=fast),
         )
         # Through an object too: JSONL written without ASCII escapes, so U+2028 stands raw in a line.
         unicode_key = f"{prefix}/unicode.jsonl"
@@ -334,18 +329,18 @@ def test_bad_input_is_refused_or_reported_and_harms_nothing(
             Key=unicode_key,
             Body="".join(json.dumps(item, ensure_ascii=False) + "\n" for item in unicode_items).encode(),
         )
-        from_object = campaign_body("unicode-object", [], shardSize=3, worker_env=fast)
+        from_object = bed.campaign_body("unicode-object", [], shardSize=3, worker_env=fast)
         del from_object["spec"]["items"]
         from_object["spec"]["itemsFrom"] = {"object": {"key": unicode_key}}
-        kube.create(CAMPAIGNS, namespace, from_object)
+        kube.create(CAMPAIGNS, bed.namespace, from_object)
 
         large_items: list[JSON] = [{"n": 0}, {"n": 1, "blob": "l" * LARGE_ITEM_BYTES}, {"n": 2}]
         large_key = f"{prefix}/large.jsonl"
         s3.put_object(Bucket=object_store.bucket, Key=large_key, Body=_jsonl(large_items))
-        large = campaign_body("large-item", [], shardSize=1, worker_env=fast)
+        large = bed.campaign_body("large-item", [], shardSize=1, worker_env=fast)
         del large["spec"]["items"]
         large["spec"]["itemsFrom"] = {"object": {"key": large_key}}
-        kube.create(CAMPAIGNS, namespace, large)
+        kube.create(CAMPAIGNS, bed.namespace, large)
 
         ran = [
             (
@@ -374,16 +369,16 @@ def test_bad_input_is_refused_or_reported_and_harms_nothing(
             ),
         ]
         for case, given, name, items in ran:
-            final = wait_phase(kube, namespace, name, {"Succeeded", "Failed", "Completed"}, timeout=300)
+            final = bed.wait_phase(name, {"Succeeded", "Failed", "Completed"}, timeout=300)
             assert final["status"]["phase"] == "Succeeded", (case, final["status"])
             assert final["status"]["itemsTotal"] == len(items)
-            _assert_exact(_results(local_cluster, namespace, name), items)
+            _assert_exact(_results(bed.cluster, bed.namespace, name), items)
             rows.append(Row(case, given, f"Succeeded: {len(items)} results, each item back exactly as given"))
 
         # The bystander ran through all of it: done, nothing charged twice.
-        steady = wait_phase(kube, namespace, "steady", {"Succeeded", "Failed", "Completed"}, timeout=300)
+        steady = bed.wait_phase("steady", {"Succeeded", "Failed", "Completed"}, timeout=300)
         assert steady["status"]["phase"] == "Succeeded" and steady["status"]["counts"]["done"] == 30
-        _assert_exact(_results(local_cluster, namespace, "steady"), steady_items)
+        _assert_exact(_results(bed.cluster, bed.namespace, "steady"), steady_items)
         rows.append(
             Row(
                 "other campaigns",

@@ -11,8 +11,7 @@ import pytest
 from benchmarks.__main__ import run
 from benchmarks.plan import SMOKE
 from benchmarks.target import for_cluster
-
-from e2e.harness import Cluster
+from testbed.harness import Cluster
 
 pytestmark = pytest.mark.usefixtures("crds_installed")
 

@@ -20,25 +20,18 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from testbed.bed import Bed
+from testbed.harness import Cluster, create_namespace
+from testbed.kits import chart as chartkit
+from testbed.kits.scheduler import Operator, create_campaign, get_campaign, kube_for, operator_running
 
-from e2e import chartkit
-from e2e.harness import REPO_ROOT, Cluster, create_namespace, wait_for
-from e2e.schedulerkit import (
-    OPERATOR_NAME,
-    Operator,
-    campaign_body,
-    create_campaign,
-    get_campaign,
-    kube_for,
-    operator_running,
-)
 from shardops.api.names import CAMPAIGN_LABEL, KOPF_FINALIZER
 from shardops.k8s.api import CAMPAIGNS, JOBS, LEASES, SHARDS, Kube, NotFound
 
-pytestmark = pytest.mark.usefixtures("crds_installed")
+pytestmark = pytest.mark.usefixtures("crds_installed", "local_cluster")
 
 JSON = dict[str, Any]
-INSTALL_GUIDE = REPO_ROOT / "docs" / "install.md"
+INSTALL_GUIDE = Bed.REPO_ROOT / "docs" / "install.md"
 # Generous: a delete that waits for a finalizer never finishes; one that does not takes seconds.
 DELETE_TIMEOUT = "60s"
 NAMESPACE_TIMEOUT = "180s"
@@ -120,12 +113,12 @@ def wait_owned_gone(kube: Kube, namespace: str, campaign: str, what: str) -> dic
                 gone_at.setdefault(kind, time.monotonic() - started)
         return len(gone_at) == 3
 
-    wait_for(f"the garbage collector to remove what {campaign} owned, {what}", all_gone, timeout=90)
+    Bed.wait_for(f"the garbage collector to remove what {campaign} owned, {what}", all_gone, timeout=90)
     return gone_at
 
 
 def wait_reconciled(kube: Kube, namespace: str, name: str, *, with_shards: bool = True) -> None:
-    wait_for(
+    Bed.wait_for(
         f"campaign {name} to be reconciled",
         lambda: reconciled(kube, namespace, name, with_shards=with_shards),
         timeout=90,
@@ -162,11 +155,13 @@ def leader_of(kube: Kube, namespace: str, lease: str) -> str | None:
 
 
 def scale_to_zero(cluster: Cluster, operator: Operator) -> None:
-    cluster.kubectl("scale", f"deployment/{OPERATOR_NAME}", "-n", operator.namespace, "--replicas=0")
+    cluster.kubectl("scale", f"deployment/{Bed.OPERATOR_NAME}", "-n", operator.namespace, "--replicas=0")
     core = client.CoreV1Api(cluster.api)
-    wait_for(
+    Bed.wait_for(
         "the operator pods to be gone",
-        lambda: not core.list_namespaced_pod(operator.namespace, label_selector=f"app={OPERATOR_NAME}").items,
+        lambda: (
+            not core.list_namespaced_pod(operator.namespace, label_selector=f"app={Bed.OPERATOR_NAME}").items
+        ),
         timeout=60,
     )
 
@@ -182,7 +177,9 @@ def running_campaign(name: str) -> JSON:
     """A campaign that is still working when the test deletes it: shards claimed (Leases held) and
     worker Jobs running."""
     items = [{"n": i} for i in range(8)]
-    return campaign_body(name, items, shardSize=1, maxConcurrency=2, worker_env={"SHARDOPS_AGENT_LATENCY": 2})
+    return Bed.campaign_body(
+        name, items, shardSize=1, maxConcurrency=2, worker_env={"SHARDOPS_AGENT_LATENCY": 2}
+    )
 
 
 # --- (a) and (b): the garbage collector, with the operator and without it --------------------------------
@@ -201,14 +198,16 @@ def test_deleting_a_campaign_leaves_nothing_it_owns_with_or_without_the_operator
             found = owned(kube, namespace, "busy")
             return found if all(found.values()) else None
 
-        seen = wait_for("shards, held claim Leases and worker Jobs of busy", everything_owned, timeout=120)
+        seen = Bed.wait_for(
+            "shards, held claim Leases and worker Jobs of busy", everything_owned, timeout=120
+        )
         body = get_campaign(kube, namespace, "busy")
         assert (body.get("status") or {}).get("phase"), "the operator has reconciled it"
         assert finalizers(body) == [], "no finalizer on a Campaign the operator handles"
         assert all(finalizers(s) == [] for s in kube.list(SHARDS, namespace)), "nor on its Shards"
 
         # The periodic reconcile (the operator's own tick, not a kopf timer) runs for it.
-        wait_for("a periodic reconcile", lambda: periodic_reconciles(operator) >= 1, timeout=30)
+        Bed.wait_for("a periodic reconcile", lambda: periodic_reconciles(operator) >= 1, timeout=30)
 
         # (a) With the operator running: the garbage collector removes every owned object.
         figures["delete campaign, operator running"] = delete_campaign(cluster, namespace, "busy")
@@ -243,7 +242,9 @@ def test_after_helm_uninstall_campaigns_and_their_namespace_delete(local_cluster
         chartkit.install_chart(cluster, namespace)
         try:
             lease = f"{chartkit.fullname()}-operator"
-            wait_for("the chart's operator to lead", lambda: leader_of(kube, namespace, lease), timeout=90)
+            Bed.wait_for(
+                "the chart's operator to lead", lambda: leader_of(kube, namespace, lease), timeout=90
+            )
             for name in ("first", "second"):
                 create_campaign(kube, namespace, running_campaign(name))
             for name in ("first", "second"):
@@ -253,7 +254,7 @@ def test_after_helm_uninstall_campaigns_and_their_namespace_delete(local_cluster
             chartkit.uninstall_chart(cluster, namespace, check=False)
         selector = "app.kubernetes.io/component=operator"
         core = client.CoreV1Api(cluster.api)
-        wait_for(
+        Bed.wait_for(
             "the operator pod to be gone after helm uninstall",
             lambda: not core.list_namespaced_pod(namespace, label_selector=selector).items,
             timeout=60,
@@ -269,7 +270,7 @@ def test_after_helm_uninstall_campaigns_and_their_namespace_delete(local_cluster
 
 
 def _with_finalizers(name: str, entries: list[str]) -> JSON:
-    body = campaign_body(name, [{"n": 1}, {"n": 2}], suspend=True)
+    body = Bed.campaign_body(name, [{"n": 1}, {"n": 2}], suspend=True)
     body["metadata"]["finalizers"] = entries
     return body
 
@@ -282,31 +283,27 @@ def _clear_other_finalizers(cluster: Cluster, namespace: str, name: str) -> None
     )  # fmt: skip
 
 
-def test_the_operator_removes_the_old_finalizer_and_keeps_the_others(
-    local_cluster: Cluster, namespace: str
-) -> None:
-    cluster = local_cluster
-    kube = kube_for(cluster)
+def test_the_operator_removes_the_old_finalizer_and_keeps_the_others(bed: Bed) -> None:
+    bed.cluster = bed.cluster
+    kube = bed.kube
     # As chart 0.1.0 left them: kopf's finalizer on every Campaign it had seen, next to whatever
     # other controllers added; one Campaign deleted while no operator ran, stuck ever since.
-    create_campaign(kube, namespace, _with_finalizers("old", [KOPF_FINALIZER]))
-    create_campaign(
-        kube,
-        namespace,
+    bed.create_campaign(_with_finalizers("old", [KOPF_FINALIZER]))
+    bed.create_campaign(
         _with_finalizers("shared", [OTHER_FINALIZERS[0], KOPF_FINALIZER, OTHER_FINALIZERS[1]]),
     )
-    create_campaign(kube, namespace, _with_finalizers("stuck", [KOPF_FINALIZER]))
-    cluster.kubectl("delete", "campaign", "stuck", "-n", namespace, "--wait=false")
-    assert get_campaign(kube, namespace, "stuck")["metadata"].get("deletionTimestamp")
+    bed.create_campaign(_with_finalizers("stuck", [KOPF_FINALIZER]))
+    bed.cluster.kubectl("delete", "campaign", "stuck", "-n", bed.namespace, "--wait=false")
+    assert bed.get_campaign("stuck")["metadata"].get("deletionTimestamp")
     try:
         started = time.monotonic()
-        with operator_running(cluster, namespace) as operator:
-            wait_for(
+        with bed.operator() as operator:
+            bed.wait_for(
                 "the old finalizer to be gone from every Campaign",
                 lambda: (
-                    finalizers(get_campaign(kube, namespace, "old")) == []
-                    and finalizers(get_campaign(kube, namespace, "shared")) == OTHER_FINALIZERS
-                    and not exists(kube, CAMPAIGNS, namespace, "stuck")
+                    finalizers(bed.get_campaign("old")) == []
+                    and finalizers(bed.get_campaign("shared")) == OTHER_FINALIZERS
+                    and not exists(kube, CAMPAIGNS, bed.namespace, "stuck")
                 ),
                 timeout=60,
             )
@@ -330,17 +327,17 @@ def test_the_operator_removes_the_old_finalizer_and_keeps_the_others(
                 count = float(found.group(1)) if found else -1.0
                 return (count, lines) if count == len(lines) else None
 
-            count, lines = wait_for("the counter and the log to agree", settled, timeout=30)
+            count, lines = bed.wait_for("the counter and the log to agree", settled, timeout=30)
             assert count in {2.0, 3.0}, lines
             assert any("/old: removed" in line for line in lines), lines
             assert any("/shared: removed" in line for line in lines), lines
             # And the healed Campaigns are handled as usual.
             for name in ("old", "shared"):
-                wait_reconciled(kube, namespace, name, with_shards=False)
-            assert finalizers(get_campaign(kube, namespace, "shared")) == OTHER_FINALIZERS
+                wait_reconciled(kube, bed.namespace, name, with_shards=False)
+            assert finalizers(bed.get_campaign("shared")) == OTHER_FINALIZERS
         print(f"\nold finalizer removed from 3 Campaigns {healed:.1f}s after the operator was started")
     finally:
-        _clear_other_finalizers(cluster, namespace, "shared")
+        _clear_other_finalizers(bed.cluster, bed.namespace, "shared")
 
 
 # --- by hand, with the command of docs/install.md --------------------------------------------------------
@@ -353,36 +350,34 @@ def install_guide_block() -> str:
     return match.group(1)
 
 
-def test_the_install_guide_clears_the_old_finalizer_without_an_operator(
-    local_cluster: Cluster, namespace: str
-) -> None:
-    cluster = local_cluster
-    kube = kube_for(cluster)
+def test_the_install_guide_clears_the_old_finalizer_without_an_operator(bed: Bed) -> None:
+    bed.cluster = bed.cluster
+    kube = bed.kube
     block = install_guide_block()
-    with own_namespace(cluster) as doomed:
-        create_campaign(kube, namespace, _with_finalizers("stuck", [KOPF_FINALIZER]))
-        create_campaign(kube, namespace, _with_finalizers("shared", [OTHER_FINALIZERS[0], KOPF_FINALIZER]))
-        create_campaign(kube, doomed, _with_finalizers("in-doomed", [KOPF_FINALIZER]))
-        cluster.kubectl("delete", "campaign", "stuck", "-n", namespace, "--wait=false")
-        cluster.kubectl("delete", "namespace", doomed, "--wait=false")
+    with own_namespace(bed.cluster) as doomed:
+        bed.create_campaign(_with_finalizers("stuck", [KOPF_FINALIZER]))
+        bed.create_campaign(_with_finalizers("shared", [OTHER_FINALIZERS[0], KOPF_FINALIZER]))
+        bed.namespaced(doomed).create_campaign(_with_finalizers("in-doomed", [KOPF_FINALIZER]))
+        bed.cluster.kubectl("delete", "campaign", "stuck", "-n", bed.namespace, "--wait=false")
+        bed.cluster.kubectl("delete", "namespace", doomed, "--wait=false")
         # What issue reporters saw: the Campaign and the namespace stay, held by the finalizer.
-        held, _ = timed(cluster, "delete", "campaign", "stuck", "-n", namespace, "--timeout=3s")
+        held, _ = timed(bed.cluster, "delete", "campaign", "stuck", "-n", bed.namespace, "--timeout=3s")
         assert held.returncode != 0 and "timed out" in held.stderr, held.stderr
         assert exists(kube, CAMPAIGNS, doomed, "in-doomed")
         try:
             started = time.monotonic()
-            run = run_bash(cluster, block)
+            run = run_bash(bed.cluster, block)
             assert run.returncode == 0, f"the install guide's command failed:\n{run.stdout}\n{run.stderr}"
             ran = time.monotonic() - started
             patched = sorted(re.findall(r"campaign\.shardops\.dev/(\S+) patched", run.stdout))
             assert patched == ["in-doomed", "shared", "stuck"], run.stdout
-            wait_for(
+            bed.wait_for(
                 "campaign stuck to be gone",
-                lambda: not exists(kube, CAMPAIGNS, namespace, "stuck"),
+                lambda: not exists(kube, CAMPAIGNS, bed.namespace, "stuck"),
                 timeout=30,
             )
-            assert finalizers(get_campaign(kube, namespace, "shared")) == [OTHER_FINALIZERS[0]]
-            core = client.CoreV1Api(cluster.api)
+            assert finalizers(bed.get_campaign("shared")) == [OTHER_FINALIZERS[0]]
+            core = client.CoreV1Api(bed.cluster.api)
 
             def namespace_gone() -> bool:
                 try:
@@ -391,13 +386,13 @@ def test_the_install_guide_clears_the_old_finalizer_without_an_operator(
                     return error.status == 404
                 return False
 
-            wait_for(f"namespace {doomed} to finish deleting", namespace_gone, timeout=180)
+            bed.wait_for(f"namespace {doomed} to finish deleting", namespace_gone, timeout=180)
             namespace_done = time.monotonic() - started
             # Idempotent: a second run finds nothing to do (and fails on nothing).
-            again = run_bash(cluster, block)
+            again = run_bash(bed.cluster, block)
             assert again.returncode == 0 and "patched" not in again.stdout, again.stdout + again.stderr
         finally:
-            _clear_other_finalizers(cluster, namespace, "shared")
+            _clear_other_finalizers(bed.cluster, bed.namespace, "shared")
     _print(
         {
             "install guide loop over all Campaigns": ran,

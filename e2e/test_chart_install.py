@@ -18,10 +18,9 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-
-from e2e import chartkit
-from e2e.cluster.lifecycle import WRITE_VERBS
-from e2e.harness import REPO_ROOT, Cluster, dump_json, wait_for
+from testbed.cluster.lifecycle import WRITE_VERBS
+from testbed.harness import REPO_ROOT, Cluster, dump_json, wait_for
+from testbed.kits import chart as chartkit
 
 RESTRICTED = "pod-security.kubernetes.io/enforce=restricted"
 FULLNAME = chartkit.fullname()

@@ -19,9 +19,8 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-
-from e2e import chartkit
-from e2e.harness import Cluster, dump_json, wait_for
+from testbed.harness import Cluster, dump_json, wait_for
+from testbed.kits import chart as chartkit
 
 FORBIDDEN = 403
 

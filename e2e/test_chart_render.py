@@ -13,9 +13,8 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-
-from e2e import chartkit
-from e2e.harness import Cluster
+from testbed.harness import Cluster
+from testbed.kits import chart as chartkit
 
 OTHER = f"e2e-render-{uuid.uuid4().hex[:8]}"
 DIGEST = "sha256:" + "0123456789abcdef" * 4

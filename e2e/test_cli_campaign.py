@@ -27,9 +27,9 @@ from typing import Any
 
 import pytest
 import yaml
+from testbed.harness import REPO_ROOT, Cluster
+from testbed.kits import chart as chartkit
 
-from e2e import chartkit
-from e2e.harness import REPO_ROOT, Cluster
 from shardops.api.campaign import Campaign
 from shardops.api.names import API_GROUP_VERSION, CAMPAIGN_KIND, CAMPAIGN_LABEL
 from shardops.api.shard import Shard, ShardError, ShardResult

@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client, config
-
-from e2e.cluster import lifecycle
-from e2e.harness import REPO_ROOT, wait_for
+from testbed.cluster import lifecycle
+from testbed.harness import REPO_ROOT, wait_for
 
 
 @pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "sigkill"])
@@ -22,7 +21,7 @@ def test_no_process_outlives_the_supervisor(tmp_path: Path, stop_signal: signal.
         pytest.skip("about the local control plane only")
     directory = tmp_path / "cluster"
     supervisor = subprocess.Popen(
-        [sys.executable, "-m", "e2e.cluster.lifecycle", "run", f"--dir={directory}"],
+        [sys.executable, "-m", "testbed.cluster.lifecycle", "run", f"--dir={directory}"],
         cwd=REPO_ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

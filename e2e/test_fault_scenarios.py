@@ -1,5 +1,5 @@
 """Fault scenarios: a campaign runs while faults are injected, its whole history is read back from the
-API server's audit log and checked offline (e2e/faults/checker.py). Each scenario adds a row to the
+API server's audit log and checked offline (testbed/faults/checker.py). Each scenario adds a row to the
 results table (docs/faults.md says what each column counts).
 
 Two sizes: `short` (the default, part of `make test`: a few operator kills and worker kills, a minute
@@ -24,28 +24,16 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from testbed.bed import Bed
+from testbed.cluster import lifecycle
+from testbed.cluster.kubelet.identity import API_SERVER_ANNOTATION
+from testbed.faults import checker, inject, results
+from testbed.faults.history import History, key_text
+from testbed.faults.proxy import NO_FAULTS, ApiProxy, Fault, FaultRates, Traffic, by_client, summary
+from testbed.faults.recording import AuditTail
+from testbed.harness import Cluster
+from testbed.kits.scheduler import Operator
 
-from e2e.cluster import lifecycle
-from e2e.cluster.kubelet.identity import API_SERVER_ANNOTATION
-from e2e.faults import checker, inject, results
-from e2e.faults.history import History, key_text
-from e2e.faults.proxy import NO_FAULTS, ApiProxy, Fault, FaultRates, Traffic, by_client, summary
-from e2e.faults.recording import AuditTail
-from e2e.harness import Cluster, wait_for
-from e2e.schedulerkit import (
-    LEADER_LEASE,
-    OPERATOR_NAME,
-    Operator,
-    campaign_body,
-    continue_group,
-    create_campaign,
-    kill_group,
-    kube_for,
-    operator_running,
-    s3_store_env,
-    stop_group,
-    wait_phase,
-)
 from e2e.test_fault_history import IDENTITIES
 from shardops.api.campaign import ResultStoreStatus
 from shardops.api.names import LEADER_INSTANCE_ANNOTATION
@@ -112,7 +100,7 @@ def results_table() -> Iterator[None]:
             "# Fault scenarios: results",
             "",
             f"`make faults` on {when} (load average {load:.1f} at the end). Each row: a campaign run while",
-            "the faults were injected, its history checked by `e2e/faults/checker.py` (docs/faults.md).",
+            "the faults were injected, its history checked by `testbed/faults/checker.py` (docs/faults.md).",
             "",
             HEADER,
             *(row.markdown() for row in ROWS),
@@ -153,7 +141,7 @@ def _result_store(history: History, namespace: str, store: lifecycle.ObjectStore
 def _campaign(
     name: str, items: int, concurrency: int, latency: float, lease_seconds: int = 10
 ) -> dict[str, Any]:
-    return campaign_body(
+    return Bed.campaign_body(
         name,
         [{"n": i, "latency": latency} for i in range(items)],
         shardSize=1,
@@ -162,9 +150,11 @@ def _campaign(
     )
 
 
-def _finished(kube: Kube, cluster: Cluster, namespace: str, name: str, timeout: float) -> None:
-    wait_phase(kube, namespace, name, {"Succeeded", "Completed"}, timeout=timeout)
-    wait_for("every worker to exit", lambda: not inject.worker_pids(cluster, namespace, name), 120)
+def _finished(bed: Bed, name: str, timeout: float) -> None:
+    bed.wait_phase(name, {"Succeeded", "Completed"}, timeout=timeout)
+    bed.wait_for(
+        "every worker to exit", lambda: not inject.worker_pids(bed.cluster, bed.namespace, name), 120
+    )
 
 
 def _leader_instance(operator: Operator) -> str | None:
@@ -188,60 +178,56 @@ def _median(values: list[float]) -> str:
 
 @pytest.mark.long
 def test_operator_sigkilled_again_and_again_loses_nothing(
-    local_cluster: Cluster, history_namespace: str, object_store: lifecycle.ObjectStore, audit_tail: AuditTail
+    history_bed: Bed, object_store: lifecycle.ObjectStore, audit_tail: AuditTail
 ) -> None:
+    bed = history_bed  # its writes are audited with their bodies
     kills = 20 if FULL else 3
-    namespace, kube = history_namespace, kube_for(local_cluster)
     rng = random.Random(13)
-    env = s3_store_env(local_cluster, namespace, object_store, f"e2e-{namespace}")
+    env = bed.s3_store_env(object_store, f"e2e-{bed.namespace}")
     # Long enough to outlast the kills (the restarts' back-off, as the kubelet's, grows to 30 s).
     body = _campaign("kills", 600 if FULL else 60, 6, 1.0)
     started = time.monotonic()
     restart_to_lead: list[float] = []
-    with operator_running(local_cluster, namespace, env=env) as operator:
-        create_campaign(kube, namespace, body)
+    with bed.operator(env=env) as operator:
+        bed.create_campaign(body)
         for _ in range(kills):
-            before = wait_for("the operator to lead", lambda: _leader_instance(operator), 90)
+            before = bed.wait_for("the operator to lead", lambda: _leader_instance(operator), 90)
             time.sleep(rng.uniform(1.0, 4.0))  # a random moment of its work, not a synchronization
             (pid,) = operator.running_pids().values()
-            kill_group(pid)
+            bed.kill_group(pid)
 
             def new_leader(before: str = before) -> str | None:
                 now = _leader_instance(operator)
                 return now if now and now != before else None
 
-            instance = wait_for("the restarted operator to lead", new_leader, 120, interval=0.1)
+            instance = bed.wait_for("the restarted operator to lead", new_leader, 120, interval=0.1)
             led = time.time()
             began = _container_started(operator)
             assert instance and began is not None
             restart_to_lead.append(led - began)
-        _finished(kube, local_cluster, namespace, "kills", 900)
+        _finished(bed, "kills", 900)
     row = Row(
         "operator SIGKILLed",
         f"{kills} kills",
         recovery=f"process start → leading: {_median(restart_to_lead)}",
     )
     row.took = time.monotonic() - started
-    _check(row, audit_tail, namespace, object_store)
+    _check(row, audit_tail, bed.namespace, object_store)
     assert not row.violations, "\n".join(map(str, row.violations))
 
 
-def _held(
-    kube: Kube, cluster: Cluster, namespace: str, campaign: str, timeout: float = 120
-) -> list[tuple[str, str, int]]:
+def _held(bed: Bed, campaign: str, timeout: float = 120) -> list[tuple[str, str, int]]:
     """The campaign's Running shards whose worker runs, once there is one (`inject.held_shards`)."""
-    return wait_for(
+    return bed.wait_for(
         "a worker holding a shard",
-        lambda: inject.held_shards(kube, cluster, namespace, campaign) or None,
+        lambda: inject.held_shards(bed.kube, bed.cluster, bed.namespace, campaign) or None,
         timeout,
         interval=0.2,
     )
 
 
 def _kill_holders(
-    kube: Kube,
-    cluster: Cluster,
-    namespace: str,
+    bed: Bed,
     campaign: str,
     kills: int,
     rng: random.Random,
@@ -250,49 +236,49 @@ def _kill_holders(
     """SIGKILL `kills` workers of `campaign`, each one holding a shard at the time, a random pause
     within `pause` seconds apart."""
     for _ in range(kills):
-        _, _, pid = rng.choice(_held(kube, cluster, namespace, campaign))
-        kill_group(pid)
+        _, _, pid = rng.choice(_held(bed, campaign))
+        bed.kill_group(pid)
         time.sleep(rng.uniform(*pause))  # a random moment for the next kill, not a synchronization
 
 
 @pytest.mark.long
 def test_workers_sigkilled_at_random_lose_nothing(
-    local_cluster: Cluster, history_namespace: str, object_store: lifecycle.ObjectStore, audit_tail: AuditTail
+    history_bed: Bed, object_store: lifecycle.ObjectStore, audit_tail: AuditTail
 ) -> None:
+    bed = history_bed  # its writes are audited with their bodies
     kills = 10 if FULL else 2
-    namespace, kube = history_namespace, kube_for(local_cluster)
     rng = random.Random(11)
-    env = s3_store_env(local_cluster, namespace, object_store, f"e2e-{namespace}")
+    env = bed.s3_store_env(object_store, f"e2e-{bed.namespace}")
     body = _campaign("workerkills", 300 if FULL else 40, 8, 1.0)
     started = time.monotonic()
-    with operator_running(local_cluster, namespace, env=env):
-        create_campaign(kube, namespace, body)
-        _kill_holders(kube, local_cluster, namespace, "workerkills", kills, rng, (0.5, 2.0))
-        _finished(kube, local_cluster, namespace, "workerkills", 600)
+    with bed.operator(env=env):
+        bed.create_campaign(body)
+        _kill_holders(bed, "workerkills", kills, rng, (0.5, 2.0))
+        _finished(bed, "workerkills", 600)
     row = Row("workers SIGKILLed", f"{kills} kills of a worker holding a shard")
     row.took = time.monotonic() - started
-    tally = _check(row, audit_tail, namespace, object_store)
+    tally = _check(row, audit_tail, bed.namespace, object_store)
     assert not row.violations, "\n".join(map(str, row.violations))
     assert tally["lost-holder charges"] >= 1, tally  # the faults were exercised
 
 
 @pytest.mark.long
 def test_clocks_thirty_seconds_apart_take_no_live_claim(
-    local_cluster: Cluster, history_namespace: str, object_store: lifecycle.ObjectStore, audit_tail: AuditTail
+    history_bed: Bed, object_store: lifecycle.ObjectStore, audit_tail: AuditTail
 ) -> None:
     """The operator's clock 30 s ahead, each worker's off by its own random amount within ±30 s,
     leaseSeconds 30 and heartbeatSeconds 10 (the allowed extreme): every claim outlives several
     heartbeats, and workers are killed so that expiry is judged under skew too. Judged by holders'
     timestamps, the operator would reclaim each live claim seconds after it was renewed."""
+    bed = history_bed  # its writes are audited with their bodies
     kills = 3 if FULL else 1
-    namespace, kube = history_namespace, kube_for(local_cluster)
     rng = random.Random(17)
     env = {
-        **s3_store_env(local_cluster, namespace, object_store, f"e2e-{namespace}"),
+        **bed.s3_store_env(object_store, f"e2e-{bed.namespace}"),
         "SHARDOPS_CLOCK_OFFSET_SECONDS": "30",
     }
     items = 120 if FULL else 16
-    body = campaign_body(
+    body = bed.campaign_body(
         "skew",
         [{"n": i, "latency": 12.0} for i in range(items)],
         shardSize=1,
@@ -302,16 +288,16 @@ def test_clocks_thirty_seconds_apart_take_no_live_claim(
         worker_env={"SHARDOPS_CLOCK_OFFSET_SPREAD_SECONDS": "30"},
     )
     started = time.monotonic()
-    with operator_running(local_cluster, namespace, env=env):
-        create_campaign(kube, namespace, body)
-        _kill_holders(kube, local_cluster, namespace, "skew", kills, rng, (2.0, 6.0))
-        _finished(kube, local_cluster, namespace, "skew", 900)
+    with bed.operator(env=env):
+        bed.create_campaign(body)
+        _kill_holders(bed, "skew", kills, rng, (2.0, 6.0))
+        _finished(bed, "skew", 900)
     row = Row(
         "clock skew",
         f"operator +30 s, workers ±30 s at random; {kills} worker kill(s); leaseSeconds 30",
     )
     row.took = time.monotonic() - started
-    tally = _check(row, audit_tail, namespace, object_store)
+    tally = _check(row, audit_tail, bed.namespace, object_store)
     assert not row.violations, "\n".join(map(str, row.violations))
     assert tally["lost-holder charges"] >= 1, tally  # expiry was judged under skew
     assert tally["lease renewals"] >= items, tally  # claims lived through heartbeats
@@ -354,25 +340,25 @@ def _leader_takeover_gaps(history: History, lease_name: str) -> list[float]:
 
 @pytest.mark.skipif(not FULL, reason="make faults (SHARDOPS_FAULTS=full)")
 def test_a_leader_paused_past_its_lease_and_resumed_writes_nothing(
-    local_cluster: Cluster, history_namespace: str, object_store: lifecycle.ObjectStore, audit_tail: AuditTail
+    history_bed: Bed, object_store: lifecycle.ObjectStore, audit_tail: AuditTail
 ) -> None:
     """A forced split brain, three times: the leading replica SIGSTOPped past its leader lease (10 s)
     while the campaign runs, the standby takes over, then the old leader is resumed. Whatever it
     had in flight must be refused or never sent (`operator-writes-while-leading`)."""
+    bed = history_bed  # its writes are audited with their bodies
     pauses = 3
-    namespace, kube = history_namespace, kube_for(local_cluster)
-    env = s3_store_env(local_cluster, namespace, object_store, f"e2e-{namespace}")
+    env = bed.s3_store_env(object_store, f"e2e-{bed.namespace}")
     started = time.monotonic()
     failovers: list[float] = []
     paused: set[int] = set()
-    with operator_running(local_cluster, namespace, replicas=2, lease_seconds=10, env=env) as operator:
-        wait_for("two operator replicas running", lambda: len(operator.running_pids()) == 2, timeout=90)
-        create_campaign(kube, namespace, _campaign("splitbrain", 200, 8, 1.0))
+    with bed.operator(replicas=2, lease_seconds=10, env=env) as operator:
+        bed.wait_for("two operator replicas running", lambda: len(operator.running_pids()) == 2, timeout=90)
+        bed.create_campaign(_campaign("splitbrain", 200, 8, 1.0))
         for _ in range(pauses):
-            leader = wait_for("a leader", operator.leader, 60)
+            leader = bed.wait_for("a leader", operator.leader, 60)
             # The paused one of the last round exits once resumed, and its container restarts after the
             # kubelet's back-off: pause the leader only once the other replica competes again.
-            wait_for(
+            bed.wait_for(
                 "the standby to compete",
                 lambda leader=leader: _standby_competes(operator, leader, paused),
                 120,
@@ -380,20 +366,20 @@ def test_a_leader_paused_past_its_lease_and_resumed_writes_nothing(
             pids = operator.running_pids()
             paused.add(pids[leader])
             paused_at = time.monotonic()
-            stop_group(pids[leader])
+            bed.stop_group(pids[leader])
 
             def other_leads(leader: str = leader) -> str | None:
                 now = operator.leader()
                 return now if now and now != leader else None
 
             try:
-                wait_for("the standby to take over", other_leads, 60, interval=0.1)
+                bed.wait_for("the standby to take over", other_leads, 60, interval=0.1)
                 failovers.append(time.monotonic() - paused_at)
                 time.sleep(3.0)  # the new leader at work while the old one is still paused
             finally:
-                continue_group(pids[leader])
-        _finished(kube, local_cluster, namespace, "splitbrain", 900)
-    gaps = _leader_takeover_gaps(audit_tail.history(namespace), LEADER_LEASE)
+                bed.continue_group(pids[leader])
+        _finished(bed, "splitbrain", 900)
+    gaps = _leader_takeover_gaps(audit_tail.history(bed.namespace), bed.LEADER_LEASE)
     row = Row(
         "split brain",
         f"{pauses} pauses of the leading replica past its 10 s leader lease, then resumed (2 replicas)",
@@ -401,14 +387,14 @@ def test_a_leader_paused_past_its_lease_and_resumed_writes_nothing(
         f"takeover: {_median(gaps)}",
     )
     row.took = time.monotonic() - started
-    tally = _check(row, audit_tail, namespace, object_store)
+    tally = _check(row, audit_tail, bed.namespace, object_store)
     assert not row.violations, "\n".join(map(str, row.violations))
     assert tally["operator writes"] > 0, tally
 
 
 @pytest.mark.long
 def test_a_hostile_workload_under_a_budget_loses_nothing(
-    local_cluster: Cluster, history_namespace: str, object_store: lifecycle.ObjectStore, audit_tail: AuditTail
+    history_bed: Bed, object_store: lifecycle.ObjectStore, audit_tail: AuditTail
 ) -> None:
     """Poison items that crash their command on every attempt, an item that hangs without progress
     on its first attempt, a source that answers 429 to every call (its breaker opens, its shards go
@@ -416,8 +402,9 @@ def test_a_hostile_workload_under_a_budget_loses_nothing(
     raised, as a person would, and it finishes). Poison shards end Blocked at exactly maxAttempts,
     the hang is revoked by the stall policy and done on its retry, every other shard Done once, and
     spend stays within the documented margin of the limit."""
-    namespace, kube = history_namespace, kube_for(local_cluster)
-    env = s3_store_env(local_cluster, namespace, object_store, f"e2e-{namespace}")
+    bed = history_bed  # its writes are audited with their bodies
+    kube = bed.kube
+    env = bed.s3_store_env(object_store, f"e2e-{bed.namespace}")
     plain, storm = (120, 30) if FULL else (30, 8)
     items: list[dict[str, Any]] = [{"n": i, "latency": 0.3} for i in range(plain)]
     items += [{"n": f"poison-{i}", "fault": "crash"} for i in range(3)]
@@ -425,7 +412,7 @@ def test_a_hostile_workload_under_a_budget_loses_nothing(
     items += [{"n": f"storm-{i}", "source": "storm", "latency": 0.3} for i in range(storm)]
     cost, cap, per_shard = 0.01, 6, 0.02
     limit = round(cost * len(items) / 2, 2)  # runs out about half way
-    body = campaign_body(
+    body = bed.campaign_body(
         "hostile",
         items,
         shardSize=1,
@@ -441,27 +428,29 @@ def test_a_hostile_workload_under_a_budget_loses_nothing(
         worker_env={"SHARDOPS_AGENT_RATE_LIMITED_SOURCES": "storm", "SHARDOPS_AGENT_COST": cost},
     )
     started = time.monotonic()
-    with operator_running(local_cluster, namespace, env=env):
-        create_campaign(kube, namespace, body)
+    with bed.operator(env=env):
+        bed.create_campaign(body)
 
         def held() -> JSON | None:
-            status = kube.get(CAMPAIGNS, namespace, "hostile").get("status") or {}
+            status = kube.get(CAMPAIGNS, bed.namespace, "hostile").get("status") or {}
             found = [c for c in status.get("conditions") or [] if c["type"] == "BudgetHeld"]
             return status if found and found[0]["status"] == "True" else None
 
-        at_hold = wait_for("the budget to hold the campaign", held, 300, interval=0.5)
+        at_hold = bed.wait_for("the budget to hold the campaign", held, 300, interval=0.5)
         # Whatever was running when the hold began finishes; then the spend stands still.
-        wait_for(
+        bed.wait_for(
             "nothing running under the hold",
             lambda: (
-                not (kube.get(CAMPAIGNS, namespace, "hostile")["status"].get("counts") or {}).get("running")
+                not (kube.get(CAMPAIGNS, bed.namespace, "hostile")["status"].get("counts") or {}).get(
+                    "running"
+                )
             ),
             120,
         )
-        spent_held = float(kube.get(CAMPAIGNS, namespace, "hostile")["status"].get("spent") or 0)
-        kube.patch(CAMPAIGNS, namespace, "hostile", {"spec": {"budget": {"limit": 100}}})
-        _finished(kube, local_cluster, namespace, "hostile", 600)
-        final = kube.get(CAMPAIGNS, namespace, "hostile")["status"]
+        spent_held = float(kube.get(CAMPAIGNS, bed.namespace, "hostile")["status"].get("spent") or 0)
+        kube.patch(CAMPAIGNS, bed.namespace, "hostile", {"spec": {"budget": {"limit": 100}}})
+        _finished(bed, "hostile", 600)
+        final = kube.get(CAMPAIGNS, bed.namespace, "hostile")["status"]
     row = Row(
         "hostile workload",
         f"3 poison items, 1 hang, a source answering 429 to all {storm} of its shards, the budget "
@@ -469,12 +458,12 @@ def test_a_hostile_workload_under_a_budget_loses_nothing(
         recovery=f"spent when held {spent_held:g} of {limit:g} (margin {cap} x maxPerShard {per_shard:g})",
     )
     row.took = time.monotonic() - started
-    tally = _check(row, audit_tail, namespace, object_store)
+    tally = _check(row, audit_tail, bed.namespace, object_store)
     assert not row.violations, "\n".join(map(str, row.violations))
     assert spent_held <= limit + cap * per_shard, (spent_held, at_hold.get("conditions"))
     assert final["phase"] == "Completed" and final["counts"]["blocked"] == 3, final["counts"]
     assert final["counts"]["done"] == len(items) - 3, final["counts"]
-    shards = {s["metadata"]["name"]: s for s in kube.list(SHARDS, namespace)}
+    shards = {s["metadata"]["name"]: s for s in kube.list(SHARDS, bed.namespace)}
     poison = [
         s for s in shards.values() if str((s["spec"]["items"][0] or {}).get("n", "")).startswith("poison")
     ]
@@ -486,29 +475,29 @@ def test_a_hostile_workload_under_a_budget_loses_nothing(
 
 @pytest.mark.skipif(not FULL, reason="make faults (SHARDOPS_FAULTS=full)")
 def test_the_api_server_and_etcd_restarted_mid_campaign_lose_nothing(
-    local_cluster: Cluster, history_namespace: str, object_store: lifecycle.ObjectStore, audit_tail: AuditTail
+    history_bed: Bed, object_store: lifecycle.ObjectStore, audit_tail: AuditTail
 ) -> None:
     """kube-apiserver stopped and started again (3 s down), then etcd (3 s down; it keeps its data),
     twice each, while a campaign runs: every client (operator, workers, the kubelet) sees the API go
     away and come back. Nothing lost, nothing done twice, no live claim taken."""
-    local = local_cluster.local
+    bed = history_bed  # its writes are audited with their bodies
+    local = bed.cluster.local
     assert local is not None
-    namespace, kube = history_namespace, kube_for(local_cluster)
-    env = s3_store_env(local_cluster, namespace, object_store, f"e2e-{namespace}")
+    env = bed.s3_store_env(object_store, f"e2e-{bed.namespace}")
     started = time.monotonic()
     outages: list[str] = []
-    with operator_running(local_cluster, namespace, env=env):
-        create_campaign(kube, namespace, _campaign("restarts", 200, 8, 1.0))
+    with bed.operator(env=env):
+        bed.create_campaign(_campaign("restarts", 200, 8, 1.0))
         for process in ("kube-apiserver", "etcd", "kube-apiserver", "etcd"):
-            _held(kube, local_cluster, namespace, "restarts", timeout=180)
+            _held(bed, "restarts", timeout=180)
             down = time.monotonic()
             local.restart(process, down_seconds=3.0)
             outages.append(f"{process} {time.monotonic() - down:.1f} s")
             time.sleep(5.0)  # the campaign runs on between two outages: a clock, not a synchronization
-        _finished(kube, local_cluster, namespace, "restarts", 900)
+        _finished(bed, "restarts", 900)
     row = Row("control plane restarted", "; ".join(outages) + " (down, until /readyz)")
     row.took = time.monotonic() - started
-    _check(row, audit_tail, namespace, object_store)
+    _check(row, audit_tail, bed.namespace, object_store)
     assert not row.violations, "\n".join(map(str, row.violations))
 
 
@@ -522,36 +511,37 @@ def _freeze_and_thaw(
         found = inject.held_shards(kube, cluster, namespace, campaign)
         return found if len({pid for *_, pid in found}) >= how_many else None
 
-    found = wait_for(f"{how_many} workers holding shards", held, 120, interval=0.2)
+    found = Bed.wait_for(f"{how_many} workers holding shards", held, 120, interval=0.2)
     frozen: dict[int, str] = {}
     for _, owner, pid in found:
         if pid not in frozen and len(frozen) < how_many:
             frozen[pid] = owner
     for pid in frozen:
-        stop_group(pid)
+        Bed.stop_group(pid)
     try:
         # The leases run out while the workers stay frozen: a clock, not a synchronization.
         time.sleep(frozen_for)
     finally:
         for pid in frozen:
-            continue_group(pid)
+            Bed.continue_group(pid)
     return list(frozen.values())
 
 
 @pytest.mark.skipif(not FULL, reason="make faults (SHARDOPS_FAULTS=full)")
 def test_several_stale_writers_at_once_are_fenced(
-    local_cluster: Cluster, history_namespace: str, object_store: lifecycle.ObjectStore, audit_tail: AuditTail
+    history_bed: Bed, object_store: lifecycle.ObjectStore, audit_tail: AuditTail
 ) -> None:
-    namespace, kube = history_namespace, kube_for(local_cluster)
-    env = s3_store_env(local_cluster, namespace, object_store, f"e2e-{namespace}")
+    bed = history_bed  # its writes are audited with their bodies
+    kube = bed.kube
+    env = bed.s3_store_env(object_store, f"e2e-{bed.namespace}")
     started = time.monotonic()
-    with operator_running(local_cluster, namespace, env=env):
-        create_campaign(kube, namespace, _campaign("stale", 150, 12, 2.0))
-        owners = _freeze_and_thaw(local_cluster, kube, namespace, "stale", 3, 22.0)
-        _finished(kube, local_cluster, namespace, "stale", 600)
+    with bed.operator(env=env):
+        bed.create_campaign(_campaign("stale", 150, 12, 2.0))
+        owners = _freeze_and_thaw(bed.cluster, kube, bed.namespace, "stale", 3, 22.0)
+        _finished(bed, "stale", 600)
     row = Row("stale writers", f"{len(owners)} workers SIGSTOPped 22 s past their 10 s leases, resumed")
     row.took = time.monotonic() - started
-    tally = _check(row, audit_tail, namespace, object_store)
+    tally = _check(row, audit_tail, bed.namespace, object_store)
     assert not row.violations, "\n".join(map(str, row.violations))
     assert tally["lost-holder charges"] >= len(owners), tally
 
@@ -560,23 +550,23 @@ def test_several_stale_writers_at_once_are_fenced(
 @pytest.mark.parametrize("run", range(1, FROZEN_REPEATS + 1))
 def test_one_worker_frozen_past_its_lease_among_twelve(
     run: int,
-    local_cluster: Cluster,
-    history_namespace: str,
+    history_bed: Bed,
     object_store: lifecycle.ObjectStore,
     audit_tail: AuditTail,
 ) -> None:
     """The run that found the lease-sweep defect: 150 one-item shards, maxConcurrency 12,
     leaseSeconds 10, one worker SIGSTOPped for 22 s while it held an item, then resumed."""
-    namespace, kube = history_namespace, kube_for(local_cluster)
-    env = s3_store_env(local_cluster, namespace, object_store, f"e2e-{namespace}")
+    bed = history_bed  # its writes are audited with their bodies
+    kube = bed.kube
+    env = bed.s3_store_env(object_store, f"e2e-{bed.namespace}")
     started = time.monotonic()
-    with operator_running(local_cluster, namespace, env=env):
-        create_campaign(kube, namespace, _campaign("frozen", 150, 12, 2.0))
-        _freeze_and_thaw(local_cluster, kube, namespace, "frozen", 1, 22.0)
-        _finished(kube, local_cluster, namespace, "frozen", 600)
+    with bed.operator(env=env):
+        bed.create_campaign(_campaign("frozen", 150, 12, 2.0))
+        _freeze_and_thaw(bed.cluster, kube, bed.namespace, "frozen", 1, 22.0)
+        _finished(bed, "frozen", 600)
     row = Row(f"one frozen worker among 12, run {run} of {FROZEN_REPEATS}", "1 worker SIGSTOPped 22 s")
     row.took = time.monotonic() - started
-    tally = _check(row, audit_tail, namespace, object_store)
+    tally = _check(row, audit_tail, bed.namespace, object_store)
     assert not row.violations, "\n".join(map(str, row.violations))
     assert tally["lost-holder charges"] >= 1, tally
 
@@ -635,10 +625,10 @@ def _leader_changes(history: History, namespace: str) -> list[str]:
     """Each write of the leader Lease by a process other than the one whose write came before (its
     instance annotation: a restarted or another replica), with the writes of the Lease just before
     it, refused ones included: the audit evidence of a leader that stepped down."""
-    versions = history.leases.get((namespace, LEADER_LEASE), [])
+    versions = history.leases.get((namespace, Bed.LEADER_LEASE), [])
     writes = sorted(
         [(v.write, v.metadata.get("annotations", {}).get(LEADER_INSTANCE_ANNOTATION)) for v in versions]
-        + [(w, None) for w in history.failed_writes if (w.resource, w.name) == ("leases", LEADER_LEASE)],
+        + [(w, None) for w in history.failed_writes if (w.resource, w.name) == ("leases", Bed.LEADER_LEASE)],
         key=lambda pair: pair[0].stage,
     )
     found = []
@@ -667,31 +657,31 @@ def _traffic_figures(name: str, traffic: Traffic, start: float, end: float) -> s
 
 @pytest.mark.long
 def test_api_errors_and_lost_answers_through_a_proxy(
-    local_cluster: Cluster, history_namespace: str, object_store: lifecycle.ObjectStore, audit_tail: AuditTail
+    history_bed: Bed, object_store: lifecycle.ObjectStore, audit_tail: AuditTail
 ) -> None:
     """The operator and its workers reach the API server through the fault proxy
-    (e2e/faults/proxy.py): a campaign without faults first (the baseline request rate), then one
+    (testbed/faults/proxy.py): a campaign without faults first (the baseline request rate), then one
     under API_FAULTS. Every invariant holds, no attempt is charged, no retry storm."""
-    local = local_cluster.local
+    bed = history_bed  # its writes are audited with their bodies
+    local = bed.cluster.local
     assert local is not None
-    namespace, kube = history_namespace, kube_for(local_cluster)
-    env = s3_store_env(local_cluster, namespace, object_store, f"e2e-{namespace}")
+    env = bed.s3_store_env(object_store, f"e2e-{bed.namespace}")
     calm_items, faulty_items = (60, 600) if FULL else (24, 150)
     pki = local.pki
     started = time.monotonic()
     with ApiProxy(local.server, pki.ca_cert, pki.proxy_cert, pki.proxy_key, seed=13) as proxy:
         # The operator's and the workers' pods get kubeconfigs naming the proxy (the process-kubelet).
-        client.CoreV1Api(local_cluster.api).patch_namespace(
-            namespace, {"metadata": {"annotations": {API_SERVER_ANNOTATION: proxy.url}}}
+        client.CoreV1Api(bed.cluster.api).patch_namespace(
+            bed.namespace, {"metadata": {"annotations": {API_SERVER_ANNOTATION: proxy.url}}}
         )
-        with operator_running(local_cluster, namespace, env=env) as operator:
+        with bed.operator(env=env) as operator:
             calm_start = time.monotonic()
-            create_campaign(kube, namespace, _campaign("calm", calm_items, 6, 1.0))
-            _finished(kube, local_cluster, namespace, "calm", 300)
+            bed.create_campaign(_campaign("calm", calm_items, 6, 1.0))
+            _finished(bed, "calm", 300)
             calm_end = time.monotonic()
             proxy.set_rates(API_FAULTS)
-            create_campaign(kube, namespace, _campaign("faulty", faulty_items, 6, 1.0))
-            _finished(kube, local_cluster, namespace, "faulty", 1200)
+            bed.create_campaign(_campaign("faulty", faulty_items, 6, 1.0))
+            _finished(bed, "faulty", 1200)
             proxy.set_rates(NO_FAULTS)
             faulty_end = time.monotonic()
             restarts = operator.restarts()
@@ -703,8 +693,8 @@ def test_api_errors_and_lost_answers_through_a_proxy(
                 and (" ERROR " in line or " WARNING " in line or "was applied" in line)
             ]
             # Stopped while the proxy still serves it: no operator left failing to reach it.
-            local_cluster.kubectl("scale", "deployment", OPERATOR_NAME, "-n", namespace, "--replicas=0")
-            wait_for("the operator to stop", lambda: not operator.pods(), 60)
+            bed.cluster.kubectl("scale", "deployment", bed.OPERATOR_NAME, "-n", bed.namespace, "--replicas=0")
+            bed.wait_for("the operator to stop", lambda: not operator.pods(), 60)
         traffic = proxy.traffic()
         upstream_failures = proxy.upstream_failures
     calm = traffic.between(calm_start, calm_end)
@@ -735,8 +725,8 @@ def test_api_errors_and_lost_answers_through_a_proxy(
         ),
     )
     row.took = time.monotonic() - started
-    _check(row, audit_tail, namespace, object_store)
-    history = audit_tail.history(namespace)
+    _check(row, audit_tail, bed.namespace, object_store)
+    history = audit_tail.history(bed.namespace)
     charges = _charges(history)
     print("  " + _traffic_figures("without faults", calm, calm_start, calm_end))
     print("  " + _traffic_figures("with faults", faulty, calm_end, faulty_end))
@@ -757,7 +747,7 @@ def test_api_errors_and_lost_answers_through_a_proxy(
         print(f"  Retry-After breach: {breach}")
     for charge in charges[:20]:
         print(f"  attempt charged: {charge}")
-    leader_changes = _leader_changes(history, namespace)
+    leader_changes = _leader_changes(history, bed.namespace)
     print(
         f"  operator restarts: {restarts}; leader Lease taken by another process {len(leader_changes)} times"
     )

@@ -11,8 +11,7 @@ import shutil
 import subprocess
 
 import pytest
-
-from e2e.cluster.images import SHARDOPS_ARCHIVE, layer_names, read_archive
+from testbed.cluster.images import SHARDOPS_ARCHIVE, layer_names, read_archive
 
 pytestmark = pytest.mark.skipif(
     not SHARDOPS_ARCHIVE.is_file(), reason=f"no image archive at {SHARDOPS_ARCHIVE}: run `make image`"

@@ -14,24 +14,14 @@ from typing import Any
 
 import pytest
 import yaml
+from testbed.bed import Bed
+from testbed.cluster import lifecycle
 
-from e2e.cluster import lifecycle
-from e2e.harness import Cluster, wait_for
-from e2e.schedulerkit import (
-    STORE_SECRET,
-    campaign_body,
-    condition,
-    kube_for,
-    operator_running,
-    s3_store_env,
-    shards_of,
-    wait_phase,
-)
 from e2e.test_cli_campaign import kc
 from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS
 from shardops.store.configmap import PREFIXES
 
-pytestmark = pytest.mark.usefixtures("crds_installed")
+pytestmark = pytest.mark.usefixtures("crds_installed", "local_cluster")
 
 ITEMS = 100_000
 SHARD_SIZE = 100
@@ -42,7 +32,7 @@ WORKERS = 5
 
 
 def _manifest(path: Path, name: str, store: lifecycle.ObjectStore, prefix: str, **spec: Any) -> Path:
-    body = campaign_body(name, [], **spec)
+    body = Bed.campaign_body(name, [], **spec)
     del body["spec"]["items"]
     body["spec"]["resultStore"] = {
         "type": "S3",
@@ -50,7 +40,7 @@ def _manifest(path: Path, name: str, store: lifecycle.ObjectStore, prefix: str, 
             "endpoint": store.endpoint,
             "bucket": store.bucket,
             "prefix": prefix,
-            "credentialsSecret": STORE_SECRET,
+            "credentialsSecret": Bed.STORE_SECRET,
         },
     }
     target = path / f"{name}.yaml"
@@ -60,11 +50,11 @@ def _manifest(path: Path, name: str, store: lifecycle.ObjectStore, prefix: str, 
 
 @pytest.mark.long
 def test_a_hundred_thousand_items_from_a_local_file_run_with_no_result_configmaps(
-    local_cluster: Cluster, namespace: str, object_store: lifecycle.ObjectStore, tmp_path: Path
+    bed: Bed, object_store: lifecycle.ObjectStore, tmp_path: Path
 ) -> None:
-    kube = kube_for(local_cluster)
+    kube = bed.kube
     prefix = f"e2e-{uuid.uuid4().hex[:8]}"
-    env = s3_store_env(local_cluster, namespace, object_store, prefix)
+    env = bed.s3_store_env(object_store, prefix)
     items = tmp_path / "items.jsonl.gz"
     with gzip.open(items, "wt", encoding="utf-8") as handle:
         for i in range(ITEMS):
@@ -78,31 +68,31 @@ def test_a_hundred_thousand_items_from_a_local_file_run_with_no_result_configmap
         maxConcurrency=WORKERS,
         worker_env={"SHARDOPS_AGENT_LATENCY": 0},
     )
-    before = local_cluster.etcd_bytes() or 0
-    with operator_running(local_cluster, namespace, env=env):
-        applied = kc(local_cluster, "apply", "-f", str(manifest), "--items", str(items), "-n", namespace)
+    before = bed.cluster.etcd_bytes() or 0
+    with bed.operator(env=env):
+        applied = kc(bed.cluster, "apply", "-f", str(manifest), "--items", str(items), "-n", bed.namespace)
         assert applied.returncode == 0, applied.stderr
         assert f"uploaded {ITEMS} item(s)" in applied.stderr and "created" in applied.stdout
-        spec = kube.get(CAMPAIGNS, namespace, "big")["spec"]
-        assert spec["itemsFrom"]["object"]["key"].startswith(f"{prefix}/{namespace}/inputs/big/")
+        spec = kube.get(CAMPAIGNS, bed.namespace, "big")["spec"]
+        assert spec["itemsFrom"]["object"]["key"].startswith(f"{prefix}/{bed.namespace}/inputs/big/")
 
         peak = {"shards": 0}
 
         def finished() -> dict[str, Any] | None:
-            peak["shards"] = max(peak["shards"], len(shards_of(kube, namespace)))
-            body = kube.get(CAMPAIGNS, namespace, "big")
+            peak["shards"] = max(peak["shards"], len(bed.shards()))
+            body = kube.get(CAMPAIGNS, bed.namespace, "big")
             return body if (body.get("status") or {}).get("phase") in {"Succeeded", "Completed"} else None
 
         started = time.monotonic()
-        final = wait_for("the 100,000-item campaign to finish", finished, timeout=1500, interval=1.0)
+        final = bed.wait_for("the 100,000-item campaign to finish", finished, timeout=1500, interval=1.0)
         ran = time.monotonic() - started
         status = final["status"]
         assert status["phase"] == "Succeeded", status
         assert status["itemsTotal"] == ITEMS and status["counts"]["done"] == ITEMS // SHARD_SIZE
-        after = local_cluster.etcd_bytes() or 0
+        after = bed.cluster.etcd_bytes() or 0
         configmaps = [
             c["metadata"]["name"]
-            for c in kube.list(CONFIGMAPS, namespace)
+            for c in kube.list(CONFIGMAPS, bed.namespace)
             if c["metadata"]["name"].startswith(PREFIXES)
         ]
         assert configmaps == [], "every result is in S3"
@@ -115,7 +105,7 @@ def test_a_hundred_thousand_items_from_a_local_file_run_with_no_result_configmap
         )
 
         started = time.monotonic()
-        answer = kc(local_cluster, "results", "big", "-n", namespace)
+        answer = kc(bed.cluster, "results", "big", "-n", bed.namespace)
         read = time.monotonic() - started
         print(f"ran in {ran:.0f} s with maxConcurrency {WORKERS}; kubectl campaign results took {read:.0f} s")
         assert answer.returncode == 0, answer.stderr[-2000:]
@@ -127,38 +117,38 @@ def test_a_hundred_thousand_items_from_a_local_file_run_with_no_result_configmap
 
 
 def test_an_object_that_is_not_jsonl_is_named_with_its_line_before_anything_runs(
-    local_cluster: Cluster, namespace: str, object_store: lifecycle.ObjectStore, tmp_path: Path
+    bed: Bed, object_store: lifecycle.ObjectStore, tmp_path: Path
 ) -> None:
-    kube = kube_for(local_cluster)
+    kube = bed.kube
     prefix = f"e2e-{uuid.uuid4().hex[:8]}"
-    env = s3_store_env(local_cluster, namespace, object_store, prefix)
+    env = bed.s3_store_env(object_store, prefix)
     s3 = object_store.client()
     key = f"{prefix}/bad.jsonl"
     s3.put_object(Bucket=object_store.bucket, Key=key, Body=b'{"n": 1}\n{"n": 2}\nnot json\n')
-    body = campaign_body("bad", [])
+    body = bed.campaign_body("bad", [])
     del body["spec"]["items"]
     body["spec"]["itemsFrom"] = {"object": {"key": key}}
-    with operator_running(local_cluster, namespace, env=env):
-        kube.create(CAMPAIGNS, namespace, body)
+    with bed.operator(env=env):
+        kube.create(CAMPAIGNS, bed.namespace, body)
 
         def refused() -> dict[str, Any] | None:
-            ready = condition(kube.get(CAMPAIGNS, namespace, "bad"), "Ready")
+            ready = bed.condition(kube.get(CAMPAIGNS, bed.namespace, "bad"), "Ready")
             return ready if ready and ready.get("reason") == "ItemsInvalid" else None
 
-        ready = wait_for("Ready=False ItemsInvalid", refused, timeout=60)
+        ready = bed.wait_for("Ready=False ItemsInvalid", refused, timeout=60)
         assert f"s3://{object_store.bucket}/{key} line 3: not valid JSON" in ready["message"], ready
-        assert shards_of(kube, namespace) == []
-        missing = campaign_body("missing", [])
+        assert bed.shards() == []
+        missing = bed.campaign_body("missing", [])
         del missing["spec"]["items"]
         missing["spec"]["itemsFrom"] = {"object": {"key": f"{prefix}/nope.jsonl"}}
-        kube.create(CAMPAIGNS, namespace, missing)
-        gone = wait_phase(kube, namespace, "missing", {"Invalid"}, timeout=60)
-        assert "does not exist" in condition(gone, "Ready")["message"]
+        kube.create(CAMPAIGNS, bed.namespace, missing)
+        gone = bed.wait_phase("missing", {"Invalid"}, timeout=60)
+        assert "does not exist" in bed.condition(gone, "Ready")["message"]
     # A bad local file is refused before anything is uploaded.
     local = tmp_path / "local.jsonl"
     local.write_text('{"n": 1}\n[1, 2]\n')
     manifest = _manifest(tmp_path, "local", object_store, prefix)
-    refused_apply = kc(local_cluster, "apply", "-f", str(manifest), "--items", str(local), "-n", namespace)
+    refused_apply = kc(bed.cluster, "apply", "-f", str(manifest), "--items", str(local), "-n", bed.namespace)
     assert refused_apply.returncode == 1
     assert (
         "line 2: an item must be a JSON object" in refused_apply.stderr

@@ -8,8 +8,8 @@ import threading
 import time
 
 import pytest
+from testbed.harness import Cluster
 
-from e2e.harness import Cluster
 from shardops.k8s import leases
 from shardops.k8s.api import LEASES, Kube
 from shardops.logic.leases import Renewals

@@ -11,8 +11,7 @@ import threading
 from pathlib import Path
 
 from kubernetes import client
-
-from e2e.harness import Cluster, wait_for
+from testbed.harness import Cluster, wait_for
 
 # Prints, then waits for a file the test creates (pods share this machine's filesystem), prints again.
 SCRIPT = textwrap.dedent(

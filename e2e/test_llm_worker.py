@@ -1,6 +1,6 @@
 """The built-in LLM worker end to end: campaigns of `shardops llm` under the operator (worker Jobs on
 the process-kubelet, API keys from Secrets) against the OpenAI-compatible loopback test upstream
-(e2e/llmserver.py). What is asserted comes from the upstream's request log and the objects on the
+(testbed/upstream.py). What is asserted comes from the upstream's request log and the objects on the
 API server, not from the worker's own account."""
 
 from __future__ import annotations
@@ -14,26 +14,16 @@ from collections import defaultdict
 from typing import Any
 
 import pytest
+from testbed.bed import Bed
+from testbed.kits.worker import attempt_configmaps
+from testbed.upstream import ANSWER_SCHEMA_FORMAT, Behaviour, LoggedRequest, llm_server
 
-from e2e.harness import Cluster, wait_for
-from e2e.llmserver import ANSWER_SCHEMA_FORMAT, Behaviour, LoggedRequest, llm_server
-from e2e.schedulerkit import (
-    JSON,
-    campaign_body,
-    create_campaign,
-    get_campaign,
-    kube_for,
-    operator_running,
-    reasons,
-    shards_of,
-    wait_phase,
-)
-from e2e.workerkit import attempt_configmaps
+from shardops.api.common import JSON
 from shardops.api.llm import ModelPrice
 from shardops.k8s.api import Kube
 from shardops.logic.timefmt import parse_rfc3339
 
-pytestmark = pytest.mark.usefixtures("crds_installed")
+pytestmark = pytest.mark.usefixtures("crds_installed", "local_cluster")
 
 SOURCE = "test-llm"
 SECRET = "llm-key"
@@ -86,7 +76,7 @@ def llm_campaign(name: str, items: list[JSON], base_url: str, llm: JSON | None =
         "defaultSource": SOURCE,
         "backoff": {"baseSeconds": 0.5, "capSeconds": 1},
     }
-    return campaign_body(name, items, worker=worker, **{**defaults, **spec})
+    return Bed.campaign_body(name, items, worker=worker, **{**defaults, **spec})
 
 
 def price_of(entry: LoggedRequest) -> float:
@@ -110,16 +100,14 @@ def by_item(shards: list[JSON]) -> dict[str, JSON]:
 
 
 @pytest.mark.long
-def test_429s_are_waited_out_all_done_and_spent_is_tokens_times_price(
-    local_cluster: Cluster, namespace: str
-) -> None:
-    kube = kube_for(local_cluster)
-    secret(kube, namespace, SECRET, API_KEY)
+def test_429s_are_waited_out_all_done_and_spent_is_tokens_times_price(bed: Bed) -> None:
+    kube = bed.kube
+    secret(kube, bed.namespace, SECRET, API_KEY)
     behaviour = Behaviour(
         api_key=API_KEY, rate_limited_share=0.1, retry_after=f"{RETRY_AFTER:g}", cached_tokens=2
     )
     items = [{"q": f"question {n}: what is {n} squared?"} for n in range(ITEMS)]
-    with llm_server(behaviour) as server, operator_running(local_cluster, namespace):
+    with llm_server(behaviour) as server, bed.operator():
         body = llm_campaign(
             "retry-after",
             items,
@@ -129,8 +117,8 @@ def test_429s_are_waited_out_all_done_and_spent_is_tokens_times_price(
             maxAttempts=8,
             budget={"limit": 1000},
         )
-        create_campaign(kube, namespace, body)
-        done = wait_phase(kube, namespace, "retry-after", {"Succeeded", "Completed"}, timeout=600)
+        bed.create_campaign(body)
+        done = bed.wait_phase("retry-after", {"Succeeded", "Completed"}, timeout=600)
         log = server.requests()
 
     status = done["status"]
@@ -161,7 +149,7 @@ def test_429s_are_waited_out_all_done_and_spent_is_tokens_times_price(
     # lastError.retryAt); so a request of another pod inside a Retry-After can only come from a shard
     # whose claim began before the 429 was recorded. Its claim write then lands at most the list-to-
     # claim time (a Lease create, a read and a status patch) after the record: CLAIM_SLACK bounds it.
-    shards = {s["spec"]["items"][0]["q"]: s for s in shards_of(kube, namespace)}
+    shards = {s["spec"]["items"][0]["q"]: s for s in bed.shards()}
     assert len(shards) == ITEMS
 
     def entries(q: str, reason: str) -> list[float]:
@@ -204,11 +192,11 @@ def test_429s_are_waited_out_all_done_and_spent_is_tokens_times_price(
     )
 
 
-def test_refused_keys_bad_requests_and_json_schema_mode(local_cluster: Cluster, namespace: str) -> None:
-    kube = kube_for(local_cluster)
-    secret(kube, namespace, SECRET, API_KEY)
-    secret(kube, namespace, "revoked-key", "sk-revoked")
-    with llm_server(Behaviour(api_key=API_KEY)) as server, operator_running(local_cluster, namespace):
+def test_refused_keys_bad_requests_and_json_schema_mode(bed: Bed) -> None:
+    kube = bed.kube
+    secret(kube, bed.namespace, SECRET, API_KEY)
+    secret(kube, bed.namespace, "revoked-key", "sk-revoked")
+    with llm_server(Behaviour(api_key=API_KEY)) as server, bed.operator():
         revoked = llm_campaign(
             "revoked", [{"q": "hello"}], server.base_url, llm={"apiKeySecret": {"name": "revoked-key"}}
         )
@@ -222,19 +210,21 @@ def test_refused_keys_bad_requests_and_json_schema_mode(local_cluster: Cluster, 
             llm={"responseFormat": ANSWER_SCHEMA_FORMAT},
         )
         for body in (revoked, bad, structured):
-            create_campaign(kube, namespace, body)
+            bed.create_campaign(body)
         for name in ("revoked", "bad-requests", "structured"):
-            wait_phase(kube, namespace, name, {"Succeeded", "Completed"}, timeout=240)
+            bed.wait_phase(name, {"Succeeded", "Completed"}, timeout=240)
         refused = [e for e in server.requests() if e.status == 401]
 
-    shards = shards_of(kube, namespace)
+    shards = bed.shards()
     of = defaultdict(list)
     for shard in shards:
         of[shard["spec"]["campaign"]].append(shard)
 
     # 401: Failed at once (one attempt), class unauthorized, the message names the Secret.
     (key_shard,) = of["revoked"]
-    assert reasons(key_shard)[-2:] == ["Claimed", "Failed"] and reasons(key_shard).count("Claimed") == 1
+    assert (
+        bed.reasons(key_shard)[-2:] == ["Claimed", "Failed"] and bed.reasons(key_shard).count("Claimed") == 1
+    )
     error = last_error(key_shard)
     assert error["class"] == "unauthorized" and error["source"] == SOURCE
     assert "Secret revoked-key key api-key" in error["message"], error
@@ -255,7 +245,7 @@ def test_refused_keys_bad_requests_and_json_schema_mode(local_cluster: Cluster, 
     structured_shards = by_item(of["structured"])
     assert structured_shards["two words"]["status"]["phase"] == "Done"
     ref = structured_shards["two words"]["status"]["result"]["ref"]
-    stored = next(c for c in attempt_configmaps(kube, namespace) if c["metadata"]["name"] == ref)
+    stored = next(c for c in attempt_configmaps(kube, bed.namespace) if c["metadata"]["name"] == ref)
     result = json.loads(stored["data"]["result.json"])["items"][0]["result"]
     assert result["json"] == {"answer": "answer: sdrow owt", "words": 2}
     off_schema = structured_shards["FAULT:schema"]
@@ -263,19 +253,17 @@ def test_refused_keys_bad_requests_and_json_schema_mode(local_cluster: Cluster, 
     error = last_error(off_schema)
     assert error["class"] == "bad-output"
     assert "does not match responseFormat's JSON schema" in error["message"], error
-    assert get_campaign(kube, namespace, "structured")["status"]["phase"] == "Completed"
+    assert bed.get_campaign("structured")["status"]["phase"] == "Completed"
 
 
-def test_a_source_that_stays_rate_limited_opens_its_breaker_and_its_shards_use_the_fallback(
-    local_cluster: Cluster, namespace: str
-) -> None:
-    kube = kube_for(local_cluster)
-    secret(kube, namespace, SECRET, API_KEY)
+def test_a_source_that_stays_rate_limited_opens_its_breaker_and_its_shards_use_the_fallback(bed: Bed) -> None:
+    kube = bed.kube
+    secret(kube, bed.namespace, SECRET, API_KEY)
     limited = Behaviour(api_key=API_KEY, rate_limited_share=1.0, retry_after="1")
     with (
         llm_server(limited) as flooded,
         llm_server(Behaviour(api_key=API_KEY)) as steady,
-        operator_running(local_cluster, namespace),
+        bed.operator(),
     ):
         body = llm_campaign(
             "fallback",
@@ -290,14 +278,14 @@ def test_a_source_that_stays_rate_limited_opens_its_breaker_and_its_shards_use_t
             maxConcurrency=2,
             maxAttempts=6,
         )
-        create_campaign(kube, namespace, body)
-        done = wait_phase(kube, namespace, "fallback", {"Succeeded", "Completed"}, timeout=240)
+        bed.create_campaign(body)
+        done = bed.wait_phase("fallback", {"Succeeded", "Completed"}, timeout=240)
         flooded_log, steady_log = flooded.requests(), steady.requests()
 
     breakers = {b["source"]: b for b in done["status"].get("breakers") or []}
     assert breakers["flooded"]["state"] == "Open", breakers
     assert done["status"]["phase"] == "Succeeded"
-    shards = shards_of(kube, namespace)
+    shards = bed.shards()
     assert all(s["status"]["phase"] == "Done" and s["status"]["source"] == SOURCE for s in shards)
     assert {e.status for e in flooded_log} == {429} and {e.model for e in flooded_log} == {"test-small"}
     assert sorted(e.content for e in steady_log if e.status == 200) == sorted(
@@ -334,10 +322,10 @@ def most_in_a_window(times: list[float], window: float) -> int:
 
 
 @pytest.mark.long
-def test_a_rate_limit_holds_across_all_the_campaigns_workers(local_cluster: Cluster, namespace: str) -> None:
-    kube = kube_for(local_cluster)
-    secret(kube, namespace, SECRET, API_KEY)
-    with llm_server(Behaviour(api_key=API_KEY)) as server, operator_running(local_cluster, namespace):
+def test_a_rate_limit_holds_across_all_the_campaigns_workers(bed: Bed) -> None:
+    kube = bed.kube
+    secret(kube, bed.namespace, SECRET, API_KEY)
+    with llm_server(Behaviour(api_key=API_KEY)) as server, bed.operator():
         body = llm_campaign(
             "paced",
             [{"q": f"question {n}"} for n in range(RATE_ITEMS)],
@@ -346,8 +334,8 @@ def test_a_rate_limit_holds_across_all_the_campaigns_workers(local_cluster: Clus
             maxConcurrency=RATE_WORKERS,
             sources=[{"name": SOURCE, "rateLimit": {"requestsPerMinute": RPM}}],
         )
-        create_campaign(kube, namespace, body)
-        done = wait_phase(kube, namespace, "paced", {"Succeeded", "Completed"}, timeout=600)
+        bed.create_campaign(body)
+        done = bed.wait_phase("paced", {"Succeeded", "Completed"}, timeout=600)
         log = server.requests()
 
     assert done["status"]["phase"] == "Succeeded"
@@ -364,13 +352,11 @@ def test_a_rate_limit_holds_across_all_the_campaigns_workers(local_cluster: Clus
     assert peak <= RPM * 1.1, peak
 
 
-def test_a_template_field_no_item_has_holds_the_campaign_at_the_error_threshold(
-    local_cluster: Cluster, namespace: str
-) -> None:
-    kube = kube_for(local_cluster)
-    secret(kube, namespace, SECRET, API_KEY)
+def test_a_template_field_no_item_has_holds_the_campaign_at_the_error_threshold(bed: Bed) -> None:
+    kube = bed.kube
+    secret(kube, bed.namespace, SECRET, API_KEY)
     items = [{"id": n, "text": f"text {n}"} for n in range(30)]
-    with llm_server(Behaviour(api_key=API_KEY)) as server, operator_running(local_cluster, namespace):
+    with llm_server(Behaviour(api_key=API_KEY)) as server, bed.operator():
         body = llm_campaign(
             "broken-template",
             items,
@@ -379,22 +365,22 @@ def test_a_template_field_no_item_has_holds_the_campaign_at_the_error_threshold(
             maxConcurrency=3,
             budget={"limit": 10},
         )
-        create_campaign(kube, namespace, body)
+        bed.create_campaign(body)
 
         def held() -> JSON | None:
-            status = get_campaign(kube, namespace, "broken-template").get("status") or {}
+            status = bed.get_campaign("broken-template").get("status") or {}
             found = next((c for c in status.get("conditions") or [] if c["type"] == "ErrorThreshold"), None)
             return found if found is not None and found["status"] == "True" else None
 
-        threshold = wait_for("the error threshold to hold the campaign", held, timeout=180)
+        threshold = bed.wait_for("the error threshold to hold the campaign", held, timeout=180)
         # Running shards finish; then nothing moves.
-        wait_for(
+        bed.wait_for(
             "running shards to finish",
-            lambda: not [s for s in shards_of(kube, namespace) if s["status"].get("phase") == "Running"],
+            lambda: not [s for s in bed.shards() if s["status"].get("phase") == "Running"],
             timeout=60,
         )
-        campaign = wait_phase(kube, namespace, "broken-template", {"Suspended"}, timeout=60)
-        phases = [s["status"].get("phase") for s in shards_of(kube, namespace)]
+        campaign = bed.wait_phase("broken-template", {"Suspended"}, timeout=60)
+        phases = [s["status"].get("phase") for s in bed.shards()]
         requests = server.requests()
 
     # errorThreshold.consecutive, plus the shards in flight and those claimed before the workers read

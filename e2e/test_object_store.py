@@ -19,9 +19,8 @@ import pytest
 from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 from botocore.exceptions import ClientError
-
-from e2e.cluster import lifecycle
-from e2e.harness import Cluster, wait_for
+from testbed.cluster import lifecycle
+from testbed.harness import Cluster, wait_for
 
 
 @pytest.fixture

@@ -5,25 +5,12 @@ from __future__ import annotations
 import time
 
 import pytest
+from testbed.bed import Bed
+from testbed.cluster import lifecycle
 
-from e2e.cluster import lifecycle
-from e2e.harness import Cluster, wait_for
-from e2e.schedulerkit import (
-    TERMINAL,
-    campaign_body,
-    condition,
-    create_campaign,
-    get_campaign,
-    kube_for,
-    operator_running,
-    patch_spec,
-    phase_counts,
-    recording,
-    s3_store_env,
-)
 from shardops.api.names import PLANNED_FROM_ANNOTATION
 
-pytestmark = pytest.mark.usefixtures("crds_installed")
+pytestmark = pytest.mark.usefixtures("crds_installed", "local_cluster")
 
 ITEMS = 2000
 CAP = 4
@@ -40,12 +27,11 @@ SNAPSHOT_WINDOW_SECONDS = 3.0
 
 
 def test_two_thousand_items_never_exceed_the_backlog_bound(
-    local_cluster: Cluster, namespace: str, object_store: lifecycle.ObjectStore
+    bed: Bed, object_store: lifecycle.ObjectStore
 ) -> None:
-    kube = kube_for(local_cluster)
     # 2,000 shards are past the ConfigMap store's ceiling: results go to S3 (and Done shards fold).
-    store_env = s3_store_env(local_cluster, namespace, object_store, f"e2e-{namespace}")
-    body = campaign_body(
+    store_env = bed.s3_store_env(object_store, f"e2e-{bed.namespace}")
+    body = bed.campaign_body(
         "lazy",
         [{"n": i} for i in range(ITEMS)],
         shardSize=1,
@@ -54,29 +40,29 @@ def test_two_thousand_items_never_exceed_the_backlog_bound(
         worker_env={"SHARDOPS_AGENT_LATENCY": 0.02},
     )
     with (
-        operator_running(local_cluster, namespace, env=store_env),
-        recording(local_cluster, namespace, "shards", "campaigns") as recorded,
+        bed.operator(env=store_env),
+        bed.recording("shards", "campaigns") as recorded,
     ):
         started = time.monotonic()
-        create_campaign(kube, namespace, body)
+        bed.create_campaign(body)
 
         def enough_done() -> int:
             # Folded Done shards are gone from the listing; the status counts them all.
-            counts = (get_campaign(kube, namespace, "lazy").get("status") or {}).get("counts") or {}
+            counts = (bed.get_campaign("lazy").get("status") or {}).get("counts") or {}
             done = int(counts.get("done") or 0)
             return done if done >= OBSERVE_DONE else 0
 
-        wait_for(f"{OBSERVE_DONE} shards done", enough_done, timeout=400, interval=1.0)
+        bed.wait_for(f"{OBSERVE_DONE} shards done", enough_done, timeout=400, interval=1.0)
         elapsed = time.monotonic() - started
-        patch_spec(kube, namespace, "lazy", {"suspend": True})
-        status = get_campaign(kube, namespace, "lazy")["status"]
+        bed.patch_spec("lazy", {"suspend": True})
+        status = bed.get_campaign("lazy")["status"]
         recorder = recorded["shards"]
         recorder.check()
         recorded["campaigns"].check()
         held = [
             found["message"]
             for seen in recorded["campaigns"].events
-            if (found := condition(seen.obj, "Backpressured")) and found["status"] == "True"
+            if (found := bed.condition(seen.obj, "Backpressured")) and found["status"] == "True"
         ]
 
         max_pending = max_running = max_live = added = 0
@@ -93,9 +79,9 @@ def test_two_thousand_items_never_exceed_the_backlog_bound(
                 pending_then, running_then = int(planned["pending"]), int(planned["running"])
                 if pending_then + int(planned["position"]) > RATIO * max(running_then, 1):
                     planned_past_bound.append(f"{seen.obj['metadata']['name']}: {planned}")
-            counts = phase_counts(state)
+            counts = bed.phase_counts(state)
             pending, running = counts["Pending"], counts["Running"]
-            live = sum(n for phase, n in counts.items() if phase not in TERMINAL)
+            live = sum(n for phase, n in counts.items() if phase not in bed.TERMINAL)
             history.append((seen.at, running))
             max_pending, max_running, max_live = (
                 max(max_pending, pending),

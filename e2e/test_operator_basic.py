@@ -7,37 +7,14 @@ import math
 from collections import Counter
 
 import pytest
+from testbed.bed import Bed
 
-from e2e.harness import Cluster
-from e2e.schedulerkit import (
-    audit_entries,
-    campaign_body,
-    condition,
-    create_campaign,
-    kube_for,
-    max_overlap,
-    operator_running,
-    phase_counts,
-    phase_of,
-    print_writes_table,
-    reasons,
-    recording,
-    running_intervals,
-    shards_of,
-    wait_phase,
-    worker_transitions,
-    writes_by_shard,
-)
-
-pytestmark = pytest.mark.usefixtures("crds_installed")
+pytestmark = pytest.mark.usefixtures("crds_installed", "local_cluster")
 
 
-def test_forty_items_in_eight_shards_never_more_than_three_running(
-    local_cluster: Cluster, namespace: str
-) -> None:
-    kube = kube_for(local_cluster)
+def test_forty_items_in_eight_shards_never_more_than_three_running(bed: Bed) -> None:
     items = [{"n": i} for i in range(40)]
-    body = campaign_body(
+    body = bed.campaign_body(
         "forty",
         items,
         shardSize=5,
@@ -45,19 +22,21 @@ def test_forty_items_in_eight_shards_never_more_than_three_running(
         worker_env={"SHARDOPS_AGENT_LATENCY": 0.15, "SHARDOPS_AGENT_COST": 0.25},
     )
     with (
-        operator_running(local_cluster, namespace) as operator,
-        recording(local_cluster, namespace, "shards", "jobs") as recorded,
+        bed.operator() as operator,
+        bed.recording("shards", "jobs") as recorded,
     ):
-        create_campaign(kube, namespace, body)
-        final = wait_phase(kube, namespace, "forty", {"Succeeded", "Completed", "Paused"}, timeout=240)
+        bed.create_campaign(body)
+        final = bed.wait_phase("forty", {"Succeeded", "Completed", "Paused"}, timeout=240)
         status = final["status"]
 
-        shards = shards_of(kube, namespace)
+        shards = bed.shards()
         assert status["phase"] == "Succeeded", status
         assert sorted(s["metadata"]["name"] for s in shards) == [f"forty-{i:05d}" for i in range(8)]
-        assert all(phase_of(s) == "Done" for s in shards)
+        assert all(bed.phase_of(s) == "Done" for s in shards)
         # Exactly once: one claim and one completion per shard, all on the first attempt.
-        assert all(reasons(s).count("Claimed") == 1 and reasons(s).count("Completed") == 1 for s in shards)
+        assert all(
+            bed.reasons(s).count("Claimed") == 1 and bed.reasons(s).count("Completed") == 1 for s in shards
+        )
         assert {s["status"]["attempt"] for s in shards} == {1}
 
         counts = status["counts"]
@@ -75,14 +54,14 @@ def test_forty_items_in_eight_shards_never_more_than_three_running(
         assert (status["itemsTotal"], status["shardsTotal"], status["progressText"]) == (40, 8, "8/8")
         assert math.isclose(status["spent"], 40 * 0.25), status["spent"]
         assert status["observedGeneration"] == final["metadata"]["generation"]
-        assert condition(final, "Complete")["status"] == "True"
-        assert condition(final, "Ready")["status"] == "True"
+        assert bed.condition(final, "Complete")["status"] == "True"
+        assert bed.condition(final, "Ready")["status"] == "True"
 
         # Never more than 3 running: from every shard's own history (each attempt from its claim to
         # whatever ended it), and from every version of every shard the watch delivered.
-        history_peak = max_overlap(running_intervals(shards))
+        history_peak = bed.max_overlap(bed.running_intervals(shards))
         recorded["shards"].check()
-        watched_peak = max(phase_counts(state)["Running"] for _, state in recorded["shards"].states())
+        watched_peak = max(bed.phase_counts(state)["Running"] for _, state in recorded["shards"].states())
         alive_jobs_peak = max(
             sum(1 for job in state.values() if not _finished(job)) for _, state in recorded["jobs"].states()
         )
@@ -96,17 +75,17 @@ def test_forty_items_in_eight_shards_never_more_than_three_running(
         healthz = operator.http("/healthz")
         metrics = operator.http("/metrics")[1]
         assert healthz[0] == 200, healthz
-        key = f'campaign="{namespace}/forty"'
+        key = f'campaign="{bed.namespace}/forty"'
         assert f'shardops_shards{{{key},phase="Done"}} 8.0' in metrics
         assert "shardops_reconcile_duration_seconds_count" in metrics
         assert 'shardops_api_requests_total{code="200",verb="GET"}' in metrics
         assert f"shardops_claims_total{{{key}}} 8.0" in metrics
 
-    entries = audit_entries(local_cluster, namespace)
-    per_shard = writes_by_shard(entries, shards)
+    entries = bed.audit_entries()
+    per_shard = bed.writes_by_shard(entries, shards)
     assert set(per_shard) == {s["metadata"]["name"] for s in shards}
-    transitions = {s["metadata"]["name"]: worker_transitions(s) for s in shards}
-    figures = print_writes_table("40 items / 8 shards", per_shard, transitions)
+    transitions = {s["metadata"]["name"]: bed.worker_transitions(s) for s in shards}
+    figures = bed.print_writes_table("40 items / 8 shards", per_shard, transitions)
     assert figures.without_heartbeats > 0
     # Writes that belong to the campaign rather than to one shard, for scale.
     campaign_writes = Counter(
@@ -120,21 +99,18 @@ def test_forty_items_in_eight_shards_never_more_than_three_running(
     print(f"  campaign-level writes over the whole run: {dict(sorted(campaign_writes.items()))}")
 
 
-def test_a_campaign_whose_spec_fills_most_of_the_annotation_limit_runs_applied_with_kubectl(
-    local_cluster: Cluster, namespace: str
-) -> None:
+def test_a_campaign_whose_spec_fills_most_of_the_annotation_limit_runs_applied_with_kubectl(bed: Bed) -> None:
     """Applied as users apply (`kubectl apply`, whose own annotation holds the whole object), a
     Campaign of ~150 KB of inline items: the operator keeps no second copy of its spec (kopf's change
     handlers would, in an annotation, and the two together pass the 256 KiB limit: each write of
     kopf's would be refused). It runs to Succeeded, and its status writes carry the spec once."""
-    kube = kube_for(local_cluster)
     items = [{"n": i, "text": f"{i:06d}-" + "x" * 90} for i in range(1500)]
-    body = campaign_body("wide", items, shardSize=500, maxConcurrency=3)
+    body = bed.campaign_body("wide", items, shardSize=500, maxConcurrency=3)
     manifest = json.dumps(body)
     assert 128 * 1024 < len(manifest) < 256 * 1024, len(manifest)
-    with operator_running(local_cluster, namespace) as operator:
-        local_cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=manifest)
-        final = wait_phase(kube, namespace, "wide", {"Succeeded", "Completed", "Paused"}, timeout=240)
+    with bed.operator() as operator:
+        bed.cluster.kubectl("apply", "-n", bed.namespace, "-f", "-", stdin=manifest)
+        final = bed.wait_phase("wide", {"Succeeded", "Completed", "Paused"}, timeout=240)
         assert final["status"]["phase"] == "Succeeded", final["status"]
         assert final["status"]["progressText"] == "3/3"
         annotations = final["metadata"].get("annotations") or {}

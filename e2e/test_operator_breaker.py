@@ -6,24 +6,12 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
+from testbed.bed import Bed
+from testbed.kits.scheduler import Seen
 
-from e2e.harness import Cluster
-from e2e.schedulerkit import (
-    STALE_READ_GRACE,
-    Seen,
-    campaign_body,
-    create_campaign,
-    history,
-    kube_for,
-    operator_running,
-    parse_time,
-    recording,
-    shards_of,
-    wait_phase,
-)
 from shardops.k8s.api import EVENTS
 
-pytestmark = pytest.mark.usefixtures("crds_installed")
+pytestmark = pytest.mark.usefixtures("crds_installed", "local_cluster")
 
 COOLDOWN = 15
 THRESHOLD = 3
@@ -35,7 +23,7 @@ def _versions(events: list[Seen], source: str) -> list[tuple[dt.datetime, str, d
     for seen in events:
         for breaker in (seen.obj.get("status") or {}).get("breakers") or []:
             if breaker["source"] == source:
-                opened = parse_time(breaker["openedAt"]) if breaker.get("openedAt") else None
+                opened = Bed.parse_time(breaker["openedAt"]) if breaker.get("openedAt") else None
                 found.append((seen.wall, breaker["state"], opened))
     return found
 
@@ -47,16 +35,14 @@ def _first_open(versions: list[tuple[dt.datetime, str, dt.datetime | None]]) -> 
 def _claims(shards: list[dict]) -> list[tuple[dt.datetime, str, str | None]]:
     found = []
     for shard in shards:
-        for entry in history(shard):
+        for entry in Bed.history(shard):
             if entry["reason"] == "Claimed":
-                found.append((parse_time(entry["at"]), shard["spec"].get("source"), entry.get("source")))
+                found.append((Bed.parse_time(entry["at"]), shard["spec"].get("source"), entry.get("source")))
     return sorted(found, key=lambda claim: claim[0])
 
 
-def test_rate_limited_sources_open_their_breakers_fallback_and_cooldown(
-    local_cluster: Cluster, namespace: str
-) -> None:
-    kube = kube_for(local_cluster)
+def test_rate_limited_sources_open_their_breakers_fallback_and_cooldown(bed: Bed) -> None:
+    kube = bed.kube
     items = [{"q": f"a{i}", "source": "A"} for i in range(6)]
     # Source C is one shard that answers 429 on its first THRESHOLD attempts: its breaker opens, and
     # after the cooldown the single probe (attempt THRESHOLD+1) succeeds and closes it again. One
@@ -64,7 +50,7 @@ def test_rate_limited_sources_open_their_breakers_fallback_and_cooldown(
     # success can land between two first attempts and the breaker never opens (timing, not a bug).
     faulty = list(range(1, THRESHOLD + 1))
     items += [{"q": "c0", "source": "C", "fault": "rate-limited", "faultAttempts": faulty}]
-    body = campaign_body(
+    body = bed.campaign_body(
         "routed",
         items,
         shardSize=1,
@@ -79,17 +65,17 @@ def test_rate_limited_sources_open_their_breakers_fallback_and_cooldown(
         worker_env={"SHARDOPS_AGENT_RATE_LIMITED_SOURCES": "A", "SHARDOPS_AGENT_LATENCY": 0.3},
     )
     with (
-        operator_running(local_cluster, namespace),
-        recording(local_cluster, namespace, "campaigns") as recorded,
+        bed.operator(),
+        bed.recording("campaigns") as recorded,
     ):
-        create_campaign(kube, namespace, body)
-        final = wait_phase(kube, namespace, "routed", {"Succeeded", "Completed"}, timeout=180)
+        bed.create_campaign(body)
+        final = bed.wait_phase("routed", {"Succeeded", "Completed"}, timeout=180)
         recorded["campaigns"].check()
         events = recorded["campaigns"].events
         a_versions, c_versions = _versions(events, "A"), _versions(events, "C")
         a_open, c_open = _first_open(a_versions), _first_open(c_versions)
 
-    shards = shards_of(kube, namespace)
+    shards = bed.shards()
     claims = _claims(shards)
     assert final["status"]["phase"] == "Succeeded", final["status"]
     assert a_open is not None and c_open is not None, [
@@ -99,10 +85,10 @@ def test_rate_limited_sources_open_their_breakers_fallback_and_cooldown(
 
     # A: opened after THRESHOLD consecutive 429s; its shards then went to fallback B and finished there.
     a_failures = [
-        e for s in shards for e in history(s) if e["reason"] == "AttemptFailed" and e.get("source") == "A"
+        e for s in shards for e in bed.history(s) if e["reason"] == "AttemptFailed" and e.get("source") == "A"
     ]
     assert len(a_failures) >= THRESHOLD
-    late_a = [c for c in claims if c[2] == "A" and c[0] > a_open + STALE_READ_GRACE]
+    late_a = [c for c in claims if c[2] == "A" and c[0] > a_open + bed.STALE_READ_GRACE]
     assert late_a == [], late_a
     a_shards = [s for s in shards if s["spec"].get("source") == "A"]
     assert all(s["status"]["phase"] == "Done" and s["status"]["source"] == "B" for s in a_shards)
@@ -113,7 +99,7 @@ def test_rate_limited_sources_open_their_breakers_fallback_and_cooldown(
     # comes no earlier than the newest openedAt published before it plus the cooldown; that probe
     # succeeded and closed the breaker.
     c_claims = [c for c in claims if c[1] == "C"]
-    after = [c for c in c_claims if c[0] > c_open + STALE_READ_GRACE]
+    after = [c for c in c_claims if c[0] > c_open + bed.STALE_READ_GRACE]
     assert after, c_claims
     probe = after[0][0]
     opened_at = max(
@@ -128,19 +114,19 @@ def test_rate_limited_sources_open_their_breakers_fallback_and_cooldown(
 
     opened = [
         e["note"]
-        for e in kube.list(EVENTS, namespace)
+        for e in kube.list(EVENTS, bed.namespace)
         if e["reason"] == "BreakerOpened" and e["regarding"]["name"] == "routed"
     ]
     assert any("source A" in note and "fallback B" in note for note in opened), opened
     assert any("source C" in note for note in opened), opened
     opens = {"A": a_open, "C": c_open}
     grace_claims = [
-        c for c in claims if c[2] in opens and opens[c[2]] < c[0] <= opens[c[2]] + STALE_READ_GRACE
+        c for c in claims if c[2] in opens and opens[c[2]] < c[0] <= opens[c[2]] + bed.STALE_READ_GRACE
     ]
     print(
         f"\nbreaker A open (published) at {a_open:%H:%M:%S.%f}, {len(a_failures)} rate-limited failures "
         f"on A, A shards finished on B: {len(a_shards)}; breaker C opened at {opened_at:%H:%M:%S.%f}, "
         f"probe claimed {(probe - opened_at).total_seconds():.1f}s later (cooldown {COOLDOWN}s); claims on "
-        f"an open source inside the {STALE_READ_GRACE.total_seconds():.0f}s stale-read grace: "
+        f"an open source inside the {bed.STALE_READ_GRACE.total_seconds():.0f}s stale-read grace: "
         f"{len(grace_claims)}"
     )

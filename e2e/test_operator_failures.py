@@ -9,30 +9,13 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client
+from testbed.bed import Bed
+from testbed.harness import Cluster
 
-from e2e.harness import Cluster, wait_for
-from e2e.schedulerkit import (
-    LEASE_SECONDS,
-    campaign_body,
-    committed_result,
-    condition,
-    create_campaign,
-    get_campaign,
-    history,
-    kill_group,
-    kube_for,
-    operator_running,
-    parse_time,
-    patch_spec,
-    phase_of,
-    reasons,
-    recording,
-    wait_phase,
-)
 from shardops.k8s.api import EVENTS, LEASES, SHARDS, NotFound
 from shardops.logic.backoff import backoff_bounds
 
-pytestmark = pytest.mark.usefixtures("crds_installed")
+pytestmark = pytest.mark.usefixtures("crds_installed", "local_cluster")
 
 
 def _running_worker_pid(cluster: Cluster, namespace: str, campaign: str) -> tuple[str, int] | None:
@@ -47,11 +30,11 @@ def _running_worker_pid(cluster: Cluster, namespace: str, campaign: str) -> tupl
 
 
 def test_killed_worker_shard_is_reclaimed_after_lease_expiry_and_finishes_once(
-    local_cluster: Cluster, namespace: str, tmp_path: Path
+    bed: Bed, tmp_path: Path
 ) -> None:
-    kube = kube_for(local_cluster)
+    kube = bed.kube
     ledger = tmp_path / "ledger.jsonl"
-    body = campaign_body(
+    body = bed.campaign_body(
         "crash",
         [{"n": i} for i in range(6)],
         shardSize=6,
@@ -59,45 +42,45 @@ def test_killed_worker_shard_is_reclaimed_after_lease_expiry_and_finishes_once(
         worker_env={"SHARDOPS_AGENT_LATENCY": 1.0, "SHARDOPS_AGENT_LEDGER": ledger},
     )
     shard_name = "crash-00000"
-    with operator_running(local_cluster, namespace):
-        create_campaign(kube, namespace, body)
+    with bed.operator():
+        bed.create_campaign(body)
 
         def progressed() -> bool:
             try:
-                status = kube.get(SHARDS, namespace, shard_name).get("status") or {}
+                status = kube.get(SHARDS, bed.namespace, shard_name).get("status") or {}
             except NotFound:
                 return False
             done = (status.get("progress") or {}).get("done", 0)
             return status.get("phase") == "Running" and done >= 2
 
-        wait_for("the shard to run with 2 items stored", progressed, timeout=120)
-        pod, pid = wait_for(
-            "the worker process", lambda: _running_worker_pid(local_cluster, namespace, "crash")
+        bed.wait_for("the shard to run with 2 items stored", progressed, timeout=120)
+        pod, pid = bed.wait_for(
+            "the worker process", lambda: _running_worker_pid(bed.cluster, bed.namespace, "crash")
         )
-        kill_group(pid)
-        lease = kube.get(LEASES, namespace, shard_name)
-        last_renewal = parse_time(lease["spec"]["renewTime"])
+        bed.kill_group(pid)
+        lease = kube.get(LEASES, bed.namespace, shard_name)
+        last_renewal = bed.parse_time(lease["spec"]["renewTime"])
 
-        final = wait_phase(kube, namespace, "crash", {"Succeeded", "Completed"}, timeout=180)
+        final = bed.wait_phase("crash", {"Succeeded", "Completed"}, timeout=180)
 
-    shard = kube.get(SHARDS, namespace, shard_name)
-    entries = history(shard)
+    shard = kube.get(SHARDS, bed.namespace, shard_name)
+    entries = bed.history(shard)
     expired = [e for e in entries if e["reason"] == "LeaseExpired"]
     claims = [e for e in entries if e["reason"] == "Claimed"]
     assert final["status"]["phase"] == "Succeeded"
-    assert len(expired) == 1, reasons(shard)
-    assert [c["attempt"] for c in claims] == [1, 2], reasons(shard)
+    assert len(expired) == 1, bed.reasons(shard)
+    assert [c["attempt"] for c in claims] == [1, 2], bed.reasons(shard)
     assert shard["status"]["attempt"] == 2
-    assert reasons(shard).count("Completed") == 1
+    assert bed.reasons(shard).count("Completed") == 1
     # Reclaimed only after the lease ran out, never while it could still be renewed.
-    reclaimed_at = parse_time(expired[0]["at"])
-    assert (reclaimed_at - last_renewal).total_seconds() >= LEASE_SECONDS
-    event = kube.get(EVENTS, namespace, expired[0]["event"])
+    reclaimed_at = bed.parse_time(expired[0]["at"])
+    assert (reclaimed_at - last_renewal).total_seconds() >= bed.LEASE_SECONDS
+    event = kube.get(EVENTS, bed.namespace, expired[0]["event"])
     assert event["reason"] == "LeaseExpired" and event["regarding"]["name"] == shard_name
     reclaimer = event["reportingController"]
 
     # One result, not two: the key's committed result is the one the shard's Done write recorded.
-    committed = committed_result(kube, namespace, shard)
+    committed = bed.committed_result(shard)
     assert shard["status"]["result"]["ref"] == committed.name
     calls = Counter(
         (line["index"], line["attempt"])
@@ -109,7 +92,7 @@ def test_killed_worker_shard_is_reclaimed_after_lease_expiry_and_finishes_once(
     print(
         f"\nworker {pod} killed; lease expired {(reclaimed_at - last_renewal).total_seconds():.1f}s after "
         "its "
-        f"last renewal (leaseSeconds {LEASE_SECONDS}), reclaimed by {reclaimer}; attempt 2 finished; "
+        f"last renewal (leaseSeconds {bed.LEASE_SECONDS}), reclaimed by {reclaimer}; attempt 2 finished; "
         "item calls by (index, attempt): "
         f"{dict(sorted(calls.items()))}; recomputed after the kill: {recomputed}"
     )
@@ -119,11 +102,11 @@ def test_killed_worker_shard_is_reclaimed_after_lease_expiry_and_finishes_once(
 
 
 def test_retryable_failures_back_off_then_block_non_retryable_fail_at_once_and_retry_is_explicit(
-    local_cluster: Cluster, namespace: str
+    bed: Bed,
 ) -> None:
-    kube = kube_for(local_cluster)
+    kube = bed.kube
     base, cap = 1.0, 8.0
-    flaky = campaign_body(
+    flaky = bed.campaign_body(
         "flaky",
         [{"q": "slow upstream", "source": "A"}],
         shardSize=1,
@@ -132,73 +115,73 @@ def test_retryable_failures_back_off_then_block_non_retryable_fail_at_once_and_r
         sources=[{"name": "A"}],
         worker_env={"SHARDOPS_AGENT_TIMEOUT_SOURCES": "A"},
     )
-    poison = campaign_body("poison", [{"q": "bad", "fault": "invalid"}], shardSize=1, maxAttempts=3)
+    poison = bed.campaign_body("poison", [{"q": "bad", "fault": "invalid"}], shardSize=1, maxAttempts=3)
     with (
-        operator_running(local_cluster, namespace),
-        recording(local_cluster, namespace, "shards") as recorded,
+        bed.operator(),
+        bed.recording("shards") as recorded,
     ):
-        create_campaign(kube, namespace, flaky)
-        create_campaign(kube, namespace, poison)
-        blocked_campaign = wait_phase(kube, namespace, "flaky", {"Completed", "Succeeded"}, timeout=120)
-        failed_campaign = wait_phase(kube, namespace, "poison", {"Completed", "Succeeded"}, timeout=120)
+        bed.create_campaign(flaky)
+        bed.create_campaign(poison)
+        blocked_campaign = bed.wait_phase("flaky", {"Completed", "Succeeded"}, timeout=120)
+        failed_campaign = bed.wait_phase("poison", {"Completed", "Succeeded"}, timeout=120)
 
-        blocked = kube.get(SHARDS, namespace, "flaky-00000")
-        failed = kube.get(SHARDS, namespace, "poison-00000")
+        blocked = kube.get(SHARDS, bed.namespace, "flaky-00000")
+        failed = kube.get(SHARDS, bed.namespace, "poison-00000")
 
         # Retryable: three claims, backoff between them within min(base*2^(n-1), cap)*[0.5, 1].
-        assert phase_of(blocked) == "Blocked"
-        assert reasons(blocked).count("Claimed") == 3
-        assert reasons(blocked).count("AttemptFailed") == 2 and reasons(blocked)[-1] == "Blocked"
+        assert bed.phase_of(blocked) == "Blocked"
+        assert bed.reasons(blocked).count("Claimed") == 3
+        assert bed.reasons(blocked).count("AttemptFailed") == 2 and bed.reasons(blocked)[-1] == "Blocked"
         delays = _backoff_delays(recorded["shards"].events, "flaky-00000")
         assert [attempt for attempt, _ in delays] == [1, 2]
         for attempt, delay in delays:
             low, high = backoff_bounds(attempt, base, cap)
             assert low - 0.01 <= delay <= high + 0.01, (attempt, delay, low, high)
-        claim_times = [parse_time(e["at"]) for e in history(blocked) if e["reason"] == "Claimed"]
-        failure_times = [parse_time(e["at"]) for e in history(blocked) if e["reason"] == "AttemptFailed"]
+        claim_times = [bed.parse_time(e["at"]) for e in bed.history(blocked) if e["reason"] == "Claimed"]
+        failure_times = [
+            bed.parse_time(e["at"]) for e in bed.history(blocked) if e["reason"] == "AttemptFailed"
+        ]
         waits = [
             (claim - fail).total_seconds() for fail, claim in zip(failure_times, claim_times[1:], strict=True)
         ]
         assert all(w >= d - 0.05 for w, (_, d) in zip(waits, delays, strict=True)), (waits, delays)
         error = blocked["status"]["lastError"]
         assert error["class"] == "timeout" and error["source"] == "A"
-        event = kube.get(EVENTS, namespace, error["event"])
+        event = kube.get(EVENTS, bed.namespace, error["event"])
         assert event["reason"] == "Blocked" and event["regarding"]["name"] == "flaky-00000"
 
         # Non-retryable: failed on its first attempt, never claimed again.
-        assert phase_of(failed) == "Failed"
-        assert reasons(failed) == ["Materialized", "Claimed", "Failed"]
+        assert bed.phase_of(failed) == "Failed"
+        assert bed.reasons(failed) == ["Materialized", "Claimed", "Failed"]
         assert failed["status"]["attempt"] == 1 and failed["status"]["lastError"]["class"] == "invalid-input"
 
         # The campaigns are finished, not succeeded, and say which shards gave up.
         for finished, name in ((blocked_campaign, "flaky-00000"), (failed_campaign, "poison-00000")):
-            degraded = condition(finished, "Degraded")
+            degraded = bed.condition(finished, "Degraded")
             assert finished["status"]["phase"] == "Completed"
             assert degraded is not None and degraded["status"] == "True" and name in degraded["message"]
         assert blocked_campaign["status"]["blockedShards"] == ["flaky-00000"]
         assert failed_campaign["status"]["failedShards"] == ["poison-00000"]
 
         # The upstream is fixed; retrying is one recorded request on the campaign, not a shard edit.
-        patch_spec(
-            kube,
-            namespace,
+        bed.patch_spec(
             "flaky",
             {"retry": {"generation": 1}, "worker": {**flaky["spec"]["worker"], "env": []}},
         )
-        retried = wait_phase(kube, namespace, "flaky", {"Succeeded"}, timeout=120)
-        shard = kube.get(SHARDS, namespace, "flaky-00000")
+        retried = bed.wait_phase("flaky", {"Succeeded"}, timeout=120)
+        shard = kube.get(SHARDS, bed.namespace, "flaky-00000")
         assert retried["status"]["lastRetryGeneration"] == 1
-        assert reasons(shard)[-3:] == ["Retried", "Claimed", "Completed"]
+        assert bed.reasons(shard)[-3:] == ["Retried", "Claimed", "Completed"]
         assert shard["status"]["attempt"] == 1
         retry_events = [
             e
-            for e in kube.list(EVENTS, namespace)
+            for e in kube.list(EVENTS, bed.namespace)
             if e["reason"] == "RetryStarted" and e["regarding"]["name"] == "flaky"
         ]
         assert len(retry_events) == 1, retry_events
         # Acted on once: later passes leave the shard alone.
-        assert get_campaign(kube, namespace, "flaky")["status"]["lastRetryGeneration"] == 1
-        assert reasons(kube.get(SHARDS, namespace, "flaky-00000")).count("Retried") == 1
+        assert bed.get_campaign("flaky")["status"]["lastRetryGeneration"] == 1
+        assert bed.reasons(kube.get(SHARDS, bed.namespace, "flaky-00000")).count("Retried") == 1
     print(
         f"\nbackoff delays by attempt (base {base}s, cap {cap}s): {delays}; "
         f"waits before the next claim: {waits}"
@@ -216,6 +199,6 @@ def _backoff_delays(events: list, shard: str) -> list[tuple[int, float]]:
         if not entries or entries[-1]["reason"] != "AttemptFailed" or not status.get("notBefore"):
             continue
         entry = entries[-1]
-        delay = (parse_time(status["notBefore"]) - parse_time(entry["at"])).total_seconds()
+        delay = (Bed.parse_time(status["notBefore"]) - Bed.parse_time(entry["at"])).total_seconds()
         found.setdefault(int(entry["attempt"]), delay)
     return sorted(found.items())

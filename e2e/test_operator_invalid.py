@@ -5,42 +5,30 @@ fixed it runs."""
 from __future__ import annotations
 
 import pytest
+from testbed.bed import Bed
 
-from e2e.harness import Cluster, wait_for
-from e2e.schedulerkit import (
-    JSON,
-    campaign_body,
-    condition,
-    create_campaign,
-    get_campaign,
-    kube_for,
-    operator_running,
-    shards_of,
-    wait_phase,
-)
-from shardops.k8s.api import CONFIGMAPS, EVENTS, JOBS, Kube
+from shardops.api.common import JSON
+from shardops.k8s.api import CONFIGMAPS, EVENTS, JOBS
 
-pytestmark = pytest.mark.usefixtures("crds_installed")
+pytestmark = pytest.mark.usefixtures("crds_installed", "local_cluster")
 
 
-def _ready(kube: Kube, namespace: str, reason: str) -> JSON | None:
-    body = get_campaign(kube, namespace, "fromcm")
-    found = condition(body, "Ready")
+def _ready(bed: Bed, reason: str) -> JSON | None:
+    body = bed.get_campaign("fromcm")
+    found = bed.condition(body, "Ready")
     return body if found and found["reason"] == reason else None
 
 
-def test_unreadable_items_are_reported_with_the_fix_and_nothing_is_created(
-    local_cluster: Cluster, namespace: str
-) -> None:
-    kube = kube_for(local_cluster)
-    body = campaign_body("fromcm", [], shardSize=2)
+def test_unreadable_items_are_reported_with_the_fix_and_nothing_is_created(bed: Bed) -> None:
+    kube = bed.kube
+    body = bed.campaign_body("fromcm", [], shardSize=2)
     del body["spec"]["items"]
     body["spec"]["itemsFrom"] = {"configMapName": "questions", "key": "items.jsonl"}
-    with operator_running(local_cluster, namespace):
-        create_campaign(kube, namespace, body)
+    with bed.operator():
+        bed.create_campaign(body)
 
-        missing = wait_for("Ready=False ItemsNotFound", lambda: _ready(kube, namespace, "ItemsNotFound"))
-        ready = condition(missing, "Ready")
+        missing = bed.wait_for("Ready=False ItemsNotFound", lambda: _ready(bed, "ItemsNotFound"))
+        ready = bed.condition(missing, "Ready")
         assert ready["status"] == "False" and missing["status"]["phase"] == "Invalid"
         assert "questions" in ready["message"] and "create it" in ready["message"]
         assert ready["observedGeneration"] == missing["metadata"]["generation"]
@@ -48,38 +36,40 @@ def test_unreadable_items_are_reported_with_the_fix_and_nothing_is_created(
         lines = ['{"q": 1}', '{"q": 2}', '{"q": 3', '{"q": 4}']
         kube.create(
             CONFIGMAPS,
-            namespace,
+            bed.namespace,
             {"metadata": {"name": "questions"}, "data": {"items.jsonl": "\n".join(lines)}},
         )
-        malformed = wait_for("Ready=False ItemsInvalid", lambda: _ready(kube, namespace, "ItemsInvalid"))
-        message = condition(malformed, "Ready")["message"]
+        malformed = bed.wait_for("Ready=False ItemsInvalid", lambda: _ready(bed, "ItemsInvalid"))
+        message = bed.condition(malformed, "Ready")["message"]
         assert "line 3" in message and "not valid JSON" in message, message
 
         # Reported, not acted on: no shard, no worker.
-        assert shards_of(kube, namespace) == []
-        assert kube.list(JOBS, namespace) == []
+        assert bed.shards() == []
+        assert kube.list(JOBS, bed.namespace) == []
 
         def warnings() -> dict[str, str] | None:
             found = {
                 e["reason"]: e["note"]
-                for e in kube.list(EVENTS, namespace)
+                for e in kube.list(EVENTS, bed.namespace)
                 if e["regarding"]["name"] == "fromcm" and e["type"] == "Warning"
             }
             return found if {"ItemsNotFound", "ItemsInvalid"} <= set(found) else None
 
         # The Event follows the status write that set the condition: wait for it, not just the status.
-        notes = wait_for("an Event for each reason", warnings)
+        notes = bed.wait_for("an Event for each reason", warnings)
         assert "create it" in notes["ItemsNotFound"] and "line 3" in notes["ItemsInvalid"]
         # One Event per problem, not one per reconcile.
-        per_reason = [e["reason"] for e in kube.list(EVENTS, namespace) if e["regarding"]["name"] == "fromcm"]
+        per_reason = [
+            e["reason"] for e in kube.list(EVENTS, bed.namespace) if e["regarding"]["name"] == "fromcm"
+        ]
         assert per_reason.count("ItemsNotFound") == 1 and per_reason.count("ItemsInvalid") == 1, per_reason
 
         lines[2] = '{"q": 3}'
-        kube.patch(CONFIGMAPS, namespace, "questions", {"data": {"items.jsonl": "\n".join(lines)}})
-        final = wait_phase(kube, namespace, "fromcm", {"Succeeded", "Completed"}, timeout=120)
+        kube.patch(CONFIGMAPS, bed.namespace, "questions", {"data": {"items.jsonl": "\n".join(lines)}})
+        final = bed.wait_phase("fromcm", {"Succeeded", "Completed"}, timeout=120)
 
     assert final["status"]["phase"] == "Succeeded"
-    assert condition(final, "Ready")["status"] == "True"
+    assert bed.condition(final, "Ready")["status"] == "True"
     assert final["status"]["itemsTotal"] == 4 and final["status"]["counts"]["done"] == 2
     print(
         "\nReady=False reasons reported in turn: ItemsNotFound, ItemsInvalid; "

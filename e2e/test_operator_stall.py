@@ -19,28 +19,13 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from testbed.bed import Bed
+from testbed.harness import Cluster
+from testbed.kits.scheduler import Recorder
 
-from e2e.harness import Cluster, wait_for
-from e2e.schedulerkit import (
-    LEASE_SECONDS,
-    Recorder,
-    campaign_body,
-    committed_result,
-    condition,
-    create_campaign,
-    get_campaign,
-    history,
-    kill_group,
-    kube_for,
-    operator_running,
-    parse_time,
-    reasons,
-    recording,
-    wait_phase,
-)
 from shardops.k8s.api import EVENTS, LEASES, SHARDS, Kube, NotFound
 
-pytestmark = pytest.mark.usefixtures("crds_installed")
+pytestmark = pytest.mark.usefixtures("crds_installed", "local_cluster")
 
 HEARTBEAT = 1
 STALL_BEATS = 2
@@ -52,7 +37,7 @@ JSON = dict[str, Any]
 
 
 def _stalling(name: str, policy: str, ledger: Path) -> JSON:
-    return campaign_body(
+    return Bed.campaign_body(
         name,
         [{"n": i} for i in range(3)],
         shardSize=3,
@@ -120,71 +105,69 @@ def _versions(recorder: Recorder, name: str) -> list[JSON]:
 
 
 def _last_reason(obj: JSON) -> str | None:
-    entries = history(obj)
+    entries = Bed.history(obj)
     return entries[-1]["reason"] if entries else None
 
 
-def test_report_records_the_stall_and_leaves_the_shard_running(
-    local_cluster: Cluster, namespace: str, tmp_path: Path
-) -> None:
-    kube = kube_for(local_cluster)
+def test_report_records_the_stall_and_leaves_the_shard_running(bed: Bed, tmp_path: Path) -> None:
+    kube = bed.kube
     ledger = tmp_path / "ledger.jsonl"
     name, shard_name = "stall-report", "stall-report-00000"
     with (
-        operator_running(local_cluster, namespace),
-        recording(local_cluster, namespace, "shards") as recorded,
+        bed.operator(),
+        bed.recording("shards") as recorded,
     ):
-        create_campaign(kube, namespace, _stalling(name, "Report", ledger))
-        stalled = wait_for(
+        bed.create_campaign(_stalling(name, "Report", ledger))
+        stalled = bed.wait_for(
             "a Stalled event on the shard",
-            lambda: _events(kube, namespace, shard_name, "Stalled"),
+            lambda: _events(kube, bed.namespace, shard_name, "Stalled"),
             timeout=120,
         )[0]
         stopped = _stopped_at(ledger)
         assert stopped is not None, _ledger(ledger)
-        detected = parse_time(stalled["eventTime"])
+        detected = bed.parse_time(stalled["eventTime"])
         took = (detected - stopped).total_seconds()
         assert WINDOW <= took <= DETECT_BOUND, (took, stalled["note"])
         assert stalled["type"] == "Warning" and "stall policy Report" in stalled["note"]
         assert "no progress" in stalled["note"]
 
         def stalled_condition() -> JSON | None:
-            found = condition(get_campaign(kube, namespace, name), "Stalled")
+            found = bed.condition(bed.get_campaign(name), "Stalled")
             return found if found and found["status"] == "True" else None
 
-        flagged = wait_for("the campaign's Stalled condition", stalled_condition, timeout=30)
+        flagged = bed.wait_for("the campaign's Stalled condition", stalled_condition, timeout=30)
         assert shard_name in flagged["message"]
 
         # Let it heartbeat on for more than another stall window: Report takes nothing away.
         def beat_on() -> JSON | None:
-            shard = _shard(kube, namespace, shard_name) or {}
+            shard = _shard(kube, bed.namespace, shard_name) or {}
             beat = (shard.get("status") or {}).get("lastHeartbeat")
-            later = beat and (parse_time(beat) - detected).total_seconds() >= 2 * WINDOW + HEARTBEAT
+            later = beat and (bed.parse_time(beat) - detected).total_seconds() >= 2 * WINDOW + HEARTBEAT
             return shard if later else None
 
-        running = wait_for("heartbeats after the stall", beat_on, timeout=30)
+        running = bed.wait_for("heartbeats after the stall", beat_on, timeout=30)
         status = running["status"]
-        lease = kube.get(LEASES, namespace, shard_name)
+        lease = kube.get(LEASES, bed.namespace, shard_name)
         assert status["phase"] == "Running" and status["attempt"] == 1
         assert status["progress"]["done"] == 1
         assert lease["spec"]["holderIdentity"] == status["owner"]
-        assert reasons(running) == ["Materialized", "Claimed"]
-        assert len(_events(kube, namespace, shard_name, "Stalled")) == 1, "reported once per stall"
+        assert bed.reasons(running) == ["Materialized", "Claimed"]
+        assert len(_events(kube, bed.namespace, shard_name, "Stalled")) == 1, "reported once per stall"
         attempt_one = [v for v in _versions(recorded["shards"], shard_name) if _last_reason(v) == "Claimed"]
         owners = {(v["status"]["owner"], v["status"]["fencingToken"]) for v in attempt_one}
         assert owners == {(status["owner"], status["fencingToken"])}, owners
         heartbeats = len(attempt_one) - 1
 
         # End the hang the hard way: the worker dies, its lease runs out, attempt 2 has no hang.
-        pod, pid = wait_for("the worker process", lambda: _worker_pid(local_cluster, namespace, name))
-        kill_group(pid)
-        final = wait_phase(kube, namespace, name, {"Succeeded", "Completed"}, timeout=120)
+        pod, pid = bed.wait_for("the worker process", lambda: _worker_pid(bed.cluster, bed.namespace, name))
+        bed.kill_group(pid)
+        final = bed.wait_phase(name, {"Succeeded", "Completed"}, timeout=120)
 
-    shard = kube.get(SHARDS, namespace, shard_name)
+    shard = kube.get(SHARDS, bed.namespace, shard_name)
     assert final["status"]["phase"] == "Succeeded"
-    assert reasons(shard) == ["Materialized", "Claimed", "LeaseExpired", "Claimed", "Completed"]
+    assert bed.reasons(shard) == ["Materialized", "Claimed", "LeaseExpired", "Claimed", "Completed"]
     assert shard["status"]["attempt"] == 2
-    cleared = condition(final, "Stalled")
+    cleared = bed.condition(final, "Stalled")
     assert cleared is not None and cleared["status"] == "False", cleared
     print(
         f"\nReport: progress stopped at 1/3; Stalled event {took:.1f}s later (window {WINDOW}s = "
@@ -195,42 +178,42 @@ def test_report_records_the_stall_and_leaves_the_shard_running(
 
 
 def test_revoke_takes_the_lease_fences_the_hung_worker_and_attempt_two_finishes(
-    local_cluster: Cluster, namespace: str, tmp_path: Path
+    bed: Bed, tmp_path: Path
 ) -> None:
-    kube = kube_for(local_cluster)
+    kube = bed.kube
     ledger = tmp_path / "ledger.jsonl"
     name, shard_name = "stall-revoke", "stall-revoke-00000"
     with (
-        operator_running(local_cluster, namespace),
-        recording(local_cluster, namespace, "shards") as recorded,
+        bed.operator(),
+        bed.recording("shards") as recorded,
     ):
-        create_campaign(kube, namespace, _stalling(name, "Revoke", ledger))
-        final = wait_phase(kube, namespace, name, {"Succeeded", "Completed"}, timeout=120)
+        bed.create_campaign(_stalling(name, "Revoke", ledger))
+        final = bed.wait_phase(name, {"Succeeded", "Completed"}, timeout=120)
         versions = _versions(recorded["shards"], shard_name)
 
-    shard = kube.get(SHARDS, namespace, shard_name)
-    entries = history(shard)
+    shard = kube.get(SHARDS, bed.namespace, shard_name)
+    entries = bed.history(shard)
     assert final["status"]["phase"] == "Succeeded"
-    assert reasons(shard) == ["Materialized", "Claimed", "Revoked", "Claimed", "Completed"], entries
+    assert bed.reasons(shard) == ["Materialized", "Claimed", "Revoked", "Claimed", "Completed"], entries
     assert [e["attempt"] for e in entries if e["reason"] == "Claimed"] == [1, 2]
     assert shard["status"]["attempt"] == 2
 
     # Revoked for the stall, not for an expired lease: the worker was heartbeating right up to it.
     revoked = next(e for e in entries if e["reason"] == "Revoked")
-    revoked_at = parse_time(revoked["at"])
-    event = kube.get(EVENTS, namespace, revoked["event"])
+    revoked_at = bed.parse_time(revoked["at"])
+    event = kube.get(EVENTS, bed.namespace, revoked["event"])
     assert event["reason"] == "Revoked" and event["regarding"]["name"] == shard_name
     assert "no progress" in event["note"], event["note"]
-    assert len(_events(kube, namespace, shard_name, "Stalled")) == 1
+    assert len(_events(kube, bed.namespace, shard_name, "Stalled")) == 1
     stopped = _stopped_at(ledger)
     assert stopped is not None
     took = (revoked_at - stopped).total_seconds()
     assert WINDOW <= took <= DETECT_BOUND, took
     before = [v for v in versions if _last_reason(v) == "Claimed" and v["status"]["attempt"] == 1]
     first = before[-1]["status"]
-    last_beat = parse_time(first["lastHeartbeat"])
+    last_beat = bed.parse_time(first["lastHeartbeat"])
     assert (revoked_at - last_beat).total_seconds() <= 2 * HEARTBEAT, (revoked_at, last_beat)
-    assert (revoked_at - last_beat).total_seconds() < LEASE_SECONDS
+    assert (revoked_at - last_beat).total_seconds() < bed.LEASE_SECONDS
 
     # Fenced: after the revoke, nothing of attempt 1 is written. The next change of the shard's
     # status is attempt 2's claim, with a newer fencing token; no heartbeat, failure or release of
@@ -247,19 +230,20 @@ def test_revoke_takes_the_lease_fences_the_hung_worker_and_attempt_two_finishes(
     lines = _ledger(ledger)
     hung = {e["pid"] for e in lines if e["attempt"] == 1}
     assert len(hung) == 1
-    wait_for("the hung command to be gone", lambda: not any(_alive(pid) for pid in hung), timeout=30)
+    bed.wait_for("the hung command to be gone", lambda: not any(_alive(pid) for pid in hung), timeout=30)
     calls = Counter((e["index"], e["attempt"]) for e in lines if e["event"] == "done")
     assert calls == Counter({(0, 1): 1, (1, 2): 1, (2, 2): 1}), calls
 
     # One result: attempt 1's stored item plus attempt 2's two, under one key.
-    committed = committed_result(kube, namespace, shard)
+    committed = bed.committed_result(shard)
     assert shard["status"]["result"]["ref"] == committed.name
     result = json.loads(committed.text)
     assert [item["result"]["attempt"] for item in result["items"]] == [1, 2, 2]
     print(
         f"\nRevoke: progress stopped at 1/3; revoked {took:.1f}s later (window {WINDOW}s), "
         f"{(revoked_at - last_beat).total_seconds():.1f}s after the last heartbeat of attempt 1 "
-        f"(lease {LEASE_SECONDS}s never ran out); fencing token {first['fencingToken']} -> {min(tokens)}; "
+        f"(lease {bed.LEASE_SECONDS}s never ran out); "
+        f"fencing token {first['fencingToken']} -> {min(tokens)}; "
         f"hung command pid(s) {sorted(hung)} gone; item calls by (index, attempt): "
         f"{dict(sorted(calls.items()))}; result {committed.name}"
     )

@@ -16,22 +16,10 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from testbed.bed import Bed
+from testbed.cluster import lifecycle
+from testbed.harness import Cluster
 
-from e2e.cluster import lifecycle
-from e2e.harness import Cluster, wait_for
-from e2e.schedulerkit import (
-    STORE_SECRET,
-    campaign_body,
-    campaign_shards,
-    condition,
-    create_campaign,
-    kube_for,
-    operator_running,
-    phase_of,
-    s3_store_env,
-    shards_of,
-    wait_phase,
-)
 from shardops.api.enums import ShardPhase
 from shardops.api.shard import Shard
 from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS, SHARDS, NotFound
@@ -40,7 +28,7 @@ from shardops.store.configmap import PREFIXES
 from shardops.store.records import sha256_of, store_label
 from shardops_example_agent.agent import answer
 
-pytestmark = pytest.mark.usefixtures("crds_installed")
+pytestmark = pytest.mark.usefixtures("crds_installed", "local_cluster")
 
 FINISHED = {"Succeeded", "Completed", "Paused"}
 
@@ -52,10 +40,8 @@ def prefix() -> str:
 
 
 @pytest.fixture
-def s3_operator_env(
-    cluster: Cluster, namespace: str, object_store: lifecycle.ObjectStore, prefix: str
-) -> dict[str, str]:
-    return s3_store_env(cluster, namespace, object_store, prefix)
+def s3_operator_env(bed: Bed, object_store: lifecycle.ObjectStore, prefix: str) -> dict[str, str]:
+    return bed.s3_store_env(object_store, prefix)
 
 
 def _objects(s3: Any, bucket: str, prefix: str) -> list[str]:
@@ -65,23 +51,20 @@ def _objects(s3: Any, bucket: str, prefix: str) -> list[str]:
     return names
 
 
-def _result_configmaps(cluster: Cluster, namespace: str) -> list[str]:
-    kube = kube_for(cluster)
+def _result_configmaps(bed: Bed) -> list[str]:
     return [
         c["metadata"]["name"]
-        for c in kube.list(CONFIGMAPS, namespace)
+        for c in bed.kube.list(CONFIGMAPS, bed.namespace)
         if c["metadata"]["name"].startswith(PREFIXES)
     ]
 
 
-def _done_shards(
-    kube: Any, namespace: str, name: str, object_store: lifecycle.ObjectStore
-) -> dict[int, dict[str, Any]]:
+def _done_shards(bed: Bed, name: str, object_store: lifecycle.ObjectStore) -> dict[int, dict[str, Any]]:
     """Every Done work shard by index, as a ledger record: the folded ones from the campaign's
     ledger in the bucket, the live ones from their Shard objects (each index from one place only)."""
-    if (kube.get(CAMPAIGNS, namespace, name).get("status") or {}).get("resultStore") is None:
+    if (bed.get_campaign(name).get("status") or {}).get("resultStore") is None:
         return {}  # not yet recorded: nothing ran
-    shards = [Shard.parse(body) for body in campaign_shards(kube, namespace, name, object_store)]
+    shards = [Shard.parse(body) for body in bed.campaign_shards(name, object_store)]
     done = [s for s in shards if s.phase is ShardPhase.DONE]
     indices = [s.spec.index for s in done]
     assert len(indices) == len(set(indices)), "each Done shard once: folded or live, never both"
@@ -127,27 +110,26 @@ def _ledger(path: Path) -> list[dict[str, Any]]:
 
 
 def test_results_live_in_s3_verify_and_are_reused_on_reapply(
-    local_cluster: Cluster,
-    namespace: str,
+    bed: Bed,
     object_store: lifecycle.ObjectStore,
     s3_operator_env: dict[str, str],
     prefix: str,
     tmp_path: Path,
 ) -> None:
-    kube = kube_for(local_cluster)
+    kube = bed.kube
     s3 = object_store.client()
     ledger = tmp_path / "ledger.jsonl"
     items = [{"n": i} for i in range(24)]
-    body = campaign_body(
+    body = bed.campaign_body(
         "s3res",
         items,
         shardSize=3,
         maxConcurrency=4,
         worker_env={"SHARDOPS_AGENT_LATENCY": 0.05, "SHARDOPS_AGENT_LEDGER": ledger},
     )
-    with operator_running(local_cluster, namespace, env=s3_operator_env):
-        create_campaign(kube, namespace, body)
-        final = wait_phase(kube, namespace, "s3res", FINISHED, timeout=240)
+    with bed.operator(env=s3_operator_env):
+        bed.create_campaign(body)
+        final = bed.wait_phase("s3res", FINISHED, timeout=240)
         assert final["status"]["phase"] == "Succeeded", final["status"]
         store = final["status"]["resultStore"]
         assert store == {
@@ -156,14 +138,14 @@ def test_results_live_in_s3_verify_and_are_reused_on_reapply(
             "region": object_store.region,
             "bucket": object_store.bucket,
             "prefix": prefix,
-            "credentialsSecret": STORE_SECRET,
+            "credentialsSecret": bed.STORE_SECRET,
         }
-        assert _result_configmaps(local_cluster, namespace) == [], "no result in etcd"
+        assert _result_configmaps(bed) == [], "no result in etcd"
 
-        done = _done_shards(kube, namespace, "s3res", object_store)
+        done = _done_shards(bed, "s3res", object_store)
         assert sorted(done) == list(range(8))
         assert final["status"]["counts"]["done"] == 8
-        root = f"{prefix}/{namespace}/"
+        root = f"{prefix}/{bed.namespace}/"
         objects = set(_objects(s3, object_store.bucket, root))
         for shard in done.values():
             result = shard["result"]
@@ -183,24 +165,22 @@ def test_results_live_in_s3_verify_and_are_reused_on_reapply(
         # A folded shard's timeline comes from the ledger once its Shard is gone.
         from e2e.test_cli_campaign import kc
 
-        folded = [s["shard"] for s in done.values() if not _live(kube, namespace, s["shard"])]
+        folded = [s["shard"] for s in done.values() if not _live(kube, bed.namespace, s["shard"])]
         if folded:
-            timeline = kc(local_cluster, "events", folded[0], "-n", namespace)
+            timeline = kc(bed.cluster, "events", folded[0], "-n", bed.namespace)
             assert timeline.returncode == 0, timeline.stderr
             assert "Claimed" in timeline.stdout and "Completed" in timeline.stdout, timeline.stdout
 
         # Re-applied under the same name: every result comes from the store, no command runs.
-        kube.delete(CAMPAIGNS, namespace, "s3res")
-        wait_for("the campaign to go", lambda: _gone(kube, namespace, "s3res"), timeout=120)
-        create_campaign(kube, namespace, body)
-        again = wait_phase(kube, namespace, "s3res", FINISHED, timeout=240)
+        kube.delete(CAMPAIGNS, bed.namespace, "s3res")
+        bed.wait_for("the campaign to go", lambda: _gone(kube, bed.namespace, "s3res"), timeout=120)
+        bed.create_campaign(body)
+        again = bed.wait_phase("s3res", FINISHED, timeout=240)
         assert again["status"]["phase"] == "Succeeded", again["status"]
         assert [e for e in _ledger(ledger) if e["event"] == "done"] == computed, "nothing recomputed"
-        reused = {
-            i: s["result"]["ref"] for i, s in _done_shards(kube, namespace, "s3res", object_store).items()
-        }
+        reused = {i: s["result"]["ref"] for i, s in _done_shards(bed, "s3res", object_store).items()}
         assert reused == first_refs, "each shard's result is the object the first run committed"
-        assert _result_configmaps(local_cluster, namespace) == []
+        assert _result_configmaps(bed) == []
 
 
 def _phase(kube: Any, namespace: str, name: str) -> str | None:
@@ -220,79 +200,72 @@ def _gone(kube: Any, namespace: str, name: str) -> bool:
 
 
 def test_store_outage_mid_campaign_is_retried_and_every_shard_is_done_once(
-    local_cluster: Cluster,
-    namespace: str,
+    bed: Bed,
     object_store: lifecycle.ObjectStore,
     s3_operator_env: dict[str, str],
 ) -> None:
-    assert local_cluster.local is not None
-    kube = kube_for(local_cluster)
+    assert bed.cluster.local is not None
     items = [{"n": i} for i in range(30)]
-    body = campaign_body(
+    body = bed.campaign_body(
         "outage", items, shardSize=2, maxConcurrency=4, worker_env={"SHARDOPS_AGENT_LATENCY": 0.4}
     )
-    with operator_running(local_cluster, namespace, env=s3_operator_env):
-        create_campaign(kube, namespace, body)
+    with bed.operator(env=s3_operator_env):
+        bed.create_campaign(body)
 
         def some_done() -> bool:
             # Counted live and folded: a Done shard may be folded into the ledger and deleted
             # before a list sees it, so live Shard objects alone can stay under three.
-            return len(_done_shards(kube, namespace, "outage", object_store)) >= 3
+            return len(_done_shards(bed, "outage", object_store)) >= 3
 
-        wait_for("a few shards done", some_done, timeout=120)
-        local_cluster.local.restart_object_store()
-        final = wait_phase(kube, namespace, "outage", FINISHED, timeout=300)
+        bed.wait_for("a few shards done", some_done, timeout=120)
+        bed.cluster.local.restart_object_store()
+        final = bed.wait_phase("outage", FINISHED, timeout=300)
         assert final["status"]["phase"] == "Succeeded", final["status"]
-        done = _done_shards(kube, namespace, "outage", object_store)
+        done = _done_shards(bed, "outage", object_store)
         assert sorted(done) == list(range(15))
         assert all(_completions(s) == 1 for s in done.values()), "each shard Done exactly once"
-        assert _result_configmaps(local_cluster, namespace) == []
+        assert _result_configmaps(bed) == []
 
 
-def test_configmap_store_refuses_a_campaign_over_its_ceiling_before_cutting_a_shard(
-    local_cluster: Cluster, namespace: str
-) -> None:
-    kube = kube_for(local_cluster)
+def test_configmap_store_refuses_a_campaign_over_its_ceiling_before_cutting_a_shard(bed: Bed) -> None:
+    kube = bed.kube
     items = [{"n": i} for i in range(1001)]
-    body = campaign_body("toobig", items, shardSize=1, maxConcurrency=2)
-    with operator_running(local_cluster, namespace):
-        create_campaign(kube, namespace, body)
+    body = bed.campaign_body("toobig", items, shardSize=1, maxConcurrency=2)
+    with bed.operator():
+        bed.create_campaign(body)
 
         def refused() -> dict[str, Any] | None:
-            ready = condition(kube.get(CAMPAIGNS, namespace, "toobig"), "Ready")
+            ready = bed.condition(kube.get(CAMPAIGNS, bed.namespace, "toobig"), "Ready")
             return ready if ready and ready.get("reason") == "ResultStoreTooSmall" else None
 
-        ready = wait_for("Ready=False ResultStoreTooSmall", refused, timeout=60)
+        ready = bed.wait_for("Ready=False ResultStoreTooSmall", refused, timeout=60)
         assert ready["status"] == "False"
         assert "1001 work shards" in ready["message"] and "spec.resultStore.type: S3" in ready["message"]
-        assert shards_of(kube, namespace) == [], "nothing is cut"
-        assert kube.get(CAMPAIGNS, namespace, "toobig")["status"].get("resultStore") is None
+        assert bed.shards() == [], "nothing is cut"
+        assert kube.get(CAMPAIGNS, bed.namespace, "toobig")["status"].get("resultStore") is None
 
 
-def test_missing_bucket_is_named_before_anything_runs(
-    local_cluster: Cluster, namespace: str, s3_operator_env: dict[str, str]
-) -> None:
-    kube = kube_for(local_cluster)
-    body = campaign_body(
+def test_missing_bucket_is_named_before_anything_runs(bed: Bed, s3_operator_env: dict[str, str]) -> None:
+    kube = bed.kube
+    body = bed.campaign_body(
         "nobucket",
         [{"n": 1}],
         resultStore={"s3": {"bucket": "no-such-bucket-e2e"}},
     )
-    with operator_running(local_cluster, namespace, env=s3_operator_env):
-        create_campaign(kube, namespace, body)
+    with bed.operator(env=s3_operator_env):
+        bed.create_campaign(body)
 
         def refused() -> dict[str, Any] | None:
-            ready = condition(kube.get(CAMPAIGNS, namespace, "nobucket"), "Ready")
+            ready = bed.condition(kube.get(CAMPAIGNS, bed.namespace, "nobucket"), "Ready")
             return ready if ready and ready.get("reason") == "ResultStoreUnavailable" else None
 
-        ready = wait_for("Ready=False ResultStoreUnavailable", refused, timeout=60)
+        ready = bed.wait_for("Ready=False ResultStoreUnavailable", refused, timeout=60)
         assert "no-such-bucket-e2e" in ready["message"] and "NoSuchBucket" in ready["message"], ready
-        assert shards_of(kube, namespace) == []
+        assert bed.shards() == []
 
 
 def test_results_command_streams_done_items_in_order_while_running_and_after(
-    local_cluster: Cluster,
-    namespace: str,
+    bed: Bed,
     s3_operator_env: dict[str, str],
     object_store: lifecycle.ObjectStore,
     tmp_path: Path,
@@ -300,14 +273,13 @@ def test_results_command_streams_done_items_in_order_while_running_and_after(
     from e2e.test_cli_campaign import kc
     from shardops_example_agent.agent import answer
 
-    kube = kube_for(local_cluster)
     items: list[dict[str, Any]] = [{"custom_id": f"req-{i}", "n": i} for i in range(16)]
     items[9]["fault"] = "invalid"  # shard 2 (items 8-11) fails for good
     # Shard 3 (items 12-15) hangs at item 13 in its first attempt, so it is still Running however
     # long we look (a latency would end on its own clock, and a slow machine could outlast it); once
     # we have looked, its command is killed and attempt 2 finishes it.
     items[13].update(fault="hang", faultAttempts=[1])
-    body = campaign_body(
+    body = bed.campaign_body(
         "res",
         items,
         shardSize=4,
@@ -317,21 +289,21 @@ def test_results_command_streams_done_items_in_order_while_running_and_after(
     )
 
     def lines(*args: str) -> list[dict[str, Any]]:
-        answer_ = kc(local_cluster, "results", "res", "-n", namespace, *args)
+        answer_ = kc(bed.cluster, "results", "res", "-n", bed.namespace, *args)
         assert answer_.returncode == 0, answer_.stderr
         return [json.loads(line) for line in answer_.stdout.splitlines()]
 
-    with operator_running(local_cluster, namespace, env=s3_operator_env):
-        create_campaign(kube, namespace, body)
+    with bed.operator(env=s3_operator_env):
+        bed.create_campaign(body)
 
         def settled_but_running() -> bool:
             # Done shards may be folded into the ledger already (their Shards deleted).
-            phases = {s["metadata"]["name"]: phase_of(s) for s in shards_of(kube, namespace)}
+            phases = {s["metadata"]["name"]: bed.phase_of(s) for s in bed.shards()}
             live = {name: phase for name, phase in phases.items() if phase != "Done"}
-            done = _done_shards(kube, namespace, "res", object_store)
+            done = _done_shards(bed, "res", object_store)
             return sorted(done) == [0, 1] and live == {"res-00002": "Failed", "res-00003": "Running"}
 
-        wait_for("shards 0-1 Done, 2 Failed, 3 Running", settled_but_running, timeout=120)
+        bed.wait_for("shards 0-1 Done, 2 Failed, 3 Running", settled_but_running, timeout=120)
         # The user has no AWS_* of their own: the CLI reads the campaign's credentials Secret.
         running = lines()
         assert [line["index"] for line in running] == list(range(8))
@@ -357,13 +329,15 @@ def test_results_command_streams_done_items_in_order_while_running_and_after(
             for line in openai
         )
 
-        hung = wait_for("the hung command of shard 3", lambda: _agent_pids(local_cluster, namespace, "res"))
+        hung = bed.wait_for(
+            "the hung command of shard 3", lambda: _agent_pids(bed.cluster, bed.namespace, "res")
+        )
         assert len(hung) == 1, hung
         os.kill(hung[0], signal.SIGKILL)
-        final = wait_phase(kube, namespace, "res", FINISHED | {"Failed"}, timeout=180)
+        final = bed.wait_phase("res", FINISHED | {"Failed"}, timeout=180)
         assert final["status"]["phase"] == "Completed", final["status"]
         target = tmp_path / "results.jsonl"
-        assert kc(local_cluster, "results", "res", "-n", namespace, "-o", str(target)).returncode == 0
+        assert kc(bed.cluster, "results", "res", "-n", bed.namespace, "-o", str(target)).returncode == 0
         written = [json.loads(line) for line in target.read_text().splitlines()]
         assert [line["index"] for line in written] == [*range(8), *range(12, 16)]
         assert written == lines()
@@ -371,17 +345,16 @@ def test_results_command_streams_done_items_in_order_while_running_and_after(
 
 
 def test_operator_killed_between_recording_a_fold_and_deleting_its_shards_loses_and_repeats_nothing(
-    local_cluster: Cluster,
-    namespace: str,
+    bed: Bed,
     object_store: lifecycle.ObjectStore,
     s3_operator_env: dict[str, str],
     tmp_path: Path,
 ) -> None:
-    kube = kube_for(local_cluster)
+    kube = bed.kube
     agent_ledger = tmp_path / "agent.jsonl"
     marker = tmp_path / "failpoint-hit"
     items = [{"n": i} for i in range(30)]
-    body = campaign_body(
+    body = bed.campaign_body(
         "crash",
         items,
         shardSize=1,
@@ -389,31 +362,31 @@ def test_operator_killed_between_recording_a_fold_and_deleting_its_shards_loses_
         worker_env={"SHARDOPS_AGENT_LATENCY": 0.2, "SHARDOPS_AGENT_LEDGER": agent_ledger},
     )
     env = {**s3_operator_env, "SHARDOPS_FAILPOINT": "fold-recorded", "SHARDOPS_FAILPOINT_MARKER": str(marker)}
-    with operator_running(local_cluster, namespace, env=env) as operator:
-        create_campaign(kube, namespace, body)
-        wait_for("the operator to die at the failpoint", marker.exists, timeout=120)
-        wait_for("the operator pod to restart", lambda: operator.restarts() >= 1, timeout=60)
-        final = wait_phase(kube, namespace, "crash", FINISHED, timeout=300)
+    with bed.operator(env=env) as operator:
+        bed.create_campaign(body)
+        bed.wait_for("the operator to die at the failpoint", marker.exists, timeout=120)
+        bed.wait_for("the operator pod to restart", lambda: operator.restarts() >= 1, timeout=60)
+        final = bed.wait_phase("crash", FINISHED, timeout=300)
         assert final["status"]["phase"] == "Succeeded", final["status"]
 
         # Every Done shard folds, the ones left over by the killed pass included: no Shard stays.
         def all_folded() -> bool | str:
-            left = shards_of(kube, namespace)
-            return not left or f"{[(s['metadata']['name'], phase_of(s)) for s in left]}"[:0]
+            left = bed.shards()
+            return not left or f"{[(s['metadata']['name'], bed.phase_of(s)) for s in left]}"[:0]
 
         try:
-            wait_for("every shard folded and deleted", all_folded, timeout=60)
+            bed.wait_for("every shard folded and deleted", all_folded, timeout=60)
         except AssertionError:
-            left = [(s["metadata"]["name"], phase_of(s)) for s in shards_of(kube, namespace)]
-            folded = kube.get(CAMPAIGNS, namespace, "crash")["status"]["folded"]
+            left = [(s["metadata"]["name"], bed.phase_of(s)) for s in bed.shards()]
+            folded = kube.get(CAMPAIGNS, bed.namespace, "crash")["status"]["folded"]
             for pod in operator.pods():
                 print(operator.log(pod.metadata.name)[-3000:])
             raise AssertionError(f"left: {left}; folded: {folded}") from None
-        status = kube.get(CAMPAIGNS, namespace, "crash")["status"]
+        status = kube.get(CAMPAIGNS, bed.namespace, "crash")["status"]
         assert status["folded"]["shards"] == 30 and status["counts"]["done"] == 30, status
         assert status["folded"]["doneRanges"] == [{"start": 0, "end": 30}]
         assert status["counts"]["total"] == 30 and status["cutShards"] == 30
-        done = _done_shards(kube, namespace, "crash", object_store)
+        done = _done_shards(bed, "crash", object_store)
         assert sorted(done) == list(range(30))
         assert all(_completions(s) == 1 for s in done.values()), "no shard ran twice"
         computed = Counter(e["key"] for e in _ledger(agent_ledger) if e["event"] == "done")
@@ -421,48 +394,46 @@ def test_operator_killed_between_recording_a_fold_and_deleting_its_shards_loses_
 
 
 def test_a_finished_campaign_is_deleted_after_its_ttl_and_its_results_stay(
-    local_cluster: Cluster,
-    namespace: str,
+    bed: Bed,
     object_store: lifecycle.ObjectStore,
     s3_operator_env: dict[str, str],
     prefix: str,
 ) -> None:
-    kube = kube_for(local_cluster)
-    body = campaign_body("ttl", [{"n": i} for i in range(4)], shardSize=2, ttlSecondsAfterFinished=3)
-    with operator_running(local_cluster, namespace, env=s3_operator_env):
-        create_campaign(kube, namespace, body)
-        wait_phase(kube, namespace, "ttl", {"Succeeded"}, timeout=120)
-        wait_for(
-            "the campaign to be deleted after its TTL", lambda: _gone(kube, namespace, "ttl"), timeout=60
+    kube = bed.kube
+    body = bed.campaign_body("ttl", [{"n": i} for i in range(4)], shardSize=2, ttlSecondsAfterFinished=3)
+    with bed.operator(env=s3_operator_env):
+        bed.create_campaign(body)
+        bed.wait_phase("ttl", {"Succeeded"}, timeout=120)
+        bed.wait_for(
+            "the campaign to be deleted after its TTL", lambda: _gone(kube, bed.namespace, "ttl"), timeout=60
         )
-        wait_for("its shards to go with it", lambda: shards_of(kube, namespace) == [], timeout=60)
-    pointers = _objects(object_store.client(), object_store.bucket, f"{prefix}/{namespace}/results/")
+        bed.wait_for("its shards to go with it", lambda: bed.shards() == [], timeout=60)
+    pointers = _objects(object_store.client(), object_store.bucket, f"{prefix}/{bed.namespace}/results/")
     assert len(pointers) == 2, "results outlive the campaign"
 
 
 def test_purge_deletes_the_campaign_then_every_result_it_stored(
-    local_cluster: Cluster,
-    namespace: str,
+    bed: Bed,
     object_store: lifecycle.ObjectStore,
     s3_operator_env: dict[str, str],
     prefix: str,
 ) -> None:
     from e2e.test_cli_campaign import kc
 
-    kube = kube_for(local_cluster)
+    kube = bed.kube
     s3 = object_store.client()
-    root = f"{prefix}/{namespace}/"
-    with operator_running(local_cluster, namespace, env=s3_operator_env):
-        create_campaign(kube, namespace, campaign_body("gone", [{"n": i} for i in range(6)], shardSize=2))
-        wait_phase(kube, namespace, "gone", {"Succeeded"}, timeout=120)
+    root = f"{prefix}/{bed.namespace}/"
+    with bed.operator(env=s3_operator_env):
+        bed.create_campaign(bed.campaign_body("gone", [{"n": i} for i in range(6)], shardSize=2))
+        bed.wait_phase("gone", {"Succeeded"}, timeout=120)
         assert len(_objects(s3, object_store.bucket, f"{root}results/")) == 3
-        dry = kc(local_cluster, "purge", "gone", "-n", namespace)
+        dry = kc(bed.cluster, "purge", "gone", "-n", bed.namespace)
         assert dry.returncode == 0 and "nothing was deleted" in dry.stdout
-        assert not _gone(kube, namespace, "gone")
-        done = kc(local_cluster, "purge", "gone", "-n", namespace, "--yes")
+        assert not _gone(kube, bed.namespace, "gone")
+        done = kc(bed.cluster, "purge", "gone", "-n", bed.namespace, "--yes")
         assert done.returncode == 0, done.stderr
         assert "3 shard key(s)" in done.stdout, done.stdout
-        assert _gone(kube, namespace, "gone")
+        assert _gone(kube, bed.namespace, "gone")
     left = [o for o in _objects(s3, object_store.bucket, root) if "/attempts/" in o or "/results/" in o]
     assert left == [], left
 
@@ -471,8 +442,7 @@ GONE_RETENTION = 6
 
 
 def test_results_past_their_retention_go_once_no_campaign_of_that_name_exists(
-    local_cluster: Cluster,
-    namespace: str,
+    bed: Bed,
     object_store: lifecycle.ObjectStore,
     s3_operator_env: dict[str, str],
     prefix: str,
@@ -480,34 +450,34 @@ def test_results_past_their_retention_go_once_no_campaign_of_that_name_exists(
     """Two campaigns with short retentions: the one deleted after its TTL loses every stored object
     (results, item results, ledger) and its retention record at the first sweep after its retention
     passed; the one that still exists keeps everything, however long past its retention."""
-    kube = kube_for(local_cluster)
+    kube = bed.kube
     s3 = object_store.client()
-    root = f"{prefix}/{namespace}/"
+    root = f"{prefix}/{bed.namespace}/"
     # "gone" is deleted 1 s after it finished and its results are kept until GONE_RETENTION s after
     # it finished: a window in which they are seen to outlive the Campaign (with a retention of 1 s
     # the sweep could delete them before the test had seen the Campaign go).
-    gone = campaign_body(
+    gone = bed.campaign_body(
         "gone",
         [{"n": i} for i in range(6)],
         shardSize=2,
         ttlSecondsAfterFinished=1,
         resultStore={"retentionSeconds": GONE_RETENTION},
     )
-    kept = campaign_body(
+    kept = bed.campaign_body(
         "kept", [{"n": i} for i in range(4)], shardSize=2, resultStore={"retentionSeconds": 1}
     )
     env = {**s3_operator_env, "SHARDOPS_RETENTION_SWEEP_SECONDS": "1"}
-    with operator_running(local_cluster, namespace, env=env):
-        create_campaign(kube, namespace, kept)
-        create_campaign(kube, namespace, gone)
-        wait_phase(kube, namespace, "kept", {"Succeeded"}, timeout=120)
-        kept_done = _done_shards(kube, namespace, "kept", object_store)
+    with bed.operator(env=env):
+        bed.create_campaign(kept)
+        bed.create_campaign(gone)
+        bed.wait_phase("kept", {"Succeeded"}, timeout=120)
+        kept_done = _done_shards(bed, "kept", object_store)
         kept_labels = {store_label(record["idempotencyKey"]) for record in kept_done.values()}
         # Succeeded, or already deleted by its 1 s TTL, which deletes only a finished campaign: while
         # the test waited for "kept", "gone" may have finished and gone.
-        wait_for(
+        bed.wait_for(
             "the campaign with a TTL to succeed (or to be deleted by its TTL, once finished)",
-            lambda: _gone(kube, namespace, "gone") or _phase(kube, namespace, "gone") == "Succeeded",
+            lambda: _gone(kube, bed.namespace, "gone") or _phase(kube, bed.namespace, "gone") == "Succeeded",
             timeout=120,
         )
         # Its keys from the bucket, not from the Campaign, which its 1 s TTL may have deleted by now:
@@ -517,7 +487,9 @@ def test_results_past_their_retention_go_once_no_campaign_of_that_name_exists(
         gone_labels = {n[len(attempts) :].split("/")[0] for n in _objects(s3, object_store.bucket, attempts)}
         gone_labels -= kept_labels
         assert len(gone_labels) == 3 and len(kept_labels) == 2
-        wait_for("the campaign with a TTL to be deleted", lambda: _gone(kube, namespace, "gone"), timeout=60)
+        bed.wait_for(
+            "the campaign with a TTL to be deleted", lambda: _gone(kube, bed.namespace, "gone"), timeout=60
+        )
 
         def gone_objects() -> list[str]:
             return [
@@ -525,11 +497,11 @@ def test_results_past_their_retention_go_once_no_campaign_of_that_name_exists(
             ]
 
         def records() -> list[str]:
-            return _objects(s3, object_store.bucket, f"{prefix}/_retention/{namespace}/")
+            return _objects(s3, object_store.bucket, f"{prefix}/_retention/{bed.namespace}/")
 
         assert gone_objects(), "results outlive the Campaign until their retention passed"
         # A sweep deletes a campaign's records last, after everything they name.
-        wait_for(
+        bed.wait_for(
             "the sweep to delete the deleted campaign's results and then its record",
             lambda: not gone_objects() and not [r for r in records() if "/gone/" in r],
             timeout=60,
@@ -545,8 +517,7 @@ def test_results_past_their_retention_go_once_no_campaign_of_that_name_exists(
 
 
 def test_the_finalize_shard_reads_every_result_in_item_order_folded_shards_included(
-    local_cluster: Cluster,
-    namespace: str,
+    bed: Bed,
     object_store: lifecycle.ObjectStore,
     s3_operator_env: dict[str, str],
     tmp_path: Path,
@@ -554,11 +525,10 @@ def test_the_finalize_shard_reads_every_result_in_item_order_folded_shards_inclu
     """The closing step's $SHARDOPS_CAMPAIGN_RESULTS_FILE holds one line per item, in item order,
     each the result the agent computed (its ledger), although most shards were folded into the
     ledger and their Shard objects deleted by the time the finalize shard ran."""
-    kube = kube_for(local_cluster)
     ledger_file, copy = tmp_path / "agent.jsonl", tmp_path / "campaign-results.jsonl"
     items = [{"n": i} for i in range(16)]
     script = f"import os, shutil; shutil.copy(os.environ['SHARDOPS_CAMPAIGN_RESULTS_FILE'], {str(copy)!r})"
-    body = campaign_body(
+    body = bed.campaign_body(
         "closing",
         items,
         shardSize=2,
@@ -566,9 +536,9 @@ def test_the_finalize_shard_reads_every_result_in_item_order_folded_shards_inclu
         worker_env={"SHARDOPS_AGENT_LATENCY": 0.05, "SHARDOPS_AGENT_LEDGER": ledger_file},
         finalize={"image": "shardops:e2e", "command": ["python3", "-c", script]},
     )
-    with operator_running(local_cluster, namespace, env=s3_operator_env):
-        create_campaign(kube, namespace, body)
-        final = wait_phase(kube, namespace, "closing", FINISHED, timeout=240)
+    with bed.operator(env=s3_operator_env):
+        bed.create_campaign(body)
+        final = bed.wait_phase("closing", FINISHED, timeout=240)
         assert final["status"]["phase"] == "Succeeded", final["status"]
         folded = final["status"].get("folded") or {}
     lines = [json.loads(line) for line in copy.read_text().splitlines()]

@@ -19,10 +19,9 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-
-from e2e import chartkit
-from e2e.cluster.images import SHARDOPS_ARCHIVE, read_archive
-from e2e.harness import Cluster, dump_json, wait_for
+from testbed.cluster.images import SHARDOPS_ARCHIVE, read_archive
+from testbed.harness import Cluster, dump_json, wait_for
+from testbed.kits import chart as chartkit
 
 IMAGE = "ghcr.io/shardops/shardops:0.1.0"
 
@@ -158,7 +157,7 @@ def test_writable_root_when_the_security_context_allows_it(local_cluster: Cluste
     assert cluster.kubectl("logs", "-n", namespace, "writer").stdout == "wrote\n"
     # The write went to the container's own layer, not to the rootfs other containers share.
     (image,) = read_archive(SHARDOPS_ARCHIVE)
-    from e2e.cluster.images import rootfs_cache
+    from testbed.cluster.images import rootfs_cache
 
     shared = rootfs_cache() / image.digest.replace(":", "-") / "rootfs"
     assert (shared / "opt" / "shardops" / "bin" / "shardops").exists()

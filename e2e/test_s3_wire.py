@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError
+from testbed.cluster import lifecycle
 
-from e2e.cluster import lifecycle
 from shardops.api.campaign import ResultStoreStatus
 from shardops.api.enums import StoreType
 from shardops.store.s3 import S3Store
@@ -151,7 +151,7 @@ def test_a_plain_jsonl_object_streams_to_its_last_line(
 
 
 def test_nothing_listening_is_an_endpoint_error(object_store: lifecycle.ObjectStore) -> None:
-    from e2e.cluster.lifecycle import free_port
+    from testbed.cluster.lifecycle import free_port
 
     closed = WireS3(
         f"http://127.0.0.1:{free_port()}", object_store.region, Credentials("a", "b"), sleep=lambda _: None

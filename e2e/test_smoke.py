@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client
+from testbed.bed import Bed
+from testbed.harness import Cluster
 
-from e2e.harness import REPO_ROOT, Cluster, dump_json, objects_in, wait_for
-
-INVALID_SAMPLES = sorted((REPO_ROOT / "tests" / "data" / "invalid").glob("*.yaml"))
+INVALID_SAMPLES = sorted((Bed.REPO_ROOT / "tests" / "data" / "invalid").glob("*.yaml"))
 
 
 def _expectations(path: Path) -> list[str]:
@@ -30,30 +30,28 @@ def _expectations(path: Path) -> list[str]:
         ("campaigns", ["NAME", "PHASE", "DONE/TOTAL", "RUNNING", "PENDING", "BLOCKED", "SPENT", "AGE"]),
     ],
 )
-def test_printer_columns_show_in_kubectl_get(
-    cluster: Cluster, namespace: str, resource: str, columns: list[str]
-) -> None:
-    for sample in sorted((REPO_ROOT / "crds" / "samples").glob("*.yaml")):
-        for obj in objects_in(sample):
+def test_printer_columns_show_in_kubectl_get(bed: Bed, resource: str, columns: list[str]) -> None:
+    for sample in sorted((bed.REPO_ROOT / "crds" / "samples").glob("*.yaml")):
+        for obj in bed.objects_in(sample):
             obj["metadata"].pop("namespace", None)
-            cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=dump_json(obj))
-    header = cluster.kubectl("get", resource, "-n", namespace).stdout.splitlines()[0].split()
+            bed.cluster.kubectl("apply", "-n", bed.namespace, "-f", "-", stdin=bed.dump_json(obj))
+    header = bed.cluster.kubectl("get", resource, "-n", bed.namespace).stdout.splitlines()[0].split()
     assert header == columns
 
 
 @pytest.mark.usefixtures("crds_installed")
-def test_short_names_and_category(cluster: Cluster, namespace: str) -> None:
+def test_short_names_and_category(bed: Bed) -> None:
     for args in (["get", "camp"], ["get", "shard"], ["get", "shardops"]):
-        result = cluster.kubectl(*args, "-n", namespace, check=False)
+        result = bed.cluster.kubectl(*args, "-n", bed.namespace, check=False)
         assert result.returncode == 0, result.stderr
 
 
 @pytest.mark.usefixtures("crds_installed")
 @pytest.mark.parametrize("sample", INVALID_SAMPLES, ids=lambda p: p.stem)
-def test_invalid_samples_rejected_by_api_server(cluster: Cluster, namespace: str, sample: Path) -> None:
+def test_invalid_samples_rejected_by_api_server(bed: Bed, sample: Path) -> None:
     expected = _expectations(sample)
     assert expected, f"{sample} has no '# expect:' line"
-    result = cluster.kubectl("create", "-n", namespace, "-f", str(sample), check=False)
+    result = bed.cluster.kubectl("create", "-n", bed.namespace, "-f", str(sample), check=False)
     assert result.returncode != 0, f"{sample.name} was accepted by the API server"
     for text in expected:
         assert text in result.stderr, (
@@ -62,14 +60,16 @@ def test_invalid_samples_rejected_by_api_server(cluster: Cluster, namespace: str
 
 
 @pytest.mark.usefixtures("crds_installed")
-def test_the_crd_alone_refuses_edits_of_a_campaigns_inputs(cluster: Cluster, namespace: str) -> None:
+def test_the_crd_alone_refuses_edits_of_a_campaigns_inputs(bed: Bed) -> None:
     """The Campaign CRD's transition rules, no chart and no admission policy: once shards are cut,
     changing shardSize, the items or where they come from would skip or repeat items."""
-    (campaign,) = objects_in(REPO_ROOT / "crds" / "samples" / "campaign-minimal.yaml")
+    (campaign,) = bed.objects_in(bed.REPO_ROOT / "crds" / "samples" / "campaign-minimal.yaml")
     campaign["metadata"].pop("namespace", None)
 
     def apply(obj: dict[str, object]) -> subprocess.CompletedProcess[str]:
-        return cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=dump_json(obj), check=False)
+        return bed.cluster.kubectl(
+            "apply", "-n", bed.namespace, "-f", "-", stdin=bed.dump_json(obj), check=False
+        )
 
     assert apply(campaign).returncode == 0
     spec = campaign["spec"]
@@ -88,7 +88,9 @@ def test_the_crd_alone_refuses_edits_of_a_campaigns_inputs(cluster: Cluster, nam
         assert "delete the Campaign and apply it again, or apply it under a new name" in result.stderr
     # Everything else may change at any time, and the inputs as they were are accepted again.
     assert apply({**campaign, "spec": {**spec, "maxConcurrency": 2}}).returncode == 0
-    stored = json.loads(cluster.kubectl("get", "campaign", "minimal", "-n", namespace, "-o", "json").stdout)
+    stored = json.loads(
+        bed.cluster.kubectl("get", "campaign", "minimal", "-n", bed.namespace, "-o", "json").stdout
+    )
     assert stored["spec"]["maxConcurrency"] == 2 and stored["spec"]["items"] == spec["items"]
 
 
@@ -128,32 +130,35 @@ def _job_condition(batch: client.BatchV1Api, namespace: str, name: str) -> str |
     return None
 
 
-def test_job_completes_through_the_job_controller(local_cluster: Cluster, namespace: str) -> None:
-    batch = client.BatchV1Api(local_cluster.api)
+@pytest.mark.usefixtures("local_cluster")
+def test_job_completes_through_the_job_controller(bed: Bed) -> None:
+    batch = client.BatchV1Api(bed.cluster.api)
     batch.create_namespaced_job(
-        namespace,
+        bed.namespace,
         _job(
             "hello",
             "import os; print('hello from', os.environ['HOSTNAME'] if 'HOSTNAME' in os.environ else 'pod')",
         ),
     )
-    assert wait_for("job hello to finish", lambda: _job_condition(batch, namespace, "hello")) == "Complete"
-    job = batch.read_namespaced_job_status("hello", namespace)
+    assert (
+        bed.wait_for("job hello to finish", lambda: _job_condition(batch, bed.namespace, "hello"))
+        == "Complete"
+    )
+    job = batch.read_namespaced_job_status("hello", bed.namespace)
     assert job.status.succeeded == 1
     pods = (
-        client.CoreV1Api(local_cluster.api)
-        .list_namespaced_pod(namespace, label_selector="job-name=hello")
+        client.CoreV1Api(bed.cluster.api)
+        .list_namespaced_pod(bed.namespace, label_selector="job-name=hello")
         .items
     )
     assert len(pods) == 1
     terminated = pods[0].status.container_statuses[0].state.terminated
     assert terminated.exit_code == 0 and terminated.finished_at is not None
-    assert "hello from" in local_cluster.pod_log(namespace, pods[0].metadata.name, "main")
+    assert "hello from" in bed.cluster.pod_log(bed.namespace, pods[0].metadata.name, "main")
 
 
-def test_deleted_pod_gets_sigterm_and_job_records_failure(
-    local_cluster: Cluster, namespace: str, tmp_path: Path
-) -> None:
+@pytest.mark.usefixtures("local_cluster")
+def test_deleted_pod_gets_sigterm_and_job_records_failure(bed: Bed, tmp_path: Path) -> None:
     marker = tmp_path / f"sigterm-{uuid.uuid4().hex}"
     script = textwrap.dedent(
         f"""
@@ -169,29 +174,33 @@ def test_deleted_pod_gets_sigterm_and_job_records_failure(
         time.sleep(300)
         """
     )
-    core = client.CoreV1Api(local_cluster.api)
-    batch = client.BatchV1Api(local_cluster.api)
-    batch.create_namespaced_job(namespace, _job("sleeper", script))
+    core = client.CoreV1Api(bed.cluster.api)
+    batch = client.BatchV1Api(bed.cluster.api)
+    batch.create_namespaced_job(bed.namespace, _job("sleeper", script))
 
     def running_pod() -> str | None:
-        for pod in core.list_namespaced_pod(namespace, label_selector="job-name=sleeper").items:
-            if "ready" in local_cluster.pod_log(namespace, pod.metadata.name, "main"):
+        for pod in core.list_namespaced_pod(bed.namespace, label_selector="job-name=sleeper").items:
+            if "ready" in bed.cluster.pod_log(bed.namespace, pod.metadata.name, "main"):
                 return str(pod.metadata.name)
         return None
 
-    pod_name = wait_for("the sleeper pod to run", running_pod)
-    core.delete_namespaced_pod(pod_name, namespace)
-    wait_for("the process to receive SIGTERM", marker.exists)
+    pod_name = bed.wait_for("the sleeper pod to run", running_pod)
+    core.delete_namespaced_pod(pod_name, bed.namespace)
+    bed.wait_for("the process to receive SIGTERM", marker.exists)
     assert marker.read_text() == "SIGTERM"
-    assert wait_for("job sleeper to fail", lambda: _job_condition(batch, namespace, "sleeper")) == "Failed"
-    assert batch.read_namespaced_job_status("sleeper", namespace).status.failed == 1
+    assert (
+        bed.wait_for("job sleeper to fail", lambda: _job_condition(batch, bed.namespace, "sleeper"))
+        == "Failed"
+    )
+    assert batch.read_namespaced_job_status("sleeper", bed.namespace).status.failed == 1
 
 
-def test_deployment_pod_runs_through_process_kubelet(local_cluster: Cluster, namespace: str) -> None:
-    apps = client.AppsV1Api(local_cluster.api)
+@pytest.mark.usefixtures("local_cluster")
+def test_deployment_pod_runs_through_process_kubelet(bed: Bed) -> None:
+    apps = client.AppsV1Api(bed.cluster.api)
     labels = {"app": "idle"}
     apps.create_namespaced_deployment(
-        namespace,
+        bed.namespace,
         client.V1Deployment(
             metadata=client.V1ObjectMeta(name="idle"),
             spec=client.V1DeploymentSpec(
@@ -213,9 +222,10 @@ def test_deployment_pod_runs_through_process_kubelet(local_cluster: Cluster, nam
             ),
         ),
     )
-    wait_for(
+    bed.wait_for(
         "deployment idle to be available",
         lambda: (
-            (apps.read_namespaced_deployment_status("idle", namespace).status.available_replicas or 0) == 1
+            (apps.read_namespaced_deployment_status("idle", bed.namespace).status.available_replicas or 0)
+            == 1
         ),
     )

@@ -12,8 +12,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from e2e import workerkit as kit
-from e2e.harness import Cluster
+from testbed.harness import Cluster
+from testbed.kits import worker as kit
+
 from shardops.k8s.api import LEASES, SHARDS
 
 WORKERS = 8

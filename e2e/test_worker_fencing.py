@@ -21,10 +21,10 @@ import time
 from pathlib import Path
 
 import pytest
+from testbed.cluster.lifecycle import WRITE_VERBS
+from testbed.harness import Cluster
+from testbed.kits import worker as kit
 
-from e2e import workerkit as kit
-from e2e.cluster.lifecycle import WRITE_VERBS
-from e2e.harness import Cluster
 from shardops.logic.idempotency import item_subkey
 
 ITEMS = 2

@@ -12,9 +12,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from testbed.harness import Cluster
+from testbed.kits import worker as kit
 
-from e2e import workerkit as kit
-from e2e.harness import Cluster
 from shardops_example_agent.agent import answer
 
 

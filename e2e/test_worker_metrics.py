@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from e2e import workerkit as kit
-from e2e.harness import Cluster
+from testbed.harness import Cluster
+from testbed.kits import worker as kit
 
 LATENCY = 2.5
 

@@ -14,8 +14,8 @@ import signal
 from collections import Counter
 from pathlib import Path
 
-from e2e import workerkit as kit
-from e2e.harness import Cluster
+from testbed.harness import Cluster
+from testbed.kits import worker as kit
 
 TOTAL = 50
 FIRST = 30

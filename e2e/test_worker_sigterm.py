@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import client
+from testbed.harness import Cluster
+from testbed.kits import worker as kit
 
-from e2e import workerkit as kit
-from e2e.harness import Cluster
 from shardops.k8s.api import JOBS
 
 ITEMS = 8

@@ -9,14 +9,13 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from testbed.bed import Bed
 
-from e2e.harness import Cluster
-from e2e.schedulerkit import campaign_body, create_campaign, kube_for, operator_running, wait_phase
 from e2e.test_bad_input import _assert_exact, _results
 from shardops.api.names import WORKER_SLOTS_ANNOTATION
 from shardops.k8s.api import JOBS
 
-pytestmark = pytest.mark.usefixtures("crds_installed")
+pytestmark = pytest.mark.usefixtures("crds_installed", "local_cluster")
 
 SHARDS_IN_ALL = 24
 MAX_CONCURRENCY = 6
@@ -34,12 +33,12 @@ def _most_at_once(spans: list[tuple[float, float]]) -> int:
 
 
 def test_a_pod_of_several_slots_runs_its_shards_at_once_within_max_concurrency(
-    local_cluster: Cluster, namespace: str, tmp_path: Path
+    bed: Bed, tmp_path: Path
 ) -> None:
-    kube = kube_for(local_cluster)
+    kube = bed.kube
     ledger = tmp_path / "ledger.jsonl"
     items: list[dict[str, object]] = [{"n": i} for i in range(SHARDS_IN_ALL)]
-    body = campaign_body(
+    body = bed.campaign_body(
         "slotted",
         items,
         shardSize=1,
@@ -47,12 +46,12 @@ def test_a_pod_of_several_slots_runs_its_shards_at_once_within_max_concurrency(
         worker_env={"SHARDOPS_AGENT_LATENCY": 0.5, "SHARDOPS_AGENT_LEDGER": ledger},
     )
     body["spec"]["worker"]["slots"] = SLOTS
-    with operator_running(local_cluster, namespace):
-        create_campaign(kube, namespace, body)
-        final = wait_phase(kube, namespace, "slotted", {"Succeeded", "Failed", "Completed"}, timeout=240)
+    with bed.operator():
+        bed.create_campaign(body)
+        final = bed.wait_phase("slotted", {"Succeeded", "Failed", "Completed"}, timeout=240)
         assert final["status"]["phase"] == "Succeeded", final["status"]
-        _assert_exact(_results(local_cluster, namespace, "slotted"), items)
-        jobs = kube.list(JOBS, namespace, label_selector="shardops.dev/campaign=slotted")
+        _assert_exact(_results(bed.cluster, bed.namespace, "slotted"), items)
+        jobs = kube.list(JOBS, bed.namespace, label_selector="shardops.dev/campaign=slotted")
 
     # Jobs by slots: none has more than spec.worker.slots, and the first start fills the cap with
     # as few pods as slots allow (4 + 2), never 6 pods of one.

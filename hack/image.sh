@@ -163,7 +163,7 @@ cp -f "$archive" "$cached.oci.tar.tmp" && mv -f "$cached.oci.tar.tmp" "$cached.o
 cp -f "$digest_file" "$cached.digest"
 # Archives of inputs no build asked for in two days go (each is ~100 MB).
 find "$cache/archives" -maxdepth 1 -name '*.oci.tar' -mtime +1 -exec sh -c 'rm -f "$1" "${1%.oci.tar}.digest"' _ {} \; 2>/dev/null || true
-# The process-kubelet unpacks each image digest once (e2e/cluster/images.py) and marks it when a
+# The process-kubelet unpacks each image digest once (testbed/cluster/images.py) and marks it when a
 # pod uses it; root filesystems no cluster used for two days go (other worktrees share the cache).
 find "$cache_root/images/rootfs" -mindepth 1 -maxdepth 1 -name 'sha256-*' -mtime +1 -exec rm -rf {} + 2>/dev/null || true
 log "built $archive ($(du -h "$archive" | cut -f1), $image_name) "

@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import urllib3
-from e2e.faults.history import merge_patch
+from testbed.faults.history import merge_patch
 
 from shardops.api.common import JSON
 from shardops.k8s.api import (

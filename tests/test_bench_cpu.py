@@ -19,7 +19,7 @@ TICKS = cpu.CLOCK_TICKS
         (["/venv/bin/python", "/venv/bin/shardops", "operator"], "shardops operator"),
         (["/venv/bin/python", "/venv/bin/shardops", "worker", "--slots=10"], "shardops workers"),
         (["python3", "/usr/local/bin/shardops-example-agent"], "agents (the workers' commands)"),
-        (["/venv/bin/python", "-m", "e2e.cluster.kubelet", "--node-name=n"], "process-kubelet"),
+        (["/venv/bin/python", "-m", "testbed.cluster.kubelet", "--node-name=n"], "process-kubelet"),
         ([".venv/bin/python", "-m", "benchmarks.load", "--seconds=20"], "benchmark harness"),
         (["bash", "-c", "echo etcd"], "other processes"),
         ([], "other processes"),

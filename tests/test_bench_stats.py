@@ -7,7 +7,7 @@ import json
 
 import pytest
 from benchmarks import profiling, stats
-from benchmarks.scenarios import compact_items
+from benchmarks.scenarios.scale import compact_items
 
 
 def test_spread_is_median_and_range() -> None:

@@ -1,7 +1,7 @@
 """The Helm chart without a cluster: values and schema in step, CRDs in sync, what the templates render.
 
-Static checks run everywhere. Rendering uses the helm binary that e2e/cluster/build.sh caches
-(`e2e.cluster.lifecycle.bin_dir()`); when it cannot be had those tests skip and say why. The e2e
+Static checks run everywhere. Rendering uses the helm binary that testbed/cluster/build.sh caches
+(`testbed.cluster.lifecycle.bin_dir()`); when it cannot be had those tests skip and say why. The e2e
 suite (e2e/test_chart_*.py) sends the same renderings to a real API server.
 """
 
@@ -38,11 +38,13 @@ HELM_OWN_VALUES = {"global"}
 @pytest.fixture(scope="session")
 def helm_bin() -> Path:
     try:
-        from e2e.cluster.lifecycle import bin_dir
+        from testbed.cluster.lifecycle import bin_dir
 
         path = bin_dir() / "helm"
     except (subprocess.CalledProcessError, OSError) as error:
-        pytest.skip(f"no helm binary: e2e/cluster/build.sh could not provide it ({error}); run `make tools`")
+        pytest.skip(
+            f"no helm binary: testbed/cluster/build.sh could not provide it ({error}); run `make tools`"
+        )
     if not path.exists():
         pytest.skip(f"no helm binary at {path}; run `make tools`")
     return path

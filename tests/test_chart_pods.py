@@ -1,6 +1,6 @@
 """Hardened pods: the chart's operator pod and the worker Jobs the operator creates.
 
-One rule for both (`e2e.chartkit.restricted_violations`): the "restricted" Pod Security Standard
+One rule for both (`testbed.kits.chart.restricted_violations`): the "restricted" Pod Security Standard
 plus a read-only root filesystem. The e2e tests run the same pods in namespaces that enforce the
 standard, where the API server refuses a pod that breaks it.
 """
@@ -11,7 +11,7 @@ import copy
 from typing import Any
 
 import pytest
-from e2e.chartkit import restricted_violations
+from testbed.kits.chart import restricted_violations
 
 from shardops.api.campaign import Campaign
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict
 
 import pytest
-from e2e.cluster import lifecycle
-from e2e.cluster.lifecycle import ObjectStore
+from testbed.cluster import lifecycle
+from testbed.cluster.lifecycle import ObjectStore
 
 STORE = ObjectStore(
     endpoint="http://127.0.0.1:9000",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from e2e.cluster.lifecycle import POD_SOURCES, REPO_ROOT, compile_pod_sources
+from testbed.cluster.lifecycle import POD_SOURCES, REPO_ROOT, compile_pod_sources
 
 
 def test_every_source_a_pod_runs_has_current_bytecode() -> None:

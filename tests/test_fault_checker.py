@@ -1,8 +1,8 @@
-"""The fault checker (e2e/faults/checker.py) on synthetic audit logs: a clean run passes, and the
+"""The fault checker (testbed/faults/checker.py) on synthetic audit logs: a clean run passes, and the
 same run with one planted violation of each invariant reports exactly that violation.
 
 The run is written as the API server's audit log would record it (one JSON entry per write, with
-the stored object), so parsing (e2e/faults/history.py) is tested along with the checks.
+the stored object), so parsing (testbed/faults/history.py) is tested along with the checks.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e.cluster.lifecycle import HISTORY_NAMESPACES, HISTORY_RESOURCES, audit_policy
-from e2e.faults import checker
-from e2e.faults.checker import Identities, Violation
-from e2e.faults.history import History, parse_lines
+from testbed.cluster.lifecycle import HISTORY_NAMESPACES, HISTORY_RESOURCES, audit_policy
+from testbed.faults import checker
+from testbed.faults.checker import Identities, Violation
+from testbed.faults.history import History, parse_lines
 
 JSON = dict[str, Any]
 NS = "ns"

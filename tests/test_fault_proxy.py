@@ -1,9 +1,9 @@
-"""The API fault proxy (e2e/faults/proxy.py) against a tiny local HTTPS backend standing in for
+"""The API fault proxy (testbed/faults/proxy.py) against a tiny local HTTPS backend standing in for
 kube-apiserver: each fault happens at its rate for a seed, refusals are not forwarded, a dropped
 answer's write really reached the backend, 429 carries Retry-After, watches stream through chunk by
 chunk, identity headers pass as they came, and the counts (rates, clients, Retry-After) are right.
 
-The backend and the proxy serve certificates of one throwaway cluster PKI (e2e/cluster/pki.py), so
+The backend and the proxy serve certificates of one throwaway cluster PKI (testbed/cluster/pki.py), so
 the client verifies the proxy with the cluster CA, as a pod's kubeconfig does."""
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-from e2e.cluster import pki as pki_mod
-from e2e.faults.proxy import (
+from testbed.cluster import pki as pki_mod
+from testbed.faults.proxy import (
     NO_FAULTS,
     ApiProxy,
     Exchange,

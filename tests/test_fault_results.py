@@ -1,10 +1,10 @@
-"""e2e/faults/results.py: each Done write's result, checked in the store (the in-memory S3)."""
+"""testbed/faults/results.py: each Done write's result, checked in the store (the in-memory S3)."""
 
 from __future__ import annotations
 
 from collections import Counter
 
-from e2e.faults.results import check_results
+from testbed.faults.results import check_results
 
 from fakes3 import FakeS3
 from shardops.api.campaign import ResultStoreStatus

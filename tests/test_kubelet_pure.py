@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e.cluster.kubelet.container_config import (
+from kubernetes.client.exceptions import ApiException
+from testbed.cluster.kubelet.container_config import (
     EntrypointUnsupported,
     EnvResolutionError,
     SourceLookup,
@@ -24,16 +25,16 @@ from e2e.cluster.kubelet.container_config import (
     resolve_env,
     resource_field_value,
 )
-from e2e.cluster.kubelet.host import node_labels
-from e2e.cluster.kubelet.identity import (
+from testbed.cluster.kubelet.host import node_labels
+from testbed.cluster.kubelet.identity import (
     API_SERVER_ANNOTATION,
     ClusterInfo,
     cluster_info,
     server_for,
     service_account_kubeconfig,
 )
-from e2e.cluster.kubelet.node import Kubelet
-from e2e.cluster.kubelet.pod_status import (
+from testbed.cluster.kubelet.node import Kubelet
+from testbed.cluster.kubelet.pod_status import (
     RUNNING,
     TERMINATED,
     Condition,
@@ -55,10 +56,9 @@ from e2e.cluster.kubelet.pod_status import (
     tail_text,
     terminated_state,
 )
-from e2e.cluster.kubelet.probes import ProbeTracker, resolve_port
-from e2e.cluster.kubelet.processes import pod_log_path
-from e2e.cluster.kubelet.scheduling import node_selector_matches, wants_binding
-from kubernetes.client.exceptions import ApiException
+from testbed.cluster.kubelet.probes import ProbeTracker, resolve_port
+from testbed.cluster.kubelet.processes import pod_log_path
+from testbed.cluster.kubelet.scheduling import node_selector_matches, wants_binding
 
 POD: dict[str, Any] = {
     "metadata": {

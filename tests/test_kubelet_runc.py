@@ -1,5 +1,5 @@
 """The process-kubelet's runc containers, their pure part: what a pod spec and an image make of a
-container's config (e2e/cluster/kubelet/runc.py), and which image a pod's reference names."""
+container's config (testbed/cluster/kubelet/runc.py), and which image a pod's reference names."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e.cluster.images import LocalImage, normalize_reference
-from e2e.cluster.kubelet.runc import (
+from testbed.cluster.images import LocalImage, normalize_reference
+from testbed.cluster.kubelet.runc import (
     DEFAULT_CAPABILITIES,
     KUBE_MOUNT,
     SA_MOUNT,

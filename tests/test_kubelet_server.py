@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from e2e.cluster.kubelet.server import tail_start
+from testbed.cluster.kubelet.server import tail_start
 
 
 @pytest.mark.parametrize(

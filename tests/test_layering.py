@@ -406,3 +406,104 @@ def test_the_llm_checker_catches_api_server_access() -> None:
 def test_the_llm_command_imports_only_api_and_logic(path: Path) -> None:
     problems = llm_import_violations(path.read_text(encoding="utf-8"), _module_name(path))
     assert not problems, "\n".join(problems)
+
+
+# The repository's top-level packages point down too: the product (operator/shardops) imports none
+# of the test code; testbed/ (what e2e, the fault suite, the demo and the benchmarks share) imports
+# none of its users. A literal `importlib.import_module("e2e...")` counts as an import.
+REPO_ROOT = PACKAGE_DIR.parents[1]
+TOP_LEVEL_FORBIDDEN = {
+    "shardops": frozenset({"testbed", "e2e", "tests", "benchmarks"}),
+    "testbed": frozenset({"e2e", "tests", "benchmarks"}),
+}
+TOP_LEVEL_DIRS = {"shardops": PACKAGE_DIR, "testbed": REPO_ROOT / "testbed"}
+
+
+def _imported_names(source: str, module_name: str) -> list[tuple[int, str]]:
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            found.append((node.lineno, _absolute(node, module_name)))
+        elif (
+            isinstance(node, ast.Call)
+            and (
+                (isinstance(node.func, ast.Attribute) and node.func.attr == "import_module")
+                or (isinstance(node.func, ast.Name) and node.func.id in {"import_module", "__import__"})
+            )
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            found.append((node.lineno, node.args[0].value))
+    return found
+
+
+def top_level_violations(source: str, module_name: str) -> list[str]:
+    """Imports of `module_name` (in shardops or testbed) that reach a top-level package it must not."""
+    package = module_name.partition(".")[0]
+    forbidden = TOP_LEVEL_FORBIDDEN[package]
+    return [
+        f"line {line}: imports {name}, which {package} must never import"
+        for line, name in _imported_names(source, module_name)
+        if name.partition(".")[0] in forbidden
+    ]
+
+
+def _top_level_modules() -> list[tuple[str, Path]]:
+    modules = []
+    for package, root in TOP_LEVEL_DIRS.items():
+        modules += [(package, path) for path in sorted(root.rglob("*.py"))]
+    return modules
+
+
+def test_testbed_is_found() -> None:
+    assert (REPO_ROOT / "testbed" / "__init__.py").exists()
+    assert len(_top_level_modules()) > len(_all_modules())
+
+
+@pytest.mark.parametrize(
+    ("package", "path"),
+    _top_level_modules(),
+    ids=[str(p.relative_to(REPO_ROOT)) for _, p in _top_level_modules()],
+)
+def test_top_level_imports_point_down(package: str, path: Path) -> None:
+    parts = list(path.relative_to(TOP_LEVEL_DIRS[package]).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    module_name = ".".join([package, *parts])
+    problems = top_level_violations(path.read_text(encoding="utf-8"), module_name)
+    assert not problems, f"{path.relative_to(REPO_ROOT)}:\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize(
+    ("source", "module"),
+    [
+        ("from testbed.harness import wait_for", "shardops.scheduler.main"),
+        ("import e2e.conftest", "shardops.worker.runtime"),
+        ("from tests import fakekube", "shardops.k8s.api"),
+        ("from benchmarks.plan import PLANS", "shardops.cli.campaign"),
+        ("importlib.import_module('testbed.upstream')", "shardops.llm.main"),
+        ("from e2e import conftest", "testbed.kits.scheduler"),
+        ("import benchmarks.target", "testbed.harness"),
+        ("from tests.fakes3 import FakeS3", "testbed.faults.results"),
+        ("__import__('e2e.test_smoke')", "testbed.demo"),
+    ],
+)
+def test_top_level_checker_catches(source: str, module: str) -> None:
+    assert top_level_violations(source, module)
+
+
+@pytest.mark.parametrize(
+    ("source", "module"),
+    [
+        ("from shardops.k8s.api import Kube", "testbed.kits.worker"),
+        ("from testbed.cluster import lifecycle", "testbed.harness"),
+        ("from .history import History", "testbed.faults.checker"),
+        ("import kubernetes", "shardops.k8s.api"),
+        ("from shardops.api.names import SHARD_KIND", "shardops.api.crdgen"),
+    ],
+)
+def test_top_level_checker_allows(source: str, module: str) -> None:
+    assert top_level_violations(source, module) == []

@@ -1,5 +1,5 @@
 """`shardops llm`: templates, the HTTP error mapping, pacing, cost, and whole runs against the loopback
-test upstream (e2e/llmserver.py, real HTTP; no cluster)."""
+test upstream (testbed/upstream.py, real HTTP; no cluster)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e.llmserver import ANSWER_SCHEMA_FORMAT, Behaviour, LlmServer, llm_server, prompt_tokens
 from pydantic import ValidationError
+from testbed.upstream import ANSWER_SCHEMA_FORMAT, Behaviour, LlmServer, llm_server, prompt_tokens
 
 from fakekube import FakeKube
 from shardops.api import rules

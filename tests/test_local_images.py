@@ -1,4 +1,4 @@
-"""Locally built images (e2e/cluster/images.py): an OCI archive read, found by reference, and its
+"""Locally built images (testbed/cluster/images.py): an OCI archive read, found by reference, and its
 layers unpacked in order, OCI whiteouts applied, once per digest."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import json
 import tarfile
 from pathlib import Path
 
-from e2e.cluster.images import find_image, read_archive, unpacked_rootfs
+from testbed.cluster.images import find_image, read_archive, unpacked_rootfs
 
 
 def _tar(files: dict[str, bytes | None]) -> bytes:

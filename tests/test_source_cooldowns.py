@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e.llmserver import Behaviour, LlmServer, llm_server
+from testbed.upstream import Behaviour, LlmServer, llm_server
 
 from fakekube import FakeKube
 from schedulerkit import campaign as scheduler_campaign

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 import yaml
-from e2e.harness import wait_for
 from prometheus_client.parser import text_string_to_metric_families
+from testbed.harness import wait_for
 
 import workerkit
 from fakekube import FakeKube

