@@ -83,7 +83,7 @@ def reference_policy(helm_bin: Path) -> str:
     policy = only(
         render(helm_bin, "workers.namespaces={team-a}"), "ValidatingAdmissionPolicy", "campaign-references"
     )
-    return "\n".join(v["expression"] for v in policy["spec"]["variables"])
+    return "\n".join(v["expression"] for v in [*policy["spec"]["variables"], *policy["spec"]["validations"]])
 
 
 @pytest.mark.parametrize("wanted", [("Secret",), ("serviceAccountName",)])
@@ -105,13 +105,16 @@ def test_every_reference_the_crd_holds_is_checked(helm_bin: Path, wanted: tuple[
 
 def test_references_ask_the_authorizer_for_the_named_permission(helm_bin: Path) -> None:
     expressions = reference_policy(helm_bin)
-    assert "resource('secrets').namespace(request.namespace).name(n).check('get')" in expressions
-    assert (
-        "resource('serviceaccounts').namespace(request.namespace).name(n).check('impersonate')" in expressions
-    )
-    assert "resource('configmaps')" in expressions and "check('get')" in expressions
-    # The chart's own worker account is what an unset serviceAccountName gets: naming it is no escalation.
-    assert '.filter(n, n != "shardops-worker")' in expressions
+    where = "authorizer.group('').resource('{}').namespace(request.namespace)"
+    for key in ("storeSecret", "workerKey", "finalizeKey"):
+        assert where.format("secrets") + f".name(variables.{key}).check('get')" in expressions
+    for key in ("workerSourceKeys", "finalizeSourceKeys"):
+        assert f"variables.{key}.all(n, " + where.format("secrets") + ".name(n).check('get')" in expressions
+    for key in ("workerAccount", "finalizeAccount"):
+        assert where.format("serviceaccounts") + f".name(variables.{key}).check('impersonate')" in expressions
+        # The chart's own worker account is what an unset serviceAccountName gets: naming it is no escalation.
+        assert f'variables.{key} == "shardops-worker"' in expressions
+    assert where.format("configmaps") + ".name(variables.itemsConfigMap).check('get')" in expressions
 
 
 # --- worker writes ------------------------------------------------------------------------------
