@@ -159,3 +159,11 @@ def test_worker_writes_know_the_operator_names() -> None:
     assert "substring(size(variables.campaign) + 8)" in text  # len("-worker-")
     assert shard_name("camp", 7) == "camp-00007" and finalize_name("camp") == "camp-finalize"
     assert "'^([0-9]{5,}|finalize)$'" in text
+
+
+def test_notes_of_a_default_install_ask_for_a_team_namespace(helm_bin: Path) -> None:
+    result = helm(helm_bin, "install", "rel", str(CHART), "--dry-run=client", "--namespace", "ops")
+    notes = result.stdout.split("NOTES:", 1)[1]
+    assert "workers:   none yet: list the teams' namespaces in workers.namespaces (never ops" in notes
+    assert "kubectl -n team-a apply -f crds/samples/campaign-minimal.yaml" in notes
+    assert "kubectl -n ops apply" not in notes
