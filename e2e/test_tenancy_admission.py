@@ -553,3 +553,59 @@ def test_the_operator_refuses_a_campaign_in_its_own_namespace(cluster: Cluster, 
         shards = cluster.kubectl("get", "shards", "-n", namespace, "-o", "name").stdout
         jobs = cluster.kubectl("get", "jobs", "-n", namespace, "-o", "name").stdout
         assert shards.strip() == "" and jobs.strip() == ""
+
+
+def test_in_a_sandbox_the_worker_writes_policy_still_keeps_the_leader_lease(
+    cluster: Cluster, crds_installed: None, tmp_path: Path
+) -> None:
+    """workers.allowReleaseNamespace: workers share the operator's namespace and RBAC grants them its
+    Leases; the worker-writes policy still refuses the leader Lease (it is no shard's claim)."""
+    sandbox = f"e2e-sandbox-{uuid.uuid4().hex[:8]}"
+    core = client.CoreV1Api(cluster.api)
+    templates = [chartkit.SERVICE_ACCOUNTS, chartkit.RBAC_OPERATOR, chartkit.RBAC_WORKER, chartkit.ADMISSION]
+    objects = chartkit.render(
+        sandbox, chartkit.local_values(sandbox), show_only=templates, bin_dir=cluster.bin_dir
+    )
+    state = Tenancy(cluster, sandbox, sandbox, tmp_path)
+    try:
+        _create_namespace(core, sandbox)
+        chartkit.apply_objects(cluster, objects)
+        state.admin("create", "-n", sandbox, "-f", "-", stdin=dump_json(lease(LEADER_LEASE)))
+        worker = state.worker_of("alpha")
+        wait_for(
+            "the worker-writes policy to be enforced",
+            lambda: (
+                "-worker-writes'"
+                in as_worker(
+                    state,
+                    worker,
+                    "create",
+                    "--dry-run=server",
+                    "-f",
+                    "-",
+                    stdin=dump_json(lease("probe-lock")),
+                ).stderr
+            ),
+            timeout=30,
+        )
+        # RBAC allows it here: only the policy stands between the command and the leadership.
+        code, message = lease_call(
+            worker, "patch", sandbox, LEADER_LEASE, {"spec": {"holderIdentity": "alpha"}}
+        )
+        assert code == 403, (code, message)
+        assert "-worker-writes' with binding" in message, message
+        assert "may write only the claim Leases of its own campaign's shards" in message
+        current = json.loads(state.admin("get", "lease", LEADER_LEASE, "-n", sandbox, "-o", "json").stdout)
+        replacement = lease(LEADER_LEASE)
+        replacement["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+        code, message = lease_call(worker, "update", sandbox, LEADER_LEASE, replacement)
+        assert code == 403 and f"not Lease {LEADER_LEASE}" in message, (code, message)
+        own = as_worker(state, worker, "create", "-f", "-", stdin=dump_json(lease("alpha-00000")))
+        assert own.returncode == 0, own.stderr
+        held = json.loads(state.admin("get", "lease", LEADER_LEASE, "-n", sandbox, "-o", "json").stdout)
+        assert held["spec"]["holderIdentity"] == "e2e"
+    finally:
+        for pod in state.pods:
+            cluster.kubectl("delete", "pod", pod, "-n", sandbox, "--grace-period=0", "--force", check=False)
+        chartkit.delete_cluster_scoped(cluster, objects)
+        core.delete_namespace(sandbox, propagation_policy="Background")
