@@ -21,8 +21,12 @@ DIGEST = "sha256:" + "0123456789abcdef" * 4
 
 MATRIX: dict[str, dict[str, Any]] = {
     "defaults": {},
-    "watch-list": {"watch": {"namespaces": ["{ns}", OTHER]}},
-    "workers-in-some-watched": {"watch": {"namespaces": ["{ns}", OTHER]}, "workers": {"namespaces": [OTHER]}},
+    # The release namespace is a watched one here: a sandbox (workers.allowReleaseNamespace).
+    "watch-list": {"watch": {"namespaces": ["{ns}", OTHER]}, "workers": {"allowReleaseNamespace": True}},
+    "workers-in-some-watched": {
+        "watch": {"namespaces": ["{ns}", OTHER]},
+        "workers": {"namespaces": [OTHER], "allowReleaseNamespace": True},
+    },
     "one-replica-no-election": {"operator": {"replicas": 1, "leaderElection": {"enabled": False}}},
     "three-replicas-percent-pdb": {
         "operator": {"replicas": 3, "podDisruptionBudget": {"minAvailable": "50%"}},

@@ -227,11 +227,11 @@ def test_default_rendering(helm_bin: Path) -> None:
     objects = render(helm_bin)
     assert kinds(objects) == sorted(
         [
-            "ServiceAccount", "ServiceAccount",
-            "ClusterRole", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "RoleBinding",
+            "ServiceAccount",  # the operator's; workers only in the namespaces listed (none by default)
+            "ClusterRole", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
             "Deployment", "PodDisruptionBudget", "Service",
-            "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicy",
-            "ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicyBinding",
+            *["ValidatingAdmissionPolicy"] * 4,
+            *["ValidatingAdmissionPolicyBinding"] * 4,
         ]
     )  # fmt: skip
     for obj in objects:
@@ -289,7 +289,7 @@ def test_pods_meet_the_restricted_pod_security_standard(helm_bin: Path) -> None:
 
 
 def test_service_account_tokens_only_where_needed(helm_bin: Path) -> None:
-    objects = render(helm_bin)
+    objects = render(helm_bin, "workers.namespaces={team-a}")
     accounts = [o for o in objects if o["kind"] == "ServiceAccount"]
     assert {a["metadata"]["name"] for a in accounts} == {"rel-shardops-operator", "shardops-worker"}
     assert all(a["automountServiceAccountToken"] is False for a in accounts)
@@ -505,7 +505,12 @@ def test_admission_and_rbac_can_be_left_out(helm_bin: Path) -> None:
     objects = render(helm_bin, "admission.enabled=false", "rbac.create=false")
     assert not [o for o in objects if "Role" in o["kind"] or "Admission" in o["kind"]]
     assert "Deployment" in kinds(objects)
-    objects = render(helm_bin, "operator.serviceAccount.create=false", "operator.serviceAccount.name=mine")
+    objects = render(
+        helm_bin,
+        "operator.serviceAccount.create=false",
+        "operator.serviceAccount.name=mine",
+        "workers.namespaces={team-a}",
+    )
     assert deployment_pod(objects)["spec"]["serviceAccountName"] == "mine"
     assert [o["metadata"]["name"] for o in objects if o["kind"] == "ServiceAccount"] == ["shardops-worker"]
 
@@ -522,7 +527,7 @@ def test_cluster_scoped_names_carry_the_release_namespace(helm_bin: Path) -> Non
     )
     names_a = {(o["kind"], o["metadata"]["name"]) for o in a if o["kind"] in cluster_scoped}
     names_b = {(o["kind"], o["metadata"]["name"]) for o in b if o["kind"] in cluster_scoped}
-    assert len(names_a) == 7 and not names_a & names_b
+    assert len(names_a) == 11 and not names_a & names_b
     assert all("-team-a-" in name for _, name in names_a)
 
 
@@ -679,14 +684,14 @@ def test_operator_rules_are_exactly_what_the_operator_uses(helm_bin: Path) -> No
 
 
 def test_worker_rules_apply_only_in_worker_namespaces(helm_bin: Path) -> None:
-    objects = render(helm_bin)
+    objects = render(helm_bin, "workers.namespaces={team-a}")
     worker_role = only(objects, "ClusterRole", "-worker")["metadata"]["name"]
     cluster_bindings = [o for o in objects if o["kind"] == "ClusterRoleBinding"]
     assert all(b["roleRef"]["name"] != worker_role for b in cluster_bindings)
     (binding,) = [o for o in objects if o["kind"] == "RoleBinding" and o["roleRef"]["name"] == worker_role]
-    assert binding["metadata"]["namespace"] == "shardops-system"
+    assert binding["metadata"]["namespace"] == "team-a"
     assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": "shardops-worker", "namespace": "shardops-system"}
+        {"kind": "ServiceAccount", "name": "shardops-worker", "namespace": "team-a"}
     ]
 
 

@@ -13,7 +13,8 @@ or install the whole chart (the operator Deployment included) with `install_char
 
 `local_values(namespace)` are the values every e2e install starts from: the operator watches only
 `namespace` (so RBAC, the admission policies and the operator of one test never touch another
-test's objects), runs one replica and serves /metrics and /healthz on a free port. One replica
+test's objects) and runs its Campaigns there too (workers.allowReleaseNamespace), runs one
+replica and serves /metrics and /healthz on a free port. One replica
 because the process-kubelet runs every pod on the host's network: two replicas of one Deployment
 would both try to listen on the same port.
 """
@@ -76,6 +77,8 @@ def local_values(namespace: str, **overrides: Any) -> dict[str, Any]:
     """Chart values for a test in `namespace` (see the module docstring); keyword args deep-merge."""
     values: dict[str, Any] = {
         "watch": {"namespaces": [namespace]},
+        # One namespace per test, the operator's too: a sandbox (docs/security.md).
+        "workers": {"allowReleaseNamespace": True},
         "operator": {"replicas": 1},
         "metrics": {"port": lifecycle.free_port()},
     }
@@ -167,7 +170,9 @@ def render_rbac(
     templates = [RBAC_OPERATOR, RBAC_WORKER]
     if service_accounts:
         templates.insert(0, SERVICE_ACCOUNTS)
-    merged = merge({"watch": {"namespaces": [namespace]}}, values or {})
+    merged = merge(
+        {"watch": {"namespaces": [namespace]}, "workers": {"allowReleaseNamespace": True}}, values or {}
+    )
     return render(namespace, merged, release=release, show_only=templates, bin_dir=bin_dir)
 
 

@@ -192,6 +192,8 @@ def operator_running(
         "SHARDOPS_LEADER_ELECTION_LEASE_SECONDS": str(lease_seconds),
         "SHARDOPS_LEADER_ELECTION_RENEW_SECONDS": str(max(1, lease_seconds // 4)),
         "SHARDOPS_LEADER_ELECTION_RETRY_SECONDS": "1",
+        # The operator and its Campaigns share the test's namespace (chartkit.render_rbac allows it).
+        "SHARDOPS_ALLOW_CAMPAIGNS_IN_OPERATOR_NAMESPACE": "true",
         **(env or {}),
     }
     objects = [*chartkit.render_rbac(namespace), operator_deployment(namespace, replicas, settings)]

@@ -77,11 +77,12 @@ app.kubernetes.io/component: operator
 {{- toJson (uniq .Values.watch.namespaces) -}}
 {{- end -}}
 
-{{/* JSON list of the namespaces that get the worker ServiceAccount and RoleBinding. */}}
+{{/* JSON list of the namespaces that get the worker ServiceAccount and RoleBinding. Watching every
+namespace, none unless listed: the release namespace holds the leader Lease (templates/validate.yaml). */}}
 {{- define "shardops.workerNamespaces" -}}
 {{- $namespaces := .Values.workers.namespaces -}}
 {{- if not $namespaces -}}{{- $namespaces = .Values.watch.namespaces -}}{{- end -}}
-{{- if not $namespaces -}}{{- $namespaces = list .Release.Namespace -}}{{- end -}}
+{{- if and (not $namespaces) .Values.workers.allowReleaseNamespace -}}{{- $namespaces = list .Release.Namespace -}}{{- end -}}
 {{- toJson (uniq $namespaces) -}}
 {{- end -}}
 

@@ -125,6 +125,7 @@ class ConditionReason(StrEnum):
     ITEMS_INVALID = "ItemsInvalid"
     RESULT_STORE_TOO_SMALL = "ResultStoreTooSmall"
     RESULT_STORE_UNAVAILABLE = "ResultStoreUnavailable"
+    IN_OPERATOR_NAMESPACE = "InOperatorNamespace"
     # Backpressured
     WITHIN_BACKLOG = "WithinBacklog"
     BACKLOG_FULL = "BacklogFull"

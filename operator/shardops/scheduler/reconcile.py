@@ -269,6 +269,10 @@ class Reconciler:
             self.metrics.forget_campaign(key)
             return False
         now = self.clock()
+        refused = self.settings.operator_namespace_problem(namespace, name)
+        if refused is not None:
+            self._invalid(body, ConditionReason.IN_OPERATOR_NAMESPACE, refused, now)
+            return True
         try:
             campaign = Campaign.parse(body)
         except ValidationError as error:

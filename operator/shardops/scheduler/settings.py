@@ -117,6 +117,14 @@ class OperatorSettings(ClockSkewSettings):
         gt=0,
         description="A worker pod Pending this long (or Unschedulable) is stuck: the cluster is full.",
     )
+    allow_campaigns_in_operator_namespace: bool = Field(
+        default=False,
+        description=(
+            "Run Campaigns of the operator's own namespace (leader_election_namespace) too. Off: they are "
+            "refused (InOperatorNamespace), since their workers could take the leader Lease there; the "
+            "chart's workers.allowReleaseNamespace turns it on, for single-namespace sandboxes."
+        ),
+    )
     worker_service_account: str = Field(
         default=DEFAULT_WORKER_SERVICE_ACCOUNT,
         min_length=1,
@@ -189,6 +197,18 @@ class OperatorSettings(ClockSkewSettings):
             bucket=self.s3_bucket,
             prefix=self.s3_prefix,
             credentials_secret=self.s3_credentials_secret,
+        )
+
+    def operator_namespace_problem(self, namespace: str, campaign: str) -> str | None:
+        """Why the Campaign `campaign` of `namespace` is refused, or None: the operator runs no campaign
+        beside its own leader Lease, which a worker's command there could take (docs/security.md)."""
+        if self.allow_campaigns_in_operator_namespace or namespace != self.leader_election_namespace:
+            return None
+        return (
+            f"Campaign {campaign} is in namespace {namespace}, where the shardops operator runs: its workers "
+            "would run your command beside the operator's leader Lease and could take it over. Apply the "
+            "Campaign in a team namespace the operator watches (chart values watch.namespaces and "
+            "workers.namespaces); only a single-namespace sandbox sets workers.allowReleaseNamespace=true"
         )
 
     def worker_metrics(self) -> WorkerMetricsEndpoint | None:
