@@ -39,14 +39,14 @@ from typing import Any, Protocol, TypeVar
 
 import urllib3
 
-from shardops.api.campaign import Campaign, ResultStoreStatus, SourceCooldown, WorkerSpec
+from shardops.api.campaign import Campaign, ItemsOverLimit, ResultStoreStatus, SourceCooldown, WorkerSpec
 from shardops.api.common import NO_TOKENS, Item, TokenCounts
 from shardops.api.enums import ErrorClass, ShardClass, ShardPhase, StoreType
 from shardops.api.llm import COOLDOWN_FILE_ENV
 from shardops.api.shard import Progress, Shard, ShardError, ShardResult
 from shardops.clock import utcnow
 from shardops.k8s import leases
-from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS, SHARDS, ApiError, Forbidden, Kube, NotFound
+from shardops.k8s.api import CAMPAIGNS, SHARDS, ApiError, Forbidden, Kube, NotFound
 from shardops.k8s.campaigns import ItemsUnavailable
 from shardops.k8s.shards import Actor, TransitionRequest, apply_transition, list_shards
 from shardops.logic.backoff import retry_not_before
@@ -57,7 +57,8 @@ from shardops.logic.transitions import Action
 from shardops.state import cooldowns, ledger, results, shardview
 from shardops.store import ResultStore, location_of, open_store
 from shardops.store.finished import commit_for_reuse
-from shardops.store.items import campaign_items
+from shardops.store.items import campaign_items, configmap_items
+from shardops.store.lines import ItemsChanged, NotJsonlText
 from shardops.store.records import (
     ItemRecord,
     ResultMeta,
@@ -634,10 +635,8 @@ class Worker:
         ):
             return []
         cache_key = (campaign.metadata.uid or "", source.config_map_name, source.key)
-        if cache_key not in self._items_cache:
-            configmap = self.kube.get(CONFIGMAPS, self.namespace, source.config_map_name)
-            text = (configmap.get("data") or {}).get(source.key, "")
-            self._items_cache[cache_key] = source.parse_items(text)
+        if cache_key not in self._items_cache:  # bounded and pinned as the operator reads it
+            self._items_cache[cache_key] = configmap_items(self.kube, campaign)
         every = self._items_cache[cache_key]
         return every[shard.spec.item_range.start : shard.spec.item_range.end]
 
@@ -982,6 +981,10 @@ class ShardRun:
                         next_renewal = self.clock.monotonic() + interval
         except results.ResultsMismatch as mismatch:
             return ErrorClass.UNKNOWN, f"the campaign's results for the finalize shard: {mismatch}"
+        except ItemsChanged as changed:
+            return ErrorClass.INVALID_INPUT, f"the campaign's items for the finalize shard: {changed.message}"
+        except (ItemsOverLimit, NotJsonlText) as refused:  # the operator refuses them before any shard
+            return ErrorClass.INVALID_INPUT, f"the campaign's items for the finalize shard: {refused}"
         except ItemsUnavailable as problem:
             return ErrorClass.NOT_FOUND, f"the campaign's items for the finalize shard: {problem.message}"
         except OSError as error:
