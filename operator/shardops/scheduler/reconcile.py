@@ -169,7 +169,7 @@ class Reconciler:
         # One S3 client per store location (creating one costs far more than a call).
         self._stores: dict[tuple[str, str], S3Store] = {}
         self.retention = Retention(
-            kube, settings.result_store_location(), settings.result_retention_seconds, self._s3
+            kube, settings.result_store_location(), settings.result_retention_seconds, self._s3, is_leader
         )
         # Writes a pass sends alongside its own (`_materialize`): one pool for all passes, never
         # the pool that runs them (a pass waiting on a write queued behind passes would deadlock).
@@ -276,6 +276,13 @@ class Reconciler:
             self._invalid(body, ConditionReason.INVALID_SPEC, _validation_message(error), now)
             return True
         memory = self._remember(namespace, name)
+        if self.retention.sweeping(namespace, name):  # an earlier campaign's results are going now
+            log.info(
+                "campaign %s/%s waits: the results of an earlier one of its name are being deleted",
+                namespace,
+                name,
+            )
+            return True
         try:
             items = self._items(campaign, memory)
         except campaigns.ItemsUnavailable as problem:

@@ -436,10 +436,11 @@ class S3Store:
         return value if isinstance(value, dict) else None
 
     def delete_key(self, key: str) -> int:
-        """Delete everything stored under one idempotency key: its attempts, pointer and item chunks."""
-        deleted = self.delete_prefix(self.attempts_prefix(key))
-        deleted += self.delete_prefix(self.items_prefix(key))
-        return deleted + self.delete_prefix(self.pointer_name(key))
+        """Delete everything stored under one idempotency key: its pointer first (a key left half
+        deleted then reads as no result, never as a pointer to a deleted object), attempts, item chunks."""
+        deleted = self.delete_prefix(self.pointer_name(key))
+        deleted += self.delete_prefix(self.attempts_prefix(key))
+        return deleted + self.delete_prefix(self.items_prefix(key))
 
     # --- inputs ------------------------------------------------------------------------------------
 
