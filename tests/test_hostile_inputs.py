@@ -167,7 +167,7 @@ def test_an_object_with_more_items_than_allowed_is_refused_naming_the_line(
     s3.objects["in/many.jsonl"] = (b"".join(b'{"n": %d}\n' % i for i in range(5)), {})
     streamed = object_items(ItemsObject(key="in/many.jsonl"), S3Store(LOCATION, NAMESPACE, client=s3))
     with pytest.raises(
-        ItemsOverLimit, match=r"s3://results/in/many.jsonl line 4: more items than one itemsFrom object"
+        ItemsUnavailable, match=r"s3://results/in/many.jsonl line 4: more items than one itemsFrom object"
     ):
         streamed.total()
 

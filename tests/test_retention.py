@@ -211,14 +211,14 @@ def test_a_key_loses_its_pointer_before_its_result_objects() -> None:
 
 
 def test_a_pass_over_a_campaign_whose_name_is_being_swept_cuts_nothing() -> None:
-    from schedulerkit import Clock, OperatorKube, put_campaign, reconciler
+    from schedulerkit import NAMESPACE, Clock, OperatorKube, put_campaign, reconciler
 
     kube, clock = OperatorKube(), Clock()
     put_campaign(kube, campaign("camp"))
     operator = reconciler(kube, clock)
-    operator.retention._sweeping.add(("ns", "camp"))
-    operator.reconcile("ns", "camp")
-    assert kube.list(SHARDS, "ns") == [], "waits while the results of its name go"
+    operator.retention._sweeping.add((NAMESPACE, "camp"))
+    operator.reconcile(NAMESPACE, "camp")
+    assert kube.list(SHARDS, NAMESPACE) == [], "waits while the results of its name go"
     operator.retention._sweeping.clear()
-    operator.reconcile("ns", "camp")
-    assert kube.list(SHARDS, "ns"), "then runs"
+    operator.reconcile(NAMESPACE, "camp")
+    assert kube.list(SHARDS, NAMESPACE), "then runs"

@@ -86,15 +86,19 @@ class StreamedItems(Sequence[Item]):
             yield item
 
     def total(self) -> int:
-        """Read the whole object once: the number of items; ValueError at the first bad line, and
-        ShardItemsTooLarge (with a `shard_size`) at the first shard whose items would not fit."""
+        """Read the whole object once: the number of items; ValueError at the first bad line,
+        ItemsUnavailable past a bound (store.lines, MAX_OBJECT_ITEMS), and ShardItemsTooLarge (with
+        a `shard_size`) at the first shard whose items would not fit."""
         if self._total is None:
             sizes = ShardItemsSize(self.shard_size, self.where) if self.shard_size else None
             count = 0
-            for item in self._items():
-                if sizes is not None:
-                    sizes.add(item)
-                count += 1
+            try:
+                for item in self._items():
+                    if sizes is not None:
+                        sizes.add(item)
+                    count += 1
+            except ItemsOverLimit as over:  # its message names the line, the limit and the fix
+                raise campaigns.ItemsUnavailable(ConditionReason.ITEMS_INVALID, str(over)) from None
             self._total = count
         return self._total
 
