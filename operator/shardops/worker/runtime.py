@@ -46,7 +46,7 @@ from shardops.api.llm import COOLDOWN_FILE_ENV
 from shardops.api.shard import Progress, Shard, ShardError, ShardResult
 from shardops.clock import utcnow
 from shardops.k8s import leases
-from shardops.k8s.api import CAMPAIGNS, SHARDS, ApiError, Forbidden, Kube, NotFound
+from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS, SHARDS, ApiError, Forbidden, Kube, NotFound
 from shardops.k8s.campaigns import ItemsUnavailable
 from shardops.k8s.shards import Actor, TransitionRequest, apply_transition, list_shards
 from shardops.logic.backoff import retry_not_before
@@ -57,7 +57,7 @@ from shardops.logic.transitions import Action
 from shardops.state import cooldowns, ledger, results, shardview
 from shardops.store import ResultStore, location_of, open_store
 from shardops.store.finished import commit_for_reuse
-from shardops.store.items import campaign_items, configmap_items
+from shardops.store.items import campaign_items
 from shardops.store.lines import ItemsChanged, NotJsonlText
 from shardops.store.records import (
     ItemRecord,
@@ -635,8 +635,10 @@ class Worker:
         ):
             return []
         cache_key = (campaign.metadata.uid or "", source.config_map_name, source.key)
-        if cache_key not in self._items_cache:  # bounded and pinned as the operator reads it
-            self._items_cache[cache_key] = configmap_items(self.kube, campaign)
+        if cache_key not in self._items_cache:
+            configmap = self.kube.get(CONFIGMAPS, self.namespace, source.config_map_name)
+            text = (configmap.get("data") or {}).get(source.key, "")
+            self._items_cache[cache_key] = source.parse_items(text)
         every = self._items_cache[cache_key]
         return every[shard.spec.item_range.start : shard.spec.item_range.end]
 
