@@ -109,14 +109,17 @@ def test_a_gigabyte_line_is_refused_at_its_first_mebibyte_naming_line_item_and_l
 def test_the_long_line_is_numbered_after_short_and_blank_ones() -> None:
     text = b'{"n": 0}\n\n{"n": 1}\n' + b"y" * (MAX_ITEM_LINE_BYTES + 1) + b"\n"
     lines = bounded_lines(plain(io.BytesIO(text).read), "w")
-    assert [next(lines) for _ in range(3)] == ['{"n": 0}', "", '{"n": 1}']
+    assert [next(lines) for _ in range(3)] == ['{"n": 0}\n', "\n", '{"n": 1}\n']
     with pytest.raises(ItemsOverLimit, match=r"^w line 4: item 2 alone is"):
         next(lines)
 
 
 def test_a_line_of_exactly_the_limit_passes_and_lines_split_across_chunks_join() -> None:
     line = b"z" * MAX_ITEM_LINE_BYTES
-    assert list(bounded_lines(iter([line[:10], line[10:] + b"\nab", b"c"]), "w")) == [line.decode(), "abc"]
+    assert list(bounded_lines(iter([line[:10], line[10:] + b"\nab", b"c"]), "w")) == [
+        line.decode() + "\n",
+        "abc",
+    ]
 
 
 def test_a_line_that_is_not_utf8_is_named() -> None:
@@ -148,7 +151,7 @@ def test_gzip_past_the_inflated_size_is_refused(monkeypatch: pytest.MonkeyPatch)
 
 def test_gzip_members_follow_each_other_and_a_cut_stream_is_named() -> None:
     packed = gzip.compress(b'{"a": 1}\n') + gzip.compress(b'{"b": 2}\n')
-    assert list(bounded_lines(gunzipped(io.BytesIO(packed).read, "w"), "w")) == ['{"a": 1}', '{"b": 2}']
+    assert list(bounded_lines(gunzipped(io.BytesIO(packed).read, "w"), "w")) == ['{"a": 1}\n', '{"b": 2}\n']
     with pytest.raises(NotJsonlText, match="ends before its end"):
         list(gunzipped(io.BytesIO(packed[:-12]).read, "w"))
     with pytest.raises(NotJsonlText, match="not valid gzip"):

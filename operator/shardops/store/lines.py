@@ -106,9 +106,10 @@ def plain(read: Callable[[int], bytes]) -> Iterator[bytes]:
 
 
 def bounded_lines(chunks: Iterator[bytes], where: str, limit: int = MAX_ITEM_LINE_BYTES) -> Iterator[str]:
-    """The lines of `chunks` as text, without their newline; ItemsOverLimit (naming the line) at
-    the first line longer than `limit` bytes, before more than `limit` + one chunk is held;
-    NotJsonlText (naming the line) for a line that is not UTF-8."""
+    """The lines of `chunks` as text, each with its newline (the last may have none);
+    ItemsOverLimit (naming the line) at the first line longer than `limit` bytes (newline not
+    counted), before more than `limit` + one chunk is held; NotJsonlText (naming the line) for a
+    line that is not UTF-8."""
     line = bytearray()
     number = 1
     items = 0  # non-blank lines so far: the index of the item the current line holds
@@ -124,6 +125,7 @@ def bounded_lines(chunks: Iterator[bytes], where: str, limit: int = MAX_ITEM_LIN
                 break
             if line.strip():
                 items += 1
+            line += b"\n"  # kept, as a text file's lines keep theirs
             yield _text(line, where, number)
             line.clear()
             number += 1
