@@ -31,10 +31,12 @@ from e2e.schedulerkit import (
     s3_store_env,
     wait_phase,
 )
-from shardops.api.campaign import MAX_GZIP_RATIO, MAX_ITEM_LINE_BYTES
+from shardops.api.campaign import MAX_GZIP_RATIO, MAX_ITEM_LINE_BYTES, ItemsObject, ResultStoreStatus
+from shardops.api.enums import StoreType
 from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS, Kube
-
-pytestmark = pytest.mark.usefixtures("crds_installed")
+from shardops.store.items import object_items
+from shardops.store.lines import ItemsChanged
+from shardops.store.s3 import S3Store, boto3_client_for, client_for
 
 GIB = 1024**3
 MIB = 1024**2
@@ -100,6 +102,7 @@ def ready_false(kube: Kube, namespace: str, name: str) -> JSON | None:
     return ready if ready and ready["status"] == "False" else None
 
 
+@pytest.mark.usefixtures("crds_installed")
 def test_hostile_inputs_are_refused_with_bounded_memory_and_harm_no_other_campaign(
     local_cluster: Cluster, namespace: str, object_store: lifecycle.ObjectStore, tmp_path: Path
 ) -> None:
@@ -192,3 +195,31 @@ def test_hostile_inputs_are_refused_with_bounded_memory_and_harm_no_other_campai
         assert after["VmHWM"] < OPERATOR_PEAK_BOUND, after
         for key, _ in uploads.values():
             s3.delete_object(Bucket=bucket, Key=key)
+
+
+@pytest.mark.parametrize("client", ["wire", "boto3"])
+def test_an_object_replaced_after_its_first_read_is_refused_by_the_real_store(
+    object_store: lifecycle.ObjectStore, client: str
+) -> None:
+    """The pin against SeaweedFS: the ETag of the first read, sent as If-Match on the next, refuses
+    a replaced object with ItemsChanged (the store answers 412, or the ETags differ)."""
+    location = ResultStoreStatus(
+        type=StoreType.S3,
+        endpoint=object_store.endpoint,
+        region=object_store.region,
+        bucket=object_store.bucket,
+    )
+    keys = {
+        "AWS_ACCESS_KEY_ID": object_store.access_key_id,
+        "AWS_SECRET_ACCESS_KEY": object_store.secret_access_key,
+    }
+    s3 = client_for(location, keys) if client == "wire" else boto3_client_for(location, keys)
+    store = S3Store(location, "ns", client=s3)
+    key = f"e2e-pin/{uuid.uuid4().hex}/items.jsonl"
+    object_store.client().put_object(Bucket=object_store.bucket, Key=key, Body=b'{"n": 0}\n{"n": 1}\n')
+    streamed = object_items(ItemsObject(key=key), store)
+    assert streamed.total() == 2 and streamed.pin is not None and streamed.pin.etag
+    assert streamed[0:2] == [{"n": 0}, {"n": 1}], "the same version reads again under If-Match"
+    object_store.client().put_object(Bucket=object_store.bucket, Key=key, Body=b'{"n": 1}\n{"n": 0}\n')
+    with pytest.raises(ItemsChanged, match="changed after the campaign first read it"):
+        streamed[0:1]
