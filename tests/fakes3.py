@@ -3,6 +3,7 @@ store makes, with S3's answers."""
 
 from __future__ import annotations
 
+import hashlib
 import io
 from typing import Any
 
@@ -40,12 +41,15 @@ class FakeS3:
         self.objects[Key] = (Body, dict(kw.get("Metadata") or {}))
         return {}
 
-    def get_object(self, Bucket: str, Key: str) -> Any:
+    def get_object(self, Bucket: str, Key: str, IfMatch: str | None = None) -> Any:
         self._check(Bucket, "get")
         if Key not in self.objects:
             raise _error("NoSuchKey", 404)
         body, metadata = self.objects[Key]
-        return {"Body": io.BytesIO(body), "Metadata": metadata}
+        etag = f'"{hashlib.md5(body).hexdigest()}"'  # as S3 names a single-part object
+        if IfMatch is not None and IfMatch != etag:
+            raise _error("PreconditionFailed", 412)
+        return {"Body": io.BytesIO(body), "Metadata": metadata, "ETag": etag, "ContentLength": len(body)}
 
     def list_objects_v2(self, Bucket: str, Prefix: str, ContinuationToken: str | None = None) -> Any:
         self._check(Bucket, "list")

@@ -255,9 +255,14 @@ def test_bounds_come_from_the_field_constraints() -> None:
     assert spec["required"] == ["worker"]
 
 
-def test_arbitrary_item_content_is_preserved() -> None:
+def test_arbitrary_item_content_is_preserved_and_its_source_meets_the_shards_rule() -> None:
     item = campaign_spec_schema()["properties"]["items"]["items"]
-    assert item == {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    source = item["properties"].pop("source")
+    assert item == {"type": "object", "x-kubernetes-preserve-unknown-fields": True, "properties": {}}
+    shard_source = schema_of(shard_crd())["properties"]["spec"]["properties"]["source"]
+    assert {k: source[k] for k in ("type", "pattern", "maxLength")} == {
+        k: shard_source[k] for k in ("type", "pattern", "maxLength")
+    }, "an item's source becomes its Shard's spec.source: the same rule"
 
 
 def test_every_rule_is_in_the_crds_with_its_message() -> None:

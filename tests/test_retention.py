@@ -13,7 +13,7 @@ from schedulerkit import campaign, shard
 from shardops.api.campaign import Campaign, ResultStoreStatus
 from shardops.api.enums import StoreType
 from shardops.api.shard import Shard
-from shardops.k8s.api import CAMPAIGNS
+from shardops.k8s.api import CAMPAIGNS, SHARDS
 from shardops.scheduler.retention import Retention, group_of
 from shardops.store.records import ItemRecord, ResultMeta
 from shardops.store.s3 import S3Store
@@ -142,3 +142,83 @@ def test_record_names_group_by_namespace_and_campaign() -> None:
     assert group_of("p/_retention/ns/camp/uid-1.json", "p/_retention/") == ("ns", "camp")
     assert group_of("p/_retention/ns/camp/deeper/uid-1.json", "p/_retention/") is None
     assert group_of("q/_retention/ns/camp/uid-1.json", "p/_retention/") is None
+
+
+def _expired_with_results(setup: Setup, count: int) -> list[str]:
+    """`count` keys of results, recorded by an expired finish of a campaign that is gone."""
+    shards = _shards(count)
+    for s in shards:
+        setup.results_of(s.spec.idempotency_key)
+    setup.retention.record(_campaign(), shards)
+    return [s.spec.idempotency_key for s in shards]
+
+
+def test_a_replica_that_stops_leading_deletes_nothing_more() -> None:
+    setup = Setup()
+    _expired_with_results(setup, 3)
+    before = setup.names()
+    setup.retention.is_leader = lambda: False
+    assert setup.retention.sweep(FINISHED + dt.timedelta(days=1)) == 0
+    assert setup.names() == before, "a standby (or a deposed leader) never deletes"
+
+    answers = iter([True, True, False])  # leads for the mark and the first key, then loses the Lease
+    setup.retention.is_leader = lambda: next(answers, False)
+    setup.retention.sweep(FINISHED + dt.timedelta(days=1))
+    left = setup.names()
+    assert len(before) - len(left) == 3, "one key's objects went, then the sweep stopped"
+    assert sum("_retention/" in name for name in left) == 1, "the record stays for the next leader"
+
+
+def test_a_campaign_reapplied_during_the_sweep_waits_and_never_reuses_what_goes() -> None:
+    setup = Setup()
+    keys = _expired_with_results(setup, 2)
+    seen_during: list[bool] = []
+    original_get = setup.kube.get
+
+    def get(resource: Any, namespace: str, name: str) -> Any:
+        # The moment after the sweep's check: a user re-applies the campaign.
+        answer = None
+        try:
+            answer = original_get(resource, namespace, name)
+        finally:
+            if resource == CAMPAIGNS and not seen_during:
+                setup.kube.put(CAMPAIGNS, NS, campaign("survey"))
+                seen_during.append(setup.retention.sweeping(NS, "survey"))
+        return answer
+
+    setup.kube.get = get  # type: ignore[method-assign]
+    assert setup.retention.sweep(FINISHED + dt.timedelta(days=1)) > 0
+    assert seen_during == [True], "a pass over the new campaign would have waited for the sweep"
+    assert not setup.retention.sweeping(NS, "survey"), "and runs once the sweep is done"
+    store = setup.store()
+    assert all(store.read_result(key) is None for key in keys), "nothing left to reuse half deleted"
+
+
+def test_a_key_loses_its_pointer_before_its_result_objects() -> None:
+    setup = Setup()
+    key = _expired_with_results(setup, 1)[0]
+    store = setup.store()
+    order: list[str] = []
+    delete = setup.s3.delete_objects
+
+    def recording(Bucket: str, Delete: dict[str, Any]) -> Any:
+        order.extend(entry["Key"] for entry in Delete["Objects"])
+        return delete(Bucket=Bucket, Delete=Delete)
+
+    setup.s3.delete_objects = recording  # type: ignore[method-assign]
+    store.delete_key(key)
+    assert order[0] == store.pointer_name(key), order
+
+
+def test_a_pass_over_a_campaign_whose_name_is_being_swept_cuts_nothing() -> None:
+    from schedulerkit import NAMESPACE, Clock, OperatorKube, put_campaign, reconciler
+
+    kube, clock = OperatorKube(), Clock()
+    put_campaign(kube, campaign("camp"))
+    operator = reconciler(kube, clock)
+    operator.retention._sweeping.add((NAMESPACE, "camp"))
+    operator.reconcile(NAMESPACE, "camp")
+    assert kube.list(SHARDS, NAMESPACE) == [], "waits while the results of its name go"
+    operator.retention._sweeping.clear()
+    operator.reconcile(NAMESPACE, "camp")
+    assert kube.list(SHARDS, NAMESPACE), "then runs"

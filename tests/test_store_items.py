@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import pytest
 
@@ -13,15 +12,18 @@ from shardops.api.campaign import Campaign
 from shardops.api.names import API_GROUP_VERSION
 from shardops.logic.shard_items import MAX_SHARD_ITEMS_BYTES, ShardItemsTooLarge
 from shardops.store.items import StreamedItems, campaign_items
+from shardops.store.s3 import OpenedItems
 
 
 class Source:
-    def __init__(self, lines: list[str]) -> None:
-        self.lines, self.opened = lines, 0
+    def __init__(self, lines: list[str], etag: str = '"v1"') -> None:
+        self.lines, self.opened, self.etag = lines, 0, etag
+        self.asked: list[str | None] = []
 
-    def __call__(self) -> Iterator[str]:
+    def __call__(self, if_match: str | None) -> OpenedItems:
         self.opened += 1
-        yield from self.lines
+        self.asked.append(if_match)
+        return OpenedItems(iter(self.lines), self.etag)
 
 
 def test_counts_once_and_slices_in_order_without_reopening() -> None:
@@ -45,12 +47,12 @@ def test_a_bad_line_is_named_with_its_number() -> None:
 
 
 def test_counting_with_a_shard_size_checks_each_shard_fits_its_shard_object() -> None:
-    blob = "h" * (MAX_SHARD_ITEMS_BYTES + 1)
-    lines = ['{"n": 0}\n', json.dumps({"n": 1, "blob": blob}) + "\n", '{"n": 2}\n']
+    blob = "h" * (MAX_SHARD_ITEMS_BYTES * 2 // 3)
+    lines = ['{"n": 0}\n', json.dumps({"n": 1, "blob": blob}) + "\n", json.dumps({"n": 2, "blob": blob})]
     assert StreamedItems(Source(lines), "s3://b/k").total() == 3, "without a shard size: counted only"
-    huge = StreamedItems(Source(lines), "s3://b/k", shard_size=1)
-    with pytest.raises(ShardItemsTooLarge, match=r"s3://b/k: the items of shard 1 .* item 1 alone is"):
-        huge.total()
+    heavy = StreamedItems(Source(lines), "s3://b/k", shard_size=3)
+    with pytest.raises(ShardItemsTooLarge, match=r"s3://b/k: the items of shard 0 .* lower spec.shardSize"):
+        heavy.total()
 
 
 def test_a_campaign_parsed_without_its_items_is_refused_not_read_as_empty() -> None:

@@ -12,6 +12,7 @@ from fakes3 import FakeS3
 from shardops.api.campaign import ResultStoreSpec, ResultStoreStatus, S3Location, resolve_result_store
 from shardops.api.enums import StoreType
 from shardops.store import capacity_problem
+from shardops.store.lines import NotJsonlText
 from shardops.store.records import (
     ItemRecord,
     ResultMeta,
@@ -20,7 +21,7 @@ from shardops.store.records import (
     StoreUnavailable,
     encode_result,
 )
-from shardops.store.s3 import NotJsonlText, S3Store
+from shardops.store.s3 import S3Store
 
 KEY = "sha256:" + "ab" * 32
 LOCATION = ResultStoreStatus(type=StoreType.S3, endpoint="http://127.0.0.1:1", bucket="results", prefix="p")

@@ -479,3 +479,54 @@ def test_the_finalize_shard_reads_every_finished_item_in_item_order(tmp_path: Pa
     assert [line["key"] for line in lines] == [item_subkey(i) for i in items]
     assert {line["shard"] for line in lines} == {s.name for s in work}
     assert all(line["result"] is not None and line["attempt"] == 1 for line in lines)
+
+
+def test_the_finalize_shard_fails_invalid_input_when_the_itemsfrom_input_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import hashlib
+
+    from shardops.k8s.shards import TransitionRequest, apply_transition
+    from shardops.logic.transitions import Action
+    from shardops.scheduler import builders
+    from shardops.state import results
+    from workerkit import OPERATOR, T0
+
+    items = [{"id": i} for i in range(4)]
+    text = "".join(json.dumps(item) + "\n" for item in items)
+    body = _agent_campaign(
+        items,
+        env={"SHARDOPS_AGENT_LATENCY": "0"},
+        finalize={"image": "x", "command": [sys.executable, "-c", ""]},
+    )
+    add_campaign(kube := FakeKube(), body)
+    work_dir = tmp_path / "work"
+    assert workerkit.worker(kube, work_dir).run() == 0
+    # The campaign's items came from a ConfigMap, pinned at the operator's first read; then edited.
+    stored = kube.obj(CAMPAIGNS, NAMESPACE, "camp") or {}
+    del stored["spec"]["items"]
+    stored["spec"]["itemsFrom"] = {"configMapName": "questions", "key": "items.jsonl"}
+    pin = {
+        "source": "ConfigMap questions key items.jsonl",
+        "sha256": hashlib.sha256(text.encode()).hexdigest(),
+    }
+    stored["status"]["itemsPin"] = pin
+    kube.put(CAMPAIGNS, NAMESPACE, stored)
+    edited = text.replace('"id": 2', '"id": 20')
+    kube.put(CONFIGMAPS, NAMESPACE, {"metadata": {"name": "questions"}, "data": {"items.jsonl": edited}})
+    campaign = Campaign.parse(kube.obj(CAMPAIGNS, NAMESPACE, "camp") or {})
+    created = kube.put(SHARDS, NAMESPACE, builders.finalize_shard_body(campaign, items))
+    apply_transition(kube, Shard.parse(created), TransitionRequest(Action.MATERIALIZE, "test"), OPERATOR, T0)  # type: ignore[arg-type]
+    done_lines = results.done_lines
+
+    def folded(read: Any, finished: Any, every_item: Any) -> Any:
+        every_item()[0:1]  # as when the work shards were folded: their items come from the input
+        return done_lines(read, finished, every_item)
+
+    monkeypatch.setattr(results, "done_lines", folded)
+    workerkit.worker(kube, work_dir).run()
+    final = _shard(kube, "camp-finalize")
+    error = final.current_status.last_error
+    assert final.phase == "Failed" and error is not None, final.current_status
+    assert error.error_class == "invalid-input", error
+    assert "ConfigMap questions key items.jsonl (spec.itemsFrom) changed after" in error.message

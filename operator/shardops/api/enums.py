@@ -123,6 +123,7 @@ class ConditionReason(StrEnum):
     ITEMS_NOT_FOUND = "ItemsNotFound"
     ITEMS_KEY_NOT_FOUND = "ItemsKeyNotFound"
     ITEMS_INVALID = "ItemsInvalid"
+    ITEMS_CHANGED = "ItemsChanged"
     RESULT_STORE_TOO_SMALL = "ResultStoreTooSmall"
     RESULT_STORE_UNAVAILABLE = "ResultStoreUnavailable"
     IN_OPERATOR_NAMESPACE = "InOperatorNamespace"

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 
-from shardops.api.campaign import ItemsFrom
+from shardops.api.campaign import ItemsFrom, ItemsPin
 from shardops.api.common import JSON, Item
 from shardops.api.enums import ConditionReason
 from shardops.k8s import events
@@ -44,8 +45,9 @@ def patch_status(
     )
 
 
-def read_items(kube: KubeClient, namespace: str, source: ItemsFrom) -> tuple[list[Item], str]:
-    """The items in the ConfigMap key (JSONL) and the ConfigMap's resourceVersion (to cache by)."""
+def read_items(kube: KubeClient, namespace: str, source: ItemsFrom) -> tuple[list[Item], ItemsPin]:
+    """The items in the ConfigMap key (JSONL) and what was read (ItemsPin: uid, resourceVersion,
+    SHA-256 of the value), to compare a later read with."""
     if source.config_map_name is None or source.key is None:
         raise ValueError("spec.itemsFrom names an object, not a ConfigMap")
     where = f"ConfigMap {source.config_map_name} in namespace {namespace}"
@@ -64,11 +66,18 @@ def read_items(kube: KubeClient, namespace: str, source: ItemsFrom) -> tuple[lis
             ConditionReason.ITEMS_KEY_NOT_FOUND,
             f"{where} has no key {source.key} (keys: {keys}): add it or fix spec.itemsFrom.key",
         )
+    text = str(data[source.key])
     try:
-        items = source.parse_items(str(data[source.key]))
+        items = source.parse_items(text)
     except ValueError as error:
         raise ItemsUnavailable(ConditionReason.ITEMS_INVALID, f"{error}; fix that line in {where}") from None
-    return items, str((config_map.get("metadata") or {}).get("resourceVersion") or "")
+    metadata = config_map.get("metadata") or {}
+    return items, ItemsPin(
+        source=source.describe(),
+        uid=metadata.get("uid"),
+        resource_version=metadata.get("resourceVersion"),
+        sha256=hashlib.sha256(text.encode("utf-8")).hexdigest(),
+    )
 
 
 def record_event(

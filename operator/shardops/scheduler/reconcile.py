@@ -85,9 +85,10 @@ from shardops.scheduler.settings import REPORTING_CONTROLLER, OperatorSettings
 from shardops.state import breakers, cooldowns, error_threshold, history, ledger, observe, shardview, workers
 from shardops.store import ResultStore
 from shardops.store.finished import commit_for_reuse, commit_recorded, completion, stored_result_of
-from shardops.store.items import StreamedItems, object_items
+from shardops.store.items import StreamedItems, check_inline, configmap_items, object_items, pin_patch
+from shardops.store.lines import NotJsonlText
 from shardops.store.records import StoredResult, StoreUnavailable
-from shardops.store.s3 import NotJsonlText, S3Store
+from shardops.store.s3 import S3Store
 
 log = logging.getLogger(__name__)
 
@@ -168,7 +169,7 @@ class Reconciler:
         # One S3 client per store location (creating one costs far more than a call).
         self._stores: dict[tuple[str, str], S3Store] = {}
         self.retention = Retention(
-            kube, settings.result_store_location(), settings.result_retention_seconds, self._s3
+            kube, settings.result_store_location(), settings.result_retention_seconds, self._s3, is_leader
         )
         # Writes a pass sends alongside its own (`_materialize`): one pool for all passes, never
         # the pool that runs them (a pass waiting on a write queued behind passes would deadlock).
@@ -279,13 +280,20 @@ class Reconciler:
             self._invalid(body, ConditionReason.INVALID_SPEC, _validation_message(error), now)
             return True
         memory = self._remember(namespace, name)
+        if self.retention.sweeping(namespace, name):  # an earlier campaign's results are going now
+            log.info(
+                "campaign %s/%s waits: the results of an earlier one of its name are being deleted",
+                namespace,
+                name,
+            )
+            return True
         try:
             items = self._items(campaign, memory)
         except campaigns.ItemsUnavailable as problem:
             self._invalid(body, problem.reason, problem.message, now)
             return True
         if campaign.current_status.result_store is None:
-            recorded = self._record_store(body, campaign, len(items), now)
+            recorded = self._record_store(body, campaign, items, now)
             if recorded is None:
                 return True
             body, campaign = recorded, Campaign.parse(recorded)
@@ -308,7 +316,12 @@ class Reconciler:
         # Materialize, pause and resume do not depend on breakers; folding after them takes in the
         # entries this pass wrote, so the next pass has nothing new to fold (and no status to rewrite).
         first = self._plan(seen, breakers.breakers_from_status(status), now)
-        self._act(seen, first, now)
+        try:
+            self._act(seen, first, now)
+        except campaigns.ItemsUnavailable as problem:  # a streamed input changed while shards are cut
+            memory.items_key = None  # read (and compare) it again next pass
+            self._invalid(body, problem.reason, problem.message, now)
+            return True
         fold = self._fold(seen, status)
         plan = self._plan(seen, fold.states, now)
         self._start_workers(seen, plan)
@@ -357,12 +370,14 @@ class Reconciler:
 
     # --- the result store ----------------------------------------------------------------------------
 
-    def _record_store(self, body: JSON, campaign: Campaign, items: int, now: dt.datetime) -> JSON | None:
+    def _record_store(
+        self, body: JSON, campaign: Campaign, items: Sequence[Item], now: dt.datetime
+    ) -> JSON | None:
         """Fix the campaign's result store in its status before its first shard is cut, once it is
         known to fit and to answer; None (Ready=False naming the fix, nothing cut) when not."""
         installation = self.settings.result_store_location()
         location = resolve_result_store(campaign.spec.result_store, installation)
-        problem = store.capacity_problem(location, campaign.spec.expected_shards(items))
+        problem = store.capacity_problem(location, campaign.spec.expected_shards(len(items)))
         if problem is not None:
             self._invalid(body, ConditionReason.RESULT_STORE_TOO_SMALL, problem, now)
             return None
@@ -380,7 +395,8 @@ class Reconciler:
                 self.kube,
                 campaign.namespace,
                 campaign.name,
-                {"resultStore": location.to_dict()},
+                # What itemsFrom held at this first read is pinned with it (store.items).
+                {"resultStore": location.to_dict(), **pin_patch(campaign, items)},
                 body["metadata"].get("resourceVersion"),
             )
         except Conflict:
@@ -405,11 +421,12 @@ class Reconciler:
         items: Sequence[Item]
         if source is None:
             items = campaign.spec.items or []
+            check_inline(items)
             self._check_shard_items(items, campaign, "spec.items")
         elif source.object is not None:
             items = self._streamed_items(campaign, source.object)  # checked as it is counted
         else:
-            items, _ = campaigns.read_items(self.kube, campaign.namespace, source)
+            items = configmap_items(self.kube, campaign)
             self._check_shard_items(items, campaign, f"ConfigMap {source.config_map_name}")
         memory.items_key, memory.items = cache_key, items
         return items
@@ -428,7 +445,7 @@ class Reconciler:
             campaign.spec.result_store, self.settings.result_store_location()
         )
         s3 = self._s3(campaign.namespace, location) if location.type is StoreType.S3 else None
-        items = object_items(source, s3, campaign.spec.shard_size)
+        items = object_items(source, s3, campaign.spec.shard_size, campaign.current_status.items_pin)
         try:
             items.total()
         except (ShardItemsTooLarge, NotJsonlText) as error:

@@ -16,6 +16,16 @@ to delete and when:
   each key's objects (attempts, item chunks, committed pointer) and the ledger, then the campaign's
   uploaded inputs, then the records. Conservative by construction: a name re-applied and finished
   later waits for its own retention; a Campaign of that name that exists keeps everything.
+* **Only the leader deletes.** The sweep asks `is_leader` before every deletion and stops the moment
+  the answer is no: a replica that lost its Lease (frozen, partitioned) never deletes behind the
+  new leader's back; the election makes a replica stop leading before another may start.
+* **Never under a new incarnation.** A Campaign re-applied under the name reuses the results by
+  idempotency key. The name is marked as swept (`sweeping`) *before* the sweep checks that no
+  Campaign of it exists, and a pass over a Campaign of that name waits while it is marked (the
+  reconcile asks, `scheduler/reconcile.py`), so a new Campaign either exists at the check (nothing
+  goes) or cuts its first shard after the sweep ended (and finds nothing to reuse). Both run in
+  the leader, so the mark needs no store. Each key's committed pointer goes first: a key left half
+  deleted (leadership lost mid-key) reads as no result, never as a pointer to a deleted object.
 
 Only stores the operator holds credentials for (the installation's) are covered; a campaign with its
 own credentialsSecret, and the ConfigMap store, keep results until `kubectl campaign purge`.
@@ -25,8 +35,9 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from shardops.api.campaign import Campaign, ResultStoreStatus, retention_of
@@ -40,6 +51,10 @@ from shardops.store.s3 import S3Store
 log = logging.getLogger(__name__)
 
 StoreFor = Callable[[str, ResultStoreStatus], S3Store | None]
+
+
+class NotLeading(Exception):
+    """This replica stopped leading during a sweep: it deletes nothing more."""
 
 
 def finished_at(campaign: Campaign) -> dt.datetime | None:
@@ -93,11 +108,25 @@ class Retention:
     installation: ResultStoreStatus
     default_seconds: int | None
     store_for: StoreFor
+    is_leader: Callable[[], bool] = field(default=lambda: True)
 
     def __post_init__(self) -> None:
         # Records already written by this process (name): a finished campaign's every pass would
         # otherwise try the write again. Bounded by the finished campaigns seen since start.
         self._written: set[str] = set()
+        # (namespace, campaign) whose results the sweep is deleting now: at most one at a time.
+        self._sweeping: set[tuple[str, str]] = set()
+        self._lock = threading.Lock()
+
+    def sweeping(self, namespace: str, campaign: str) -> bool:
+        """True while the sweep deletes the results of an earlier campaign of this name: a pass
+        over a Campaign of the name must cut nothing until then (it would reuse what goes)."""
+        with self._lock:
+            return (namespace, campaign) in self._sweeping
+
+    def _leading(self) -> None:
+        if not self.is_leader():
+            raise NotLeading("this replica no longer leads: the retention sweep stops")
 
     def _index(self, namespace: str) -> S3Store | None:
         """The installation's S3 store, where the records of every namespace live."""
@@ -147,11 +176,26 @@ class Retention:
         deleted = 0
         for (namespace, campaign), names in sorted(groups.items()):
             try:
-                deleted += self._sweep_one(index, namespace, campaign, names, now)
+                deleted += self._sweep_marked(index, namespace, campaign, names, now)
             except StoreUnavailable as error:
                 log.warning("retention sweep stopped at %s/%s: %s", namespace, campaign, error)
                 break
+            except NotLeading as stopped:
+                log.warning("retention sweep stopped at %s/%s: %s", namespace, campaign, stopped)
+                break
         return deleted
+
+    def _sweep_marked(
+        self, index: S3Store, namespace: str, campaign: str, names: list[str], now: dt.datetime
+    ) -> int:
+        self._leading()
+        with self._lock:
+            self._sweeping.add((namespace, campaign))
+        try:
+            return self._sweep_one(index, namespace, campaign, names, now)
+        finally:
+            with self._lock:
+                self._sweeping.discard((namespace, campaign))
 
     def _sweep_one(
         self, index: S3Store, namespace: str, campaign: str, names: list[str], now: dt.datetime
@@ -160,6 +204,7 @@ class Retention:
         if not expired(records, now):
             return 0
         try:
+            # After the mark (`_sweep_marked`): a Campaign created from here on waits for the sweep.
             self.kube.get(CAMPAIGNS, namespace, campaign)
             return 0  # a Campaign of this name references these results: nothing goes
         except NotFound:
@@ -179,11 +224,15 @@ class Retention:
                 if "idempotencyKey" in line
             }
             for key in sorted(keys):
+                self._leading()
                 deleted += store.delete_key(key)
+            self._leading()
             deleted += store.delete_prefix(store.ledger_prefix(campaign, uid))
         for store in {s.describe(): s for s in stores}.values():
+            self._leading()
             deleted += store.delete_prefix(store.input_prefix(campaign))
         for name in names:
+            self._leading()
             index.delete_prefix(name)
         log.info(
             "results of campaign %s/%s are past their retention and no Campaign of that name exists: "

@@ -23,8 +23,6 @@ no bucket, credentials refused) raise `StoreUnavailable` naming what to fix.
 
 from __future__ import annotations
 
-import gzip
-import io
 import json
 import logging
 import os
@@ -37,6 +35,7 @@ from shardops.api.campaign import MAX_ITEMS_OBJECT_BYTES, ResultStoreStatus
 from shardops.api.enums import ConditionReason, StoreType
 from shardops.k8s.campaigns import ItemsUnavailable
 from shardops.logic.idempotency import canonical_json
+from shardops.store.lines import ItemsChanged, object_lines
 from shardops.store.records import (
     ItemRecord,
     ResultMeta,
@@ -86,9 +85,20 @@ _MISSING_CODES = {"NoSuchKey", "404", "NotFound"}
 _EXPECTED_CODES = frozenset(_PRECONDITION_CODES | _MISSING_CODES)
 
 
-class NotJsonlText(ValueError):
-    """An itemsFrom object that is not UTF-8 text (or not the gzip its name says): the whole object
-    is wrong, not one line of it."""
+@dataclass
+class OpenedItems:
+    """An object of items being read: its lines (streamed) and the ETag of the version read."""
+
+    lines: Iterator[str]
+    etag: str | None
+
+
+def _closing(body: Any, lines: Iterator[str]) -> Iterator[str]:
+    """`lines`, closing the object's body when they end, fail or are dropped."""
+    try:
+        yield from lines
+    finally:
+        body.close()
 
 
 def client_for(location: ResultStoreStatus, credentials: Mapping[str, str] | None = None) -> Any:
@@ -269,14 +279,22 @@ class S3Store:
                 return
 
     def open_lines(self, key: str, bucket: str | None = None) -> Iterator[str]:
-        """The lines of an object, streamed (gzip-decompressed when its key ends in .gz or it says
-        Content-Encoding gzip). ItemsUnavailable names the field and the fix when it is missing or
-        too large, ValueError when it is not text or not gzip."""
+        """The lines of an object (`open_items`), without their newlines."""
+        return self.open_items(key, bucket).lines
+
+    def open_items(self, key: str, bucket: str | None = None, if_match: str | None = None) -> OpenedItems:
+        """An object of items, its lines streamed with bounded memory (store.lines: gzip-inflated
+        when its key ends in .gz or it says Content-Encoding gzip), and its ETag. With `if_match`,
+        only that version: ItemsChanged when the object is another now. ItemsUnavailable names the
+        field and the fix when it is missing or too large; the lines raise ItemsOverLimit past a
+        bound, NotJsonlText when not text or not gzip."""
         from botocore.exceptions import ClientError
 
         where = f"s3://{bucket or self.bucket}/{key}"
         try:
             extra: dict[str, Any] = {"Bucket": bucket} if bucket else {}
+            if if_match:
+                extra["IfMatch"] = if_match
             answer = self._call(f"GET {key}", "get_object", Key=key, **extra)
         except ClientError as error:
             if _code(error) in _MISSING_CODES:
@@ -285,7 +303,13 @@ class S3Store:
                     f"spec.itemsFrom.object names {where}, which does not exist: upload it (kubectl "
                     "campaign apply --items FILE does) or fix spec.itemsFrom.object.key",
                 ) from None
+            if _code(error) in _PRECONDITION_CODES and if_match:
+                raise ItemsChanged(where, f"ETag {if_match}", "another version") from None
             raise
+        etag = answer.get("ETag")
+        if if_match and etag and etag != if_match:  # a store that ignores If-Match on GET
+            answer["Body"].close()
+            raise ItemsChanged(where, f"ETag {if_match}", f"ETag {etag}")
         size = int(answer.get("ContentLength") or 0)
         if size > MAX_ITEMS_OBJECT_BYTES:
             answer["Body"].close()
@@ -294,20 +318,10 @@ class S3Store:
                 f"{where} is {size} bytes, over the {MAX_ITEMS_OBJECT_BYTES} bytes an itemsFrom object may "
                 "have: split the input into several campaigns",
             )
-        stream: Any = answer["Body"]
-        if key.endswith(".gz") or answer.get("ContentEncoding") == "gzip":
-            stream = gzip.GzipFile(fileobj=stream)
-        text = io.TextIOWrapper(stream, encoding="utf-8")
-        try:
-            yield from text
-        except (OSError, EOFError, UnicodeDecodeError) as error:
-            # gzip.BadGzipFile is an OSError; a body cut short is EOFError.
-            raise NotJsonlText(
-                f"{where} is not JSONL text (or not valid gzip): {error}; upload it as UTF-8 JSONL, "
-                "gzip-compressed when its key ends in .gz (kubectl campaign apply --items FILE does)"
-            ) from None
-        finally:
-            text.close()
+        gzipped = key.endswith(".gz") or answer.get("ContentEncoding") == "gzip"
+        return OpenedItems(
+            _closing(answer["Body"], object_lines(answer["Body"].read, where, gzipped=gzipped)), etag
+        )
 
     def probe(self) -> None:
         """StoreUnavailable unless the bucket answers with these credentials."""
@@ -422,10 +436,11 @@ class S3Store:
         return value if isinstance(value, dict) else None
 
     def delete_key(self, key: str) -> int:
-        """Delete everything stored under one idempotency key: its attempts, pointer and item chunks."""
-        deleted = self.delete_prefix(self.attempts_prefix(key))
-        deleted += self.delete_prefix(self.items_prefix(key))
-        return deleted + self.delete_prefix(self.pointer_name(key))
+        """Delete everything stored under one idempotency key: its pointer first (a key left half
+        deleted then reads as no result, never as a pointer to a deleted object), attempts, item chunks."""
+        deleted = self.delete_prefix(self.pointer_name(key))
+        deleted += self.delete_prefix(self.attempts_prefix(key))
+        return deleted + self.delete_prefix(self.items_prefix(key))
 
     # --- inputs ------------------------------------------------------------------------------------
 

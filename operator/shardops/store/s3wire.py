@@ -242,8 +242,9 @@ class WireS3:
 
     # --- boto3's calls -----------------------------------------------------------------------------
 
-    def get_object(self, Bucket: str, Key: str) -> dict[str, Any]:
-        answer = self._send("GetObject", "GET", Bucket, Key, stream=True)
+    def get_object(self, Bucket: str, Key: str, IfMatch: str | None = None) -> dict[str, Any]:
+        headers = {"if-match": IfMatch} if IfMatch else {}
+        answer = self._send("GetObject", "GET", Bucket, Key, headers=headers, stream=True)
         # Left open at the end of the body, so an io.TextIOWrapper over it reads that end instead of
         # a closed file; a body read to its end still returns its connection to the pool.
         answer.auto_close = False
@@ -252,6 +253,7 @@ class WireS3:
             "Metadata": _metadata(answer.headers),
             "ContentLength": int(answer.headers.get("content-length") or 0),
             "ContentEncoding": answer.headers.get("content-encoding"),
+            "ETag": answer.headers.get("etag"),
         }
 
     def head_object(self, Bucket: str, Key: str) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from shardops.api.campaign import Campaign, SourceCooldown
+from shardops.api.campaign import Campaign, ItemsOverLimit, SourceCooldown
 from shardops.api.enums import ErrorClass, ShardClass
 from shardops.api.llm import COOLDOWN_FILE_ENV
 from shardops.k8s.api import CAMPAIGNS, Forbidden
@@ -24,6 +24,7 @@ from shardops.k8s.shards import list_shards
 from shardops.logic.failures import classify_failure
 from shardops.state import cooldowns, ledger, results, shardview
 from shardops.store.items import campaign_items
+from shardops.store.lines import ItemsChanged, NotJsonlText
 from shardops.store.records import ResultTooLarge, StoreCorrupt, StoreUnavailable
 from shardops.store.s3 import S3Store
 from shardops.worker.heartbeat import Fenced, FenceReason
@@ -162,6 +163,10 @@ class ShardRun(Holding):
                         next_renewal = self.clock.monotonic() + interval
         except results.ResultsMismatch as mismatch:
             return ErrorClass.UNKNOWN, f"the campaign's results for the finalize shard: {mismatch}"
+        except ItemsChanged as changed:
+            return ErrorClass.INVALID_INPUT, f"the campaign's items for the finalize shard: {changed.message}"
+        except (ItemsOverLimit, NotJsonlText) as refused:  # the operator refuses them before any shard
+            return ErrorClass.INVALID_INPUT, f"the campaign's items for the finalize shard: {refused}"
         except ItemsUnavailable as problem:
             return ErrorClass.NOT_FOUND, f"the campaign's items for the finalize shard: {problem.message}"
         except OSError as error:
