@@ -522,7 +522,7 @@ def test_a_zombie_the_operator_completes_from_its_stored_s3_result_is_committed_
     operator = reconciler(kube, clock, result_store="S3", s3_bucket="results")
     location = operator.settings.result_store_location()
     s3 = S3Store(location, NAMESPACE, client=FakeS3())
-    operator._stores[(NAMESPACE, location.model_dump_json())] = s3
+    operator.stores.use(NAMESPACE, location, s3)
     operator.reconcile(NAMESPACE, "camp")
     key = shard_of(kube, "camp-00000")["spec"]["idempotencyKey"]
     text = encode_result(key, [(0, item_subkey({"id": 0}), "the answer")])
@@ -551,7 +551,7 @@ def test_the_fold_commits_each_done_shards_result_unless_its_worker_did(
     operator = reconciler(kube, clock, result_store="S3", s3_bucket="results")
     location = operator.settings.result_store_location()
     s3 = S3Store(location, NAMESPACE, client=FakeS3())
-    operator._stores[(NAMESPACE, location.model_dump_json())] = s3
+    operator.stores.use(NAMESPACE, location, s3)
     operator.reconcile(NAMESPACE, "camp")
 
     def stored_by(index: int, token: int, answer: str) -> tuple[str, StoredResult]:
@@ -591,7 +591,7 @@ def test_a_folded_shards_lease_goes_right_before_its_shard(
     put_campaign(kube, campaign(items=[{"id": 0}, {"id": 1}], maxAttempts=2))
     operator = reconciler(kube, clock, result_store="S3", s3_bucket="results")
     location = operator.settings.result_store_location()
-    operator._stores[(NAMESPACE, location.model_dump_json())] = S3Store(location, NAMESPACE, client=FakeS3())
+    operator.stores.use(NAMESPACE, location, S3Store(location, NAMESPACE, client=FakeS3()))
     operator.reconcile(NAMESPACE, "camp")
     result = {"ref": "attempts/x/t1.json", "fingerprint": "sha256:" + "0" * 64, "bytes": 10}
     for index in (0, 1):
