@@ -385,6 +385,7 @@ SCHEDULER_PARTS = (
     "sweep",
     "history",
     "fold",
+    "retry",
     "dispatch",
     "status",
 )

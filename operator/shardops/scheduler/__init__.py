@@ -14,6 +14,7 @@ on the leader only. The modules, lowest first:
     sweep.py          the lease sweep: zombies, stalls, their Events (Sweeper, Sweep)
     history.py        the shard history folded into the breakers, committed once the status holds it
     fold.py           the Done shards folded into the ledger, then deleted with their Leases (LedgerFold)
+    retry.py          a recorded retry request acted on once (Retry), announced after the status write
     dispatch.py       planning and carrying the plan out: pause, resume, cut, finalize, worker Jobs
     status.py         the status a pass wants (desired_status), the conditions that turned    [pure]
     retention.py      result retention: what a finished campaign's results are, and when they go

@@ -4,8 +4,8 @@ One pass (`Reconciler`, through the collaborators it holds):
   1. read the Campaign; parse and validate it and its items (`items.Items`; a bad one: Ready=False,
      nothing created);
   2. observe its Shards, worker Jobs and their pods (`observed.observe`);
-  3. act on recorded requests (retry of Blocked/Failed shards) and sweep the leases of Running shards
-     (`sweep.Sweeper`: zombies back to Pending, stalls reported or revoked);
+  3. act on recorded requests (`retry.Retry`: Blocked/Failed shards back to Pending) and sweep the
+     leases of Running shards (`sweep.Sweeper`: zombies back to Pending, stalls reported or revoked);
   4. plan and carry the plan out (`dispatch.Dispatcher`): pause/resume, materialize shards within the
      backlog bound, the finalize shard once the work is done;
   5. fold the new shard history (this pass's included) into the per-source breakers
@@ -26,7 +26,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -39,11 +38,8 @@ from shardops.api.shard import Shard
 from shardops.clock import utcnow
 from shardops.k8s import campaigns
 from shardops.k8s.api import CAMPAIGNS, Conflict, Kube, NotFound, WriteRefused
-from shardops.k8s.shards import Actor, TransitionRequest
-from shardops.logic import conditions
-from shardops.logic import retry as retry_logic
+from shardops.k8s.shards import Actor
 from shardops.logic.leases import Renewals
-from shardops.logic.transitions import Action
 from shardops.scheduler import builders, failpoints, history
 from shardops.scheduler.dispatch import Dispatcher
 from shardops.scheduler.fold import MAX_FOLD, LedgerFold
@@ -52,6 +48,7 @@ from shardops.scheduler.memory import Memory
 from shardops.scheduler.metrics import Metrics
 from shardops.scheduler.observed import Observed, observe
 from shardops.scheduler.retention import Retention
+from shardops.scheduler.retry import Retry
 from shardops.scheduler.settings import REPORTING_CONTROLLER, OperatorSettings
 from shardops.scheduler.status import (
     Decided,
@@ -64,23 +61,12 @@ from shardops.scheduler.status import (
 from shardops.scheduler.stores import Stores
 from shardops.scheduler.sweep import Sweeper
 from shardops.scheduler.writes import CONFLICT_ROUNDS, ShardWrites
-from shardops.state import breakers, shardview
+from shardops.state import breakers
 from shardops.store.records import StoreUnavailable
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CONFLICT_ROUNDS", "MAX_FOLD", "RETRY_STARTED", "Reconciler", "RetryResult"]
-
-# The operator acts on a retry request (the CLI records the request itself as RetryRequested).
-RETRY_STARTED = "RetryStarted"
-
-
-@dataclass(frozen=True)
-class RetryResult:
-    """A retry request acted on: the generation the status records, the note its Event carries."""
-
-    generation: int
-    note: str
+__all__ = ["CONFLICT_ROUNDS", "MAX_FOLD", "Reconciler"]
 
 
 class Reconciler:
@@ -113,6 +99,7 @@ class Reconciler:
         self.sweeper = Sweeper(kube, self.writes, self.stores, metrics)
         self.dispatch = Dispatcher(kube, settings, self.writes)
         self.ledger = LedgerFold(kube, self.stores)
+        self.retry = Retry(kube, self.writes)
         self.retention = Retention(
             kube, settings.result_store_location(), settings.result_retention_seconds, self.stores.s3
         )
@@ -227,7 +214,7 @@ class Reconciler:
             body, campaign = recorded, Campaign.parse(recorded)
         seen = observe(self.kube, body, campaign, items)
         status = campaign.current_status
-        retried = self._retry(seen, now)
+        retried = self.retry.act(seen, now)
         sweep = self.sweeper.sweep(seen, memory, now)
         # Materialize, pause and resume do not depend on breakers; folding after them takes in the
         # entries this pass wrote, so the next pass has nothing new to fold (and no status to rewrite).
@@ -252,7 +239,7 @@ class Reconciler:
         # this process remember them and say so. A pass whose write lost (Conflict, an error, the
         # leadership gone) left neither, and the pass that runs again folds and announces them once.
         history.commit(self.kube, self.metrics, self.actor, seen, fold, now)
-        self._announce_retry(seen, retried, now)
+        self.retry.announce(seen, retried, now)
         self.sweeper.announce(seen, memory, sweep, now)
         self.metrics.dispatch.labels(campaign=key, reason=str(plan.reason)).inc()
         self._retain(seen)
@@ -320,56 +307,6 @@ class Reconciler:
             )
         except Conflict:
             return None
-
-    # --- recorded requests ---------------------------------------------------------------------------
-
-    def _retry(self, seen: Observed, now: dt.datetime) -> RetryResult | None:
-        """spec.retry.generation ahead of status.lastRetryGeneration: retry the Blocked and Failed shards
-        (all of them, or those spec.retry.shards lists) once. Returns what was done, for the status
-        write of this pass to record (lastRetryGeneration) and then announce; None without a request.
-
-        Each retried shard records the generation in the same write that retries it
-        (status.retryGeneration), so a pass that runs the request again (its status write lost, or
-        a new leader) counts those shards as retried and leaves them alone, even when they have
-        given up again since."""
-        campaign = seen.campaign
-        if not campaign.retry_requested:
-            return None
-        wanted = campaign.spec.retry.generation
-        listed = campaign.spec.retry.shards
-        applied = {
-            name
-            for name, shard in seen.shards.items()
-            if (shard.current_status.retry_generation or 0) >= wanted
-        }
-        choice = retry_logic.choose_retry(
-            {name: shardview.phase_of(shard) for name, shard in seen.shards.items()}, listed, applied
-        )
-        retried = list(choice.applied)
-        for name in choice.retry:
-            request = TransitionRequest(
-                Action.RETRY,
-                f"retry requested by spec.retry.generation={wanted}",
-                updates={"not_before": None, "owner": None, "lease_until": None, "retry_generation": wanted},
-            )
-            if self.writes.transition(seen, seen.shards[name], request, now):
-                retried.append(name)
-        retried.sort()
-        scope = f"{len(set(listed))} listed" if listed else "every Blocked and Failed shard"
-        note = (
-            f"spec.retry.generation={wanted} ({scope}): {len(retried)} shard(s) back to Pending"
-            + conditions.listing(retried)
-            + retry_logic.skipped_text(choice.skipped)
-        )
-        return RetryResult(wanted, note)
-
-    def _announce_retry(self, seen: Observed, retried: RetryResult | None, now: dt.datetime) -> None:
-        """After the status write that records the request as acted on."""
-        if retried is None:
-            return
-        campaigns.record_event(
-            self.kube, seen.body, reason=RETRY_STARTED, note=retried.note, actor=self.actor, now=now
-        )
 
     # --- status ----------------------------------------------------------------------------------------
 
