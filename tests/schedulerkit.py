@@ -191,3 +191,27 @@ def fail_status_writes(kube: OperatorKube, why: str) -> None:
             raise ApiError(503, "ServiceUnavailable", why)
 
     kube.before.append(unavailable)
+
+
+def run(kube: OperatorKube, clock: Clock, name: str = "camp") -> None:
+    reconciler(kube, clock).reconcile(NAMESPACE, name)
+
+
+def watching(kube: OperatorKube, clock: Clock, name: str = "camp") -> Reconciler:
+    """An operator that has made one pass: it has seen the claims as they are now. Expiry is judged on
+    its own clock from when it saw a claim renewed, so a fresh one never reclaims at once."""
+    operator = reconciler(kube, clock)
+    operator.reconcile(NAMESPACE, name)
+    return operator
+
+
+def beat(kube: OperatorKube, clock: Clock, shard_name: str = "camp-00000", seconds: int = 30) -> None:
+    """A heartbeat as a worker writes it: the Lease renewed, then lastHeartbeat and leaseUntil."""
+    put_lease(kube, shard_name, "w1", clock.now, seconds=seconds)
+    until = clock.now + dt.timedelta(seconds=seconds)
+    status = {"lastHeartbeat": clock.now.isoformat(), "leaseUntil": until.isoformat()}
+    kube.patch(SHARDS, NAMESPACE, shard_name, {"status": status}, subresource="status")
+
+
+def names(kube: OperatorKube, resource: object = SHARDS) -> list[str]:
+    return sorted(o["metadata"]["name"] for o in kube.list(resource, NAMESPACE))  # type: ignore[arg-type]

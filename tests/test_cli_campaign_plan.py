@@ -18,6 +18,7 @@ from shardops.logic.planner import LimitReason, plan_dispatch
 from shardops.logic.transitions import Action
 from shardops.scheduler import reconcile
 from shardops.scheduler.metrics import Metrics
+from shardops.scheduler.observed import Observed
 from shardops.scheduler.settings import OperatorSettings
 from shardops.state import breakers, observe
 
@@ -75,12 +76,12 @@ def _scenario() -> tuple[Campaign, list[Any], list[dict], list[dict]]:
 
 
 def test_observe_builds_exactly_the_reconciles_planner_inputs() -> None:
-    """The reconcile plans through `Reconciler._plan`; given the same objects and breaker fold, the
+    """The reconcile plans through `Dispatcher.plan`; given the same objects and breaker fold, the
     plan from `observe.dispatch_inputs` is identical. A drift between the two fails here."""
     campaign, shards, jobs, pods = _scenario()
     settings = OperatorSettings(identity="test", leader_election=False, worker_pending_grace_seconds=120)
     reconciler = reconcile.Reconciler(object(), settings, Metrics(), clock=lambda: NOW)  # type: ignore[arg-type]
-    seen = reconcile._Observed(
+    seen = Observed(
         body=campaign.to_dict(),
         campaign=campaign,
         items=list(campaign.spec.items or []),
@@ -89,7 +90,7 @@ def test_observe_builds_exactly_the_reconciles_planner_inputs() -> None:
         pods=pods,
     )
     states = observe.breaker_states(campaign, shards)
-    theirs = reconciler._plan(seen, states, NOW)
+    theirs = reconciler.dispatch.plan(seen, states, NOW)
     ours = plan_dispatch(observe.dispatch_inputs(campaign, shards, jobs, pods, NOW, items_total=30))
     assert ours.as_dict() == theirs.as_dict()
     # The scenario is not trivial: several limits and skip reasons are in play.

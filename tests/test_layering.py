@@ -349,6 +349,10 @@ def test_imports_point_down(path: Path) -> None:
         ("from shardops.scheduler.settings import OperatorSettings", "shardops.worker.claim"),  # sibling
         ("from ..scheduler import builders", "shardops.cli.campaign"),  # relative sibling
         ("from shardops.main import main", "shardops.cli.campaign"),  # the root command is on top
+        # The reconcile's parts are the scheduler's: none reaches into the CLI (sideways).
+        ("from shardops.cli.campaign_summary import budget_dict", "shardops.scheduler.sweep"),
+        ("from shardops.cli import campaign_status", "shardops.scheduler.fold"),
+        ("from ..cli.campaign_summary import parse_shards", "shardops.scheduler.status"),
     ],
 )
 def test_layering_checker_catches(source: str, module: str) -> None:
@@ -369,6 +373,63 @@ def test_layering_checker_catches(source: str, module: str) -> None:
 )
 def test_layering_checker_allows(source: str, module: str) -> None:
     assert layering_violations(source, module) == []
+
+
+# The reconcile's parts: each a module of scheduler/, so the layering check above covers it.
+SCHEDULER_PARTS = (
+    "memory",
+    "observed",
+    "stores",
+    "writes",
+    "items",
+    "sweep",
+    "history",
+    "fold",
+    "retry",
+    "dispatch",
+    "status",
+)
+
+
+def test_the_reconciles_parts_are_checked_and_import_no_cli() -> None:
+    checked = {_module_name(path): path for path in _all_modules()}
+    for part in SCHEDULER_PARTS:
+        module = f"shardops.scheduler.{part}"
+        assert module in checked, f"{module} is not among the modules the layering check reads"
+        source = checked[module].read_text(encoding="utf-8")
+        assert "shardops.cli" not in source and "from ..cli" not in source, f"{module} imports the CLI"
+    sweep = checked["shardops.scheduler.sweep"].read_text(encoding="utf-8")
+    fold = checked["shardops.scheduler.fold"].read_text(encoding="utf-8")
+    assert layering_violations(sweep, "shardops.scheduler.sweep") == []
+    assert layering_violations(fold, "shardops.scheduler.fold") == []
+
+
+# The status a pass wants and the summary both sides use are computed without I/O or a clock: the
+# logic checker's offenders and forbidden names, though (unlike logic/) they may read the api models.
+PURE_ABOVE_LOGIC = ("scheduler/status.py", "state/summary.py", "state/observe.py")
+
+
+@pytest.mark.parametrize("relative", PURE_ABOVE_LOGIC)
+def test_the_status_and_the_summary_are_pure(relative: str) -> None:
+    path = PACKAGE_DIR / relative
+    problems = [
+        problem
+        for problem in violations(path.read_text(encoding="utf-8"), _module_name(path))
+        if "not on the logic allowlist" not in problem and "imports pydantic" not in problem
+    ]
+    assert not problems, f"{relative}:\n" + "\n".join(problems)
+    imported = {
+        node.module or ""
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.ImportFrom)
+    }
+    io = {m for m in imported if m.startswith(("shardops.k8s", "shardops.store", "shardops.clock"))}
+    assert not io, f"{relative} imports {sorted(io)}: I/O or the clock"
+
+
+def test_the_purity_check_catches_a_clock_in_the_status() -> None:
+    problems = violations("import datetime as dt\nnow = dt.datetime.now()", "shardops.scheduler.status")
+    assert any("wall clock" in problem for problem in problems)
 
 
 # `shardops llm` runs under the worker runtime as the user's command would, without API server

@@ -300,9 +300,7 @@ def test_histories_past_the_limit_fold_each_entry_once() -> None:
 def test_shards_folded_into_the_ledger_leave_the_map() -> None:
     run = Run.start(shards=3, result_store=StoreType.S3, s3_bucket="results")
     location = run.settings_location()
-    run.operator._stores[(NAMESPACE, location.model_dump_json())] = S3Store(
-        location, NAMESPACE, client=FakeS3()
-    )
+    run.operator.stores.use(NAMESPACE, location, S3Store(location, NAMESPACE, client=FakeS3()))
     run.reconcile()
     assert set(run.folded_map()) == {_name(0), _name(1), _name(2)}
     run.fail(0, 0)

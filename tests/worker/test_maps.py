@@ -1,5 +1,5 @@
-"""The module maps at the top of worker/, k8s/ and cli/'s `__init__.py`: every module of the package is
-listed once, and lowest first — a module imports only the modules listed above it."""
+"""The module maps at the top of worker/, k8s/, cli/, scheduler/ and state/'s `__init__.py`: every module of
+the package is listed once, and lowest first — a module imports only the modules listed above it."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def imported_siblings(package: str, module: str) -> set[str]:
     return found - {module}
 
 
-@pytest.mark.parametrize("package", ["worker", "k8s", "cli"])
+@pytest.mark.parametrize("package", ["worker", "k8s", "cli", "scheduler", "state"])
 def test_the_map_lists_every_module_once(package: str) -> None:
     on_disk = sorted(p.name for p in (PACKAGES / package).glob("*.py") if p.name != "__init__.py")
     entries = listed(package)
@@ -47,7 +47,7 @@ def test_the_map_lists_every_module_once(package: str) -> None:
     )
 
 
-@pytest.mark.parametrize("package", ["worker", "k8s", "cli"])
+@pytest.mark.parametrize("package", ["worker", "k8s", "cli", "scheduler", "state"])
 def test_the_map_is_lowest_first(package: str) -> None:
     entries = listed(package)
     for position, module in enumerate(entries):

@@ -26,8 +26,6 @@ from shardops.cli.campaign_summary import (
     budget_dict,
     budget_line,
     counts_dict,
-    known_items_total,
-    live_summary,
     parse_shards,
     phase_counts,
 )
@@ -35,6 +33,7 @@ from shardops.cli.command import Context, load
 from shardops.cli.text import iso, percent, table
 from shardops.logic.budget import BudgetGate, BudgetStatus
 from shardops.state import ledger
+from shardops.state.summary import recorded_items_total, summarize_listed
 
 # Closing checklist: "attempt distribution normal (not many shards at the maximum)". Many means more
 # than this share of the shards, and at least MAX_ATTEMPTS_MIN_COUNT of them.
@@ -144,7 +143,7 @@ def report_view(campaign: Campaign, shard_bodies: Sequence[JSON], now: dt.dateti
     shards = parse_shards(shard_bodies)
     spec = campaign.spec
     status = campaign.current_status
-    live = live_summary(campaign, shards, now)
+    live = summarize_listed(campaign, shards, now)
     agg, counts, not_cut = live.aggregate, live.counts, live.not_cut
     gave_up = tuple(
         GaveUp(
@@ -178,7 +177,7 @@ def report_view(campaign: Campaign, shard_bodies: Sequence[JSON], now: dt.dateti
         not_cut=not_cut,
         total=agg.total_shards,
         items_done=items_done,
-        items_total=known_items_total(campaign),
+        items_total=recorded_items_total(campaign),
         budget=agg.budget,
         shard_costs=shard_costs,
         status_spent=status.spent,

@@ -23,8 +23,6 @@ from shardops.cli.campaign_summary import (
     budget_dict,
     budget_line,
     counts_dict,
-    known_items_total,
-    live_summary,
     phase_counts,
 )
 from shardops.cli.command import Context, load
@@ -34,6 +32,7 @@ from shardops.logic.budget import BudgetGate, BudgetHold, BudgetStatus, reserved
 from shardops.logic.planner import plan_dispatch
 from shardops.logic.transitions import EventReason
 from shardops.state import breakers, error_threshold, ledger, observe
+from shardops.state.summary import recorded_items_total, summarize_listed
 
 WATCH_INTERVAL_SECONDS = 2.0
 # Rate for the time-left estimate: shards finished in this window (or since the first claim).
@@ -227,7 +226,7 @@ class StatusView:
 def status_view(campaign: Campaign, shards: Sequence[Shard], now: dt.datetime) -> StatusView:
     spec = campaign.spec
     status = campaign.current_status
-    live = live_summary(campaign, shards, now)
+    live = summarize_listed(campaign, shards, now)
     agg = live.aggregate
     running = tuple(
         RunningShard(
@@ -272,7 +271,7 @@ def status_view(campaign: Campaign, shards: Sequence[Shard], now: dt.datetime) -
         counts=live.counts,
         not_cut=live.not_cut,
         total=agg.total_shards,
-        items_total=known_items_total(campaign),
+        items_total=recorded_items_total(campaign),
         running=running,
         oldest_pending_seconds=(
             round(agg.oldest_pending_age.total_seconds(), 1) if agg.oldest_pending_age is not None else None

@@ -1,23 +1,18 @@
 """What `status`, `plan` and `report` show alike: the shards in order, counts per phase, the item count and
-the budget, as data (`-o json|yaml`) and as text. Pure: no I/O, no clock."""
+the budget, as data (`-o json|yaml`) and as text. Pure: no I/O, no clock. The counts and the budget
+themselves are the operator's (`state.summary`): here is only how they are shown."""
 
 from __future__ import annotations
 
-import datetime as dt
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
 
 from pydantic import ValidationError
 
-from shardops.api.campaign import Campaign
 from shardops.api.common import JSON
 from shardops.api.enums import ShardClass, ShardPhase
 from shardops.api.shard import Shard
 from shardops.cli.text import percent
-from shardops.logic.aggregate import Aggregate, CampaignFacts, aggregate
 from shardops.logic.budget import BudgetHold, BudgetStatus
-from shardops.logic.shardview import ShardView
-from shardops.state import observe, shardview
 
 PHASE_ORDER = (
     ShardPhase.QUEUED,
@@ -40,47 +35,6 @@ def parse_shards(bodies: Iterable[JSON]) -> list[Shard]:
             name = (body.get("metadata") or {}).get("name")
             raise ValueError(f"shard {name} does not parse: {error.errors()[0].get('msg')}") from None
     return sorted(shards, key=lambda s: (s.spec.shard_class is ShardClass.FINALIZE, s.spec.index, s.name))
-
-
-def known_items_total(campaign: Campaign) -> int | None:
-    """Inline items are counted from the spec; itemsFrom from the status once the operator read them."""
-    inline = campaign.spec.inline_items_total
-    if inline is not None:
-        return inline
-    return campaign.current_status.items_total
-
-
-def items_total_or_cut(campaign: Campaign, shards: Sequence[Shard]) -> int:
-    """The item count, or (unknown yet) the items already cut into shards, so nothing counts as left."""
-    known = known_items_total(campaign)
-    if known is not None:
-        return known
-    indices = [s.spec.index for s in shards if s.spec.shard_class is ShardClass.WORK]
-    return (max(indices) + 1) * campaign.spec.shard_size if indices else 0
-
-
-@dataclass(frozen=True)
-class LiveSummary:
-    """What the operator's status step computes from the live shards (the same `logic.aggregate` over
-    the same facts), so status and report count as the operator does."""
-
-    views: list[ShardView]
-    aggregate: Aggregate
-    facts: CampaignFacts
-
-    @property
-    def counts(self) -> dict[ShardPhase, int]:
-        return dict(self.aggregate.counts)
-
-    @property
-    def not_cut(self) -> int:
-        return self.facts.uncut_shards
-
-
-def live_summary(campaign: Campaign, shards: Sequence[Shard], now: dt.datetime) -> LiveSummary:
-    views = [shardview.shard_view(s) for s in shards]
-    facts = observe.campaign_facts(campaign, shards, items_total_or_cut(campaign, shards))
-    return LiveSummary(views, aggregate(views, now, facts), facts)
 
 
 def counts_dict(counts: Mapping[ShardPhase, int]) -> JSON:

@@ -91,7 +91,7 @@ def run_operator(settings: OperatorSettings) -> int:
         # kopf logs every successful handler call at INFO: one line per tick per campaign.
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     metrics = Metrics()
-    # A connection for each reconcile thread and for a write alongside each (Reconciler._alongside),
+    # A connection for each reconcile thread and for a write alongside each (Dispatcher.alongside),
     # plus the leader election thread's and one spare.
     kube = Kube.from_environment(
         OPERATOR_FIELD_MANAGER, settings.kubeconfig, connections=2 * settings.reconcile_threads + 2

@@ -1,0 +1,58 @@
+"""The S3 stores the operator itself reads and writes (`Stores`): one client per store location.
+
+Creating an S3 client costs far more than a call, so each location's is made once and kept. The
+operator holds the installation's credentials only: a store whose credentials only the campaign's
+workers hold (its own credentialsSecret) has no client here (`s3` is None), and what needs one
+(the ledger fold, a zombie's stored result, counting an items object) is left to the workers."""
+
+from __future__ import annotations
+
+import threading
+
+from shardops import store
+from shardops.api.campaign import Campaign, ResultStoreStatus
+from shardops.api.enums import StoreType
+from shardops.k8s.api import KubeClient
+from shardops.store import ResultStore
+from shardops.store.s3 import S3Store
+
+
+class Stores:
+    def __init__(self, installation: ResultStoreStatus) -> None:
+        self.installation = installation
+        self._lock = threading.Lock()
+        # Bounded by the store locations in use: the installation's and those campaigns name.
+        self._clients: dict[tuple[str, str], S3Store] = {}
+
+    def s3(self, namespace: str, location: ResultStoreStatus) -> S3Store | None:
+        """The S3 store at `location` with the operator's own credentials; None for a store whose
+        credentials only the campaign's workers hold (its own credentialsSecret)."""
+        if location.credentials_secret != self.installation.credentials_secret:
+            return None
+        key = (namespace, location.model_dump_json())
+        with self._lock:
+            if key not in self._clients:
+                self._clients[key] = S3Store(location, namespace)
+            return self._clients[key]
+
+    def use(self, namespace: str, location: ResultStoreStatus, client: S3Store) -> None:
+        """Serve `client` for `location` (a test's S3Store on an in-memory S3)."""
+        with self._lock:
+            self._clients[(namespace, location.model_dump_json())] = client
+
+    def s3_of(self, namespace: str, location: ResultStoreStatus) -> S3Store | None:
+        """`s3` for an S3 location; None for any other type."""
+        return self.s3(namespace, location) if location.type is StoreType.S3 else None
+
+    def ledger(self, campaign: Campaign) -> S3Store | None:
+        """Where the campaign's ledger goes: its recorded S3 store, if the operator may write it."""
+        location = campaign.current_status.result_store
+        return None if location is None else self.s3_of(campaign.namespace, location)
+
+    def results(self, kube: KubeClient, campaign: Campaign) -> ResultStore | None:
+        """The campaign's result store, to read a shard's stored result; None when the operator
+        cannot read it (an S3 store with the campaign's own credentials)."""
+        location = store.location_of(campaign)
+        if location.type is StoreType.S3:
+            return self.s3(campaign.namespace, location)
+        return store.open_store(kube, campaign.namespace, location)

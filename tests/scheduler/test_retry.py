@@ -1,0 +1,76 @@
+"""A recorded retry request (scheduler/retry.py), through the reconcile: acted on once, only on
+the shards it lists, with the skipped ones named."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from schedulerkit import (
+    NAMESPACE,
+    Clock,
+    OperatorKube,
+    campaign,
+    condition,
+    put_campaign,
+    put_shard,
+    run,
+    shard,
+    shard_of,
+    status_of,
+)
+from shardops.k8s.api import (
+    EVENTS,
+)
+
+JSON = dict[str, Any]
+
+
+@pytest.fixture
+def kube() -> OperatorKube:
+    return OperatorKube()
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+def test_retry_is_acted_on_once(kube: OperatorKube, clock: Clock) -> None:
+    put_campaign(kube, campaign(items=[{"id": 0}], retry={"generation": 1}))
+    put_shard(kube, shard("camp", 0, "Blocked", attempt=3))
+    run(kube, clock)
+    s = shard_of(kube, "camp-00000")["status"]
+    assert (s["phase"], s["attempt"]) == ("Pending", 1)
+    assert status_of(kube)["lastRetryGeneration"] == 1
+    run(kube, clock.advance(1))
+    # The operator's event says it acted; RetryRequested is the CLI's (the user asked).
+    assert kube.event_reasons("camp").count("RetryStarted") == 1
+    assert "RetryRequested" not in kube.event_reasons("camp")
+    assert [h["reason"] for h in shard_of(kube, "camp-00000")["status"]["history"]].count("Retried") == 1
+
+
+def test_retry_with_a_shard_list_retries_only_those_and_names_the_skipped(
+    kube: OperatorKube, clock: Clock
+) -> None:
+    listed = ["camp-00000", "camp-00002"]
+    put_campaign(
+        kube, campaign(items=[{"id": i} for i in range(3)], retry={"generation": 1, "shards": listed})
+    )
+    put_shard(kube, shard("camp", 0, "Failed"))
+    put_shard(kube, shard("camp", 1, "Failed"))
+    put_shard(kube, shard("camp", 2, "Done"))
+    run(kube, clock)
+    assert shard_of(kube, "camp-00000")["status"]["phase"] == "Pending"
+    assert shard_of(kube, "camp-00001")["status"]["phase"] == "Failed", "not listed: left alone"
+    assert shard_of(kube, "camp-00002")["status"]["phase"] == "Done"
+    assert status_of(kube)["lastRetryGeneration"] == 1
+    run(kube, clock.advance(1))
+    [event] = [e for e in kube.list(EVENTS, NAMESPACE) if e["reason"] == "RetryStarted"]
+    assert event["regarding"]["name"] == "camp"
+    assert "spec.retry.generation=1 (2 listed): 1 shard(s) back to Pending (camp-00000)" in event["note"]
+    assert "skipped (not Blocked or Failed): camp-00002 (Done)" in event["note"]
+    assert "camp-00001" not in event["note"]
+    degraded = condition(status_of(kube), "Degraded")
+    assert "kubectl campaign retry camp" in degraded["message"]

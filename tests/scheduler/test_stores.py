@@ -1,0 +1,53 @@
+"""The S3 stores the operator uses itself (scheduler/stores.py): one client per location, and none
+for a store whose credentials only the campaign's workers hold."""
+
+from __future__ import annotations
+
+from fakekube import FakeKube
+from fakes3 import FakeS3
+from schedulerkit import NAMESPACE, campaign
+from shardops.api.campaign import Campaign, ResultStoreStatus
+from shardops.api.enums import StoreType
+from shardops.scheduler.stores import Stores
+from shardops.store.configmap import ConfigMapStore
+from shardops.store.s3 import S3Store
+
+INSTALLATION = ResultStoreStatus(
+    type=StoreType.S3, endpoint="http://127.0.0.1:1", bucket="results", credentials_secret="operator-s3"
+)
+
+
+def test_one_client_per_location_made_once() -> None:
+    stores = Stores(INSTALLATION)
+    first = stores.s3(NAMESPACE, INSTALLATION)
+    assert first is not None and stores.s3(NAMESPACE, INSTALLATION) is first
+    other = INSTALLATION.model_copy(update={"bucket": "elsewhere"})
+    assert stores.s3(NAMESPACE, other) is not first
+    assert stores.s3("other-namespace", INSTALLATION) is not first
+
+
+def test_a_store_with_the_campaigns_own_credentials_has_no_client_here() -> None:
+    stores = Stores(INSTALLATION)
+    own = INSTALLATION.model_copy(update={"credentials_secret": "team-s3"})
+    assert stores.s3(NAMESPACE, own) is None
+    assert stores.s3_of(NAMESPACE, ResultStoreStatus(type=StoreType.CONFIG_MAP)) is None
+
+
+def _campaign(**status: object) -> Campaign:
+    body = campaign()
+    body["metadata"]["namespace"] = NAMESPACE
+    return Campaign.parse({**body, "status": status} if status else body)
+
+
+def test_the_ledger_goes_to_the_recorded_s3_store_only() -> None:
+    stores = Stores(INSTALLATION)
+    client = S3Store(INSTALLATION, NAMESPACE, client=FakeS3())
+    stores.use(NAMESPACE, INSTALLATION, client)
+    unrecorded = _campaign()
+    assert stores.ledger(unrecorded) is None, "no store recorded yet: nothing folds"
+    recorded = _campaign(resultStore=INSTALLATION.to_dict())
+    assert stores.ledger(recorded) is client
+    configmap = _campaign(resultStore={"type": "ConfigMap"})
+    assert stores.ledger(configmap) is None
+    assert isinstance(stores.results(FakeKube(), configmap), ConfigMapStore)
+    assert stores.results(FakeKube(), recorded) is client
