@@ -393,24 +393,71 @@ def test_image_digest_and_tag(helm_bin: Path) -> None:
     assert pod["spec"]["containers"][0]["image"] == "registry.example/so:1.2.3"
 
 
-def test_pull_secrets_extra_env_and_args(helm_bin: Path, tmp_path: Path) -> None:
+def test_pull_secrets_and_extra_env(helm_bin: Path, tmp_path: Path) -> None:
     values = tmp_path / "values.yaml"
     values.write_text(
         yaml.safe_dump(
             {
                 "imagePullSecrets": ["regcred", {"name": "mirror"}],
-                "operator": {
-                    "extraArgs": ["--flag"],
-                    "extraEnv": [{"name": "SHARDOPS_TICK_SECONDS", "value": "2"}],
-                },
+                "operator": {"extraEnv": [{"name": "SHARDOPS_TICK_SECONDS", "value": "2"}]},
             }
         )
     )
     pod = deployment_pod(render(helm_bin, extra=("--values", str(values))))["spec"]
     assert pod["imagePullSecrets"] == [{"name": "regcred"}, {"name": "mirror"}]
     (container,) = pod["containers"]
-    assert container["args"] == ["--flag"]
+    assert "args" not in container
     assert {"name": "SHARDOPS_TICK_SECONDS", "value": "2"} in container["env"]
+
+
+def test_no_value_passes_arguments_the_operator_refuses(helm_bin: Path) -> None:
+    """`shardops operator` takes no arguments (it crash-loops on any): there is no value for them."""
+    refused = helm(
+        helm_bin, "template", "rel", str(CHART), "--set", "operator.extraArgs={--flag}", check=False
+    )
+    assert refused.returncode != 0 and "extraArgs" in refused.stderr
+
+
+@pytest.mark.parametrize(
+    "sets",
+    [
+        (),
+        ("resultStore.type=S3", "resultStore.s3.bucket=results", "resultStore.retentionSeconds=3600"),
+        (
+            "workers.metrics.enabled=true",
+            "operator.logLevel=debug",
+            "operator.leaderElection.enabled=false",
+            "operator.replicas=1",
+        ),
+    ],
+    ids=["defaults", "s3", "metrics-debug"],
+)
+def test_the_operator_starts_with_what_the_chart_renders(helm_bin: Path, sets: tuple[str, ...]) -> None:
+    """The rendered command parses with the operator's own parser and its environment loads as its
+    settings: a value the operator would refuse at start is caught here, not as a crash loop."""
+    from shardops.main import build_parser
+    from shardops.scheduler.settings import OperatorSettings
+
+    (container,) = deployment_pod(render(helm_bin, *sets))["spec"]["containers"]
+    argv = [*container["command"][1:], *container.get("args", [])]
+    assert build_parser().parse_args(argv).run is not None
+    # valueFrom entries (pod name, uid, namespace) get what the kubelet would put there.
+    env = {e["name"]: e.get("value", "filled-by-kubelet") for e in container["env"]}
+    settings = OperatorSettings.model_validate(
+        {k.removeprefix("SHARDOPS_").lower(): v for k, v in env.items() if k.startswith("SHARDOPS_")}
+    )
+    assert settings.log_level.upper() in {"DEBUG", "INFO", "WARNING", "ERROR"}
+
+
+def test_kube_version_floor_covers_the_crd_features_used() -> None:
+    """Workers list Shards with a field selector on a CRD selectableField (GA in Kubernetes 1.32)."""
+    floor = re.fullmatch(r">=1\.(\d+)\.0-0", CHART_META["kubeVersion"])
+    assert floor, CHART_META["kubeVersion"]
+    shards_crd = yaml.safe_load((CHART / "crds" / "shardops.dev_shards.yaml").read_text())
+    if any("selectableFields" in v for v in shards_crd["spec"]["versions"]):
+        assert int(floor.group(1)) >= 32
+    install = (ROOT / "docs" / "install.md").read_text()
+    assert f"Kubernetes **1.{floor.group(1)} or later**" in install
 
 
 def test_watching_a_list_of_namespaces_binds_nothing_cluster_wide(helm_bin: Path) -> None:
