@@ -8,6 +8,7 @@ suite (e2e/test_chart_*.py) sends the same renderings to a real API server.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import tomllib
@@ -429,10 +430,19 @@ def test_no_value_passes_arguments_the_operator_refuses(helm_bin: Path) -> None:
             "operator.leaderElection.enabled=false",
             "operator.replicas=1",
         ),
+        (
+            "workers.imagePullSecrets={regcred}",
+            "workers.nodeSelector.pool=batch",
+            "workers.tolerations[0].key=batch",
+            "workers.tolerations[0].operator=Exists",
+            "workers.resources.requests.cpu=100m",
+        ),
     ],
-    ids=["defaults", "s3", "metrics-debug"],
+    ids=["defaults", "s3", "metrics-debug", "worker-placement"],
 )
-def test_the_operator_starts_with_what_the_chart_renders(helm_bin: Path, sets: tuple[str, ...]) -> None:
+def test_the_operator_starts_with_what_the_chart_renders(
+    helm_bin: Path, sets: tuple[str, ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The rendered command parses with the operator's own parser and its environment loads as its
     settings: a value the operator would refuse at start is caught here, not as a crash loop."""
     from shardops.main import build_parser
@@ -441,12 +451,26 @@ def test_the_operator_starts_with_what_the_chart_renders(helm_bin: Path, sets: t
     (container,) = deployment_pod(render(helm_bin, *sets))["spec"]["containers"]
     argv = [*container["command"][1:], *container.get("args", [])]
     assert build_parser().parse_args(argv).run is not None
-    # valueFrom entries (pod name, uid, namespace) get what the kubelet would put there.
-    env = {e["name"]: e.get("value", "filled-by-kubelet") for e in container["env"]}
-    settings = OperatorSettings.model_validate(
-        {k.removeprefix("SHARDOPS_").lower(): v for k, v in env.items() if k.startswith("SHARDOPS_")}
-    )
+    # valueFrom entries (pod name, uid, namespace) get what the kubelet would put there; the settings
+    # are read from the environment as the operator reads them (JSON values decoded).
+    for name in [n for n in os.environ if n.startswith("SHARDOPS_")]:
+        monkeypatch.delenv(name)
+    for entry in container["env"]:
+        monkeypatch.setenv(entry["name"], entry.get("value", "filled-by-kubelet"))
+    settings = OperatorSettings()
     assert settings.log_level.upper() in {"DEBUG", "INFO", "WARNING", "ERROR"}
+    if "workers.nodeSelector.pool=batch" in sets:
+        defaults = settings.worker_pod_defaults()
+        assert defaults.image_pull_secrets == ("regcred",) and defaults.node_selector == {"pool": "batch"}
+        assert defaults.tolerations == ({"key": "batch", "operator": "Exists"},)
+        assert defaults.resources == {"requests": {"cpu": "100m"}}
+
+
+def test_worker_tolerations_the_operator_could_not_read_are_refused_at_install(helm_bin: Path) -> None:
+    refused = helm(
+        helm_bin, "template", "rel", str(CHART), "--set", "workers.tolerations[0].keyy=batch", check=False
+    )
+    assert refused.returncode != 0 and "tolerations" in refused.stderr
 
 
 def test_kube_version_floor_covers_the_crd_features_used() -> None:

@@ -181,6 +181,66 @@ def test_worker_job_is_owned_labelled_retried_by_us_and_cleaned_up() -> None:
     assert "resources" not in container
 
 
+PLACED = {
+    "image": "registry.example.com/team/agent:1",
+    "command": ["agent"],
+    "imagePullSecrets": [{"name": "team-registry"}],
+    "nodeSelector": {"pool": "batch"},
+    "tolerations": [{"key": "batch", "operator": "Exists", "effect": "NoSchedule"}],
+    "resources": {"requests": {"cpu": "500m"}, "limits": {"memory": "1Gi"}},
+}
+INSTALLATION = builders.WorkerPodDefaults(
+    image_pull_secrets=("mirror",),
+    node_selector={"pool": "general"},
+    tolerations=({"key": "shared", "operator": "Exists"},),
+    resources={"requests": {"cpu": "100m"}},
+)
+
+
+def test_worker_pods_are_placed_as_the_campaign_says() -> None:
+    camp = parsed(worker=PLACED)
+    pod = builders.worker_job_body(camp, camp.spec.worker, "sa", pod_defaults=INSTALLATION)["spec"][
+        "template"
+    ]
+    assert pod["spec"]["imagePullSecrets"] == [{"name": "team-registry"}]
+    assert pod["spec"]["nodeSelector"] == {"pool": "batch"}
+    assert pod["spec"]["tolerations"] == [{"key": "batch", "operator": "Exists", "effect": "NoSchedule"}]
+    assert pod["spec"]["containers"][0]["resources"] == {
+        "requests": {"cpu": "500m"},
+        "limits": {"memory": "1Gi"},
+    }
+    # Where the pod runs is not what it computes: the shards' keys do not change.
+    assert work_key(**PLACED) == work_key(image=PLACED["image"], command=["agent"])
+
+
+def test_worker_pods_take_the_installations_placement_for_what_the_campaign_leaves_unset() -> None:
+    camp = parsed(worker={"image": "img", "command": ["agent"], "nodeSelector": {}})
+    pod = builders.worker_job_body(camp, camp.spec.worker, "sa", pod_defaults=INSTALLATION)["spec"][
+        "template"
+    ]
+    assert pod["spec"]["imagePullSecrets"] == [{"name": "mirror"}]
+    assert pod["spec"]["tolerations"] == [{"key": "shared", "operator": "Exists"}]
+    assert pod["spec"]["containers"][0]["resources"] == {"requests": {"cpu": "100m"}}
+    # An explicit empty selector is the campaign's choice: any node.
+    assert "nodeSelector" not in pod["spec"]
+    bare = builders.worker_job_body(camp, camp.spec.worker, "sa")["spec"]["template"]["spec"]
+    assert not {"imagePullSecrets", "nodeSelector", "tolerations"} & set(bare)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "named"),
+    [
+        ("tolerations", [{"key": "k", "operator": "Maybe"}], "operator"),
+        ("tolerations", [{"key": "k", "effect": "NoRun"}], "effect"),
+        ("imagePullSecrets", [{"name": "Not_A_Name"}], "name"),
+        ("nodeSelector", {"pool": "x" * 64}, "nodeSelector"),
+    ],
+)
+def test_bad_placement_is_refused_naming_the_field(field: str, value: object, named: str) -> None:
+    with pytest.raises(ValueError, match=named):
+        parsed(worker={"image": "img", "command": ["agent"], field: value})
+
+
 def test_a_worker_job_of_several_slots_says_so_to_its_pod_and_to_the_planner() -> None:
     """The env tells the worker how many shards to run at once; the annotation is what the planner
     counts (`state.workers.job_slots`); a SHARDOPS_SLOTS of the campaign's env does not win."""

@@ -862,6 +862,7 @@ class Reconciler:
                 self.settings.worker_metrics(),
                 number=number,
                 slots=slots,
+                pod_defaults=self.settings.worker_pod_defaults(),
             )
             try:
                 job = jobs.create(self.kube, seen.campaign.namespace, body)
