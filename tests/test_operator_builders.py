@@ -565,3 +565,82 @@ def test_workers_that_keep_failing_hold_new_jobs_until_quiet() -> None:
     )
     assert not workers.worker_failures(old, now).holding(1, now)
     assert "3 worker Job(s) failed" in failures.describe()
+
+
+def _waiting_pod(name: str, reason: str, message: str = "", phase: str = "Pending") -> dict[str, object]:
+    waiting = {"reason": reason, **({"message": message} if message else {})}
+    return {
+        "metadata": {"name": name, "creationTimestamp": micro_time(T0)},
+        "status": {"phase": phase, "containerStatuses": [{"name": "worker", "state": {"waiting": waiting}}]},
+    }
+
+
+@pytest.mark.parametrize(
+    ("reason", "message"),
+    [
+        ("CreateContainerConfigError", 'secret "shardops-s3" not found'),
+        ("ErrImagePull", 'failed to pull image "shardops:dev": not found'),
+        ("ImagePullBackOff", 'Back-off pulling image "shardops:dev"'),
+        ("InvalidImageName", 'Failed to apply default image tag "Bad:Name"'),
+        ("CrashLoopBackOff", "back-off 40s restarting failed container"),
+    ],
+)
+def test_a_pod_that_cannot_start_is_named_with_its_own_reason_and_not_counted_as_pending(
+    reason: str, message: str
+) -> None:
+    now = T0 + dt.timedelta(minutes=10)
+    phase = "Running" if reason == "CrashLoopBackOff" else "Pending"
+    pods = [_waiting_pod("w-1-x", reason, message, phase)]
+    counts = workers.worker_counts(
+        [{"metadata": {"name": "w-1"}, "status": {}}], pods, now, dt.timedelta(minutes=2)
+    )
+    assert counts.cannot_start == f"pod w-1-x: container worker: {reason}: {message}"
+    assert counts.stuck_pending_pods == 0, "a pod the kubelet cannot start is not a full cluster"
+
+
+def test_a_pod_still_starting_is_healthy() -> None:
+    now = T0 + dt.timedelta(seconds=5)
+    pods = [_waiting_pod("w-1-x", "ContainerCreating")]
+    counts = workers.worker_counts(
+        [{"metadata": {"name": "w-1"}, "status": {}}], pods, now, dt.timedelta(minutes=2)
+    )
+    assert counts.cannot_start is None and counts.stuck_detail is None
+
+
+def test_an_unschedulable_pod_is_named_with_the_schedulers_words() -> None:
+    unschedulable = {
+        "metadata": {"name": "w-1-x", "creationTimestamp": micro_time(T0)},
+        "status": {
+            "phase": "Pending",
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": "0/3 nodes are available: 3 Insufficient cpu.",
+                }
+            ],
+        },
+    }
+    counts = workers.worker_counts([], [unschedulable], T0, dt.timedelta(minutes=2))
+    assert counts.stuck_pending_pods == 1
+    assert counts.stuck_detail == "pod w-1-x: Unschedulable: 0/3 nodes are available: 3 Insufficient cpu."
+
+
+def test_a_job_refused_its_pod_is_full_for_quota_and_failing_for_anything_else() -> None:
+    now = T0 + dt.timedelta(minutes=10)
+    jobs = [
+        {"metadata": {"name": "w-1", "creationTimestamp": micro_time(T0)}, "status": {}},
+        {"metadata": {"name": "w-2", "creationTimestamp": micro_time(T0)}, "status": {}},
+        {"metadata": {"name": "w-3", "creationTimestamp": micro_time(now)}, "status": {}},
+    ]
+    grace = dt.timedelta(minutes=2)
+    assert workers.podless_jobs(jobs, [], now, grace) == ["w-1", "w-2"]
+    quota = 'pods "w-1-a" is forbidden: exceeded quota: compute, requested: cpu=1, limited: cpu=2'
+    counts = workers.worker_counts(jobs, [], now, grace, {"w-1": quota})
+    assert counts.stuck_pending_pods == 2 and counts.cannot_start is None
+    assert counts.stuck_detail == f"Job w-1: FailedCreate: {quota}"
+    policy = 'pods "w-2-a" is forbidden: violates PodSecurity "restricted:latest"'
+    counts = workers.worker_counts(jobs, [], now, grace, {"w-2": policy})
+    assert counts.cannot_start == f"Job w-2: FailedCreate: {policy}"
+    assert counts.stuck_pending_pods == 1  # w-1: no pod past the grace, no word why

@@ -725,6 +725,8 @@ class Reconciler:
     def _plan(self, seen: _Observed, states: dict[str, SourceBreaker], now: dt.datetime) -> DispatchPlan:
         # The inputs come from `observe`, the one mapping of live objects to planner inputs, which
         # `kubectl campaign plan` uses too: its dry run is this plan.
+        grace = dt.timedelta(seconds=self.settings.worker_pending_grace_seconds)
+        podless = workers.podless_jobs(seen.jobs, seen.pods, now, grace)
         inputs = observe.dispatch_inputs(
             seen.campaign,
             seen.shards.values(),
@@ -733,7 +735,8 @@ class Reconciler:
             now,
             items_total=len(seen.items),
             breakers=states,
-            pending_grace=dt.timedelta(seconds=self.settings.worker_pending_grace_seconds),
+            pending_grace=grace,
+            refusals=jobs.failed_creates(self.kube, seen.campaign.namespace, podless),
         )
         return plan_dispatch(inputs)
 
