@@ -228,6 +228,7 @@ def test_default_rendering(helm_bin: Path) -> None:
         [
             "ServiceAccount", "ServiceAccount",
             "ClusterRole", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "RoleBinding",
+            "ClusterRole", "ClusterRole",  # aggregated into view, edit and admin
             "Deployment", "PodDisruptionBudget", "Service",
             "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicy",
             "ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicyBinding",
@@ -579,6 +580,33 @@ def test_admission_and_rbac_can_be_left_out(helm_bin: Path) -> None:
     assert [o["metadata"]["name"] for o in objects if o["kind"] == "ServiceAccount"] == ["shardops-worker"]
 
 
+AGGREGATE = "rbac.authorization.k8s.io/aggregate-to-"
+
+
+def _aggregated(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        o
+        for o in objects
+        if o["kind"] == "ClusterRole" and any(k.startswith(AGGREGATE) for k in o["metadata"]["labels"])
+    ]
+
+
+def test_namespace_users_get_campaigns_through_the_default_roles(helm_bin: Path) -> None:
+    """view reads Campaigns and Shards; edit and admin also create, change and delete Campaigns;
+    nobody but shardops writes Shards."""
+    by_default_role: dict[str, set[tuple[str, str, str]]] = {"view": set(), "edit": set(), "admin": set()}
+    for role in _aggregated(render(helm_bin)):
+        for default_role, granted in by_default_role.items():
+            if role["metadata"]["labels"].get(AGGREGATE + default_role) == "true":
+                granted |= grants(role["rules"])
+    view = {("shardops.dev", r, v) for r in ("campaigns", "shards") for v in ("get", "list", "watch")}
+    write = {
+        ("shardops.dev", "campaigns", v) for v in ("create", "update", "patch", "delete", "deletecollection")
+    }
+    assert by_default_role == {"view": view, "edit": view | write, "admin": view | write}
+    assert not _aggregated(render(helm_bin, "rbac.aggregateToDefaultRoles=false"))
+
+
 def test_cluster_scoped_names_carry_the_release_namespace(helm_bin: Path) -> None:
     """Two releases of one name in two namespaces must not share a ClusterRole or a policy."""
     a = render(helm_bin, namespace="team-a")
@@ -591,7 +619,7 @@ def test_cluster_scoped_names_carry_the_release_namespace(helm_bin: Path) -> Non
     )
     names_a = {(o["kind"], o["metadata"]["name"]) for o in a if o["kind"] in cluster_scoped}
     names_b = {(o["kind"], o["metadata"]["name"]) for o in b if o["kind"] in cluster_scoped}
-    assert len(names_a) == 7 and not names_a & names_b
+    assert len(names_a) == 9 and not names_a & names_b
     assert all("-team-a-" in name for _, name in names_a)
 
 
