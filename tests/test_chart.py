@@ -598,7 +598,7 @@ def test_namespace_users_get_campaigns_through_the_default_roles(helm_bin: Path)
     for role in _aggregated(render(helm_bin)):
         for default_role, granted in by_default_role.items():
             if role["metadata"]["labels"].get(AGGREGATE + default_role) == "true":
-                granted |= grants(role["rules"])
+                granted.update(grants(role["rules"]))
     view = {("shardops.dev", r, v) for r in ("campaigns", "shards") for v in ("get", "list", "watch")}
     write = {
         ("shardops.dev", "campaigns", v) for v in ("create", "update", "patch", "delete", "deletecollection")
