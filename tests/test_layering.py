@@ -267,8 +267,9 @@ PACKAGE_RANKS = {
     "cli": 5,
     "llm": 5,
 }
-# clock: the wall clock and its skew settings both entry packages share; it imports nothing of shardops.
-ROOT_MODULES = {"shardops": -1, "shardops.clock": -1, "shardops.main": 6}
+# clock: the wall clock and its skew settings both entry packages share; proxies: the HTTP proxy of a
+# URL from the environment (S3 and LLM clients); neither imports anything of shardops.
+ROOT_MODULES = {"shardops": -1, "shardops.clock": -1, "shardops.proxies": -1, "shardops.main": 6}
 
 
 def _rank(module: str) -> tuple[int, str] | None:
@@ -373,7 +374,7 @@ def test_layering_checker_allows(source: str, module: str) -> None:
 
 # `shardops llm` runs under the worker runtime as the user's command would, without API server
 # credentials (the runtime drops KUBECONFIG): it needs only the models, the pure rules and the clock.
-LLM_ALLOWED_LAYERS = frozenset({"shardops", "api", "logic", "llm", "clock"})
+LLM_ALLOWED_LAYERS = frozenset({"shardops", "api", "logic", "llm", "clock", "proxies"})
 
 
 def llm_import_violations(source: str, module_name: str) -> list[str]:
