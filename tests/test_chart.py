@@ -401,7 +401,14 @@ def test_pull_secrets_and_extra_env(helm_bin: Path, tmp_path: Path) -> None:
         yaml.safe_dump(
             {
                 "imagePullSecrets": ["regcred", {"name": "mirror"}],
-                "operator": {"extraEnv": [{"name": "SHARDOPS_TICK_SECONDS", "value": "2"}]},
+                "operator": {
+                    "extraEnv": [
+                        {"name": "SHARDOPS_TICK_SECONDS", "value": "2"},
+                        # Behind an egress proxy: the S3 client goes through it (shardops.proxies).
+                        {"name": "HTTPS_PROXY", "value": "http://proxy.corp:3128"},
+                        {"name": "NO_PROXY", "value": ".svc.cluster.local"},
+                    ]
+                },
             }
         )
     )
@@ -410,6 +417,7 @@ def test_pull_secrets_and_extra_env(helm_bin: Path, tmp_path: Path) -> None:
     (container,) = pod["containers"]
     assert "args" not in container
     assert {"name": "SHARDOPS_TICK_SECONDS", "value": "2"} in container["env"]
+    assert {"name": "HTTPS_PROXY", "value": "http://proxy.corp:3128"} in container["env"]
 
 
 def test_no_value_passes_arguments_the_operator_refuses(helm_bin: Path) -> None:
