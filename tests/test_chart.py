@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from shardops.api import rules
+from shardops.api.campaign import Campaign
 from shardops.api.crdgen import drift, render_files
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -638,7 +639,11 @@ def test_notes_say_what_to_run_next(helm_bin: Path) -> None:
     )  # fmt: skip
     notes = result.stdout.split("NOTES:", 1)[1]
     assert "kubectl -n ops rollout status deployment/rel-shardops-operator" in notes
-    assert "kubectl -n team-a apply -f crds/samples/campaign-minimal.yaml" in notes
+    # A campaign to paste: the chart ships no sample files, and its worker is the chart's own image.
+    assert "kubectl -n team-a apply -f - <<EOF" in notes
+    pasted = yaml.safe_load(notes.split("<<EOF\n", 1)[1].split("  EOF", 1)[0])
+    assert Campaign.parse(pasted).spec.items is not None
+    assert pasted["spec"]["worker"]["image"] == f"ghcr.io/shardops/shardops:{CHART_META['appVersion']}"
     assert "helm uninstall keeps the CRDs and your Campaigns" in notes
 
 
