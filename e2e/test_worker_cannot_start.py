@@ -59,7 +59,8 @@ def test_a_worker_pod_missing_its_secret_turns_workers_failing_naming_the_reason
         found = wait_for("WorkersFailing to turn true", failing, timeout=60)
         assert time.monotonic() - started < 60
         message = str(found["message"])
-        assert "CreateContainerConfigError" in message and MISSING_SECRET in message, message
+        # The kubelet's own words, as a real kubelet says them.
+        assert f'CreateContainerConfigError: secret "{MISSING_SECRET}" not found' in message, message
         campaign = get_campaign(kube, namespace, "nosecret")
         assert condition(campaign, "ClusterFull")["status"] == "False", "a config error is not a full cluster"
 
