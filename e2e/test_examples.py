@@ -1,6 +1,8 @@
 """Every manifest in examples/ is created on a real API server (not a dry run): the CRD's schema and
-CEL rules accept it, the stored Campaign parses with the API models, the ConfigMap an itemsFrom
-names exists with readable items, and `kubectl campaign plan` plans it (cutting its first shards)."""
+CEL rules accept it, the stored Campaign parses with the API models, its worker (and finalize step)
+names the image the build produces (the chart's default, so the example runs on a real cluster), the
+ConfigMap an itemsFrom names exists with readable items, and `kubectl campaign plan` plans it
+(cutting its first shards)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from typing import Any
 
 import pytest
 from testbed.bed import Bed
+from testbed.kits.chart import built_image
 
 from shardops.api.campaign import Campaign
 from shardops.cli import campaign as cli
@@ -44,6 +47,8 @@ def test_example_is_created_and_planned(bed: Bed, example: Path) -> None:
     for document in _campaigns(example):
         name = document["metadata"]["name"]
         stored = Campaign.parse(kube.get(CAMPAIGNS, bed.namespace, name))
+        workers = [stored.spec.worker, *([stored.spec.finalize] if stored.spec.finalize else [])]
+        assert [w.image for w in workers] == [built_image()] * len(workers), example.name
         source = stored.spec.items_from
         if source is not None:
             try:

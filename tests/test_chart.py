@@ -8,6 +8,7 @@ suite (e2e/test_chart_*.py) sends the same renderings to a real API server.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import tomllib
@@ -19,6 +20,7 @@ import pytest
 import yaml
 
 from shardops.api import rules
+from shardops.api.campaign import Campaign
 from shardops.api.crdgen import drift, render_files
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -229,6 +231,7 @@ def test_default_rendering(helm_bin: Path) -> None:
         [
             "ServiceAccount",  # the operator's; workers only in the namespaces listed (none by default)
             "ClusterRole", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
+            "ClusterRole", "ClusterRole",  # aggregated into view, edit and admin
             "Deployment", "PodDisruptionBudget", "Service",
             *["ValidatingAdmissionPolicy"] * 4,
             *["ValidatingAdmissionPolicyBinding"] * 4,
@@ -395,15 +398,19 @@ def test_image_digest_and_tag(helm_bin: Path) -> None:
     assert pod["spec"]["containers"][0]["image"] == "registry.example/so:1.2.3"
 
 
-def test_pull_secrets_extra_env_and_args(helm_bin: Path, tmp_path: Path) -> None:
+def test_pull_secrets_and_extra_env(helm_bin: Path, tmp_path: Path) -> None:
     values = tmp_path / "values.yaml"
     values.write_text(
         yaml.safe_dump(
             {
                 "imagePullSecrets": ["regcred", {"name": "mirror"}],
                 "operator": {
-                    "extraArgs": ["--flag"],
-                    "extraEnv": [{"name": "SHARDOPS_TICK_SECONDS", "value": "2"}],
+                    "extraEnv": [
+                        {"name": "SHARDOPS_TICK_SECONDS", "value": "2"},
+                        # Behind an egress proxy: the S3 client goes through it (shardops.proxies).
+                        {"name": "HTTPS_PROXY", "value": "http://proxy.corp:3128"},
+                        {"name": "NO_PROXY", "value": ".svc.cluster.local"},
+                    ]
                 },
             }
         )
@@ -411,8 +418,82 @@ def test_pull_secrets_extra_env_and_args(helm_bin: Path, tmp_path: Path) -> None
     pod = deployment_pod(render(helm_bin, extra=("--values", str(values))))["spec"]
     assert pod["imagePullSecrets"] == [{"name": "regcred"}, {"name": "mirror"}]
     (container,) = pod["containers"]
-    assert container["args"] == ["--flag"]
+    assert "args" not in container
     assert {"name": "SHARDOPS_TICK_SECONDS", "value": "2"} in container["env"]
+    assert {"name": "HTTPS_PROXY", "value": "http://proxy.corp:3128"} in container["env"]
+
+
+def test_no_value_passes_arguments_the_operator_refuses(helm_bin: Path) -> None:
+    """`shardops operator` takes no arguments (it crash-loops on any): there is no value for them."""
+    refused = helm(
+        helm_bin, "template", "rel", str(CHART), "--set", "operator.extraArgs={--flag}", check=False
+    )
+    assert refused.returncode != 0 and "extraArgs" in refused.stderr
+
+
+@pytest.mark.parametrize(
+    "sets",
+    [
+        (),
+        ("resultStore.type=S3", "resultStore.s3.bucket=results", "resultStore.retentionSeconds=3600"),
+        (
+            "workers.metrics.enabled=true",
+            "operator.logLevel=debug",
+            "operator.leaderElection.enabled=false",
+            "operator.replicas=1",
+        ),
+        (
+            "workers.imagePullSecrets={regcred}",
+            "workers.nodeSelector.pool=batch",
+            "workers.tolerations[0].key=batch",
+            "workers.tolerations[0].operator=Exists",
+            "workers.resources.requests.cpu=100m",
+        ),
+    ],
+    ids=["defaults", "s3", "metrics-debug", "worker-placement"],
+)
+def test_the_operator_starts_with_what_the_chart_renders(
+    helm_bin: Path, sets: tuple[str, ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rendered command parses with the operator's own parser and its environment loads as its
+    settings: a value the operator would refuse at start is caught here, not as a crash loop."""
+    from shardops.main import build_parser
+    from shardops.scheduler.settings import OperatorSettings
+
+    (container,) = deployment_pod(render(helm_bin, *sets))["spec"]["containers"]
+    argv = [*container["command"][1:], *container.get("args", [])]
+    assert build_parser().parse_args(argv).run is not None
+    # valueFrom entries (pod name, uid, namespace) get what the kubelet would put there; the settings
+    # are read from the environment as the operator reads them (JSON values decoded).
+    for name in [n for n in os.environ if n.startswith("SHARDOPS_")]:
+        monkeypatch.delenv(name)
+    for entry in container["env"]:
+        monkeypatch.setenv(entry["name"], entry.get("value", "filled-by-kubelet"))
+    settings = OperatorSettings()
+    assert settings.log_level.upper() in {"DEBUG", "INFO", "WARNING", "ERROR"}
+    if "workers.nodeSelector.pool=batch" in sets:
+        defaults = settings.worker_pod_defaults()
+        assert defaults.image_pull_secrets == ("regcred",) and defaults.node_selector == {"pool": "batch"}
+        assert defaults.tolerations == ({"key": "batch", "operator": "Exists"},)
+        assert defaults.resources == {"requests": {"cpu": "100m"}}
+
+
+def test_worker_tolerations_the_operator_could_not_read_are_refused_at_install(helm_bin: Path) -> None:
+    refused = helm(
+        helm_bin, "template", "rel", str(CHART), "--set", "workers.tolerations[0].keyy=batch", check=False
+    )
+    assert refused.returncode != 0 and "tolerations" in refused.stderr
+
+
+def test_kube_version_floor_covers_the_crd_features_used() -> None:
+    """Workers list Shards with a field selector on a CRD selectableField (GA in Kubernetes 1.32)."""
+    floor = re.fullmatch(r">=1\.(\d+)\.0-0", CHART_META["kubeVersion"])
+    assert floor, CHART_META["kubeVersion"]
+    shards_crd = yaml.safe_load((CHART / "crds" / "shardops.dev_shards.yaml").read_text())
+    if any("selectableFields" in v for v in shards_crd["spec"]["versions"]):
+        assert int(floor.group(1)) >= 32
+    install = (ROOT / "docs" / "install.md").read_text()
+    assert f"Kubernetes **1.{floor.group(1)} or later**" in install
 
 
 def test_watching_a_list_of_namespaces_binds_nothing_cluster_wide(helm_bin: Path) -> None:
@@ -515,6 +596,33 @@ def test_admission_and_rbac_can_be_left_out(helm_bin: Path) -> None:
     assert [o["metadata"]["name"] for o in objects if o["kind"] == "ServiceAccount"] == ["shardops-worker"]
 
 
+AGGREGATE = "rbac.authorization.k8s.io/aggregate-to-"
+
+
+def _aggregated(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        o
+        for o in objects
+        if o["kind"] == "ClusterRole" and any(k.startswith(AGGREGATE) for k in o["metadata"]["labels"])
+    ]
+
+
+def test_namespace_users_get_campaigns_through_the_default_roles(helm_bin: Path) -> None:
+    """view reads Campaigns and Shards; edit and admin also create, change and delete Campaigns;
+    nobody but shardops writes Shards."""
+    by_default_role: dict[str, set[tuple[str, str, str]]] = {"view": set(), "edit": set(), "admin": set()}
+    for role in _aggregated(render(helm_bin)):
+        for default_role, granted in by_default_role.items():
+            if role["metadata"]["labels"].get(AGGREGATE + default_role) == "true":
+                granted.update(grants(role["rules"]))
+    view = {("shardops.dev", r, v) for r in ("campaigns", "shards") for v in ("get", "list", "watch")}
+    write = {
+        ("shardops.dev", "campaigns", v) for v in ("create", "update", "patch", "delete", "deletecollection")
+    }
+    assert by_default_role == {"view": view, "edit": view | write, "admin": view | write}
+    assert not _aggregated(render(helm_bin, "rbac.aggregateToDefaultRoles=false"))
+
+
 def test_cluster_scoped_names_carry_the_release_namespace(helm_bin: Path) -> None:
     """Two releases of one name in two namespaces must not share a ClusterRole or a policy."""
     a = render(helm_bin, namespace="team-a")
@@ -527,7 +635,7 @@ def test_cluster_scoped_names_carry_the_release_namespace(helm_bin: Path) -> Non
     )
     names_a = {(o["kind"], o["metadata"]["name"]) for o in a if o["kind"] in cluster_scoped}
     names_b = {(o["kind"], o["metadata"]["name"]) for o in b if o["kind"] in cluster_scoped}
-    assert len(names_a) == 11 and not names_a & names_b
+    assert len(names_a) == 13 and not names_a & names_b
     assert all("-team-a-" in name for _, name in names_a)
 
 
@@ -538,7 +646,11 @@ def test_notes_say_what_to_run_next(helm_bin: Path) -> None:
     )  # fmt: skip
     notes = result.stdout.split("NOTES:", 1)[1]
     assert "kubectl -n ops rollout status deployment/rel-shardops-operator" in notes
-    assert "kubectl -n team-a apply -f crds/samples/campaign-minimal.yaml" in notes
+    # A campaign to paste: the chart ships no sample files, and its worker is the chart's own image.
+    assert "kubectl -n team-a apply -f - <<EOF" in notes
+    pasted = yaml.safe_load(notes.split("<<EOF\n", 1)[1].split("  EOF", 1)[0])
+    assert Campaign.parse(pasted).spec.items is not None
+    assert pasted["spec"]["worker"]["image"] == f"ghcr.io/shardops/shardops:{CHART_META['appVersion']}"
     assert "helm uninstall keeps the CRDs and your Campaigns" in notes
 
 
@@ -680,6 +792,7 @@ def test_operator_rules_are_exactly_what_the_operator_uses(helm_bin: Path) -> No
         ("", "pods", "list"),
         *{("", "configmaps", v) for v in ("get", "create")},  # itemsFrom; store.finished (zombies)
         ("events.k8s.io", "events", "create"),
+        ("", "events", "list"),  # k8s.jobs.failed_creates: why a worker Job got no pod
     }
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from clikit import NOW, campaign_body, history, shard_body, t
 from shardops.api.campaign import Campaign, Source
-from shardops.cli.campaign_plan import _jobs_text, plan_view
+from shardops.cli.campaign_plan import _jobs_text, plan_view, render_plan
 from shardops.cli.campaign_summary import parse_shards
 from shardops.cli.text import NONE
 from shardops.logic.breaker import BreakerPolicy
@@ -222,3 +222,47 @@ def test_the_plan_names_the_slots_of_the_jobs_it_would_start() -> None:
     assert _jobs_text(()) == NONE
     assert _jobs_text((1, 1, 1)) == "3", "one slot a pod reads as before: a count of Jobs"
     assert _jobs_text((8, 8, 4)) == "3 (slots 8, 8, 4)"
+
+
+# A worker pod as a kubelet reports it when the Secret its env names does not exist.
+MISSING_SECRET_POD = {
+    "metadata": {"name": "papers-worker-1-abcde", "creationTimestamp": t(5)},
+    "status": {
+        "phase": "Pending",
+        "containerStatuses": [
+            {
+                "name": "worker",
+                "ready": False,
+                "state": {
+                    "waiting": {
+                        "reason": "CreateContainerConfigError",
+                        "message": 'secret "shardops-s3" not found',
+                    }
+                },
+            }
+        ],
+    },
+}
+
+
+def test_the_plan_names_a_worker_that_cannot_start_as_its_limit() -> None:
+    campaign = Campaign.parse(campaign_body(items=4, shard_size=1, maxConcurrency=2))
+    shards = parse_shards([shard_body("papers", i, "Pending") for i in range(4)])
+    job = {"metadata": {"name": "papers-worker-1", "creationTimestamp": t(5)}, "status": {}}
+    view = plan_view(campaign, shards, [job], [MISSING_SECRET_POD], {}, NOW, 4)
+    assert view.plan.reason is LimitReason.WORKERS_FAILING
+    assert view.plan.start_workers == ()
+    text = render_plan(view)
+    limited = next(line for line in text.splitlines() if line.startswith("Limited by:"))
+    assert "WorkersFailing" in limited and "CreateContainerConfigError" in limited
+    assert 'secret "shardops-s3" not found' in limited
+
+
+def test_the_plan_names_a_quota_refusal_as_a_full_cluster() -> None:
+    campaign = Campaign.parse(campaign_body(items=4, shard_size=1, maxConcurrency=2))
+    shards = parse_shards([shard_body("papers", i, "Pending") for i in range(4)])
+    job = {"metadata": {"name": "papers-worker-1", "creationTimestamp": t(1000)}, "status": {}}
+    refusal = 'pods "papers-worker-1-x" is forbidden: exceeded quota: compute, requested: pods=1'
+    view = plan_view(campaign, shards, [job], [], {}, NOW, 4, {"papers-worker-1": refusal})
+    assert view.plan.reason is LimitReason.CLUSTER_FULL
+    assert "exceeded quota: compute" in render_plan(view)

@@ -247,7 +247,7 @@ def test_value_from_is_not_expanded() -> None:
 @pytest.mark.parametrize(
     ("ref", "message"),
     [
-        ({"configMapKeyRef": {"name": "absent", "key": "k"}}, "configmap 'absent' not found"),
+        ({"configMapKeyRef": {"name": "absent", "key": "k"}}, 'configmap "absent" not found'),
         ({"secretKeyRef": {"name": "creds", "key": "missing"}}, "couldn't find key missing in Secret creds"),
     ],
 )
@@ -277,7 +277,7 @@ def test_env_from_with_prefix_and_env_overrides() -> None:
 
 
 def test_env_from_missing_required_source_raises() -> None:
-    with pytest.raises(EnvResolutionError, match="secret 'creds' not found"):
+    with pytest.raises(EnvResolutionError, match='secret "creds" not found'):
         resolve_env({"envFrom": [{"secretRef": {"name": "creds"}}]}, POD, NO_OBJECTS)
 
 

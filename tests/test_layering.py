@@ -267,8 +267,9 @@ PACKAGE_RANKS = {
     "cli": 5,
     "llm": 5,
 }
-# clock: the wall clock and its skew settings both entry packages share; it imports nothing of shardops.
-ROOT_MODULES = {"shardops": -1, "shardops.clock": -1, "shardops.main": 6}
+# clock: the wall clock and its skew settings both entry packages share; proxies: the HTTP proxy of a
+# URL from the environment (S3 and LLM clients); neither imports anything of shardops.
+ROOT_MODULES = {"shardops": -1, "shardops.clock": -1, "shardops.proxies": -1, "shardops.main": 6}
 
 
 def _rank(module: str) -> tuple[int, str] | None:
@@ -434,7 +435,7 @@ def test_the_purity_check_catches_a_clock_in_the_status() -> None:
 
 # `shardops llm` runs under the worker runtime as the user's command would, without API server
 # credentials (the runtime drops KUBECONFIG): it needs only the models, the pure rules and the clock.
-LLM_ALLOWED_LAYERS = frozenset({"shardops", "api", "logic", "llm", "clock"})
+LLM_ALLOWED_LAYERS = frozenset({"shardops", "api", "logic", "llm", "clock", "proxies"})
 
 
 def llm_import_violations(source: str, module_name: str) -> list[str]:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -485,3 +486,23 @@ def test_no_workers_start_for_uncut_work_while_something_else_holds_work_back() 
         inputs([], max_concurrency=20, total_items=200, shard_size=1, budget=budget_status(0.9, 1.0, 0.8))
     )
     assert len(warn.start_workers) == 0
+
+
+def test_a_worker_that_cannot_start_holds_new_jobs_and_says_why() -> None:
+    base = inputs(pending(3), alive_jobs=1, running_pods=0)
+    problem = 'pod w-1-x: container worker: CreateContainerConfigError: secret "s3" not found'
+    held = replace(base, workers=replace(base.workers, cannot_start=problem))
+    plan = plan_dispatch(held)
+    assert plan.reason is LimitReason.WORKERS_FAILING and plan.start_workers == ()
+    assert problem in plan.message
+    # Said even when no Job is wanted: the only worker is not healthy.
+    idle = replace(held, limits=replace(held.limits, max_concurrency=1))
+    assert plan_dispatch(idle).reason is LimitReason.WORKERS_FAILING
+
+
+def test_an_unschedulable_worker_is_a_full_cluster_even_when_no_job_is_wanted() -> None:
+    base = inputs(pending(1), max_concurrency=1, alive_jobs=1, running_pods=0, stuck_pending_pods=1)
+    assert plan_dispatch(base).reason is not LimitReason.CLUSTER_FULL, "no word why: as before"
+    said = "pod w-1-x: Unschedulable: 0/3 nodes are available: 3 Insufficient cpu."
+    plan = plan_dispatch(replace(base, workers=replace(base.workers, stuck_detail=said)))
+    assert plan.reason is LimitReason.CLUSTER_FULL and said in plan.message

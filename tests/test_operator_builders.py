@@ -181,6 +181,66 @@ def test_worker_job_is_owned_labelled_retried_by_us_and_cleaned_up() -> None:
     assert "resources" not in container
 
 
+PLACED = {
+    "image": "registry.example.com/team/agent:1",
+    "command": ["agent"],
+    "imagePullSecrets": [{"name": "team-registry"}],
+    "nodeSelector": {"pool": "batch"},
+    "tolerations": [{"key": "batch", "operator": "Exists", "effect": "NoSchedule"}],
+    "resources": {"requests": {"cpu": "500m"}, "limits": {"memory": "1Gi"}},
+}
+INSTALLATION = builders.WorkerPodDefaults(
+    image_pull_secrets=("mirror",),
+    node_selector={"pool": "general"},
+    tolerations=({"key": "shared", "operator": "Exists"},),
+    resources={"requests": {"cpu": "100m"}},
+)
+
+
+def test_worker_pods_are_placed_as_the_campaign_says() -> None:
+    camp = parsed(worker=PLACED)
+    pod = builders.worker_job_body(camp, camp.spec.worker, "sa", pod_defaults=INSTALLATION)["spec"][
+        "template"
+    ]
+    assert pod["spec"]["imagePullSecrets"] == [{"name": "team-registry"}]
+    assert pod["spec"]["nodeSelector"] == {"pool": "batch"}
+    assert pod["spec"]["tolerations"] == [{"key": "batch", "operator": "Exists", "effect": "NoSchedule"}]
+    assert pod["spec"]["containers"][0]["resources"] == {
+        "requests": {"cpu": "500m"},
+        "limits": {"memory": "1Gi"},
+    }
+    # Where the pod runs is not what it computes: the shards' keys do not change.
+    assert work_key(**PLACED) == work_key(image=PLACED["image"], command=["agent"])
+
+
+def test_worker_pods_take_the_installations_placement_for_what_the_campaign_leaves_unset() -> None:
+    camp = parsed(worker={"image": "img", "command": ["agent"], "nodeSelector": {}})
+    pod = builders.worker_job_body(camp, camp.spec.worker, "sa", pod_defaults=INSTALLATION)["spec"][
+        "template"
+    ]
+    assert pod["spec"]["imagePullSecrets"] == [{"name": "mirror"}]
+    assert pod["spec"]["tolerations"] == [{"key": "shared", "operator": "Exists"}]
+    assert pod["spec"]["containers"][0]["resources"] == {"requests": {"cpu": "100m"}}
+    # An explicit empty selector is the campaign's choice: any node.
+    assert "nodeSelector" not in pod["spec"]
+    bare = builders.worker_job_body(camp, camp.spec.worker, "sa")["spec"]["template"]["spec"]
+    assert not {"imagePullSecrets", "nodeSelector", "tolerations"} & set(bare)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "named"),
+    [
+        ("tolerations", [{"key": "k", "operator": "Maybe"}], "operator"),
+        ("tolerations", [{"key": "k", "effect": "NoRun"}], "effect"),
+        ("imagePullSecrets", [{"name": "Not_A_Name"}], "name"),
+        ("nodeSelector", {"pool": "x" * 64}, "nodeSelector"),
+    ],
+)
+def test_bad_placement_is_refused_naming_the_field(field: str, value: object, named: str) -> None:
+    with pytest.raises(ValueError, match=named):
+        parsed(worker={"image": "img", "command": ["agent"], field: value})
+
+
 def test_a_worker_job_of_several_slots_says_so_to_its_pod_and_to_the_planner() -> None:
     """The env tells the worker how many shards to run at once; the annotation is what the planner
     counts (`state.workers.job_slots`); a SHARDOPS_SLOTS of the campaign's env does not win."""
@@ -505,3 +565,82 @@ def test_workers_that_keep_failing_hold_new_jobs_until_quiet() -> None:
     )
     assert not workers.worker_failures(old, now).holding(1, now)
     assert "3 worker Job(s) failed" in failures.describe()
+
+
+def _waiting_pod(name: str, reason: str, message: str = "", phase: str = "Pending") -> dict[str, object]:
+    waiting = {"reason": reason, **({"message": message} if message else {})}
+    return {
+        "metadata": {"name": name, "creationTimestamp": micro_time(T0)},
+        "status": {"phase": phase, "containerStatuses": [{"name": "worker", "state": {"waiting": waiting}}]},
+    }
+
+
+@pytest.mark.parametrize(
+    ("reason", "message"),
+    [
+        ("CreateContainerConfigError", 'secret "shardops-s3" not found'),
+        ("ErrImagePull", 'failed to pull image "shardops:dev": not found'),
+        ("ImagePullBackOff", 'Back-off pulling image "shardops:dev"'),
+        ("InvalidImageName", 'Failed to apply default image tag "Bad:Name"'),
+        ("CrashLoopBackOff", "back-off 40s restarting failed container"),
+    ],
+)
+def test_a_pod_that_cannot_start_is_named_with_its_own_reason_and_not_counted_as_pending(
+    reason: str, message: str
+) -> None:
+    now = T0 + dt.timedelta(minutes=10)
+    phase = "Running" if reason == "CrashLoopBackOff" else "Pending"
+    pods = [_waiting_pod("w-1-x", reason, message, phase)]
+    counts = workers.worker_counts(
+        [{"metadata": {"name": "w-1"}, "status": {}}], pods, now, dt.timedelta(minutes=2)
+    )
+    assert counts.cannot_start == f"pod w-1-x: container worker: {reason}: {message}"
+    assert counts.stuck_pending_pods == 0, "a pod the kubelet cannot start is not a full cluster"
+
+
+def test_a_pod_still_starting_is_healthy() -> None:
+    now = T0 + dt.timedelta(seconds=5)
+    pods = [_waiting_pod("w-1-x", "ContainerCreating")]
+    counts = workers.worker_counts(
+        [{"metadata": {"name": "w-1"}, "status": {}}], pods, now, dt.timedelta(minutes=2)
+    )
+    assert counts.cannot_start is None and counts.stuck_detail is None
+
+
+def test_an_unschedulable_pod_is_named_with_the_schedulers_words() -> None:
+    unschedulable = {
+        "metadata": {"name": "w-1-x", "creationTimestamp": micro_time(T0)},
+        "status": {
+            "phase": "Pending",
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": "0/3 nodes are available: 3 Insufficient cpu.",
+                }
+            ],
+        },
+    }
+    counts = workers.worker_counts([], [unschedulable], T0, dt.timedelta(minutes=2))
+    assert counts.stuck_pending_pods == 1
+    assert counts.stuck_detail == "pod w-1-x: Unschedulable: 0/3 nodes are available: 3 Insufficient cpu."
+
+
+def test_a_job_refused_its_pod_is_full_for_quota_and_failing_for_anything_else() -> None:
+    now = T0 + dt.timedelta(minutes=10)
+    jobs = [
+        {"metadata": {"name": "w-1", "creationTimestamp": micro_time(T0)}, "status": {}},
+        {"metadata": {"name": "w-2", "creationTimestamp": micro_time(T0)}, "status": {}},
+        {"metadata": {"name": "w-3", "creationTimestamp": micro_time(now)}, "status": {}},
+    ]
+    grace = dt.timedelta(minutes=2)
+    assert workers.podless_jobs(jobs, [], now, grace) == ["w-1", "w-2"]
+    quota = 'pods "w-1-a" is forbidden: exceeded quota: compute, requested: cpu=1, limited: cpu=2'
+    counts = workers.worker_counts(jobs, [], now, grace, {"w-1": quota})
+    assert counts.stuck_pending_pods == 2 and counts.cannot_start is None
+    assert counts.stuck_detail == f"Job w-1: FailedCreate: {quota}"
+    policy = 'pods "w-2-a" is forbidden: violates PodSecurity "restricted:latest"'
+    counts = workers.worker_counts(jobs, [], now, grace, {"w-2": policy})
+    assert counts.cannot_start == f"Job w-2: FailedCreate: {policy}"
+    assert counts.stuck_pending_pods == 1  # w-1: no pod past the grace, no word why

@@ -27,6 +27,7 @@ from schedulerkit import (
 from shardops.k8s.api import (
     CAMPAIGNS,
     JOBS,
+    PODS,
     SHARDS,
 )
 
@@ -244,3 +245,32 @@ def test_a_pass_says_whether_the_campaign_is_still_there(kube: OperatorKube, clo
     assert len(kube.writes()) == writes, "nothing is done for a Campaign being deleted"
     assert operator.kick(NAMESPACE, "never-was") is False
     assert operator.reconcile(NAMESPACE, "never-was") is False
+
+
+def test_a_worker_pod_that_cannot_start_turns_workers_failing_with_its_reason(
+    kube: OperatorKube, clock: Clock
+) -> None:
+    """The pod of the campaign's only worker waits in CreateContainerConfigError: not healthy, not a
+    full cluster; the condition carries the kubelet's own reason and message."""
+    put_campaign(kube, campaign(items=[{"id": i} for i in range(3)], maxConcurrency=1))
+    labels = {"shardops.dev/campaign": "camp", "shardops.dev/role": "worker"}
+    kube.put(JOBS, NAMESPACE, {"metadata": {"name": "camp-worker-1", "labels": labels}, "status": {}})
+    waiting = {"reason": "CreateContainerConfigError", "message": 'secret "shardops-s3" not found'}
+    kube.put(
+        PODS,
+        NAMESPACE,
+        {
+            "metadata": {"name": "camp-worker-1-x", "labels": {**labels, "job-name": "camp-worker-1"}},
+            "status": {
+                "phase": "Pending",
+                "containerStatuses": [{"name": "worker", "state": {"waiting": waiting}}],
+            },
+        },
+    )
+    run(kube, clock)
+    failing = condition(status_of(kube), "WorkersFailing")
+    assert failing["status"] == "True", failing
+    assert 'CreateContainerConfigError: secret "shardops-s3" not found' in failing["message"]
+    assert "camp-worker-1-x" in failing["message"]
+    assert condition(status_of(kube), "ClusterFull")["status"] == "False"
+    assert names(kube, JOBS) == ["camp-worker-1"]

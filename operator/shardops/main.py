@@ -11,7 +11,10 @@ from collections.abc import Sequence
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from shardops import __version__
+
     parser = argparse.ArgumentParser(prog="shardops", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"shardops {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     crds = commands.add_parser(

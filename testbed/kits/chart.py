@@ -85,6 +85,15 @@ def local_values(namespace: str, **overrides: Any) -> dict[str, Any]:
     return merge(values, overrides)
 
 
+def built_image() -> str:
+    """The image the build produces (`make image`, the Dockerfile), as the chart runs it by default:
+    values.yaml's image.repository at Chart.yaml's appVersion (kept equal to pyproject's version).
+    Examples and samples name exactly this, so they run wherever the chart does."""
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    app_version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+    return f"{values['image']['repository']}:{app_version}"
+
+
 def operator_service_account(release: str = RELEASE) -> str:
     """The operator's ServiceAccount name with default values (`<fullname>-operator`)."""
     return f"{fullname(release)}-operator"

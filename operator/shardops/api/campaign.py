@@ -10,7 +10,7 @@ import json
 import math
 import re
 from collections.abc import Mapping, Sequence
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AwareDatetime,
@@ -318,6 +318,49 @@ class ResourceRequirements(SpecModel):
     )
 
 
+# Bounds of the pod placement fields: what a real spec needs, far below what would load the Job.
+MAX_PULL_SECRETS = 16
+MAX_NODE_SELECTOR = 32
+MAX_TOLERATIONS = 32
+LABEL_VALUE_MAX = 63
+QUALIFIED_NAME_MAX = 317  # a label or taint key: prefix (DNS subdomain, 253) + "/" + name (63)
+
+
+class PullSecretReference(SpecModel):
+    """A Secret of type kubernetes.io/dockerconfigjson in the campaign's namespace."""
+
+    name: str = Field(
+        min_length=1,
+        max_length=DNS_SUBDOMAIN_MAX,
+        pattern=DNS_SUBDOMAIN_PATTERN,
+        description="Name of the Secret holding the registry credentials.",
+    )
+
+
+class Toleration(SpecModel):
+    """A core/v1 Toleration of the worker pods: lets them run on nodes with a matching taint."""
+
+    key: str | None = Field(
+        default=None,
+        max_length=QUALIFIED_NAME_MAX,
+        description="Taint key the toleration matches. Empty with operator Exists: every taint.",
+    )
+    operator: Literal["Exists", "Equal"] | None = Field(
+        default=None, description="Exists (any value) or Equal (value below). Default: Equal."
+    )
+    value: str | None = Field(
+        default=None, max_length=LABEL_VALUE_MAX, description="Taint value matched with operator Equal."
+    )
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        default=None, description="Taint effect matched. Empty: every effect."
+    )
+    toleration_seconds: int | None = Field(
+        default=None,
+        ge=0,
+        description="With effect NoExecute: how long the pod stays bound after the taint appears.",
+    )
+
+
 class WorkerSpec(SpecModel):
     """The command that processes items, and the pod it runs in."""
 
@@ -361,6 +404,30 @@ class WorkerSpec(SpecModel):
             "Default: the one the shardops chart installs."
         ),
     )
+    image_pull_secrets: list[PullSecretReference] | None = Field(
+        default=None,
+        max_length=MAX_PULL_SECRETS,
+        description=(
+            "Secrets (in the campaign's namespace) the worker pods pull image with, for a private "
+            "registry. Default: the chart's workers.imagePullSecrets."
+        ),
+    )
+    node_selector: dict[str, Annotated[str, Field(max_length=LABEL_VALUE_MAX)]] | None = Field(
+        default=None,
+        max_length=MAX_NODE_SELECTOR,
+        description=(
+            "Node labels the worker pods must run on, for example {pool: batch}. "
+            "Default: the chart's workers.nodeSelector."
+        ),
+    )
+    tolerations: list[Toleration] | None = Field(
+        default=None,
+        max_length=MAX_TOLERATIONS,
+        description=(
+            "Taints the worker pods tolerate (for nodes reserved for batch work). "
+            "Default: the chart's workers.tolerations."
+        ),
+    )
     llm: LlmSpec | None = Field(
         default=None,
         description=(
@@ -401,7 +468,8 @@ class WorkerSpec(SpecModel):
         key's back. Also in: the LLM requests the built-in worker makes (`LlmSpec.identity`) and
         resultsVersion, which exists only to be in the key.
         Out: what changes how or where the work runs, or what it costs, not its result: the LLM
-        prices, timeout and API-key Secrets, resources, serviceAccountName, and spec.worker's
+        prices, timeout and API-key Secrets, resources, serviceAccountName, imagePullSecrets,
+        nodeSelector, tolerations, and spec.worker's
         persistent and slots (one process serving many shards, or several at once, computes what
         one process per shard does)."""
         identity: dict[str, Any] = {

@@ -15,5 +15,6 @@ lowest first:
     campaign_purge.py     purge: delete a campaign and every result it stored
     campaign_report.py    report: the closing report and the closing checklist
     campaign_status.py    status [--watch]: where a campaign is right now
-    campaign.py           the parser and the dispatch to the commands
+    campaign_completion.py  shell completion (completion bash|zsh, kubectl_complete-campaign)
+    campaign.py           the parser and the dispatch to the commands, --version
 """

@@ -16,6 +16,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TextIO
 
+from shardops import __version__
 from shardops.api.campaign import DEFAULT_S3_PREFIX
 from shardops.cli.campaign_actions import run_cancel, run_resume, run_retry, run_suspend
 from shardops.cli.campaign_apply import run_apply
@@ -28,6 +29,7 @@ from shardops.cli.campaign_client import (
     CliError,
     connect,
 )
+from shardops.cli.campaign_completion import COMPLETE_COMMAND, SHELLS, print_candidates, script
 from shardops.cli.campaign_events import run_events
 from shardops.cli.campaign_list import run_list
 from shardops.cli.campaign_plan import run_plan
@@ -120,6 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         parents=[_global_flags(top=True, outputs=LIST_OUTPUTS)],
     )
+    parser.add_argument("--version", action="version", version=f"kubectl-campaign (shardops) {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     flags = {outputs: _global_flags(top=False, outputs=outputs) for outputs in (OUTPUTS, LIST_OUTPUTS)}
     # `results` writes JSONL only; its -o names the file, as the command's users expect.
@@ -280,7 +283,20 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="delete the Campaign (its shards and worker Jobs go with it; stored results stay)",
     )
+    completion = command(
+        "completion",
+        "print a shell completion script for kubectl-campaign: source <(kubectl campaign completion bash); "
+        "`kubectl campaign <TAB>` completes through kubectl itself (kubectl_complete-campaign)",
+        run_completion,
+        outputs=(),
+    )
+    completion.add_argument("shell", choices=SHELLS, help="bash or zsh")
     return parser
+
+
+def run_completion(ctx: Context) -> int:
+    ctx.stdout.write(script(ctx.args.shell))
+    return EXIT_OK
 
 
 def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:
@@ -338,10 +354,13 @@ def main(
     out = stdout or sys.stdout
     err = stderr or sys.stderr
     parser = build_parser()
+    words = sys.argv[1:] if argv is None else list(argv)
+    if words[:1] == [COMPLETE_COMMAND]:
+        return print_candidates(parser, words[1:], out, kubectl=False)
     try:
         # argparse prints usage errors and --help itself: to the streams given.
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            args = parse_args(parser, sys.argv[1:] if argv is None else argv)
+            args = parse_args(parser, words)
     except SystemExit as stop:
         return int(stop.code) if isinstance(stop.code, int) else EXIT_USAGE
     factory = make_client or client_for

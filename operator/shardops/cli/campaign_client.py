@@ -13,7 +13,7 @@ import datetime as dt
 import getpass
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -279,6 +279,14 @@ class Client:
             lambda: jobs.list_worker_pods(self.kube, namespace, campaign),
         )
         return found_jobs, found_pods
+
+    def failed_creates(self, namespace: str, job_names: Sequence[str]) -> dict[str, str]:
+        """Why the named Jobs got no pod (their FailedCreate Events); {} for a user who may not list
+        Events: the plan then says the Jobs are stuck without the reason."""
+        try:
+            return jobs.failed_creates(self.kube, namespace, job_names)
+        except Forbidden:
+            return {}
 
     def get_lease(self, namespace: str, name: str) -> JSON | None:
         try:

@@ -23,7 +23,7 @@ from shardops.cli.text import NONE, iso, names_text, table
 from shardops.k8s.campaigns import ItemsUnavailable
 from shardops.logic.budget import BudgetStatus, reserved
 from shardops.logic.planner import DispatchPlan, WorkerCounts, plan_dispatch
-from shardops.state import observe
+from shardops.state import observe, workers
 
 # --- view (what -o json|yaml prints) ------------------------------------------------------------------
 
@@ -105,9 +105,12 @@ def plan_view(
     leases: Mapping[str, JSON | None],
     now: dt.datetime,
     items_total: int,
+    refusals: Mapping[str, str] | None = None,
 ) -> PlanView:
     """The operator's next planning step, from the same inputs (`state.observe.dispatch_inputs`)."""
-    inputs = observe.dispatch_inputs(campaign, shards, jobs, pods, now, items_total=items_total)
+    inputs = observe.dispatch_inputs(
+        campaign, shards, jobs, pods, now, items_total=items_total, refusals=refusals
+    )
     plan = plan_dispatch(inputs)
     return PlanView(
         namespace=campaign.namespace,
@@ -225,6 +228,9 @@ def run_plan(ctx: Context) -> int:
         for s in shards
         if s.phase is ShardPhase.RUNNING
     }
-    view = plan_view(campaign, shards, jobs, pods, leases, ctx.clock(), items_total)
+    now = ctx.clock()
+    podless = workers.podless_jobs(jobs, pods, now, observe.DEFAULT_PENDING_GRACE)
+    refusals = ctx.client.failed_creates(campaign.namespace, podless)
+    view = plan_view(campaign, shards, jobs, pods, leases, now, items_total, refusals)
     ctx.show(view, render_plan)
     return EXIT_OK

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from shardops.api.common import JSON, controller_uid
 from shardops.api.names import CAMPAIGN_LABEL, ROLE_LABEL
-from shardops.k8s.api import JOBS, PODS, AlreadyExists, KubeClient
+from shardops.k8s.api import JOBS, PODS, AlreadyExists, KubeClient, Resource
 
 WORKER_ROLE = "worker"
+# core/v1 Events: what the Job controller records (FailedCreate) when a Job's pod is refused.
+CORE_EVENTS = Resource("", "v1", "events")
 
 
 def worker_selector(campaign: str) -> str:
@@ -39,3 +43,21 @@ def create(kube: KubeClient, namespace: str, body: JSON) -> JSON:
         if not mine:
             raise
         return mine[0]
+
+
+def failed_creates(kube: KubeClient, namespace: str, job_names: Sequence[str]) -> dict[str, str]:
+    """Job name -> the message of the Job controller's newest FailedCreate Event for it (a quota with
+    no room, an admission policy refusing the pod), for the Jobs that have one. One list per Job
+    named: the caller names only alive Jobs that got no pod (`state.workers.podless_jobs`), at most
+    maxConcurrency and none while every worker has its pod."""
+    found: dict[str, str] = {}
+    for name in job_names:
+        events = kube.list(
+            CORE_EVENTS,
+            namespace,
+            fieldSelector=f"involvedObject.kind=Job,involvedObject.name={name},reason=FailedCreate",
+        )
+        if events:
+            newest = max(events, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
+            found[name] = str(newest.get("message") or "FailedCreate")
+    return found

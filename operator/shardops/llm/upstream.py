@@ -25,6 +25,7 @@ from typing import Any
 import urllib3
 
 from shardops.api.enums import ErrorClass
+from shardops.proxies import pool_for
 
 _SNIPPET = 300
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
@@ -206,7 +207,8 @@ class Upstream:
     user_agent: str
 
     def __post_init__(self) -> None:
-        self.pool = urllib3.PoolManager(retries=False, timeout=urllib3.Timeout(total=self.timeout))
+        # Through HTTPS_PROXY/HTTP_PROXY unless NO_PROXY names the endpoint's host.
+        self.pool = pool_for(self.url, retries=False, timeout=urllib3.Timeout(total=self.timeout))
 
     @property
     def url(self) -> str:

@@ -117,6 +117,12 @@ class WorkerCounts:
     running_pods: int
     stuck_pending_pods: int
     recent_failures: WorkerFailures = NO_WORKER_FAILURES
+    # A worker pod (or Job) that cannot start, in the kubelet's or the API server's own words
+    # ("pod P: container worker: CreateContainerConfigError: secret 's3' not found"), None if none.
+    cannot_start: str | None = None
+    # Why one stuck Pending pod (or pod-less Job) waits, in the scheduler's or the quota's own words;
+    # None when none of them says (a pod merely Pending past the grace).
+    stuck_detail: str | None = None
 
 
 @dataclass(frozen=True)
@@ -475,6 +481,12 @@ def _plan_workers(
     """`claimable`: shards claimable now, and those claimable once cut (`_coming`). The Jobs to
     start, by their slots."""
     w, limits = inputs.workers, inputs.limits
+    if w.cannot_start is not None:
+        # Said whether or not a Job is wanted: a worker that cannot start is not healthy, and a new one
+        # would not start either. Lifts itself once the pod starts (the Secret created, the image fixed).
+        return (), Limit(
+            LimitReason.WORKERS_FAILING, f"{w.cannot_start}; no new workers until it starts: fix the cause"
+        )
     # Failed Jobs against the Jobs that run the campaign at its cap (one wave of them).
     if w.recent_failures.holding(
         len(worker_jobs(limits.max_concurrency, limits.slots_per_worker)), inputs.now
@@ -483,11 +495,12 @@ def _plan_workers(
         return (), Limit(LimitReason.WORKERS_FAILING, w.recent_failures.describe())
     slots = slots_to_start(limits.max_concurrency, claimable, census.running, w.alive_slots)
     wanted = worker_jobs(slots, limits.slots_per_worker)
-    if wanted and cluster_full(w.stuck_pending_pods, w.running_pods):
-        text = (
-            f"{w.stuck_pending_pods} worker pod(s) stuck Pending ≥ max(1, running pods {w.running_pods}): "
-            f"not starting {len(wanted)} Job(s)"
-        )
+    # Said also when no Job is wanted now if the scheduler or the quota says why a worker waits: a
+    # campaign whose only worker cannot be placed has no room, whether or not it would start another.
+    if (wanted or w.stuck_detail) and cluster_full(w.stuck_pending_pods, w.running_pods):
+        text = f"{w.stuck_pending_pods} worker pod(s) stuck Pending ≥ max(1, running pods {w.running_pods})"
+        text += f": not starting {len(wanted)} Job(s)" if wanted else ""
+        text += f"; {w.stuck_detail}" if w.stuck_detail else ""
         return (), Limit(LimitReason.CLUSTER_FULL, text)
     return wanted, None
 

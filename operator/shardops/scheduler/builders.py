@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from shardops.api.campaign import (
     BreakerStatus,
@@ -155,6 +155,52 @@ def worker_metrics_env(metrics: WorkerMetricsEndpoint) -> list[JSON]:
     return env
 
 
+@dataclass(frozen=True)
+class WorkerPodDefaults:
+    """The installation's worker pod placement (chart values workers.imagePullSecrets, .nodeSelector,
+    .tolerations, .resources), each used where the Campaign's spec.worker leaves that field unset:
+    a Campaign's own value replaces the default whole, never merges with it."""
+
+    image_pull_secrets: tuple[str, ...] = ()
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[JSON, ...] = ()
+    resources: JSON = field(default_factory=dict)
+
+
+NO_WORKER_POD_DEFAULTS = WorkerPodDefaults()
+
+
+def worker_pod_placement(worker: WorkerSpec, defaults: WorkerPodDefaults) -> JSON:
+    """imagePullSecrets, nodeSelector and tolerations of a worker pod: the Campaign's, else the
+    installation's; absent when neither sets one."""
+    pull_secrets = (
+        [ref.name for ref in worker.image_pull_secrets]
+        if worker.image_pull_secrets is not None
+        else list(defaults.image_pull_secrets)
+    )
+    node_selector = dict(worker.node_selector if worker.node_selector is not None else defaults.node_selector)
+    tolerations = (
+        [t.to_dict() for t in worker.tolerations]
+        if worker.tolerations is not None
+        else [dict(t) for t in defaults.tolerations]
+    )
+    placement: JSON = {}
+    if pull_secrets:
+        placement["imagePullSecrets"] = [{"name": name} for name in pull_secrets]
+    if node_selector:
+        placement["nodeSelector"] = node_selector
+    if tolerations:
+        placement["tolerations"] = tolerations
+    return placement
+
+
+def worker_resources(worker: WorkerSpec, defaults: WorkerPodDefaults) -> JSON:
+    """The container's resources: the Campaign's requests and limits when it sets any, else the
+    installation's."""
+    own = {k: v for k, v in worker.resources.to_dict().items() if v}
+    return own or {k: dict(v) for k, v in defaults.resources.items() if v}
+
+
 def worker_job_name(campaign_name: str, number: int) -> str:
     """`<campaign>-worker-<number>`; a Job's name becomes the `job-name` label of its pods, so a long
     campaign name is cut short with a hash of it (`api.names.derived_name`) to fit in 63."""
@@ -169,6 +215,7 @@ def worker_job_body(
     *,
     number: int = 1,
     slots: int = 1,
+    pod_defaults: WorkerPodDefaults = NO_WORKER_POD_DEFAULTS,
 ) -> JSON:
     """One worker: `shardops worker` claims shards until none is left, then exits; `slots` of them
     at once (spec.worker.slots, or fewer for the last Job of a start), each its own claim.
@@ -182,6 +229,9 @@ def worker_job_body(
 
     `metrics`: the pod serves /metrics on a named container port (for a PodMonitor); after the
     campaign's env, so the installation's port, the one the PodMonitor scrapes, wins.
+
+    `pod_defaults`: the installation's pull secrets, node selector, tolerations and resources, for
+    what spec.worker leaves unset.
     """
     labels = {CAMPAIGN_LABEL: campaign.name, ROLE_LABEL: WORKER_ROLE}
     env: list[JSON] = [
@@ -228,9 +278,9 @@ def worker_job_body(
         container["ports"] = [
             {"name": WORKER_METRICS_PORT_NAME, "containerPort": metrics.port, "protocol": "TCP"}
         ]
-    resources = worker.resources.to_dict()
-    if resources.get("requests") or resources.get("limits"):
-        container["resources"] = {k: v for k, v in resources.items() if v}
+    resources = worker_resources(worker, pod_defaults)
+    if resources:
+        container["resources"] = resources
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -262,6 +312,7 @@ def worker_job_body(
                     },
                     "containers": [container],
                     "volumes": [{"name": "tmp", "emptyDir": {}}],
+                    **worker_pod_placement(worker, pod_defaults),
                 },
             },
         },

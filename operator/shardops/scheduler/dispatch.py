@@ -42,6 +42,8 @@ class Dispatcher:
         )
 
     def plan(self, seen: Observed, states: dict[str, SourceBreaker], now: dt.datetime) -> DispatchPlan:
+        grace = dt.timedelta(seconds=self.settings.worker_pending_grace_seconds)
+        podless = workers.podless_jobs(seen.jobs, seen.pods, now, grace)
         inputs = observe.dispatch_inputs(
             seen.campaign,
             seen.shards.values(),
@@ -50,7 +52,8 @@ class Dispatcher:
             now,
             items_total=len(seen.items),
             breakers=states,
-            pending_grace=dt.timedelta(seconds=self.settings.worker_pending_grace_seconds),
+            pending_grace=grace,
+            refusals=jobs.failed_creates(self.kube, seen.campaign.namespace, podless),
         )
         return plan_dispatch(inputs)
 
@@ -150,6 +153,7 @@ class Dispatcher:
                 self.settings.worker_metrics(),
                 number=number,
                 slots=slots,
+                pod_defaults=self.settings.worker_pod_defaults(),
             )
             try:
                 job = jobs.create(self.kube, seen.campaign.namespace, body)

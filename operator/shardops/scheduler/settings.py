@@ -14,10 +14,22 @@ from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import NoDecode, SettingsConfigDict
 
 from shardops import API_GROUP
-from shardops.api.campaign import BUCKET_PATTERN, DEFAULT_S3_PREFIX, MAX_RETENTION_SECONDS, ResultStoreStatus
+from shardops.api.campaign import (
+    BUCKET_PATTERN,
+    DEFAULT_S3_PREFIX,
+    MAX_RETENTION_SECONDS,
+    PullSecretReference,
+    ResourceRequirements,
+    ResultStoreStatus,
+    Toleration,
+)
 from shardops.api.enums import StoreType
 from shardops.clock import ClockSkewSettings
-from shardops.scheduler.builders import DEFAULT_WORKER_SERVICE_ACCOUNT, WorkerMetricsEndpoint
+from shardops.scheduler.builders import (
+    DEFAULT_WORKER_SERVICE_ACCOUNT,
+    WorkerMetricsEndpoint,
+    WorkerPodDefaults,
+)
 from shardops.state import observe
 
 REPORTING_CONTROLLER = f"{API_GROUP}/operator"
@@ -130,6 +142,21 @@ class OperatorSettings(ClockSkewSettings):
         min_length=1,
         description="ServiceAccount of worker pods when spec.worker.serviceAccountName is unset.",
     )
+    # The chart's workers.imagePullSecrets, .nodeSelector, .tolerations, .resources (JSON), checked
+    # with the Campaign's own models: a value a Campaign could not carry stops the operator at start.
+    worker_image_pull_secrets: list[PullSecretReference] = Field(
+        default_factory=list, description="Worker pods' imagePullSecrets unless spec.worker sets them."
+    )
+    worker_node_selector: dict[str, str] = Field(
+        default_factory=dict, description="Worker pods' nodeSelector unless spec.worker sets one."
+    )
+    worker_tolerations: list[Toleration] = Field(
+        default_factory=list, description="Worker pods' tolerations unless spec.worker sets them."
+    )
+    worker_resources: ResourceRequirements = Field(
+        default_factory=ResourceRequirements,
+        description="Worker containers' requests and limits unless spec.worker.resources sets any.",
+    )
     worker_metrics_port: int | None = Field(
         default=None,
         ge=1,
@@ -209,6 +236,15 @@ class OperatorSettings(ClockSkewSettings):
             "would run your command beside the operator's leader Lease and could take it over. Apply the "
             "Campaign in a team namespace the operator watches (chart values watch.namespaces and "
             "workers.namespaces); only a single-namespace sandbox sets workers.allowReleaseNamespace=true"
+        )
+
+    def worker_pod_defaults(self) -> WorkerPodDefaults:
+        """The installation's worker pod placement, for what a Campaign's spec.worker leaves unset."""
+        return WorkerPodDefaults(
+            image_pull_secrets=tuple(ref.name for ref in self.worker_image_pull_secrets),
+            node_selector=dict(self.worker_node_selector),
+            tolerations=tuple(t.to_dict() for t in self.worker_tolerations),
+            resources={k: v for k, v in self.worker_resources.to_dict().items() if v},
         )
 
     def worker_metrics(self) -> WorkerMetricsEndpoint | None:

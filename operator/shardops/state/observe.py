@@ -139,13 +139,15 @@ def dispatch_inputs(
     items_total: int,
     breakers: Mapping[str, SourceBreaker] | None = None,
     pending_grace: dt.timedelta = DEFAULT_PENDING_GRACE,
+    refusals: Mapping[str, str] | None = None,
 ) -> DispatchInputs:
     """The planner's inputs for one cycle of `campaign`.
 
     `shards`: the campaign's Shards as listed; `jobs`/`pods`: its worker Jobs and their pods;
     `items_total`: the number of items (inline, or read from itemsFrom); `breakers`: the per-source
     breakers after folding (default: `breaker_states`); `pending_grace`: how long a worker pod may
-    stay Pending before the cluster counts as full.
+    stay Pending before the cluster counts as full; `refusals`: why pod-less Jobs got no pod
+    (`k8s.jobs.failed_creates` of `state.workers.podless_jobs`).
     """
     shards = list(shards)
     spec = campaign.spec
@@ -158,7 +160,7 @@ def dispatch_inputs(
         breakers=planner_breakers(spec, states),
         budget=campaign_budget(campaign, views),
         suspended=spec.suspend or error_threshold.held(campaign),
-        workers=workers.worker_counts(jobs, pods, now, pending_grace),
+        workers=workers.worker_counts(jobs, pods, now, pending_grace, refusals),
         now=now,
         cooldowns=cooldowns.until_by_source(cooldowns.source_cooldowns(campaign, shards, now)),
         hold=None if spec.suspend else error_threshold.hold_text(campaign),

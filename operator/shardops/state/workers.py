@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from shardops.api.common import JSON
 from shardops.api.names import WORKER_NUMBER_ANNOTATION, WORKER_SLOTS_ANNOTATION
@@ -24,9 +24,58 @@ def _job_finished(job: JSON) -> bool:
     return False
 
 
+# Container waiting reasons a kubelet keeps reporting while it cannot start a container and retries:
+# each names what is wrong (a missing Secret or key, an image it cannot pull or parse, a command that
+# exits at once), and a new worker would not start either. Not ContainerCreating or PodInitializing:
+# those are a start under way.
+CANNOT_START_REASONS = frozenset(
+    {
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "InvalidImageName",
+        "ErrImageNeverPull",
+        "CrashLoopBackOff",
+        "RunContainerError",
+    }
+)
+# A Job controller's FailedCreate saying the namespace's ResourceQuota has no room: the cluster (for
+# this namespace) is full. Any other refusal (admission, a missing ServiceAccount) is a failing worker.
+QUOTA_REFUSAL = "exceeded quota"
+
+
+def _name(obj: JSON) -> str:
+    return str((obj.get("metadata") or {}).get("name") or "?")
+
+
+def cannot_start(pod: JSON) -> str | None:
+    """The first container of `pod` the kubelet cannot start, with the kubelet's reason and message
+    ("pod P: container worker: CreateContainerConfigError: secret 's3' not found"); None if none."""
+    status = pod.get("status") or {}
+    for container in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
+        waiting = (container.get("state") or {}).get("waiting") or {}
+        reason = waiting.get("reason")
+        if reason in CANNOT_START_REASONS:
+            message = waiting.get("message")
+            text = f"pod {_name(pod)}: container {container.get('name')}: {reason}"
+            return f"{text}: {message}" if message else text
+    return None
+
+
+def _scheduler_says(pod: JSON) -> str | None:
+    """Why the scheduler does not place `pod`, in its words (PodScheduled=False), or None."""
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+            message = condition.get("message")
+            text = f"pod {_name(pod)}: {condition.get('reason') or 'not scheduled'}"
+            return f"{text}: {message}" if message else text
+    return None
+
+
 def _pod_stuck(pod: JSON, now: dt.datetime, grace: dt.timedelta) -> bool:
     status = pod.get("status") or {}
-    if status.get("phase") != "Pending":
+    if status.get("phase") != "Pending" or cannot_start(pod) is not None:
         return False
     for condition in status.get("conditions") or []:
         scheduled = condition.get("type") == "PodScheduled" and condition.get("status") == "False"
@@ -43,6 +92,21 @@ def _created(obj: JSON) -> dt.datetime | None:
 def _job_of(pod: JSON) -> str | None:
     labels = (pod.get("metadata") or {}).get("labels") or {}
     return labels.get("batch.kubernetes.io/job-name") or labels.get("job-name")
+
+
+def podless_jobs(
+    jobs: Sequence[JSON], pods: Sequence[JSON], now: dt.datetime, grace: dt.timedelta
+) -> list[str]:
+    """Alive worker Jobs that got no pod within `grace`: the ones whose FailedCreate Events say why
+    (`k8s.jobs.failed_creates`). A Job gets its pod within a second unless it is refused."""
+    with_pods = {_job_of(p) for p in pods}
+    names = []
+    for job in jobs:
+        created = _created(job)
+        if _job_finished(job) or _name(job) in with_pods or created is None or now - created < grace:
+            continue
+        names.append(_name(job))
+    return names
 
 
 def next_worker_number(jobs: Sequence[JSON]) -> int:
@@ -65,31 +129,53 @@ def job_slots(job: JSON) -> int:
 
 
 def worker_counts(
-    jobs: Sequence[JSON], pods: Sequence[JSON], now: dt.datetime, pending_grace: dt.timedelta
+    jobs: Sequence[JSON],
+    pods: Sequence[JSON],
+    now: dt.datetime,
+    pending_grace: dt.timedelta,
+    refusals: Mapping[str, str] | None = None,
 ) -> WorkerCounts:
     """Jobs not finished count as alive (their pod may still be starting). Pods stuck Pending say the
     cluster has no room for more; so does a Job that got no pod at all within the grace (its pods are
     refused: quota, admission, a missing ServiceAccount). Failed Jobs are the planner's
-    WorkersFailing hold."""
+    WorkersFailing hold; so is a pod the kubelet cannot start, or a Job whose pods are refused for
+    anything but quota.
+
+    `refusals`: Job name -> the message of its Job controller's FailedCreate event (`k8s.jobs.
+    pod_refusals`), for the alive Jobs without a pod. Bounded like the rest: the campaign's worker
+    Jobs and pods, at most maxConcurrency alive."""
+    refusals = refusals or {}
     alive_jobs = [job for job in jobs if not _job_finished(job)]
     live_pods = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
     running = sum(1 for p in live_pods if (p.get("status") or {}).get("phase") == "Running")
-    stuck = sum(1 for p in live_pods if _pod_stuck(p, now, pending_grace))
+    stuck_pods = [p for p in live_pods if _pod_stuck(p, now, pending_grace)]
+    stuck = len(stuck_pods)
+    # The scheduler's or the quota's words where there are any: they say what to change.
+    said = [text for pod in stuck_pods if (text := _scheduler_says(pod)) is not None]
+    problems = [problem for p in live_pods if (problem := cannot_start(p)) is not None]
     with_pods = {_job_of(p) for p in pods}
     for job in alive_jobs:
+        name = _name(job)
+        if name in with_pods:
+            continue
+        refusal = refusals.get(name)
+        if refusal is not None and QUOTA_REFUSAL not in refusal:
+            problems.append(f"Job {name}: FailedCreate: {refusal}")
+            continue
         created = _created(job)
-        if (
-            (job.get("metadata") or {}).get("name") not in with_pods
-            and created
-            and now - created >= pending_grace
-        ):
+        if refusal is not None or (created and now - created >= pending_grace):
             stuck += 1
+            if refusal is not None:
+                said.append(f"Job {name}: FailedCreate: {refusal}")
+    more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
     return WorkerCounts(
         alive_jobs=len(alive_jobs),
         alive_slots=sum(job_slots(job) for job in alive_jobs),
         running_pods=running,
         stuck_pending_pods=stuck,
         recent_failures=worker_failures(jobs, now),
+        cannot_start=f"{problems[0]}{more}" if problems else None,
+        stuck_detail=said[0] if said else None,
     )
 
 

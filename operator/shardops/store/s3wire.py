@@ -31,6 +31,7 @@ import urllib3
 from botocore.exceptions import ClientError, EndpointConnectionError
 
 from shardops.clock import utcnow
+from shardops.proxies import pool_for
 
 # AWS's own default, as boto3's for S3 when no region is configured.
 DEFAULT_REGION = "us-east-1"
@@ -177,7 +178,10 @@ class WireS3:
         self.endpoint = endpoint
         self.region = region
         self.credentials = credentials
-        self._pool = urllib3.PoolManager(
+        # Through HTTPS_PROXY/HTTP_PROXY unless NO_PROXY names the endpoint's host (on AWS the
+        # regional S3 host: a NO_PROXY entry such as .amazonaws.com covers every bucket's host too).
+        self._pool = pool_for(
+            endpoint or f"https://s3.{region}.amazonaws.com",
             maxsize=4,
             retries=False,
             timeout=urllib3.Timeout(connect=CONNECT_TIMEOUT_SECONDS, read=READ_TIMEOUT_SECONDS),

@@ -173,7 +173,8 @@ def _key_ref_value(ref: Mapping[str, Any], kind: str, lookup: SourceLookup) -> s
     if ref.get("optional"):
         return None
     if data is None:
-        raise EnvResolutionError(f"{kind.lower()} {ref.get('name')!r} not found")
+        # The real kubelet's words (CreateContainerConfigError): secret "NAME" not found.
+        raise EnvResolutionError(f'{kind.lower()} "{ref.get("name")}" not found')
     raise EnvResolutionError(f"couldn't find key {key} in {kind} {ref.get('name')}")
 
 
@@ -200,7 +201,7 @@ def resolve_env(
             if data is None:
                 if ref.get("optional"):
                     continue
-                raise EnvResolutionError(f"{kind.lower()} {ref.get('name')!r} not found")
+                raise EnvResolutionError(f'{kind.lower()} "{ref.get("name")}" not found')
             for key, item in data.items():
                 # The kubelet skips keys that cannot be environment variable names.
                 if "=" not in key and key:
