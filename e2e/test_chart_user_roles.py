@@ -8,9 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from testbed.harness import Cluster, dump_json, wait_for
+from testbed.kits import chart as chartkit
 
-from e2e import chartkit
-from e2e.harness import Cluster, dump_json, wait_for
 from shardops.api.names import API_GROUP_VERSION
 
 pytestmark = pytest.mark.usefixtures("crds_installed")

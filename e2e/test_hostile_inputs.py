@@ -18,10 +18,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from e2e.cluster import lifecycle
-from e2e.harness import Cluster, wait_for
-from e2e.schedulerkit import (
+from testbed.cluster import lifecycle
+from testbed.harness import Cluster, wait_for
+from testbed.kits.scheduler import (
     JSON,
     campaign_body,
     condition,
@@ -31,6 +30,7 @@ from e2e.schedulerkit import (
     s3_store_env,
     wait_phase,
 )
+
 from shardops.api.campaign import MAX_GZIP_RATIO, MAX_ITEM_LINE_BYTES, ItemsObject, ResultStoreStatus
 from shardops.api.enums import StoreType
 from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS, Kube

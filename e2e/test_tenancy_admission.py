@@ -30,9 +30,9 @@ import pytest
 import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
-
-from e2e import chartkit, schedulerkit
-from e2e.harness import Cluster, dump_json, wait_for
+from testbed.harness import Cluster, dump_json, wait_for
+from testbed.kits import chart as chartkit
+from testbed.kits import scheduler as schedulerkit
 
 AUTHOR = "e2e-campaign-author"
 WORKER_SA = chartkit.worker_service_account()

@@ -13,9 +13,8 @@ import json
 import time
 
 import pytest
-
-from e2e.harness import Cluster, wait_for
-from e2e.schedulerkit import (
+from testbed.harness import Cluster, wait_for
+from testbed.kits.scheduler import (
     campaign_body,
     condition,
     create_campaign,
@@ -23,6 +22,7 @@ from e2e.schedulerkit import (
     kube_for,
     operator_running,
 )
+
 from shardops.cli import campaign as cli
 
 pytestmark = pytest.mark.usefixtures("crds_installed")

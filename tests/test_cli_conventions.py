@@ -59,9 +59,9 @@ def test_completion_through_the_cli_and_kubectl_plugin_completion() -> None:
     assert out.getvalue().splitlines() == ["suspend"]
     scripts = PYPROJECT["project"]["scripts"]
     # kubectl 1.26+ runs kubectl_complete-<plugin> for `kubectl campaign <TAB>`.
-    assert scripts["kubectl_complete-campaign"] == "shardops.cli.campaign_completion:kubectl_complete_main"
+    assert scripts["kubectl_complete-campaign"] == "shardops.cli.campaign:kubectl_complete_main"
     program = (
-        "import sys; from shardops.cli.campaign_completion import kubectl_complete_main as m; "
+        "import sys; from shardops.cli.campaign import kubectl_complete_main as m; "
         "sys.argv = ['kubectl_complete-campaign', 'pl']; sys.exit(m())"
     )
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True)

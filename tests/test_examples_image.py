@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import yaml
-from e2e.chartkit import built_image
+from testbed.kits.chart import built_image
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFESTS = sorted([*(ROOT / "examples").glob("*.yaml"), *(ROOT / "crds" / "samples").glob("*.yaml")])

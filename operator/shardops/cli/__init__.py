@@ -15,6 +15,6 @@ lowest first:
     campaign_purge.py     purge: delete a campaign and every result it stored
     campaign_report.py    report: the closing report and the closing checklist
     campaign_status.py    status [--watch]: where a campaign is right now
-    campaign_completion.py  shell completion (completion bash|zsh, kubectl_complete-campaign)
-    campaign.py           the parser and the dispatch to the commands, --version
+    campaign_completion.py  shell completion scripts and candidates for a parser (completion bash|zsh)
+    campaign.py           the parser and the dispatch to the commands, --version, kubectl_complete-campaign
 """

@@ -380,3 +380,8 @@ def main(
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def kubectl_complete_main() -> int:
+    """`kubectl_complete-campaign`: kubectl passes the words after `kubectl campaign`."""
+    return print_candidates(build_parser(), sys.argv[1:], sys.stdout, kubectl=True)

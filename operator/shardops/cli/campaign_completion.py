@@ -11,7 +11,6 @@ Campaign names are not offered: that would be an API call on every TAB; `kubectl
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Sequence
 from typing import TextIO
 
@@ -88,10 +87,3 @@ def print_candidates(
     if kubectl:
         print(NO_FILE_COMPLETION, file=out)
     return 0
-
-
-def kubectl_complete_main() -> int:
-    """`kubectl_complete-campaign`: kubectl passes the words after `kubectl campaign`."""
-    from shardops.cli.campaign import build_parser
-
-    return print_candidates(build_parser(), sys.argv[1:], sys.stdout, kubectl=True)
