@@ -33,8 +33,8 @@ def measure(kind: str) -> dict[str, float]:
     """In this process: CPU seconds to import and build the `kind` client, and per shard's calls."""
     os.environ["AWS_ACCESS_KEY_ID"] = os.environ["SHARDOPS_S3_ACCESS_KEY_ID"]
     os.environ["AWS_SECRET_ACCESS_KEY"] = os.environ["SHARDOPS_S3_SECRET_ACCESS_KEY"]
-    from shardops.api.campaign import ResultStoreStatus
     from shardops.api.enums import StoreType
+    from shardops.api.store import ResultStoreStatus
     from shardops.store.records import ResultMeta
     from shardops.store.s3 import S3Store, boto3_client_for, client_for
 

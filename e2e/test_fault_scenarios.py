@@ -35,8 +35,8 @@ from testbed.harness import Cluster
 from testbed.kits.scheduler import Operator
 
 from e2e.test_fault_history import IDENTITIES
-from shardops.api.campaign import ResultStoreStatus
 from shardops.api.names import LEADER_INSTANCE_ANNOTATION
+from shardops.api.store import ResultStoreStatus
 from shardops.k8s.api import CAMPAIGNS, SHARDS, Kube
 from shardops.logic.transitions import EventReason
 from shardops.store.s3 import S3Store

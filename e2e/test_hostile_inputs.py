@@ -31,8 +31,9 @@ from testbed.kits.scheduler import (
     wait_phase,
 )
 
-from shardops.api.campaign import MAX_GZIP_RATIO, MAX_ITEM_LINE_BYTES, ItemsObject, ResultStoreStatus
 from shardops.api.enums import StoreType
+from shardops.api.items import MAX_GZIP_RATIO, MAX_ITEM_LINE_BYTES, ItemsObject
+from shardops.api.store import ResultStoreStatus
 from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS, Kube
 from shardops.store.items import object_items
 from shardops.store.lines import ItemsChanged

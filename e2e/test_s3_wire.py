@@ -11,8 +11,8 @@ import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError
 from testbed.cluster import lifecycle
 
-from shardops.api.campaign import ResultStoreStatus
 from shardops.api.enums import StoreType
+from shardops.api.store import ResultStoreStatus
 from shardops.store.s3 import S3Store
 from shardops.store.s3wire import Credentials, WireS3
 

@@ -31,8 +31,8 @@ from shardops.api import (
     StallPolicy,
     rules,
 )
-from shardops.api.campaign import MAX_WORKER_SLOTS
 from shardops.api.names import API_GROUP_VERSION
+from shardops.api.worker import MAX_WORKER_SLOTS
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = sorted((ROOT / "crds" / "samples").glob("*.yaml"))

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from clikit import NOW, campaign_body, history, shard_body, t
-from shardops.api.campaign import Campaign, Source
+from shardops.api.campaign import Campaign
+from shardops.api.sources import Source
 from shardops.cli.campaign_plan import _jobs_text, plan_view, render_plan
 from shardops.cli.campaign_summary import parse_shards
 from shardops.cli.text import NONE

@@ -7,8 +7,8 @@ from collections import Counter
 from testbed.faults.results import check_results
 
 from fakes3 import FakeS3
-from shardops.api.campaign import ResultStoreStatus
 from shardops.api.enums import StoreType
+from shardops.api.store import ResultStoreStatus
 from shardops.logic.idempotency import item_subkey
 from shardops.store.records import ResultMeta, encode_result
 from shardops.store.s3 import S3Store

@@ -23,21 +23,21 @@ from schedulerkit import (
     reconciler,
     status_of,
 )
-from shardops.api import campaign as campaign_api
-from shardops.api.campaign import (
+from shardops.api import items as items_api
+from shardops.api.campaign import Campaign
+from shardops.api.enums import StoreType
+from shardops.api.items import (
     MAX_CONFIGMAP_ITEMS,
     MAX_GZIP_RATIO,
     MAX_ITEM_DEPTH,
     MAX_ITEM_LINE_BYTES,
-    Campaign,
     ItemsFrom,
     ItemsObject,
     ItemsOverLimit,
-    ResultStoreStatus,
     check_inline_items,
     parse_item_line,
 )
-from shardops.api.enums import StoreType
+from shardops.api.store import ResultStoreStatus
 from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS, SHARDS, Resource
 from shardops.k8s.campaigns import ItemsUnavailable
 from shardops.store import items as items_module
@@ -178,7 +178,7 @@ def test_an_object_with_more_items_than_allowed_is_refused_naming_the_line(
 def test_a_configmap_with_more_items_than_allowed_is_refused_naming_the_line(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(campaign_api, "MAX_CONFIGMAP_ITEMS", 2)
+    monkeypatch.setattr(items_api, "MAX_CONFIGMAP_ITEMS", 2)
     source = ItemsFrom(config_map_name="q", key="items.jsonl")
     with pytest.raises(ItemsOverLimit, match=r"ConfigMap q key items.jsonl line 4: more items .* limit of 2"):
         source.parse_items('{"n": 0}\n\n{"n": 1}\n{"n": 2}\n')

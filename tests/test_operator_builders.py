@@ -10,10 +10,11 @@ import pytest
 
 from fakekube import merge_patch
 from schedulerkit import T0, campaign, entry, shard
-from shardops.api.campaign import Campaign, CampaignStatus, ResultStoreStatus
+from shardops.api.campaign import Campaign, CampaignStatus
 from shardops.api.common import Condition
 from shardops.api.enums import BreakerState, CampaignPhase, ShardClass, ShardPhase, StoreType
 from shardops.api.shard import Shard
+from shardops.api.store import ResultStoreStatus
 from shardops.logic import conditions
 from shardops.logic.aggregate import CampaignFacts, aggregate
 from shardops.logic.breaker import SourceBreaker, effective

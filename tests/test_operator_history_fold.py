@@ -36,9 +36,9 @@ from schedulerkit import (
     shard_of,
     status_of,
 )
-from shardops.api.campaign import ResultStoreStatus, resolve_result_store
 from shardops.api.enums import StoreType
 from shardops.api.shard import HISTORY_LIMIT, Shard, ShardError, ShardResult
+from shardops.api.store import ResultStoreStatus, resolve_result_store
 from shardops.k8s.api import SHARDS, ApiError
 from shardops.k8s.shards import Actor, TransitionRequest, apply_transition
 from shardops.logic.transitions import Action

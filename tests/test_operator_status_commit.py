@@ -33,7 +33,7 @@ from schedulerkit import (
     shard_of,
     status_of,
 )
-from shardops.api.campaign import resolve_result_store
+from shardops.api.store import resolve_result_store
 from shardops.k8s.api import EVENTS, SHARDS, ApiError, Resource
 from shardops.scheduler.reconcile import CONFLICT_ROUNDS
 

@@ -10,9 +10,10 @@ from typing import Any
 from fakekube import FakeKube
 from fakes3 import FakeS3
 from schedulerkit import campaign, shard
-from shardops.api.campaign import Campaign, ResultStoreStatus
+from shardops.api.campaign import Campaign
 from shardops.api.enums import StoreType
 from shardops.api.shard import Shard
+from shardops.api.store import ResultStoreStatus
 from shardops.k8s.api import CAMPAIGNS, SHARDS
 from shardops.scheduler.retention import Retention, group_of
 from shardops.store.records import ItemRecord, ResultMeta

@@ -17,8 +17,8 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials as BotoCredentials
 from botocore.exceptions import ClientError, EndpointConnectionError
 
-from shardops.api.campaign import ResultStoreStatus
 from shardops.api.enums import StoreType
+from shardops.api.store import ResultStoreStatus
 from shardops.store.s3 import client_for
 from shardops.store.s3wire import (
     EMPTY_SHA256,

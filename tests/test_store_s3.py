@@ -9,8 +9,8 @@ import json
 import pytest
 
 from fakes3 import FakeS3
-from shardops.api.campaign import ResultStoreSpec, ResultStoreStatus, S3Location, resolve_result_store
 from shardops.api.enums import StoreType
+from shardops.api.store import ResultStoreSpec, ResultStoreStatus, S3Location, resolve_result_store
 from shardops.store import capacity_problem
 from shardops.store.lines import NotJsonlText
 from shardops.store.records import (

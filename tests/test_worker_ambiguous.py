@@ -160,8 +160,8 @@ def test_a_done_write_whose_answer_was_lost_and_whose_shard_was_folded_commits_i
     (only a Done shard is folded), so the result is committed for reuse; when the campaign itself
     went, it is not."""
     from fakes3 import FakeS3
-    from shardops.api.campaign import ResultStoreStatus
     from shardops.api.enums import StoreType
+    from shardops.api.store import ResultStoreStatus
     from shardops.k8s.api import CAMPAIGNS, SHARDS, ApiError
     from shardops.store.s3 import S3Store
 

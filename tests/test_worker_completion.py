@@ -133,8 +133,8 @@ def test_a_zombie_on_its_last_attempt_whose_result_verifies_is_completed_not_blo
 
 def test_a_zombie_whose_lost_claim_stored_its_s3_result_is_completed_with_that_object(tmp_path: Path) -> None:
     from fakes3 import FakeS3
-    from shardops.api.campaign import ResultStoreStatus
     from shardops.api.enums import StoreType
+    from shardops.api.store import ResultStoreStatus
     from shardops.store.s3 import S3Store
 
     kube = FakeKube()

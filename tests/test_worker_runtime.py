@@ -424,8 +424,8 @@ def test_add_campaign_materializes_pending_shards_and_records_them_cut() -> None
 
 def test_with_the_s3_store_a_shard_costs_three_worker_writes_and_no_configmap(tmp_path: Path) -> None:
     from fakes3 import FakeS3
-    from shardops.api.campaign import ResultStoreStatus
     from shardops.api.enums import StoreType
+    from shardops.api.store import ResultStoreStatus
     from shardops.store.s3 import S3Store
 
     kube = FakeKube()

@@ -31,10 +31,11 @@ import yaml
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
-from shardops.api.campaign import Campaign, ResultStoreStatus
+from shardops.api.campaign import Campaign
 from shardops.api.enums import StoreType
 from shardops.api.names import API_GROUP_VERSION, CAMPAIGN_KIND, CAMPAIGN_LABEL
 from shardops.api.shard import Shard
+from shardops.api.store import ResultStoreStatus
 from shardops.k8s import campaigns
 from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS, EVENTS, LEASES, SHARDS, Kube, NotFound
 from shardops.k8s.shards import Actor, TransitionRequest, apply_transition

@@ -87,8 +87,9 @@ def test_items_too_big_for_a_shard_are_reported_before_any_shard_is_cut(
 
 
 def test_items_are_read_once_per_spec_generation(kube: OperatorKube) -> None:
-    from shardops.api.campaign import Campaign, ResultStoreStatus
+    from shardops.api.campaign import Campaign
     from shardops.api.enums import StoreType
+    from shardops.api.store import ResultStoreStatus
     from shardops.scheduler.items import Items
     from shardops.scheduler.memory import Memory
     from shardops.scheduler.stores import Stores

@@ -6,8 +6,9 @@ from __future__ import annotations
 from fakekube import FakeKube
 from fakes3 import FakeS3
 from schedulerkit import NAMESPACE, campaign
-from shardops.api.campaign import Campaign, ResultStoreStatus
+from shardops.api.campaign import Campaign
 from shardops.api.enums import StoreType
+from shardops.api.store import ResultStoreStatus
 from shardops.scheduler.stores import Stores
 from shardops.store.configmap import ConfigMapStore
 from shardops.store.s3 import S3Store

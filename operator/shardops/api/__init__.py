@@ -4,21 +4,13 @@ Import models from here; `shardops.api.crdgen` turns them into `crds/*.yaml`.
 """
 
 from shardops.api.campaign import (
-    Backoff,
     BreakerStatus,
     Budget,
     Campaign,
     CampaignSpec,
     CampaignStatus,
-    EnvVar,
-    ItemsFrom,
-    ItemsWorkerSpec,
-    ResourceRequirements,
     RetryRequest,
     ShardCounts,
-    Source,
-    Stall,
-    WorkerSpec,
 )
 from shardops.api.common import Condition, ObjectMeta, find_condition, set_condition
 from shardops.api.enums import (
@@ -29,6 +21,7 @@ from shardops.api.enums import (
     ShardPhase,
     StallPolicy,
 )
+from shardops.api.items import ItemsFrom
 from shardops.api.shard import (
     HISTORY_LIMIT,
     HistoryEntry,
@@ -40,6 +33,8 @@ from shardops.api.shard import (
     ShardSpec,
     ShardStatus,
 )
+from shardops.api.sources import Backoff, Source, Stall
+from shardops.api.worker import EnvVar, ItemsWorkerSpec, ResourceRequirements, WorkerSpec
 
 __all__ = [
     "HISTORY_LIMIT",

@@ -20,7 +20,6 @@ from pydantic import (
 )
 
 from shardops.api import rules
-from shardops.api.campaign import MAX_INLINE_ITEMS
 from shardops.api.common import (
     DNS_SUBDOMAIN_MAX,
     SOURCE_NAME_MAX,
@@ -36,6 +35,7 @@ from shardops.api.common import (
     without_inline_items,
 )
 from shardops.api.enums import ErrorClass, ShardClass, ShardPhase
+from shardops.api.items import MAX_INLINE_ITEMS
 from shardops.api.names import SHARD_KIND
 
 # Each transition appends one entry; the oldest fall off so a shard that flaps for days stays a

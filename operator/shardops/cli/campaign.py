@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import TextIO
 
 from shardops import __version__
-from shardops.api.campaign import DEFAULT_S3_PREFIX
+from shardops.api.store import DEFAULT_S3_PREFIX
 from shardops.cli.campaign_actions import run_cancel, run_resume, run_retry, run_suspend
 from shardops.cli.campaign_apply import run_apply
 from shardops.cli.campaign_client import (

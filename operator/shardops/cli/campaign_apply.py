@@ -20,9 +20,11 @@ from typing import Any
 
 import yaml
 
-from shardops.api.campaign import DEFAULT_S3_PREFIX, CampaignSpec, ResultStoreStatus, parse_item_line
+from shardops.api.campaign import CampaignSpec
 from shardops.api.common import JSON
 from shardops.api.enums import StoreType
+from shardops.api.items import parse_item_line
+from shardops.api.store import DEFAULT_S3_PREFIX, ResultStoreStatus
 from shardops.cli.campaign_client import EXIT_OK, EXIT_USAGE, CliError, bad_state, no_access
 from shardops.cli.campaign_results import user_s3_store
 from shardops.cli.command import Context

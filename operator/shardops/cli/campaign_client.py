@@ -23,8 +23,8 @@ from kubernetes import config
 from kubernetes.client.exceptions import ApiException
 
 from shardops import API_GROUP
-from shardops.api.campaign import ItemsFrom
 from shardops.api.common import JSON, Item
+from shardops.api.items import ItemsFrom
 from shardops.api.names import CAMPAIGN_LABEL, CLI_FIELD_MANAGER
 from shardops.k8s import campaigns, jobs
 from shardops.k8s.api import (

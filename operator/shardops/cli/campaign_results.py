@@ -15,10 +15,11 @@ from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
 from typing import TextIO
 
-from shardops.api.campaign import Campaign, ResultStoreStatus
+from shardops.api.campaign import Campaign
 from shardops.api.common import JSON, Item
 from shardops.api.enums import ShardPhase, StoreType
 from shardops.api.shard import Shard
+from shardops.api.store import ResultStoreStatus
 from shardops.cli.campaign_client import EXIT_OK, bad_state, no_access
 from shardops.cli.command import Context, load
 from shardops.k8s.campaigns import ItemsUnavailable

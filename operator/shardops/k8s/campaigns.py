@@ -5,9 +5,9 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 
-from shardops.api.campaign import ItemsFrom, ItemsPin
 from shardops.api.common import JSON, Item
 from shardops.api.enums import ConditionReason
+from shardops.api.items import ItemsFrom, ItemsPin
 from shardops.k8s import events
 from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS, KubeClient, NotFound
 from shardops.k8s.shards import Actor

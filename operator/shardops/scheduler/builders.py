@@ -9,14 +9,7 @@ import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from shardops.api.campaign import (
-    BreakerStatus,
-    Campaign,
-    CampaignSpec,
-    CampaignStatus,
-    ShardCounts,
-    WorkerSpec,
-)
+from shardops.api.campaign import BreakerStatus, Campaign, CampaignSpec, CampaignStatus, ShardCounts
 from shardops.api.common import JSON, Condition, Item, set_condition
 from shardops.api.enums import BreakerState, ShardClass, ShardPhase
 from shardops.api.names import (
@@ -29,6 +22,7 @@ from shardops.api.names import (
     WORKER_SLOTS_ANNOTATION,
     derived_name,
 )
+from shardops.api.worker import WorkerSpec
 from shardops.k8s.jobs import WORKER_ROLE
 from shardops.logic.aggregate import Aggregate
 from shardops.logic.breaker import CLOSED_BREAKER, SourceBreaker, effective

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from shardops.api.campaign import Campaign, ItemsObject, resolve_result_store
+from shardops.api.campaign import Campaign
 from shardops.api.common import Item
 from shardops.api.enums import ConditionReason
+from shardops.api.items import ItemsObject
+from shardops.api.store import resolve_result_store
 from shardops.k8s import campaigns
 from shardops.k8s.api import KubeClient
 from shardops.logic.shard_items import ShardItemsTooLarge, check_shard_items

@@ -31,10 +31,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from shardops import store
-from shardops.api.campaign import Campaign, resolve_result_store
+from shardops.api.campaign import Campaign
 from shardops.api.common import JSON, Condition, Item
 from shardops.api.enums import CampaignPhase, ConditionReason, ConditionType, ShardPhase
 from shardops.api.shard import Shard
+from shardops.api.store import resolve_result_store
 from shardops.clock import utcnow
 from shardops.k8s import campaigns
 from shardops.k8s.api import CAMPAIGNS, Conflict, Kube, NotFound, WriteRefused

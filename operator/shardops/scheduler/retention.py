@@ -40,10 +40,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from shardops.api.campaign import Campaign, ResultStoreStatus, retention_of
+from shardops.api.campaign import Campaign
 from shardops.api.common import JSON, Condition
 from shardops.api.enums import ConditionType, StoreType
 from shardops.api.shard import Shard
+from shardops.api.store import ResultStoreStatus, retention_of
 from shardops.k8s.api import CAMPAIGNS, Kube, NotFound
 from shardops.store.records import StoreUnavailable
 from shardops.store.s3 import S3Store

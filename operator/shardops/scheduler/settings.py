@@ -14,16 +14,9 @@ from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import NoDecode, SettingsConfigDict
 
 from shardops import API_GROUP
-from shardops.api.campaign import (
-    BUCKET_PATTERN,
-    DEFAULT_S3_PREFIX,
-    MAX_RETENTION_SECONDS,
-    PullSecretReference,
-    ResourceRequirements,
-    ResultStoreStatus,
-    Toleration,
-)
 from shardops.api.enums import StoreType
+from shardops.api.store import BUCKET_PATTERN, DEFAULT_S3_PREFIX, MAX_RETENTION_SECONDS, ResultStoreStatus
+from shardops.api.worker import PullSecretReference, ResourceRequirements, Toleration
 from shardops.clock import ClockSkewSettings
 from shardops.scheduler.builders import (
     DEFAULT_WORKER_SERVICE_ACCOUNT,

@@ -10,8 +10,9 @@ from __future__ import annotations
 import threading
 
 from shardops import store
-from shardops.api.campaign import Campaign, ResultStoreStatus
+from shardops.api.campaign import Campaign
 from shardops.api.enums import StoreType
+from shardops.api.store import ResultStoreStatus
 from shardops.k8s.api import KubeClient
 from shardops.store import ResultStore
 from shardops.store.s3 import S3Store

@@ -5,8 +5,9 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping
 
-from shardops.api.campaign import CampaignSpec, CampaignStatus, Source
+from shardops.api.campaign import CampaignSpec, CampaignStatus
 from shardops.api.enums import BreakerState
+from shardops.api.sources import Source
 from shardops.logic.breaker import BreakerPolicy, SourceBreaker
 from shardops.logic.planner import Breakers
 

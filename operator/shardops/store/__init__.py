@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Protocol
 
-from shardops.api.campaign import CONFIGMAP_STORE_MAX_SHARDS, Campaign, ResultStoreStatus
+from shardops.api.campaign import Campaign
 from shardops.api.enums import StoreType
+from shardops.api.store import CONFIGMAP_STORE_MAX_SHARDS, ResultStoreStatus
 from shardops.k8s.api import KubeClient
 from shardops.store.records import ItemRecord, ResultMeta, StoredResult, StoreUnavailable
 

@@ -13,17 +13,17 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import overload
 
-from shardops.api.campaign import (
+from shardops.api.campaign import Campaign
+from shardops.api.common import JSON, Item
+from shardops.api.enums import ConditionReason
+from shardops.api.items import (
     MAX_OBJECT_ITEMS,
-    Campaign,
     ItemsObject,
     ItemsOverLimit,
     ItemsPin,
     check_inline_items,
     parse_item_line,
 )
-from shardops.api.common import JSON, Item
-from shardops.api.enums import ConditionReason
 from shardops.k8s import campaigns
 from shardops.k8s.api import KubeClient
 from shardops.logic.shard_items import ShardItemsSize

@@ -12,7 +12,8 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable, Iterator
 
-from shardops.api.campaign import (
+from shardops.api.enums import ConditionReason
+from shardops.api.items import (
     GZIP_RATIO_GRACE_BYTES,
     MAX_GZIP_RATIO,
     MAX_ITEM_LINE_BYTES,
@@ -20,7 +21,6 @@ from shardops.api.campaign import (
     ItemsOverLimit,
     line_too_long,
 )
-from shardops.api.enums import ConditionReason
 from shardops.k8s.campaigns import ItemsUnavailable
 
 # How much is read (and, for gzip, inflated) at a time.

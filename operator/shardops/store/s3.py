@@ -31,8 +31,9 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from shardops.api.campaign import MAX_ITEMS_OBJECT_BYTES, ResultStoreStatus
 from shardops.api.enums import ConditionReason, StoreType
+from shardops.api.items import MAX_ITEMS_OBJECT_BYTES
+from shardops.api.store import ResultStoreStatus
 from shardops.k8s.campaigns import ItemsUnavailable
 from shardops.logic.idempotency import canonical_json
 from shardops.store.lines import ItemsChanged, object_lines

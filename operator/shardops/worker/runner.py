@@ -35,9 +35,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from shardops.api.campaign import Campaign, WorkerSpec
+from shardops.api.campaign import Campaign
 from shardops.api.common import NO_TOKENS, TokenCounts
 from shardops.api.enums import ErrorClass
+from shardops.api.worker import WorkerSpec
 from shardops.logic.idempotency import canonical_json
 
 ITEMS_FILE = "items.jsonl"

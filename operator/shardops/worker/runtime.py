@@ -16,10 +16,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from shardops.api.campaign import Campaign, ResultStoreStatus, SourceCooldown
+from shardops.api.campaign import Campaign, SourceCooldown
 from shardops.api.common import Item
 from shardops.api.enums import ShardPhase
 from shardops.api.shard import Shard
+from shardops.api.store import ResultStoreStatus
 from shardops.k8s.api import CONFIGMAPS, Forbidden, KubeClient, NotFound
 from shardops.k8s.shards import Actor
 from shardops.logic.idempotency import item_subkey

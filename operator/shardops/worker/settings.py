@@ -11,7 +11,7 @@ from pathlib import Path
 from pydantic import AliasChoices, Field
 from pydantic_settings import SettingsConfigDict
 
-from shardops.api.campaign import MAX_WORKER_SLOTS
+from shardops.api.worker import MAX_WORKER_SLOTS
 from shardops.clock import ClockSkewSettings
 
 # In-cluster, the namespace of the pod's service account: the usual fallback when the Job does not

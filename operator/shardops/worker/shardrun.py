@@ -15,8 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from shardops.api.campaign import Campaign, ItemsOverLimit, SourceCooldown
+from shardops.api.campaign import Campaign, SourceCooldown
 from shardops.api.enums import ErrorClass, ShardClass
+from shardops.api.items import ItemsOverLimit
 from shardops.api.llm import COOLDOWN_FILE_ENV
 from shardops.k8s.api import CAMPAIGNS, Forbidden
 from shardops.k8s.campaigns import ItemsUnavailable
