@@ -78,6 +78,11 @@ def _chart_worker_rbac(cluster: Cluster, namespace: str) -> list[dict[str, Any]]
             str(REPO_ROOT / "charts" / "shardops"),
             "--namespace",
             namespace,
+            # One namespace per test, the release's too: a sandbox, as the chart kit's (docs/security.md).
+            "--set",
+            f"watch.namespaces={{{namespace}}}",
+            "--set",
+            "workers.allowReleaseNamespace=true",
             "--show-only",
             "templates/rbac-worker.yaml",
             "--show-only",
