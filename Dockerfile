@@ -7,11 +7,11 @@
 #   docker push REGISTRY/shardops:0.1.0
 #
 # `make image` builds the same image without Docker (hack/image.sh: a Debian rootfs by mmdebstrap,
-# committed by buildah as an OCI archive); tests/test_image_build.py keeps the two in step. Both use
+# committed by buildah as an OCI archive); tests/image/test_build.py keeps the two in step. Both use
 # Debian's own Python (package python3), so the venv is built for the interpreter it runs on.
 # docs/install.md has the details (pushing the archive with skopeo, multi-arch builds, pinning,
 # building your own worker image on top of this one). The Python entry points called here are
-# tested by tests/test_chart_image.py.
+# tested by tests/image/test_dockerfile.py.
 
 # Debian 12 by tag. Pin the exact bytes too by appending @sha256:<digest> (print it with
 # `docker buildx imagetools inspect debian:bookworm-slim`).

@@ -1,6 +1,6 @@
 """Pure arithmetic of the benchmarks: medians and spreads, percentiles, deciles, time-weighted means.
 
-No I/O and no clock: every function takes the numbers it works on, so tests/test_bench_stats.py can
+No I/O and no clock: every function takes the numbers it works on, so tests/benchmarks/test_stats.py can
 check each one exactly.
 """
 

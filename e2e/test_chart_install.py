@@ -212,7 +212,7 @@ def test_campaign_runs_to_completion_under_the_charts_rbac(local_cluster: Cluste
         pytest.skip(f"needs the operator and the worker runtime: {missing}")
     cluster = local_cluster
     # The operator pod is held to "restricted" by the install test above. Worker pods are too once
-    # the operator's Job builder hardens them (tests/test_chart_pods.py, strict xfail until then);
+    # the operator's Job builder hardens them (tests/chart/test_pods.py, strict xfail until then);
     # before that, this namespace enforces "baseline" and only warns about "restricted", so this
     # test still proves what it is about: the chart's RBAC and admission policy let a campaign run.
     worker_problems = chartkit.worker_job_violations()

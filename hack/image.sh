@@ -14,7 +14,7 @@
 #    an OCI archive with the image config below: user 65532:65532, ENTRYPOINT ["shardops"],
 #    CMD ["operator"], WORKDIR /tmp, the Dockerfile's ENV and labels.
 #
-# The Dockerfile builds the same content for users with Docker (tests/test_image_build.py keeps the
+# The Dockerfile builds the same content for users with Docker (tests/image/test_build.py keeps the
 # two in step). The archive is cached: the hash of every input (this script, pyproject.toml,
 # constraints.txt, README.md, operator/, examples/, the Debian suite and packages) is stored next to
 # it, and a build whose inputs hash matches prints the digest and stops; a copy is kept under
@@ -33,7 +33,7 @@ stamp="$dist/shardops-image.inputs"
 digest_file="$dist/shardops-image.digest"
 log() { echo "[image] ${start:+$(( $(date +%s) - start ))s: }$*" >&2; }
 
-# --- what the image is (the Dockerfile says the same; tests/test_image_build.py compares them) ---
+# --- what the image is (the Dockerfile says the same; tests/image/test_build.py compares them) ---
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' pyproject.toml | head -1)
 # The name the archive carries: the chart's default image.repository at the chart's appVersion, so
 # `helm install` of the chart runs this image wherever the archive is loaded.

@@ -1,6 +1,6 @@
 """What the e2e tests, the fault suite, the demo and the benchmarks share. The product
 (operator/shardops) never imports it; it imports nothing of e2e/, tests/ or benchmarks/
-(tests/test_layering.py checks both). The modules, lowest first:
+(tests/project/test_layering.py checks both). The modules, lowest first:
 
     cluster/      the local control plane: Go modules, build.sh (`make tools`), lifecycle, process-kubelet
     upstream.py   the OpenAI-compatible test upstream: real HTTP on loopback, faults on demand

@@ -7,7 +7,6 @@ import datetime as dt
 from collections.abc import Callable
 from typing import Any
 
-from fakekube import FakeKube
 from shardops.api.names import CAMPAIGN_LABEL, CLASS_LABEL
 from shardops.k8s.api import CAMPAIGNS, EVENTS, LEASES, SHARDS, ApiError, Resource
 from shardops.logic.idempotency import idempotency_key
@@ -15,7 +14,8 @@ from shardops.logic.timefmt import micro_time
 from shardops.scheduler.metrics import Metrics
 from shardops.scheduler.reconcile import Reconciler
 from shardops.scheduler.settings import OperatorSettings
-from workerkit import NAMESPACE
+from tests.fakekube import FakeKube
+from tests.workerkit import NAMESPACE
 
 JSON = dict[str, Any]
 T0 = dt.datetime(2026, 3, 1, 12, 0, tzinfo=dt.UTC)

@@ -10,7 +10,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fakekube import FakeKube
 from shardops.api.names import CAMPAIGN_LABEL
 from shardops.api.shard import Shard
 from shardops.k8s import leases
@@ -22,6 +21,7 @@ from shardops.logic.transitions import Action
 from shardops.worker.clocks import SystemClock
 from shardops.worker.runtime import Worker
 from shardops.worker.settings import WorkerSettings
+from tests.fakekube import FakeKube
 
 JSON = dict[str, Any]
 

@@ -8,7 +8,16 @@ from typing import Any
 
 import pytest
 
-from schedulerkit import (
+from shardops.k8s import jobs
+from shardops.k8s.api import (
+    JOBS,
+    PODS,
+    SHARDS,
+    AlreadyExists,
+    ApiError,
+    Resource,
+)
+from tests.schedulerkit import (
     NAMESPACE,
     T0,
     Clock,
@@ -23,15 +32,6 @@ from schedulerkit import (
     shard,
     shard_of,
     status_of,
-)
-from shardops.k8s import jobs
-from shardops.k8s.api import (
-    JOBS,
-    PODS,
-    SHARDS,
-    AlreadyExists,
-    ApiError,
-    Resource,
 )
 
 JSON = dict[str, Any]

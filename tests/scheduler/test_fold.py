@@ -7,7 +7,12 @@ from typing import Any
 
 import pytest
 
-from schedulerkit import (
+from shardops.k8s.api import (
+    LEASES,
+    SHARDS,
+    ApiError,
+)
+from tests.schedulerkit import (
     NAMESPACE,
     T0,
     Clock,
@@ -19,11 +24,6 @@ from schedulerkit import (
     reconciler,
     shard,
     status_of,
-)
-from shardops.k8s.api import (
-    LEASES,
-    SHARDS,
-    ApiError,
 )
 
 JSON = dict[str, Any]
@@ -45,10 +45,10 @@ def test_the_fold_commits_each_done_shards_result_unless_its_worker_did(
     """A worker killed right after its Done write never commits its result for reuse; the fold
     does, before the ledger, and leaves a result its worker committed as it is (found by the fault
     suite's killed-workers scenario: a Done shard whose key had no committed result)."""
-    from fakes3 import FakeS3
     from shardops.logic.idempotency import item_subkey
     from shardops.store.records import ResultMeta, StoredResult, encode_result
     from shardops.store.s3 import S3Store
+    from tests.fakes3 import FakeS3
 
     put_campaign(kube, campaign(items=[{"id": 0}, {"id": 1}], maxAttempts=2))
     operator = reconciler(kube, clock, result_store="S3", s3_bucket="results")
@@ -88,8 +88,8 @@ def test_a_folded_shards_lease_goes_right_before_its_shard(
     the collector falls behind. Before its Shard, so the collector, which reads every dependent of a
     deleted owner it still knows, has none left to read. A refused Lease delete leaves the Lease to
     the collector and the fold whole."""
-    from fakes3 import FakeS3
     from shardops.store.s3 import S3Store
+    from tests.fakes3 import FakeS3
 
     put_campaign(kube, campaign(items=[{"id": 0}, {"id": 1}], maxAttempts=2))
     operator = reconciler(kube, clock, result_store="S3", s3_bucket="results")

@@ -3,7 +3,6 @@ writing anything; only `commit`, once the status holds it, counts it and announc
 
 from __future__ import annotations
 
-from schedulerkit import NAMESPACE, T0, OperatorKube, campaign, entry, put_campaign, shard
 from shardops.api.campaign import Campaign
 from shardops.api.enums import BreakerState
 from shardops.api.shard import Shard
@@ -11,6 +10,7 @@ from shardops.k8s.shards import Actor
 from shardops.scheduler.history import commit, fold_history
 from shardops.scheduler.metrics import Metrics
 from shardops.scheduler.observed import Observed
+from tests.schedulerkit import NAMESPACE, T0, OperatorKube, campaign, entry, put_campaign, shard
 
 SOURCES = [{"name": "A", "fallback": "B", "cooldownSeconds": 60}, {"name": "B"}]
 

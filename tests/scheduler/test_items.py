@@ -7,7 +7,11 @@ from typing import Any
 
 import pytest
 
-from schedulerkit import (
+from shardops.k8s.api import (
+    CONFIGMAPS,
+    JOBS,
+)
+from tests.schedulerkit import (
     NAMESPACE,
     Clock,
     OperatorKube,
@@ -17,10 +21,6 @@ from schedulerkit import (
     put_campaign,
     run,
     status_of,
-)
-from shardops.k8s.api import (
-    CONFIGMAPS,
-    JOBS,
 )
 
 JSON = dict[str, Any]

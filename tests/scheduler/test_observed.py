@@ -3,9 +3,9 @@ and those already folded into the ledger."""
 
 from __future__ import annotations
 
-from schedulerkit import NAMESPACE, OperatorKube, campaign, put_campaign, put_shard, shard
 from shardops.api.campaign import Campaign
 from shardops.scheduler.observed import observe
+from tests.schedulerkit import NAMESPACE, OperatorKube, campaign, put_campaign, put_shard, shard
 
 
 def test_the_live_shards_and_the_folded_leftovers() -> None:

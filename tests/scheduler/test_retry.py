@@ -7,7 +7,10 @@ from typing import Any
 
 import pytest
 
-from schedulerkit import (
+from shardops.k8s.api import (
+    EVENTS,
+)
+from tests.schedulerkit import (
     NAMESPACE,
     Clock,
     OperatorKube,
@@ -19,9 +22,6 @@ from schedulerkit import (
     shard,
     shard_of,
     status_of,
-)
-from shardops.k8s.api import (
-    EVENTS,
 )
 
 JSON = dict[str, Any]

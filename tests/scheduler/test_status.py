@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime as dt
 
-from schedulerkit import T0, campaign, entry, shard
 from shardops.api.campaign import Campaign, FoldedShards
 from shardops.api.common import Condition
 from shardops.api.enums import CampaignPhase, ConditionReason, ShardPhase
@@ -15,6 +14,7 @@ from shardops.scheduler.history import fold_history
 from shardops.scheduler.observed import Observed
 from shardops.scheduler.status import Decided, desired_status, invalid_status, turned
 from shardops.state import observe
+from tests.schedulerkit import T0, campaign, entry, shard
 
 NOW = T0 + dt.timedelta(minutes=5)
 

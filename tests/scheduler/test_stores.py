@@ -3,15 +3,15 @@ for a store whose credentials only the campaign's workers hold."""
 
 from __future__ import annotations
 
-from fakekube import FakeKube
-from fakes3 import FakeS3
-from schedulerkit import NAMESPACE, campaign
 from shardops.api.campaign import Campaign
 from shardops.api.enums import StoreType
 from shardops.api.store import ResultStoreStatus
 from shardops.scheduler.stores import Stores
 from shardops.store.configmap import ConfigMapStore
 from shardops.store.s3 import S3Store
+from tests.fakekube import FakeKube
+from tests.fakes3 import FakeS3
+from tests.schedulerkit import NAMESPACE, campaign
 
 INSTALLATION = ResultStoreStatus(
     type=StoreType.S3, endpoint="http://127.0.0.1:1", bucket="results", credentials_secret="operator-s3"

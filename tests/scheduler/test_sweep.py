@@ -8,7 +8,13 @@ from typing import Any
 
 import pytest
 
-from schedulerkit import (
+from shardops.k8s.api import (
+    CAMPAIGNS,
+    EVENTS,
+    LEASES,
+    SHARDS,
+)
+from tests.schedulerkit import (
     NAMESPACE,
     T0,
     Clock,
@@ -26,12 +32,6 @@ from schedulerkit import (
     shard_of,
     status_of,
     watching,
-)
-from shardops.k8s.api import (
-    CAMPAIGNS,
-    EVENTS,
-    LEASES,
-    SHARDS,
 )
 
 JSON = dict[str, Any]
@@ -210,10 +210,10 @@ def test_a_zombie_the_operator_completes_from_its_stored_s3_result_is_committed_
     Done write. The sweep completes the shard with that object, and commits it as the key's result,
     as a worker completing a zombie does: re-applying the campaign reuses it (found by the fault
     suite's control-plane restart scenario: 5 results left uncommitted)."""
-    from fakes3 import FakeS3
     from shardops.logic.idempotency import item_subkey
     from shardops.store.records import ResultMeta, encode_result
     from shardops.store.s3 import S3Store
+    from tests.fakes3 import FakeS3
 
     put_campaign(kube, campaign(items=[{"id": 0}], maxAttempts=2))
     _running(kube, attempt=1, fencingToken=1)

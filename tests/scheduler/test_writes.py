@@ -3,7 +3,6 @@ pass observed; one that conflicts is left for the next pass."""
 
 from __future__ import annotations
 
-from schedulerkit import NAMESPACE, T0, OperatorKube, campaign, put_campaign, put_shard, shard, shard_of
 from shardops.api.campaign import Campaign
 from shardops.api.enums import ShardPhase
 from shardops.api.shard import Shard
@@ -13,6 +12,7 @@ from shardops.logic.transitions import Action
 from shardops.scheduler import builders
 from shardops.scheduler.observed import Observed
 from shardops.scheduler.writes import ShardWrites
+from tests.schedulerkit import NAMESPACE, T0, OperatorKube, campaign, put_campaign, put_shard, shard, shard_of
 
 ACTOR = Actor(controller="shardops.dev/operator", instance="op-test")
 

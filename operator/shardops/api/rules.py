@@ -208,7 +208,7 @@ CAMPAIGN_NAME_FITS_A_LABEL: Final = CelRule(
 
 # The inputs of a campaign that its shards, their item ranges and idempotency keys were cut from: a
 # change mid-campaign would skip or repeat items while the campaign reports Succeeded. The chart's
-# campaign-inputs admission policy names the same fields (tests/test_chart.py holds them equal), for
+# campaign-inputs admission policy names the same fields (tests/chart/test_chart.py holds them equal), for
 # installations whose CRDs predate these rules (Helm never upgrades a chart's CRDs).
 # spec.worker and spec.finalize (image, command, env, resultsVersion) are in the keys too but stay
 # editable: a change there keys only the shards cut after it and skips or repeats no item, and

@@ -5,7 +5,7 @@ are loaded, so the tick interval comes from the environment and not from import 
 
 No handler here makes kopf add its finalizer (no timer, no daemon, no deletion handler), so a
 Campaign deletes without a running operator; the periodic reconcile is `ticker.CampaignTicker`,
-fed by the `campaign-index` watch handler. tests/test_operator_wiring.py keeps it that way.
+fed by the `campaign-index` watch handler. tests/scheduler/test_main.py keeps it that way.
 """
 
 from __future__ import annotations

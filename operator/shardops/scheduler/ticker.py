@@ -8,7 +8,7 @@ deleting a Campaign, or the namespace holding it, waits for a running operator t
 garbage collector removes what a Campaign owns (Shards, their Leases, worker Jobs) through owner
 references, and stored results are meant to outlive it. So the tick is the operator's own loop,
 which kopf knows nothing about, and no handler asks kopf for a finalizer
-(tests/test_operator_wiring.py checks every one).
+(tests/scheduler/test_main.py checks every one).
 
 It keeps what the kopf timer did: one asyncio task per Campaign, started when the watch first shows
 the Campaign; each round waits `interval`, then runs `kick` in the same thread pool as kopf's sync

@@ -3,7 +3,7 @@ the inputs of `logic.planner.plan_dispatch`. Pure: no I/O, no clock (`now` is a 
 
 One home for this mapping. `kubectl campaign plan` (a dry run) calls it with what it read from the
 API server, so its answer is the operator's: the reconcile's `_plan` builds exactly these inputs
-(see `tests/test_cli_campaign_plan.py`, which checks the two agree). The worker chooses its claims
+(see `tests/cli/test_campaign_plan.py`, which checks the two agree). The worker chooses its claims
 from `claim_inputs`, which is `dispatch_inputs` too: per-source cooldowns, fallbacks, the budget
 gate and every other gate are computed once, here, for all three.
 

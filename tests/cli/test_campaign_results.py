@@ -1,0 +1,101 @@
+"""`kubectl campaign results` over the in-memory API (ConfigMap store): item order, the line shape,
+--failed with the shard's lastError and the items not yet cut, --format openai, -o FILE."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from shardops.k8s.api import CONFIGMAPS
+from shardops.logic.idempotency import item_subkey
+from shardops.state.results import json_line
+from shardops.store.configmap import attempt_body, attempt_name
+from shardops.store.records import ResultMeta, encode_result, sha256_of
+from tests.clikit import campaign_body, cluster, done_status, run, shard_body
+
+
+def _campaign_with_results() -> tuple[object, list[dict[str, object]]]:
+    items = [{"n": i, "custom_id": f"c{i}"} for i in range(4)]
+    body = campaign_body(items=0, status={"phase": "Running"})
+    body["spec"]["items"] = items
+    shards = []
+    for index in range(3):
+        phase = ["Done", "Failed", "Pending"][index]
+        status = done_status(60) if phase == "Done" else {}
+        shard = shard_body("papers", index, phase, status=status)
+        shard["spec"]["items"] = [items[index]]
+        if phase == "Failed":
+            shard["status"]["lastError"] = {
+                "class": "invalid-input",
+                "message": "bad item",
+                "at": "2026-01-01T00:00:00Z",
+            }
+        shards.append(shard)
+    key = shards[0]["spec"]["idempotencyKey"]
+    text = encode_result(key, [(0, item_subkey(items[0]), {"answer": "a0"})], {item_subkey(items[0]): 0.5})
+    configmap = attempt_body(key, text, ResultMeta("papers", "papers-00000", "w-1", 1, 3), 1)
+    configmap["metadata"]["namespace"] = "ns"
+    shards[0]["status"]["result"] = {
+        "ref": attempt_name(key, 3),
+        "fingerprint": sha256_of(text),
+        "bytes": len(text),
+    }
+    kube = cluster(body, *shards)
+    kube.create(CONFIGMAPS, "ns", configmap)
+    return kube, items
+
+
+def test_done_items_in_order_with_their_shard_attempt_and_cost() -> None:
+    kube, items = _campaign_with_results()
+    answer = run(kube, "-n", "ns", "results", "papers")  # type: ignore[arg-type]
+    assert answer.code == 0, answer.err
+    assert [json.loads(line) for line in answer.out.splitlines()] == [
+        {
+            "index": 0,
+            "key": item_subkey(items[0]),
+            "item": items[0],
+            "result": {"answer": "a0"},
+            "cost": 0.5,
+            "shard": "papers-00000",
+            "attempt": 1,
+        }
+    ]
+
+
+def test_failed_lists_every_item_not_done_with_its_reason_and_the_uncut_ones() -> None:
+    kube, items = _campaign_with_results()
+    answer = run(kube, "-n", "ns", "results", "papers", "--failed")  # type: ignore[arg-type]
+    lines = [json.loads(line) for line in answer.out.splitlines()]
+    assert [(line["index"], line["shard"], line["phase"]) for line in lines] == [
+        (1, "papers-00001", "Failed"),
+        (2, "papers-00002", "Pending"),
+        (3, None, "Uncut"),
+    ]
+    assert lines[0]["lastError"]["class"] == "invalid-input" and lines[0]["item"] == items[1]
+
+
+def test_openai_format_takes_custom_id_from_the_named_field(tmp_path: Path) -> None:
+    kube, _ = _campaign_with_results()
+    target = tmp_path / "out.jsonl"
+    answer = run(kube, "-n", "ns", "results", "papers", "--format", "openai", "-o", str(target))  # type: ignore[arg-type]
+    assert answer.code == 0 and answer.out == ""
+    (line,) = [json.loads(text) for text in target.read_text().splitlines()]
+    assert (
+        line["custom_id"] == "c0" and line["response"]["body"] == {"answer": "a0"} and line["error"] is None
+    )
+    missing = run(kube, "-n", "ns", "results", "papers", "--format", "openai", "--custom-id", "id")  # type: ignore[arg-type]
+    assert missing.code == 1 and "has no field 'id'" in missing.err and "--custom-id" in missing.err
+
+
+def test_an_output_format_is_refused_with_what_o_means_here() -> None:
+    kube, _ = _campaign_with_results()
+    answer = run(kube, "-o", "json", "results", "papers")  # type: ignore[arg-type]
+    assert answer.code == 2 and "writes JSONL" in answer.err
+
+
+def test_a_result_line_holds_line_and_paragraph_separators_escaped_so_no_line_reader_splits_it() -> None:
+    item = {"text": "one\u2028two\u2029three", "emoji": "🧪", "cjk": "中文"}
+    line = json_line({"index": 0, "item": item})
+    assert line.splitlines() == [line], "one line for every line reader"
+    assert "\\u2028" in line and "\\u2029" in line and "🧪" in line and "中文" in line
+    assert json.loads(line)["item"] == item

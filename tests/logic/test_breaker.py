@@ -1,0 +1,116 @@
+from __future__ import annotations
+
+from datetime import timedelta
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shardops.api.enums import BreakerState, ErrorClass
+from shardops.logic.breaker import (
+    CLOSED_BREAKER,
+    BreakerPolicy,
+    Route,
+    SourceBreaker,
+    effective,
+    record_failure,
+    record_success,
+    route,
+)
+from tests.logickit import NOW
+
+POLICY = BreakerPolicy(threshold=3, cooldown=timedelta(minutes=5))
+LATER = NOW + POLICY.cooldown
+
+
+def failures(count: int, error_class: ErrorClass = ErrorClass.RATE_LIMITED) -> SourceBreaker:
+    breaker = CLOSED_BREAKER
+    for _ in range(count):
+        breaker = record_failure(breaker, error_class, NOW, POLICY)
+    return breaker
+
+
+def test_opens_at_the_third_consecutive_rate_limit_not_before() -> None:
+    assert effective(failures(2), NOW, POLICY.cooldown) is BreakerState.CLOSED
+    opened = failures(3)
+    assert opened.state is BreakerState.OPEN and opened.opened_at == NOW
+    assert effective(opened, NOW, POLICY.cooldown) is BreakerState.OPEN
+
+
+def test_other_error_classes_neither_count_nor_reset() -> None:
+    breaker = failures(2)
+    for other in (ErrorClass.TIMEOUT, ErrorClass.UNAVAILABLE, ErrorClass.UNAUTHORIZED):
+        breaker = record_failure(breaker, other, NOW, POLICY)
+    assert breaker.consecutive_rate_limited == 2
+    assert record_failure(breaker, ErrorClass.RATE_LIMITED, NOW, POLICY).state is BreakerState.OPEN
+
+
+def test_success_resets_the_streak() -> None:
+    breaker = record_success(failures(2), NOW, POLICY)
+    assert breaker == CLOSED_BREAKER
+    assert failures(0) == CLOSED_BREAKER
+
+
+def test_half_open_after_cooldown() -> None:
+    opened = failures(3)
+    assert effective(opened, LATER - timedelta(seconds=1), POLICY.cooldown) is BreakerState.OPEN
+    assert effective(opened, LATER, POLICY.cooldown) is BreakerState.HALF_OPEN
+
+
+def test_probe_success_closes_and_failure_reopens() -> None:
+    opened = failures(3)
+    assert record_success(opened, LATER, POLICY) == CLOSED_BREAKER
+    reopened = record_failure(opened, ErrorClass.RATE_LIMITED, LATER, POLICY)
+    assert reopened.state is BreakerState.OPEN and reopened.opened_at == LATER
+    assert effective(reopened, LATER, POLICY.cooldown) is BreakerState.OPEN
+
+
+def test_late_success_while_open_does_not_close() -> None:
+    opened = failures(3)
+    assert record_success(opened, NOW + timedelta(seconds=1), POLICY) == opened
+
+
+def test_breaker_read_back_as_half_open_behaves_like_open_after_cooldown() -> None:
+    stored = SourceBreaker(BreakerState.HALF_OPEN, 3, NOW)
+    assert effective(stored, LATER, POLICY.cooldown) is BreakerState.HALF_OPEN
+    assert record_failure(stored, ErrorClass.RATE_LIMITED, LATER, POLICY).state is BreakerState.OPEN
+
+
+def test_route_uses_source_when_closed_and_unknown_sources_are_closed() -> None:
+    assert route("a", {}, {}, NOW, POLICY.cooldown, probing=set()) == Route("a", probe=False)
+
+
+def test_route_falls_back_when_open_and_blocks_when_all_open() -> None:
+    breakers = {"a": failures(3)}
+    assert route("a", breakers, {"a": "b"}, NOW, POLICY.cooldown, probing=set()) == Route("b", False)
+    assert route("a", breakers, {}, NOW, POLICY.cooldown, probing=set()) is None
+    both = {"a": failures(3), "b": failures(3)}
+    assert route("a", both, {"a": "b", "b": "a"}, NOW, POLICY.cooldown, probing=set()) is None
+
+
+def test_half_open_allows_one_probe_then_falls_back() -> None:
+    breakers = {"a": failures(3)}
+    assert route("a", breakers, {"a": "b"}, LATER, POLICY.cooldown, probing=set()) == Route("a", probe=True)
+    assert route("a", breakers, {"a": "b"}, LATER, POLICY.cooldown, probing={"a"}) == Route("b", False)
+    assert route("a", breakers, {}, LATER, POLICY.cooldown, probing={"a"}) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    threshold=st.integers(min_value=1, max_value=10),
+    events=st.lists(st.sampled_from([*ErrorClass, "success"]), max_size=40),
+)
+def test_opens_exactly_at_threshold_consecutive_rate_limits(threshold: int, events: list[object]) -> None:
+    policy = BreakerPolicy(threshold, timedelta(minutes=5))
+    breaker = CLOSED_BREAKER
+    streak = 0
+    for event in events:
+        if breaker.state is BreakerState.OPEN:
+            break
+        if event == "success":
+            breaker, streak = record_success(breaker, NOW, policy), 0
+            continue
+        assert isinstance(event, ErrorClass)
+        breaker = record_failure(breaker, event, NOW, policy)
+        streak += event is ErrorClass.RATE_LIMITED
+        assert (breaker.state is BreakerState.OPEN) == (streak >= threshold)
+        assert streak <= threshold
