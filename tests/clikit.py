@@ -10,6 +10,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from shardops.api.common import JSON
 from shardops.api.names import API_GROUP_VERSION, CAMPAIGN_LABEL
 from shardops.cli import campaign as cli
 from shardops.cli.campaign_client import Client
@@ -18,7 +19,6 @@ from shardops.logic.timefmt import rfc3339
 from tests.fakekube import Call, FakeKube
 
 NOW = dt.datetime(2026, 3, 1, 12, 0, 0, tzinfo=dt.UTC)
-JSON = dict[str, Any]
 
 
 def ago(seconds: float) -> dt.datetime:

@@ -7,6 +7,7 @@ import datetime as dt
 from collections.abc import Callable
 from typing import Any
 
+from shardops.api.common import JSON
 from shardops.api.names import CAMPAIGN_LABEL, CLASS_LABEL
 from shardops.k8s.api import CAMPAIGNS, EVENTS, LEASES, SHARDS, ApiError, Resource
 from shardops.logic.idempotency import idempotency_key
@@ -17,7 +18,6 @@ from shardops.scheduler.settings import OperatorSettings
 from tests.fakekube import FakeKube
 from tests.workerkit import NAMESPACE
 
-JSON = dict[str, Any]
 T0 = dt.datetime(2026, 3, 1, 12, 0, tzinfo=dt.UTC)
 __all__ = ["NAMESPACE", "OperatorKube"]
 

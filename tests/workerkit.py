@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from shardops.api.common import JSON
 from shardops.api.names import CAMPAIGN_LABEL
 from shardops.api.shard import Shard
 from shardops.k8s import leases
@@ -22,9 +23,6 @@ from shardops.worker.clocks import SystemClock
 from shardops.worker.runtime import Worker
 from shardops.worker.settings import WorkerSettings
 from tests.fakekube import FakeKube
-
-JSON = dict[str, Any]
-
 
 # --- builders -------------------------------------------------------------------------------------
 

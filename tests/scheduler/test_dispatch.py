@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from shardops.api.common import JSON
 from shardops.k8s import jobs
 from shardops.k8s.api import (
     JOBS,
@@ -33,18 +34,6 @@ from tests.schedulerkit import (
     shard_of,
     status_of,
 )
-
-JSON = dict[str, Any]
-
-
-@pytest.fixture
-def kube() -> OperatorKube:
-    return OperatorKube()
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
 
 
 def test_first_pass_materializes_within_the_backlog_bound_and_starts_workers(

@@ -7,8 +7,6 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-import pytest
-
 from shardops.api.campaign import Campaign
 from shardops.api.enums import ErrorClass
 from shardops.api.names import RESUMED_ANNOTATION
@@ -113,11 +111,6 @@ def test_endings_are_done_and_final_failures_after_the_resume() -> None:
         ("camp-00002", INVALID),
     ]
     assert [e.shard for e in error_threshold.attempt_ends(shards, at(20))] == ["camp-00002"]
-
-
-@pytest.fixture
-def kube() -> OperatorKube:
-    return OperatorKube()
 
 
 def test_the_operator_holds_the_campaign_names_the_field_and_a_resume_lifts_it(kube: OperatorKube) -> None:

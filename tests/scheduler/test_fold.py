@@ -3,8 +3,6 @@ committed before the ledger, each Lease deleted right before its Shard."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from shardops.k8s.api import (
@@ -25,18 +23,6 @@ from tests.schedulerkit import (
     shard,
     status_of,
 )
-
-JSON = dict[str, Any]
-
-
-@pytest.fixture
-def kube() -> OperatorKube:
-    return OperatorKube()
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
 
 
 def test_the_fold_commits_each_done_shards_result_unless_its_worker_did(

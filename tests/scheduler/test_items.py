@@ -3,10 +3,6 @@ naming the fix, before anything is created."""
 
 from __future__ import annotations
 
-from typing import Any
-
-import pytest
-
 from shardops.k8s.api import (
     CONFIGMAPS,
     JOBS,
@@ -22,18 +18,6 @@ from tests.schedulerkit import (
     run,
     status_of,
 )
-
-JSON = dict[str, Any]
-
-
-@pytest.fixture
-def kube() -> OperatorKube:
-    return OperatorKube()
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
 
 
 def test_missing_items_configmap_is_reported_and_nothing_is_created(kube: OperatorKube, clock: Clock) -> None:

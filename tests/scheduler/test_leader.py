@@ -43,11 +43,6 @@ class Clock:
 
 
 @pytest.fixture
-def kube() -> OperatorKube:
-    return OperatorKube()
-
-
-@pytest.fixture
 def clock() -> Clock:
     return Clock()
 

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-import pytest
-
 from shardops.k8s.api import (
     CAMPAIGNS,
     JOBS,
@@ -30,19 +26,6 @@ from tests.schedulerkit import (
     shard_of,
     status_of,
 )
-
-JSON = dict[str, Any]
-
-
-@pytest.fixture
-def kube() -> OperatorKube:
-    return OperatorKube()
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
 
 # --- invalid campaigns --------------------------------------------------------------------------------
 

@@ -3,10 +3,6 @@ the shards it lists, with the skipped ones named."""
 
 from __future__ import annotations
 
-from typing import Any
-
-import pytest
-
 from shardops.k8s.api import (
     EVENTS,
 )
@@ -23,18 +19,6 @@ from tests.schedulerkit import (
     shard_of,
     status_of,
 )
-
-JSON = dict[str, Any]
-
-
-@pytest.fixture
-def kube() -> OperatorKube:
-    return OperatorKube()
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
 
 
 def test_retry_is_acted_on_once(kube: OperatorKube, clock: Clock) -> None:

@@ -40,16 +40,6 @@ from tests.schedulerkit import (
 SOURCES = [{"name": "A", "fallback": "B", "cooldownSeconds": 60}, {"name": "B"}]
 
 
-@pytest.fixture
-def kube() -> OperatorKube:
-    return OperatorKube()
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
 def put_recorded(kube: OperatorKube, body: dict) -> None:
     """The Campaign as a first pass leaves it: its result store fixed in the status, so the writes
     under test are the end-of-pass status writes."""

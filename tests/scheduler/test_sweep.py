@@ -4,9 +4,6 @@ Done, stalls reported once, renewals judged on the operator's own clock."""
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
-
-import pytest
 
 from shardops.k8s.api import (
     CAMPAIGNS,
@@ -33,18 +30,6 @@ from tests.schedulerkit import (
     status_of,
     watching,
 )
-
-JSON = dict[str, Any]
-
-
-@pytest.fixture
-def kube() -> OperatorKube:
-    return OperatorKube()
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
 
 
 def _running(kube: OperatorKube, attempt: int = 1, **status: object) -> None:

@@ -20,7 +20,8 @@ from testbed.faults import checker
 from testbed.faults.checker import Identities, Violation
 from testbed.faults.history import History, parse_lines
 
-JSON = dict[str, Any]
+from shardops.api.common import JSON
+
 NS = "ns"
 CAMPAIGN = "camp"
 CAMPAIGN_UID = "campaign-uid"
