@@ -170,6 +170,16 @@ def _not_found(resource: Resource, name: str) -> NotFound:
     return NotFound(404, "NotFound", f'{resource.plural} "{name}" not found')
 
 
+def _status_kept(resource: Resource, current: JSON, written: JSON) -> JSON:
+    """`written`, a new body for the main resource, as stored: on a resource with a status
+    subresource its status stays what it was (only writes to /status change it)."""
+    if resource in WITH_STATUS_SUBRESOURCE:
+        written.pop("status", None)
+        if "status" in current:
+            written["status"] = copy.deepcopy(current["status"])
+    return written
+
+
 def _conflict(resource: Resource, name: str) -> Conflict:
     return Conflict(
         409,
@@ -468,11 +478,7 @@ class FakeKube:
             current = self._stored(resource, namespace, name)
             if (body.get("metadata") or {}).get("resourceVersion") != current["metadata"]["resourceVersion"]:
                 raise _conflict(resource, name)
-            stored = copy.deepcopy(body)
-            if resource in WITH_STATUS_SUBRESOURCE:
-                stored.pop("status", None)
-                if "status" in current:
-                    stored["status"] = copy.deepcopy(current["status"])
+            stored = _status_kept(resource, current, copy.deepcopy(body))
             return self._write(resource, namespace, current, stored)
 
     def patch(
@@ -510,11 +516,7 @@ class FakeKube:
         """RFC 6902 on the main resource (status stays as it is on resources with a subresource)."""
         with self._call("PATCH", resource, namespace, name, body=ops):
             current = self._stored(resource, namespace, name)
-            patched = json_patch_ops(current, ops)
-            if resource in WITH_STATUS_SUBRESOURCE:
-                patched.pop("status", None)
-                if "status" in current:
-                    patched["status"] = copy.deepcopy(current["status"])
+            patched = _status_kept(resource, current, json_patch_ops(current, ops))
             return self._write(resource, namespace, current, patched)
 
     def delete(

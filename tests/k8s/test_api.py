@@ -16,10 +16,13 @@ from shardops.k8s.api import (
     CAMPAIGNS,
     JOBS,
     LEASES,
+    MERGE_PATCH,
     PODS,
+    SHARDS,
     AlreadyExists,
     ApiError,
     Conflict,
+    Gone,
     Kube,
     NotFound,
     RetryPolicy,
@@ -67,6 +70,9 @@ class FakeApiClient:
 
     responses: list[FakeResponse]
     sent: list[tuple[str, str, Any]] = field(default_factory=list)
+    # The headers and the timeout of each call, in the order of `sent`.
+    headers: list[dict[str, str]] = field(default_factory=list)
+    timeouts: list[Any] = field(default_factory=list)
 
     def param_serialize(
         self,
@@ -75,16 +81,18 @@ class FakeApiClient:
         resource_path: str,
         query_params: Any,
         header_params: Any,
-        body: Any,
         auth_settings: Any,
+        body: Any = None,
     ) -> tuple[str, str, dict[str, str], Any, None]:
         query = "&".join(f"{k}={v}" for k, v in query_params)
         return method, f"https://x{resource_path}?{query}", dict(header_params), body, None
 
     def call_api(
-        self, method: str, url: str, header_params: Any, body: Any, _request_timeout: Any
+        self, method: str, url: str, header_params: Any, body: Any = None, _request_timeout: Any = None
     ) -> FakeResponse:
         self.sent.append((method, url, body))
+        self.headers.append(dict(header_params))
+        self.timeouts.append(_request_timeout)
         return self.responses.pop(0)
 
 
@@ -108,6 +116,27 @@ def test_retries_throttling_and_server_errors_then_succeeds() -> None:
     assert kube.get(PODS, "ns", "p") == {"ok": 1}
     assert len(fake.sent) == 3
     assert slept == [1.0, 0.2]
+
+
+def test_a_write_and_a_watch_are_sent_with_their_own_headers_and_timeouts() -> None:
+    """Both go through one serialize-and-send: a write says its body's type and has the client's
+    timeout; a watch has no body, asks for bookmarks from its version, and its read timeout covers
+    the quiet between two events (the server ends the watch after `seconds`)."""
+    kube, fake, _ = _kube(FakeResponse(200, b"{}"), _status(410, "Expired"))
+    kube.patch(SHARDS, "ns", "s", {"status": {"phase": "Done"}}, resource_version="7", subresource="status")
+    with pytest.raises(Gone):
+        list(kube.watch(SHARDS, "ns", "41", seconds=60, labelSelector="a=b"))
+    (patch_method, patch_url, patch_body), (watch_method, watch_url, watch_body) = fake.sent
+    assert patch_method == "PATCH" and patch_url.endswith("/shards/s/status?fieldManager=tester")
+    assert patch_body == {"status": {"phase": "Done"}, "metadata": {"resourceVersion": "7"}}
+    assert fake.headers[0] == {"Accept": "application/json", "Content-Type": MERGE_PATCH}
+    assert fake.timeouts[0] == kube.timeout
+    assert watch_method == "GET" and watch_body is None
+    assert watch_url.endswith(
+        "/shards?labelSelector=a=b&watch=true&resourceVersion=41&allowWatchBookmarks=true&timeoutSeconds=60"
+    )
+    assert fake.headers[1] == {"Accept": "application/json"}
+    assert fake.timeouts[1] == (kube.timeout, 90)
 
 
 def test_gives_up_after_the_retry_budget() -> None:

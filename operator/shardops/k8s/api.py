@@ -27,6 +27,7 @@ from urllib.parse import quote
 
 import urllib3
 from kubernetes import client, config
+from kubernetes.client.rest import RESTResponse
 
 from shardops import API_GROUP, API_VERSION
 from shardops.api.common import JSON
@@ -409,17 +410,7 @@ class Kube:
             attempt += 1
             if self.write_guard is not None and method in WRITE_METHODS:
                 self.write_guard(method, path)
-            _, url, headers, serialized, _ = self.api_client.param_serialize(
-                method=method,
-                resource_path=path,
-                query_params=list(params.items()),
-                header_params={"Accept": "application/json", "Content-Type": content_type},
-                body=body,
-                auth_settings=["BearerToken"],
-            )
-            response = self.api_client.call_api(
-                method, url, header_params=headers, body=serialized, _request_timeout=bound or None
-            )
+            response = self._send(method, path, params, bound or None, body=body, content_type=content_type)
             raw: bytes = response.read() or b""  # type: ignore[no-untyped-call]
             if self.observer:
                 self.observer(method, path, response.status)
@@ -437,6 +428,34 @@ class Kube:
             error = _error_for(response.status, parsed, text)
             error.ambiguous = maybe_applied
             raise error
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        params: Mapping[str, str | int | bool],
+        timeout: float | tuple[float | None, float] | None,
+        *,
+        body: Any = None,
+        content_type: str | None = None,
+    ) -> RESTResponse:
+        """One HTTP exchange, serialized as the generated client does it (its auth, query encoding and
+        body encoding), unread: `request` reads the answer whole, `watch` as a stream. `timeout`: as
+        urllib3 takes it (seconds, or connect and read seconds; None: no bound)."""
+        headers = {"Accept": "application/json"}
+        if content_type is not None:
+            headers["Content-Type"] = content_type
+        _, url, sent_headers, serialized, _ = self.api_client.param_serialize(
+            method=method,
+            resource_path=path,
+            query_params=list(params.items()),
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        return self.api_client.call_api(
+            method, url, header_params=sent_headers, body=serialized, _request_timeout=timeout
+        )
 
     # Conveniences over request(); each is one call.
     def get(
@@ -492,17 +511,8 @@ class Kube:
             "timeoutSeconds": seconds,
         }
         path = resource.path(namespace)
-        _, url, headers, _, _ = self.api_client.param_serialize(
-            method="GET",
-            resource_path=path,
-            query_params=list(params.items()),
-            header_params={"Accept": "application/json"},
-            auth_settings=["BearerToken"],
-        )
         # The read timeout covers the quiet between two events: bookmarks come about once a minute.
-        response = self.api_client.call_api(
-            "GET", url, header_params=headers, _request_timeout=(self.timeout or None, seconds + 30)
-        )
+        response = self._send("GET", path, params, (self.timeout or None, seconds + 30))
         if self.observer:
             self.observer("WATCH", path, response.status)
         if not 200 <= response.status < 300:
