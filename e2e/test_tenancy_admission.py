@@ -176,6 +176,19 @@ def refused_by_rbac(result: subprocess.CompletedProcess[str], verb: str, resourc
     )
 
 
+def wait_for_worker_writes_policy(t: Tenancy, worker: Path, probe: dict[str, Any]) -> None:
+    """Until the worker-writes policy refuses `probe` (an object it forbids the worker) in a dry run
+    as the worker: a new policy reaches the API server's admission cache a moment after it is made."""
+    wait_for(
+        "the worker-writes policy to be enforced",
+        lambda: (
+            "-worker-writes'"
+            in as_worker(t, worker, "create", "--dry-run=server", "-f", "-", stdin=dump_json(probe)).stderr
+        ),
+        timeout=30,
+    )
+
+
 def _create_namespace(core: client.CoreV1Api, name: str) -> None:
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     # The serviceaccount controller makes "default"; the chart's accounts are applied by the test.
@@ -245,22 +258,7 @@ def tenancy(
             timeout=30,
         )
         worker = state.worker_of("probe")
-        wait_for(
-            "the worker-writes policy to be enforced",
-            lambda: (
-                "-worker-writes'"
-                in as_worker(
-                    state,
-                    worker,
-                    "create",
-                    "--dry-run=server",
-                    "-f",
-                    "-",
-                    stdin=dump_json(configmap("app", "probe")),
-                ).stderr
-            ),
-            timeout=30,
-        )
+        wait_for_worker_writes_policy(state, worker, configmap("app", "probe"))
         yield state
     finally:
         for pod in state.pods:
@@ -572,22 +570,7 @@ def test_in_a_sandbox_the_worker_writes_policy_still_keeps_the_leader_lease(
         chartkit.apply_objects(cluster, objects)
         state.admin("create", "-n", sandbox, "-f", "-", stdin=dump_json(lease(LEADER_LEASE)))
         worker = state.worker_of("alpha")
-        wait_for(
-            "the worker-writes policy to be enforced",
-            lambda: (
-                "-worker-writes'"
-                in as_worker(
-                    state,
-                    worker,
-                    "create",
-                    "--dry-run=server",
-                    "-f",
-                    "-",
-                    stdin=dump_json(lease("probe-lock")),
-                ).stderr
-            ),
-            timeout=30,
-        )
+        wait_for_worker_writes_policy(state, worker, lease("probe-lock"))
         # RBAC allows it here: only the policy stands between the command and the leadership.
         code, message = lease_call(
             worker, "patch", sandbox, LEADER_LEASE, {"spec": {"holderIdentity": "alpha"}}
