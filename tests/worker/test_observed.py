@@ -197,6 +197,30 @@ def test_a_worker_does_not_exit_on_a_copy_that_lags(tmp_path: Path) -> None:
     assert Shard.parse(kube.obj(SHARDS, NAMESPACE, shard.name) or {}).phase is ShardPhase.DONE
 
 
+def test_a_worker_does_not_leave_for_want_of_work_on_a_copy_that_lags(tmp_path: Path) -> None:
+    """The watched copy holds the campaign's one shard as backing off (its notBefore an hour ahead);
+    the API server has it Pending now. With no idle time (idleSeconds 0), nothing claimable in the
+    copy is no reason to leave yet: the worker reads, finds the shard, and runs it. (Before, it left
+    at once: "no claimable shard for 0s", the shard left Pending. A worker whose copy lagged the
+    event of its own last Done write left that way too, without the read that confirms an exit.)"""
+    kube = FakeKube()
+    (shard,) = add_campaign(kube, campaign_body(items=[{"id": 0}], worker={"image": "x", "command": AGENT}))
+    looks = WatchedObserver(kube, NAMESPACE, "camp")  # type: ignore[arg-type]
+    looks.observe()
+    looks.close()  # stopped, the copy stays as it is set here
+    lagging = looks.shards._objects[shard.name]
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
+    lagging["status"]["notBefore"] = later.isoformat().replace("+00:00", "Z")
+    lagging["metadata"]["resourceVersion"] = "1"  # an older version: parsed again, not taken from the cache
+    runner = worker(kube, tmp_path, observer=looks)
+    assert runner.run() == 0
+    assert Shard.parse(kube.obj(SHARDS, NAMESPACE, shard.name) or {}).phase is ShardPhase.DONE
+    campaign_gets = [
+        c for c in kube.calls if c.method == "GET" and c.path == CAMPAIGNS.path(NAMESPACE, "camp")
+    ]
+    assert len(campaign_gets) == 2, "one read found the shard, one confirmed there was nothing left"
+
+
 def test_a_lost_claim_is_not_tried_again_until_the_shard_changes(tmp_path: Path) -> None:
     kube = FakeKube()
     (shard,) = add_campaign(kube, campaign_body(items=[{"id": 0}], worker={"image": "x", "command": AGENT}))

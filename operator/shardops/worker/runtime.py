@@ -108,6 +108,10 @@ class Worker:
     # ahead of its first shard (`start_command_ahead`).
     _observed_campaign: Campaign | None = None
     _started_ahead: bool = False
+    # Whether the last observation was read from the API server (not the watched copy), and whether
+    # the next one must be: leaving for want of work waits for a read that finds none (`_loop`).
+    _observed_fresh: bool = False
+    _read_next: bool = False
 
     def __post_init__(self) -> None:
         if self.group is None:
@@ -194,6 +198,12 @@ class Worker:
             idle = self._idle_seconds()
             waited = self.clock.monotonic() - idle_since
             if waited >= idle:
+                if not self._observed_fresh:
+                    # Leaving is not taken back, and the watched copy may lag: by the event of this
+                    # slot's own last Done write, or of a shard made Pending a moment ago. The next
+                    # step reads; the slot leaves when that read finds nothing to claim either.
+                    self._read_next = True
+                    continue
                 emit("exiting", reason=f"no claimable shard for {waited:.0f}s", shards=finished)
                 return 0
             # Jitter so workers that went idle together do not poll in lockstep.
@@ -264,13 +274,15 @@ class Worker:
         """Observe, and claim a shard of what was observed: what was won, a reason to exit, or None.
         `held`: the claim lock, released once a shard is chosen and reserved."""
         assert self.observer is not None
-        observed = self._observe(self.observer.observe)
+        observed = self._observe(self._read_fresh if self._read_next else self.observer.observe)
+        self._read_next = False
         decided = self._exit_reason(observed)
         if decided is not None and (observed is None or not observed.fresh):
             # A watched copy may lag (two watches, each an event behind at most): exit only on a
             # fresh read that agrees (one more read of a gone campaign that was read already).
-            observed = self._observe(lambda: read_observed(self.kube, self.namespace, self.campaign_name))
+            observed = self._observe(self._read_fresh)
             decided = self._exit_reason(observed)
+        self._observed_fresh = observed is None or observed.fresh
         if decided is not None or observed is None:
             return decided
         campaign, shards = observed.campaign, observed.unfinished
@@ -379,6 +391,10 @@ class Worker:
             for shard in shards
             if shard.phase is ShardPhase.RUNNING
         }
+
+    def _read_fresh(self) -> Observed:
+        """The campaign and its unfinished shards read from the API server, not the watched copy."""
+        return read_observed(self.kube, self.namespace, self.campaign_name)
 
     @staticmethod
     def _observe(how: Callable[[], Observed]) -> Observed | None:
