@@ -8,7 +8,17 @@
 # Each part is rebuilt only when its own pins in versions.env (or its generated go.mod files)
 # change: its cache directory carries the versions in its name and a stamp with the hash of its
 # inputs. Prints that directory on its last line.
+#
+# `build.sh --check` builds, installs and writes nothing: it prints that directory when every part is
+# built at its pins and linked, else says what is missing and exits 1. Tests that only need a tool
+# (the chart's, helm) use it, so a test run never races a `make tools` building into the same cache.
 set -euo pipefail
+check_only=false
+case "${1:-}" in
+  --check) check_only=true ;;
+  "") ;;
+  *) echo "usage: build.sh [--check]" >&2; exit 2 ;;
+esac
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=/dev/null
 source "$here/versions.env"
@@ -16,7 +26,6 @@ cache_root=${SHARDOPS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/shardops}
 bin="$cache_root/k8s-$K8S_VERSION-etcd-$ETCD_VERSION/bin"
 weed_bin="$cache_root/seaweedfs-$SEAWEEDFS_VERSION/bin"
 tools="$cache_root/bin-k8s-$K8S_VERSION-etcd-$ETCD_VERSION-seaweedfs-$SEAWEEDFS_VERSION"
-mkdir -p "$bin" "$weed_bin" "$tools"
 # The go directive of each module is satisfied by the installed Go; never fetch another toolchain.
 export GOTOOLCHAIN=local
 # versions.env above its SeaweedFS section pins the control plane, below it only SeaweedFS.
@@ -39,8 +48,34 @@ legacy_hash() {
   local pins=$1; shift
   { echo "$pins"; for module in "$@"; do sed 's#testbed/cluster/#e2e/cluster/#' "$here/$module/go.mod"; cat "$here/$module/go.sum"; done; } | sha256sum | cut -c1-16
 }
-if [ ! -e "$stamp" ] && [ -e "$bin/.built-$(legacy_hash "$control_plane_pins" k8s etcd)" ]; then touch "$stamp"; fi
-if [ ! -e "$weed_stamp" ] && [ -e "$weed_bin/.built-$(legacy_hash "$seaweedfs_pins" seaweedfs)" ]; then touch "$weed_stamp"; fi
+legacy_stamp="$bin/.built-$(legacy_hash "$control_plane_pins" k8s etcd)"
+legacy_weed_stamp="$weed_bin/.built-$(legacy_hash "$seaweedfs_pins" seaweedfs)"
+# Which package@version the installed kubectl + helm came from. Binaries installed before this
+# stamp existed are taken as the current pin (it was the version installed when the pin was set).
+kubectl_stamp="$bin/.kubectl-from-${KUBECTL_LAYER_NPM//\//+}"
+kubectl_current() {
+  [ -x "$bin/kubectl" ] && [ -x "$bin/helm" ] && { [ -e "$kubectl_stamp" ] || ! compgen -G "$bin/.kubectl-from-*" >/dev/null; }
+}
+if $check_only; then
+  missing=()
+  [ -e "$stamp" ] || [ -e "$legacy_stamp" ] || missing+=("kube-apiserver, kube-controller-manager and etcd ($K8S_VERSION, $ETCD_VERSION)")
+  kubectl_current || missing+=("kubectl and helm ($KUBECTL_LAYER_NPM)")
+  [ -e "$weed_stamp" ] || [ -e "$legacy_weed_stamp" ] || missing+=("SeaweedFS ($SEAWEEDFS_VERSION)")
+  for tool in kube-apiserver kube-controller-manager etcd kubectl helm weed; do
+    [ -e "$tools/$tool" ] || { missing+=("the links in $tools"); break; }
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    printf 'not built at their pins (run `make tools`):' >&2
+    printf ' %s;' "${missing[@]}" >&2
+    echo >&2
+    exit 1
+  fi
+  echo "$tools"
+  exit 0
+fi
+mkdir -p "$bin" "$weed_bin" "$tools"
+if [ ! -e "$stamp" ] && [ -e "$legacy_stamp" ]; then touch "$stamp"; fi
+if [ ! -e "$weed_stamp" ] && [ -e "$legacy_weed_stamp" ]; then touch "$weed_stamp"; fi
 log() { echo "[build] $*" >&2; }
 # The process-kubelet runs pods whose image was built locally (`make image`) in runc.
 bash "$here/../../hack/debian-packages.sh" runc
@@ -69,9 +104,6 @@ case "$KUBECTL_LAYER_NPM" in
   @*@*) ;;
   *) echo "versions.env: KUBECTL_LAYER_NPM=$KUBECTL_LAYER_NPM has no @<version>; pin it" >&2; exit 1 ;;
 esac
-# Which package@version the installed kubectl + helm came from. Binaries installed before this
-# stamp existed are taken as the current pin (it was the version installed when the pin was set).
-kubectl_stamp="$bin/.kubectl-from-${KUBECTL_LAYER_NPM//\//+}"
 if [ -x "$bin/kubectl" ] && [ -x "$bin/helm" ] && ! compgen -G "$bin/.kubectl-from-*" >/dev/null; then
   touch "$kubectl_stamp"
 fi

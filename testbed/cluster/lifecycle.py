@@ -231,14 +231,22 @@ def _read_versions() -> dict[str, str]:
     return versions
 
 
-def bin_dir() -> Path:
-    """Where testbed/cluster/build.sh puts (or has put) the binaries; builds them when missing."""
+def bin_dir(*, build: bool = True) -> Path:
+    """Where testbed/cluster/build.sh puts (or has put) the binaries; builds them when missing.
+
+    `build=False`: only where `make tools` has built them all (`build.sh --check`, which writes
+    nothing, so a test run never races a build into the shared cache); FileNotFoundError naming what
+    is missing otherwise."""
     override = os.environ.get("SHARDOPS_BIN_DIR")
     if override:
         return Path(override)
-    result = subprocess.run(
-        ["bash", str(CLUSTER_DIR / "build.sh")], check=True, stdout=subprocess.PIPE, text=True
-    )
+    script = str(CLUSTER_DIR / "build.sh")
+    if not build:
+        checked = subprocess.run(["bash", script, "--check"], capture_output=True, text=True, check=False)
+        if checked.returncode != 0:
+            raise FileNotFoundError(checked.stderr.strip() or f"{script} --check failed")
+        return Path(checked.stdout.strip().splitlines()[-1])
+    result = subprocess.run(["bash", script], check=True, stdout=subprocess.PIPE, text=True)
     return Path(result.stdout.strip().splitlines()[-1])
 
 
