@@ -13,6 +13,7 @@ from schedulerkit import (
     Clock,
     OperatorKube,
     campaign,
+    entry,
     put_campaign,
     put_lease,
     put_shard,
@@ -130,3 +131,109 @@ def test_nothing_folds_without_a_store_the_operator_may_write(kube: OperatorKube
     fold = LedgerFold(kube, Stores(parsed.current_status.result_store))  # type: ignore[arg-type]
     to_fold, folded = fold.record(seen)
     assert to_fold == [] and folded == parsed.current_status.folded
+
+
+def _gave_up(index: int, at: Any, phase: str = "Failed") -> JSON:
+    reason = "Failed" if phase == "Failed" else "Blocked"
+    return shard(
+        "camp",
+        index,
+        phase,
+        history=[entry("Running", at, "Claimed"), entry(phase, at, reason, errorClass="invalid-input")],
+        lastError={"class": "invalid-input", "message": f"item {index} is not valid JSON"},
+        cost=0.5,
+    )
+
+
+def test_gave_up_shards_fold_too_so_the_status_and_the_window_stay_bounded_as_failures_grow(
+    kube: OperatorKube, clock: Clock
+) -> None:
+    """Scattered 10 % Failed/Blocked shards through many folds: before, every gave-up Shard stayed
+    live for ever, each left a gap in doneRanges and an entry in historyFolded, and the Campaign
+    object grew with the campaign (issue 31: 1.68 MB + 0.99 MB at 500,000 items). Now all but the
+    newest GAVE_UP_TAIL are folded with their phase and error, the counts stay exact, and the
+    serialized status stays the same size however many shards have finished."""
+    import datetime as dt
+    import json
+
+    from fakes3 import FakeS3
+    from shardops.state.ledger import GAVE_UP_TAIL
+    from shardops.store.s3 import S3Store
+
+    rounds, per_round = 12, 200
+    total = rounds * per_round
+    put_campaign(kube, campaign(items=[{"id": i} for i in range(total)], maxAttempts=2))
+    operator = reconciler(kube, clock, result_store="S3", s3_bucket="results")
+    location = operator.settings.result_store_location()
+    s3 = S3Store(location, NAMESPACE, client=FakeS3())
+    operator.stores.use(NAMESPACE, location, s3)
+    operator.reconcile(NAMESPACE, "camp")
+    result = {"ref": "attempts/x/t1.json", "fingerprint": "sha256:" + "0" * 64, "bytes": 10}
+    sizes = []
+    failed = blocked = 0
+    for r in range(rounds):
+        for index in range(r * per_round, (r + 1) * per_round):
+            at = T0 + dt.timedelta(seconds=index)
+            if index % 10 == 3:  # scattered, never adjacent
+                phase = "Blocked" if index % 20 == 3 else "Failed"
+                failed += phase == "Failed"
+                blocked += phase == "Blocked"
+                put_shard(kube, _gave_up(index, at, phase))
+            else:
+                put_shard(kube, shard("camp", index, "Done", result=result, cost=0.25))
+        clock.advance(1)
+        operator.reconcile(NAMESPACE, "camp")
+        operator.reconcile(NAMESPACE, "camp")  # the folds a pass left for the next (MAX_FOLD a pass)
+        sizes.append(len(json.dumps(status_of(kube), separators=(",", ":"))))
+    status = status_of(kube)
+    folded = status["folded"]
+    assert folded["shards"] == total - failed - blocked
+    assert folded["failed"] + folded["blocked"] == failed + blocked - GAVE_UP_TAIL
+    assert status["counts"]["failed"] == failed and status["counts"]["blocked"] == blocked
+    assert status["counts"]["done"] == total - failed - blocked
+    live = kube.list(SHARDS, NAMESPACE)
+    assert len(live) == GAVE_UP_TAIL, "only the newest gave-up shards stay"
+    assert len(folded["doneRanges"]) <= GAVE_UP_TAIL + 1
+    assert len(status.get("historyFolded") or {}) <= GAVE_UP_TAIL
+    # Once the tail of live gave-up shards and the error threshold's window are full (1,000 shards
+    # in), the same size at 2,400: nothing in it grows with the campaign (a few bytes for longer
+    # numbers). Before, ~50 bytes more for every gave-up shard.
+    assert max(sizes[4:]) - sizes[4] < 200, sizes
+    assert max(sizes) < 16 * 1024, sizes
+    # Every gave-up shard is in the ledger with its phase and error, each index once.
+    lines = list(s3.read_ledger("camp", "uid-camp"))
+    gave_up = {line["index"]: line for line in lines if line["phase"] in ("Failed", "Blocked")}
+    assert len(gave_up) == failed + blocked - GAVE_UP_TAIL
+    some = next(iter(gave_up.values()))
+    assert some["lastError"]["class"] == "invalid-input" and "not valid JSON" in some["lastError"]["message"]
+    assert some["reason"] in ("Failed", "Blocked")
+
+
+def test_a_fold_of_gave_up_shards_says_so_on_the_campaign_and_keeps_their_failures_for_the_threshold(
+    kube: OperatorKube, clock: Clock
+) -> None:
+    """The Shards' own Failed Events name objects that are gone: one Warning Event on the Campaign
+    names the folded ones and the commands that list and retry them; their non-retryable failures
+    stay in status.folded.recentFailures, so folding never hides them from the error threshold."""
+    import datetime as dt
+
+    from fakes3 import FakeS3
+    from shardops.state.ledger import GAVE_UP_TAIL
+    from shardops.store.s3 import S3Store
+
+    count = GAVE_UP_TAIL + 3
+    put_campaign(kube, campaign(items=[{"id": i} for i in range(count)], maxAttempts=2))
+    operator = reconciler(kube, clock, result_store="S3", s3_bucket="results")
+    location = operator.settings.result_store_location()
+    operator.stores.use(NAMESPACE, location, S3Store(location, NAMESPACE, client=FakeS3()))
+    operator.reconcile(NAMESPACE, "camp")
+    for index in range(count):
+        put_shard(kube, _gave_up(index, T0 + dt.timedelta(seconds=index)))
+    operator.reconcile(NAMESPACE, "camp")
+    folded = status_of(kube)["folded"]
+    assert folded["failed"] == 3
+    assert [f["shard"] for f in folded["recentFailures"]] == ["camp-00000", "camp-00001", "camp-00002"]
+    events = [e for e in kube.events() if e.get("reason") == "GaveUpShardsFolded"]
+    assert len(events) == 1
+    note = events[0].get("note") or events[0].get("message") or ""
+    assert "3 Failed/Blocked shard(s)" in note and "camp-00000" in note and "retry camp" in note

@@ -262,6 +262,7 @@ class Reconciler:
         # leadership gone) left neither, and the pass that runs again folds and announces them once.
         history.commit(self.kube, self.metrics, self.actor, seen, fold, now)
         self.retry.announce(seen, retried, now)
+        self.ledger.announce(seen, to_fold, self.actor, now)
         self.sweeper.announce(seen, memory, sweep, now)
         self.metrics.dispatch.labels(campaign=key, reason=str(plan.reason)).inc()
         self._retain(seen)
