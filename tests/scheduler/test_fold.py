@@ -129,7 +129,7 @@ def test_nothing_folds_without_a_store_the_operator_may_write(kube: OperatorKube
     parsed = Campaign.parse(body)
     seen = Observed(body, parsed, [{"id": 0}], {done.name: done}, [], [])
     fold = LedgerFold(kube, Stores(parsed.current_status.result_store))  # type: ignore[arg-type]
-    to_fold, folded = fold.record(seen)
+    to_fold, folded = fold.record(seen, parsed.current_status.folded)
     assert to_fold == [] and folded == parsed.current_status.folded
 
 
@@ -237,3 +237,61 @@ def test_a_fold_of_gave_up_shards_says_so_on_the_campaign_and_keeps_their_failur
     assert len(events) == 1
     note = events[0].get("note") or events[0].get("message") or ""
     assert "3 Failed/Blocked shard(s)" in note and "camp-00000" in note and "retry camp" in note
+
+
+def test_a_retry_of_every_gave_up_shard_cuts_the_folded_ones_again_within_the_backlog_bound(
+    kube: OperatorKube, clock: Clock
+) -> None:
+    """`kubectl campaign retry` (spec.retry for all) brings back the gave-up shards folded into the
+    ledger too: cut again from their ledger lines a segment at a time, never more Pending than the
+    backlog bound allows, each leaving status.folded as it comes back, so the counts stay exact
+    and the walk ends once the ledger is read."""
+    import datetime as dt
+
+    from fakes3 import FakeS3
+    from shardops.k8s.api import CAMPAIGNS
+    from shardops.state.ledger import GAVE_UP_TAIL
+    from shardops.store.s3 import S3Store
+
+    count = GAVE_UP_TAIL + 7
+    items = [{"id": i} for i in range(count)]
+    # The error threshold off: 57 failures in a row would hold the campaign (its shards Paused).
+    put_campaign(
+        kube,
+        campaign(items=items, maxAttempts=2, backlogRatio=2, errorThreshold={"consecutive": 0, "ratio": 1}),
+    )
+    operator = reconciler(kube, clock, result_store="S3", s3_bucket="results")
+    location = operator.settings.result_store_location()
+    operator.stores.use(NAMESPACE, location, S3Store(location, NAMESPACE, client=FakeS3()))
+    operator.reconcile(NAMESPACE, "camp")
+    for index in range(count):
+        put_shard(kube, _gave_up(index, T0 + dt.timedelta(seconds=index)))
+    operator.reconcile(NAMESPACE, "camp")
+    assert status_of(kube)["folded"]["failed"] == 7
+    body = kube.obj(CAMPAIGNS, NAMESPACE, "camp")
+    assert body is not None
+    body["spec"]["retry"] = {"generation": 1}
+    body["metadata"]["generation"] = 2
+    kube.put(CAMPAIGNS, NAMESPACE, body)
+    result = {"ref": "attempts/x/t1.json", "fingerprint": "sha256:" + "0" * 64, "bytes": 10}
+    pending_per_pass = []
+    for _ in range(30):
+        clock.advance(1)
+        operator.reconcile(NAMESPACE, "camp")
+        status = status_of(kube)
+        phases = ("queued", "pending", "running", "done", "failed", "blocked", "paused")
+        assert sum(status["counts"].get(p, 0) for p in phases) == count, status["counts"]
+        live = kube.list(SHARDS, NAMESPACE)
+        pending = [s for s in live if (s.get("status") or {}).get("phase") == "Pending"]
+        pending_per_pass.append(len(pending))
+        for s in pending:  # the workers finish them
+            put_shard(kube, shard("camp", s["spec"]["index"], "Done", result=result))
+        if status["counts"]["done"] == count and not status["folded"].get("retryWalk"):
+            break
+    status = status_of(kube)
+    assert status["counts"]["done"] == count and status["counts"]["failed"] == 0
+    assert status["folded"]["failed"] == 0 and "retryWalk" not in status["folded"]
+    assert status["lastRetryGeneration"] == 1
+    # The live ones went back to Pending at once (as before); the folded ones came 2 (backlogRatio 2
+    # of no running shard) a pass, never all 7 at once.
+    assert pending_per_pass[0] == GAVE_UP_TAIL and pending_per_pass[1:5] == [2, 2, 2, 1], pending_per_pass

@@ -410,6 +410,23 @@ class FoldedFailure(StatusModel):
     shard: str = Field(max_length=DNS_SUBDOMAIN_MAX, description="The shard that failed.")
 
 
+class RetryWalk(StatusModel):
+    """A retry of every gave-up shard under way through the ledger: its folded Failed and Blocked
+    shards are cut again a segment at a time, as the backlog bound leaves room."""
+
+    generation: int = Field(ge=1, description="The spec.retry.generation it carries out.")
+    next: int = Field(ge=1, description="Sequence of the next ledger segment to read.")
+    until: int = Field(ge=0, description="Sequence of the last segment written before the request.")
+    handled: int = Field(
+        default=0,
+        ge=0,
+        description=(
+            "Gave-up shards of segment `next` (in index order) already handled: a shard cut again, "
+            "done and folded anew is never cut a second time."
+        ),
+    )
+
+
 class FoldedShards(StatusModel):
     """Work shards whose facts were written to the campaign's ledger (index range, key, phase, result
     reference and fingerprint or last error, attempts, cost, owner, history) and whose Shard objects
@@ -456,6 +473,14 @@ class FoldedShards(StatusModel):
             "The latest non-retryable failures of folded shards (as many as "
             "spec.errorThreshold.window): the error threshold still counts them after their Shards "
             "are gone."
+        ),
+    )
+
+    retry_walk: RetryWalk | None = Field(
+        default=None,
+        description=(
+            "A retry of every gave-up shard still cutting folded ones again (unset when none is): "
+            "a shard cut again leaves doneRanges and the failed or blocked count."
         ),
     )
 

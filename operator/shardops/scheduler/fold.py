@@ -40,13 +40,13 @@ class LedgerFold:
         self.kube = kube
         self.stores = stores
 
-    def record(self, seen: Observed) -> tuple[list[Shard], FoldedShards]:
+    def record(self, seen: Observed, previous: FoldedShards) -> tuple[list[Shard], FoldedShards]:
         """Write the ledger segment of the finished shards to fold this pass; the shards it holds and
-        what status.folded becomes (as it was, and no shards, when nothing was written).
+        what status.folded becomes (`previous`, the status's with this pass's retry applied, and
+        no shards, when nothing was written).
 
         Before it, each shard's recorded result is committed for reuse (`commit_recorded`: a no-op
         where its worker committed it, as it does unless it died right after its Done write)."""
-        previous = seen.campaign.current_status.folded
         # At most MAX_FOLD: one segment a pass, whatever the campaign's size.
         candidates = ledger.foldable(seen.shards.values(), previous)[:MAX_FOLD]
         store = self.stores.ledger(seen.campaign)

@@ -138,6 +138,26 @@ def fold(folded: FoldedShards, shards: Sequence[Shard], keep_completions: int = 
         sequence=folded.sequence + 1,
         recent_completions=completions[-keep:] if keep else [],
         recent_failures=failures[-keep:] if keep else [],
+        retry_walk=folded.retry_walk,
+    )
+
+
+def unfold(folded: FoldedShards, lines: Sequence[JSON]) -> FoldedShards:
+    """`folded` without the gave-up shards of these ledger lines (cut again by a retry): their
+    indices leave the ranges, their phases' counts go down. Their cost, tokens and attempts stay
+    counted (spent is spent; the new Shard starts from none)."""
+    if not lines:
+        return folded
+    phases = [record_phase(line) for line in lines]
+    return folded.model_copy(
+        update={
+            "failed": folded.failed - phases.count(ShardPhase.FAILED),
+            "blocked": folded.blocked - phases.count(ShardPhase.BLOCKED),
+            "done_ranges": [
+                IndexRange(start=a, end=b)
+                for a, b in ranges.remove(folded.ranges(), (int(line["index"]) for line in lines))
+            ],
+        }
     )
 
 
