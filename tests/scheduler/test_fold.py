@@ -133,6 +133,19 @@ def test_nothing_folds_without_a_store_the_operator_may_write(kube: OperatorKube
     assert to_fold == [] and folded == parsed.current_status.folded
 
 
+def _s3_reconciler(kube: OperatorKube, clock: Clock) -> tuple[Any, Any]:
+    """The operator with an in-memory S3 store (so it folds), after its first pass."""
+    from fakes3 import FakeS3
+    from shardops.store.s3 import S3Store
+
+    operator = reconciler(kube, clock, result_store="S3", s3_bucket="results")
+    location = operator.settings.result_store_location()
+    s3 = S3Store(location, NAMESPACE, client=FakeS3())
+    operator.stores.use(NAMESPACE, location, s3)
+    operator.reconcile(NAMESPACE, "camp")
+    return operator, s3
+
+
 def _gave_up(index: int, at: Any, phase: str = "Failed") -> JSON:
     reason = "Failed" if phase == "Failed" else "Blocked"
     return shard(
@@ -156,18 +169,12 @@ def test_gave_up_shards_fold_too_so_the_status_and_the_window_stay_bounded_as_fa
     import datetime as dt
     import json
 
-    from fakes3 import FakeS3
     from shardops.state.ledger import GAVE_UP_TAIL
-    from shardops.store.s3 import S3Store
 
     rounds, per_round = 12, 200
     total = rounds * per_round
     put_campaign(kube, campaign(items=[{"id": i} for i in range(total)], maxAttempts=2))
-    operator = reconciler(kube, clock, result_store="S3", s3_bucket="results")
-    location = operator.settings.result_store_location()
-    s3 = S3Store(location, NAMESPACE, client=FakeS3())
-    operator.stores.use(NAMESPACE, location, s3)
-    operator.reconcile(NAMESPACE, "camp")
+    operator, s3 = _s3_reconciler(kube, clock)
     result = {"ref": "attempts/x/t1.json", "fingerprint": "sha256:" + "0" * 64, "bytes": 10}
     sizes = []
     failed = blocked = 0
@@ -217,16 +224,11 @@ def test_a_fold_of_gave_up_shards_says_so_on_the_campaign_and_keeps_their_failur
     stay in status.folded.recentFailures, so folding never hides them from the error threshold."""
     import datetime as dt
 
-    from fakes3 import FakeS3
     from shardops.state.ledger import GAVE_UP_TAIL
-    from shardops.store.s3 import S3Store
 
     count = GAVE_UP_TAIL + 3
     put_campaign(kube, campaign(items=[{"id": i} for i in range(count)], maxAttempts=2))
-    operator = reconciler(kube, clock, result_store="S3", s3_bucket="results")
-    location = operator.settings.result_store_location()
-    operator.stores.use(NAMESPACE, location, S3Store(location, NAMESPACE, client=FakeS3()))
-    operator.reconcile(NAMESPACE, "camp")
+    operator, _ = _s3_reconciler(kube, clock)
     for index in range(count):
         put_shard(kube, _gave_up(index, T0 + dt.timedelta(seconds=index)))
     operator.reconcile(NAMESPACE, "camp")
@@ -248,10 +250,8 @@ def test_a_retry_of_every_gave_up_shard_cuts_the_folded_ones_again_within_the_ba
     and the walk ends once the ledger is read."""
     import datetime as dt
 
-    from fakes3 import FakeS3
     from shardops.k8s.api import CAMPAIGNS
     from shardops.state.ledger import GAVE_UP_TAIL
-    from shardops.store.s3 import S3Store
 
     count = GAVE_UP_TAIL + 7
     items = [{"id": i} for i in range(count)]
@@ -260,10 +260,7 @@ def test_a_retry_of_every_gave_up_shard_cuts_the_folded_ones_again_within_the_ba
         kube,
         campaign(items=items, maxAttempts=2, backlogRatio=2, errorThreshold={"consecutive": 0, "ratio": 1}),
     )
-    operator = reconciler(kube, clock, result_store="S3", s3_bucket="results")
-    location = operator.settings.result_store_location()
-    operator.stores.use(NAMESPACE, location, S3Store(location, NAMESPACE, client=FakeS3()))
-    operator.reconcile(NAMESPACE, "camp")
+    operator, _ = _s3_reconciler(kube, clock)
     for index in range(count):
         put_shard(kube, _gave_up(index, T0 + dt.timedelta(seconds=index)))
     operator.reconcile(NAMESPACE, "camp")
