@@ -151,3 +151,14 @@ def test_action_result_as_dict() -> None:
         "user": "alice",
         "warnings": [],
     }
+
+
+def test_select_retry_of_everything_goes_ahead_when_only_folded_shards_gave_up() -> None:
+    """Gave-up shards folded into the ledger are gone from the API: a retry of all of them is still
+    a request (the operator cuts them again from the ledger); --blocked alone names live ones only."""
+    shards = parse_shards([shard_body("papers", 0, "Done")])
+    folded = _campaign(items=2, status={"folded": {"failed": 3, "doneRanges": [{"start": 1, "end": 4}]}})
+    selection = actions.select_retry(folded, shards, blocked=False, failed=False, names=[])
+    assert selection.shards == () and selection.everything is True
+    with pytest.raises(actions.ActionRefused, match="has no Blocked shard"):
+        actions.select_retry(folded, shards, blocked=True, failed=False, names=[])

@@ -99,3 +99,47 @@ def test_a_result_line_holds_line_and_paragraph_separators_escaped_so_no_line_re
     assert line.splitlines() == [line], "one line for every line reader"
     assert "\\u2028" in line and "\\u2029" in line and "🧪" in line and "中文" in line
     assert json.loads(line)["item"] == item
+
+
+def test_failed_lists_the_items_of_gave_up_shards_folded_into_the_ledger() -> None:
+    """Folded Failed/Blocked shards are gone from the API: `--failed` streams them from the ledger,
+    each folded index once (a repeated segment), never a Done line or an index no longer folded."""
+    from shardops.api.campaign import FoldedShards, IndexRange
+    from shardops.cli.campaign_results import folded_failed_lines
+
+    items = [{"id": i} for i in range(8)]
+    error = {"class": "invalid-input", "message": "not JSON"}
+    ledger_lines = [
+        {"index": 0, "shard": "c-00000", "phase": "Done", "itemRange": {"start": 0, "end": 2}},
+        {
+            "index": 1,
+            "shard": "c-00001",
+            "phase": "Failed",
+            "itemRange": {"start": 2, "end": 4},
+            "lastError": error,
+        },
+        {
+            "index": 1,
+            "shard": "c-00001",
+            "phase": "Failed",
+            "itemRange": {"start": 2, "end": 4},
+            "lastError": error,
+        },
+        {
+            "index": 2,
+            "shard": "c-00002",
+            "phase": "Blocked",
+            "itemRange": {"start": 4, "end": 6},
+            "attempt": 2,
+        },
+        {"index": 3, "shard": "c-00003", "phase": "Failed", "itemRange": {"start": 6, "end": 8}},
+    ]
+    folded = FoldedShards(shards=1, failed=1, blocked=1, done_ranges=[IndexRange(start=0, end=3)])
+    lines = list(folded_failed_lines(iter(ledger_lines), folded, lambda: items))
+    assert [(line["index"], line["phase"], line["shard"]) for line in lines] == [
+        (2, "Failed", "c-00001"),
+        (3, "Failed", "c-00001"),
+        (4, "Blocked", "c-00002"),
+        (5, "Blocked", "c-00002"),
+    ]
+    assert lines[0]["lastError"] == error and lines[0]["item"] == {"id": 2} and lines[2]["attempt"] == 2

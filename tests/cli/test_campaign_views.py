@@ -453,3 +453,16 @@ def test_the_heartbeat_row_carries_the_attempt_it_belonged_to() -> None:
     [heartbeat] = [r for r in timeline_view(shard, [], NOW).rows if r.reason == "Heartbeat"]
     assert heartbeat.attempt == 2
     assert heartbeat.lease_until is None  # not Running: no live claim
+
+
+def test_the_report_counts_gave_up_shards_folded_into_the_ledger_and_says_where_they_are() -> None:
+    """Folded Failed/Blocked shards are gone from the API: counted (status.folded) and pointed to."""
+    folded = {"shards": 1, "failed": 2, "blocked": 1, "attempts": 5, "doneRanges": [{"start": 1, "end": 5}]}
+    report = _report([_failed(0)], items=5, status={"phase": "Completed", "spent": 0.0, "folded": folded})
+    text = "\n".join(report.left)
+    assert "1 blocked and 3 failed shard(s) are not done" in text
+    assert "3 of them folded into the ledger: kubectl campaign results papers --failed" in text
+    assert (
+        "4 shard(s) folded into the ledger, 5 attempt(s) in all"
+        in _check(report, "attempt-distribution").detail
+    )

@@ -16,6 +16,7 @@ from tests.schedulerkit import (
     Clock,
     OperatorKube,
     campaign,
+    entry,
     put_campaign,
     put_lease,
     put_shard,
@@ -114,5 +115,166 @@ def test_nothing_folds_without_a_store_the_operator_may_write(kube: OperatorKube
     parsed = Campaign.parse(body)
     seen = Observed(body, parsed, [{"id": 0}], {done.name: done}, [], [])
     fold = LedgerFold(kube, Stores(parsed.current_status.result_store))  # type: ignore[arg-type]
-    to_fold, folded = fold.record(seen)
+    to_fold, folded = fold.record(seen, parsed.current_status.folded)
     assert to_fold == [] and folded == parsed.current_status.folded
+
+
+def _s3_reconciler(kube: OperatorKube, clock: Clock) -> tuple[Any, Any]:
+    """The operator with an in-memory S3 store (so it folds), after its first pass."""
+    from fakes3 import FakeS3
+    from shardops.store.s3 import S3Store
+
+    operator = reconciler(kube, clock, result_store="S3", s3_bucket="results")
+    location = operator.settings.result_store_location()
+    s3 = S3Store(location, NAMESPACE, client=FakeS3())
+    operator.stores.use(NAMESPACE, location, s3)
+    operator.reconcile(NAMESPACE, "camp")
+    return operator, s3
+
+
+def _gave_up(index: int, at: Any, phase: str = "Failed") -> JSON:
+    reason = "Failed" if phase == "Failed" else "Blocked"
+    return shard(
+        "camp",
+        index,
+        phase,
+        history=[entry("Running", at, "Claimed"), entry(phase, at, reason, errorClass="invalid-input")],
+        lastError={"class": "invalid-input", "message": f"item {index} is not valid JSON"},
+        cost=0.5,
+    )
+
+
+def test_gave_up_shards_fold_too_so_the_status_and_the_window_stay_bounded_as_failures_grow(
+    kube: OperatorKube, clock: Clock
+) -> None:
+    """Scattered 10 % Failed/Blocked shards through many folds: before, every gave-up Shard stayed
+    live for ever, each left a gap in doneRanges and an entry in historyFolded, and the Campaign
+    object grew with the campaign (issue 31: 1.68 MB + 0.99 MB at 500,000 items). Now all but the
+    newest GAVE_UP_TAIL are folded with their phase and error, the counts stay exact, and the
+    serialized status stays the same size however many shards have finished."""
+    import datetime as dt
+    import json
+
+    from shardops.state.ledger import GAVE_UP_TAIL
+
+    rounds, per_round = 12, 200
+    total = rounds * per_round
+    put_campaign(kube, campaign(items=[{"id": i} for i in range(total)], maxAttempts=2))
+    operator, s3 = _s3_reconciler(kube, clock)
+    result = {"ref": "attempts/x/t1.json", "fingerprint": "sha256:" + "0" * 64, "bytes": 10}
+    sizes = []
+    failed = blocked = 0
+    for r in range(rounds):
+        for index in range(r * per_round, (r + 1) * per_round):
+            at = T0 + dt.timedelta(seconds=index)
+            if index % 10 == 3:  # scattered, never adjacent
+                phase = "Blocked" if index % 20 == 3 else "Failed"
+                failed += phase == "Failed"
+                blocked += phase == "Blocked"
+                put_shard(kube, _gave_up(index, at, phase))
+            else:
+                put_shard(kube, shard("camp", index, "Done", result=result, cost=0.25))
+        clock.advance(1)
+        operator.reconcile(NAMESPACE, "camp")
+        operator.reconcile(NAMESPACE, "camp")  # the folds a pass left for the next (MAX_FOLD a pass)
+        sizes.append(len(json.dumps(status_of(kube), separators=(",", ":"))))
+    status = status_of(kube)
+    folded = status["folded"]
+    assert folded["shards"] == total - failed - blocked
+    assert folded["failed"] + folded["blocked"] == failed + blocked - GAVE_UP_TAIL
+    assert status["counts"]["failed"] == failed and status["counts"]["blocked"] == blocked
+    assert status["counts"]["done"] == total - failed - blocked
+    live = kube.list(SHARDS, NAMESPACE)
+    assert len(live) == GAVE_UP_TAIL, "only the newest gave-up shards stay"
+    assert len(folded["doneRanges"]) <= GAVE_UP_TAIL + 1
+    assert len(status.get("historyFolded") or {}) <= GAVE_UP_TAIL
+    # Once the tail of live gave-up shards and the error threshold's window are full (1,000 shards
+    # in), the same size at 2,400: nothing in it grows with the campaign (a few bytes for longer
+    # numbers). Before, ~50 bytes more for every gave-up shard.
+    assert max(sizes[4:]) - sizes[4] < 200, sizes
+    assert max(sizes) < 16 * 1024, sizes
+    # Every gave-up shard is in the ledger with its phase and error, each index once.
+    lines = list(s3.read_ledger("camp", "uid-camp"))
+    gave_up = {line["index"]: line for line in lines if line["phase"] in ("Failed", "Blocked")}
+    assert len(gave_up) == failed + blocked - GAVE_UP_TAIL
+    some = next(iter(gave_up.values()))
+    assert some["lastError"]["class"] == "invalid-input" and "not valid JSON" in some["lastError"]["message"]
+    assert some["reason"] in ("Failed", "Blocked")
+
+
+def test_a_fold_of_gave_up_shards_says_so_on_the_campaign_and_keeps_their_failures_for_the_threshold(
+    kube: OperatorKube, clock: Clock
+) -> None:
+    """The Shards' own Failed Events name objects that are gone: one Warning Event on the Campaign
+    names the folded ones and the commands that list and retry them; their non-retryable failures
+    stay in status.folded.recentFailures, so folding never hides them from the error threshold."""
+    import datetime as dt
+
+    from shardops.state.ledger import GAVE_UP_TAIL
+
+    count = GAVE_UP_TAIL + 3
+    put_campaign(kube, campaign(items=[{"id": i} for i in range(count)], maxAttempts=2))
+    operator, _ = _s3_reconciler(kube, clock)
+    for index in range(count):
+        put_shard(kube, _gave_up(index, T0 + dt.timedelta(seconds=index)))
+    operator.reconcile(NAMESPACE, "camp")
+    folded = status_of(kube)["folded"]
+    assert folded["failed"] == 3
+    assert [f["shard"] for f in folded["recentFailures"]] == ["camp-00000", "camp-00001", "camp-00002"]
+    events = [e for e in kube.events() if e.get("reason") == "GaveUpShardsFolded"]
+    assert len(events) == 1
+    note = events[0].get("note") or events[0].get("message") or ""
+    assert "3 Failed/Blocked shard(s)" in note and "camp-00000" in note and "retry camp" in note
+
+
+def test_a_retry_of_every_gave_up_shard_cuts_the_folded_ones_again_within_the_backlog_bound(
+    kube: OperatorKube, clock: Clock
+) -> None:
+    """`kubectl campaign retry` (spec.retry for all) brings back the gave-up shards folded into the
+    ledger too: cut again from their ledger lines a segment at a time, never more Pending than the
+    backlog bound allows, each leaving status.folded as it comes back, so the counts stay exact
+    and the walk ends once the ledger is read."""
+    import datetime as dt
+
+    from shardops.k8s.api import CAMPAIGNS
+    from shardops.state.ledger import GAVE_UP_TAIL
+
+    count = GAVE_UP_TAIL + 7
+    items = [{"id": i} for i in range(count)]
+    # The error threshold off: 57 failures in a row would hold the campaign (its shards Paused).
+    put_campaign(
+        kube,
+        campaign(items=items, maxAttempts=2, backlogRatio=2, errorThreshold={"consecutive": 0, "ratio": 1}),
+    )
+    operator, _ = _s3_reconciler(kube, clock)
+    for index in range(count):
+        put_shard(kube, _gave_up(index, T0 + dt.timedelta(seconds=index)))
+    operator.reconcile(NAMESPACE, "camp")
+    assert status_of(kube)["folded"]["failed"] == 7
+    body = kube.obj(CAMPAIGNS, NAMESPACE, "camp")
+    assert body is not None
+    body["spec"]["retry"] = {"generation": 1}
+    body["metadata"]["generation"] = 2
+    kube.put(CAMPAIGNS, NAMESPACE, body)
+    result = {"ref": "attempts/x/t1.json", "fingerprint": "sha256:" + "0" * 64, "bytes": 10}
+    pending_per_pass = []
+    for _ in range(30):
+        clock.advance(1)
+        operator.reconcile(NAMESPACE, "camp")
+        status = status_of(kube)
+        phases = ("queued", "pending", "running", "done", "failed", "blocked", "paused")
+        assert sum(status["counts"].get(p, 0) for p in phases) == count, status["counts"]
+        live = kube.list(SHARDS, NAMESPACE)
+        pending = [s for s in live if (s.get("status") or {}).get("phase") == "Pending"]
+        pending_per_pass.append(len(pending))
+        for s in pending:  # the workers finish them
+            put_shard(kube, shard("camp", s["spec"]["index"], "Done", result=result))
+        if status["counts"]["done"] == count and not status["folded"].get("retryWalk"):
+            break
+    status = status_of(kube)
+    assert status["counts"]["done"] == count and status["counts"]["failed"] == 0
+    assert status["folded"]["failed"] == 0 and "retryWalk" not in status["folded"]
+    assert status["lastRetryGeneration"] == 1
+    # The live ones went back to Pending at once (as before); the folded ones came 2 (backlogRatio 2
+    # of no running shard) a pass, never all 7 at once.
+    assert pending_per_pass[0] == GAVE_UP_TAIL and pending_per_pass[1:5] == [2, 2, 2, 1], pending_per_pass

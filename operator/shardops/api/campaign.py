@@ -40,7 +40,7 @@ from shardops.api.common import (
     truncating,
     without_inline_items,
 )
-from shardops.api.enums import BreakerState, CampaignPhase
+from shardops.api.enums import BreakerState, CampaignPhase, ErrorClass
 from shardops.api.items import ITEM_SOURCE_SCHEMA, MAX_INLINE_ITEMS, ItemsFrom, ItemsPin
 from shardops.api.llm import CONFIG_ENV
 from shardops.api.names import CAMPAIGN_KIND
@@ -402,24 +402,59 @@ class IndexRange(StatusModel):
     end: int = Field(ge=0, description="Index after the last one.")
 
 
-class FoldedShards(StatusModel):
-    """Done work shards whose facts were written to the campaign's ledger (index range, key, result
-    reference and fingerprint, attempts, cost, owner, history) and whose Shard objects were then
-    deleted, so a campaign keeps a bounded number of objects however many shards it has. A shard
-    counts as folded exactly when its index is in doneRanges."""
+class FoldedFailure(StatusModel):
+    """A folded shard's non-retryable failure, kept for the error threshold after its Shard is gone."""
 
-    shards: int = Field(default=0, ge=0, description="Number of folded shards (all Done).")
-    items: int = Field(default=0, ge=0, description="Items in the folded shards.")
-    cost: float = Field(default=0, ge=0, description="Cost of the folded shards, in the budget's unit.")
-    tokens: TokenCounts = Field(
-        default_factory=TokenCounts, description="Tokens the folded shards used, summed."
+    at: AwareDatetime = Field(description="When the attempt failed.")
+    error_class: ErrorClass = Field(alias="class", description="Its (non-retryable) error class.")
+    shard: str = Field(max_length=DNS_SUBDOMAIN_MAX, description="The shard that failed.")
+
+
+class RetryWalk(StatusModel):
+    """A retry of every gave-up shard under way through the ledger: its folded Failed and Blocked
+    shards are cut again a segment at a time, as the backlog bound leaves room."""
+
+    generation: int = Field(ge=1, description="The spec.retry.generation it carries out.")
+    next: int = Field(ge=1, description="Sequence of the next ledger segment to read.")
+    until: int = Field(ge=0, description="Sequence of the last segment written before the request.")
+    handled: int = Field(
+        default=0,
+        ge=0,
+        description=(
+            "Gave-up shards of segment `next` (in index order) already handled: a shard cut again, "
+            "done and folded anew is never cut a second time."
+        ),
     )
-    attempts: int = Field(default=0, ge=0, description="Attempts the folded shards took, summed.")
+
+
+class FoldedShards(StatusModel):
+    """Work shards whose facts were written to the campaign's ledger (index range, key, phase, result
+    reference and fingerprint or last error, attempts, cost, owner, history) and whose Shard objects
+    were then deleted, so a campaign keeps a bounded number of objects however many shards it has
+    and however many of them fail. Done shards are folded, and so are Failed and Blocked ones (they
+    need a person: the ledger keeps why, `kubectl campaign results --failed` lists them and
+    `kubectl campaign retry` brings them back). A shard counts as folded exactly when its index is
+    in doneRanges."""
+
+    shards: int = Field(default=0, ge=0, description="Number of folded Done shards.")
+    failed: int = Field(default=0, ge=0, description="Number of folded Failed shards.")
+    blocked: int = Field(default=0, ge=0, description="Number of folded Blocked shards.")
+    items: int = Field(default=0, ge=0, description="Items in the folded Done shards.")
+    cost: float = Field(
+        default=0, ge=0, description="Cost of the folded shards (every phase), in the budget's unit."
+    )
+    tokens: TokenCounts = Field(
+        default_factory=TokenCounts, description="Tokens the folded shards (every phase) used, summed."
+    )
+    attempts: int = Field(
+        default=0, ge=0, description="Attempts the folded shards (every phase) took, summed."
+    )
     done_ranges: list[IndexRange] = Field(
         default_factory=list,
         description=(
-            "Indices of the folded shards as sorted, disjoint ranges: a few, since shards finish "
-            "roughly in order (one range per gap left by a shard not yet folded)."
+            "Indices of the folded shards, whatever their phase, as sorted, disjoint ranges: a few, "
+            "since shards finish roughly in order and gave-up shards are folded too (one range per gap "
+            "left by a live shard, so at most one more than the live work shards)."
         ),
     )
     sequence: int = Field(default=0, ge=0, description="Folds so far; names the next ledger segment.")
@@ -431,6 +466,33 @@ class FoldedShards(StatusModel):
             "error threshold still counts their successes after their Shards are gone."
         ),
     )
+    recent_failures: list[FoldedFailure] = Field(
+        default_factory=list,
+        max_length=MAX_ERROR_WINDOW,
+        description=(
+            "The latest non-retryable failures of folded shards (as many as "
+            "spec.errorThreshold.window): the error threshold still counts them after their Shards "
+            "are gone."
+        ),
+    )
+
+    retry_walk: RetryWalk | None = Field(
+        default=None,
+        description=(
+            "A retry of every gave-up shard still cutting folded ones again (unset when none is): "
+            "a shard cut again leaves doneRanges and the failed or blocked count."
+        ),
+    )
+
+    @property
+    def gave_up(self) -> int:
+        """Folded shards that need a person (Failed and Blocked)."""
+        return self.failed + self.blocked
+
+    @property
+    def total(self) -> int:
+        """Folded shards of every phase."""
+        return self.shards + self.gave_up
 
     def ranges(self) -> list[tuple[int, int]]:
         return [(r.start, r.end) for r in self.done_ranges]
@@ -565,7 +627,10 @@ class CampaignStatus(StatusModel):
     )
     folded: FoldedShards = Field(
         default_factory=FoldedShards,
-        description="Done shards already written to the ledger and deleted (counted in counts.done).",
+        description=(
+            "Shards already written to the ledger and deleted, Done, Failed and Blocked ones (counted "
+            "in counts)."
+        ),
     )
     items_pin: ItemsPin | None = Field(
         default=None,

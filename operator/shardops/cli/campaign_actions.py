@@ -109,14 +109,18 @@ def select_retry(
                 "nothing to retry there",
             )
     chosen = sorted(set(names)) if names else sorted(s.name for s in shards if s.phase in phases)
-    if not chosen:
+    everything = not names and phases == set(GAVE_UP)
+    # Gave-up shards folded into the ledger are gone from the API: a request for all of them makes
+    # the operator cut them again from the ledger (scheduler/retry.py); --failed or --blocked alone
+    # names live shards only.
+    if not chosen and not (everything and campaign.current_status.folded.gave_up):
         which = " or ".join(sorted(str(p) for p in phases))
         raise ActionRefused(
             EXIT_BAD_STATE, f"nothing to retry: campaign {campaign.name} has no {which} shard"
         )
     # Named shards stay a list even when they are all that gave up: a shard that gives up after this
     # read is not the user's to retry by name.
-    return RetrySelection(tuple(chosen), everything=not names and phases == set(GAVE_UP))
+    return RetrySelection(tuple(chosen), everything=everything)
 
 
 def retry_patch(campaign: Campaign, selection: RetrySelection) -> JSON:

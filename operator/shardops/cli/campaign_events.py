@@ -299,7 +299,7 @@ def folded_shard(ctx: Context, namespace: str, name: str) -> JSON | None:
     except CliError:
         return None
     folded = campaign.current_status.folded
-    if not folded.shards:
+    if not folded.total:
         return None
     store = cli_store(ctx, campaign)
     if not isinstance(store, S3Store):

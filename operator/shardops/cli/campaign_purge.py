@@ -30,7 +30,7 @@ def run_purge(ctx: Context) -> int:
     folded = campaign.current_status.folded
     uid = campaign.metadata.uid or ""
     try:
-        if isinstance(store, S3Store) and folded.shards:
+        if isinstance(store, S3Store) and folded.total:
             records = ledger.first_records(store.read_ledger(campaign.name, uid), folded)
             keys |= {str(r["idempotencyKey"]) for r in records.values()}
     except StoreUnavailable as error:

@@ -226,6 +226,13 @@ def what_is_left(
             f"{counts[ShardPhase.BLOCKED]} blocked and {counts[ShardPhase.FAILED]} failed shard(s) are "
             f"not done: fix the cause, then kubectl campaign retry {name} (recorded; attempts reset)"
         )
+    folded = campaign.current_status.folded.gave_up
+    if folded:
+        # Gone from the API, so not in the table below: the ledger holds their errors.
+        lines.append(
+            f"{folded} of them folded into the ledger: kubectl campaign results {name} --failed lists "
+            "their items and errors"
+        )
     hold = budget_hold(campaign.current_status.to_dict())
     if hold is not None:
         lines.append(f"held by budget: {hold}")
@@ -274,13 +281,13 @@ def check_failure_records(shards: Sequence[Shard]) -> Check:
 
 
 def check_attempts(shards: Sequence[Shard], max_attempts: int, folded: FoldedShards | None = None) -> Check:
-    """Over the live shards; folded ones (Done, gone from the API) are summed in status.folded."""
+    """Over the live shards; folded ones (gone from the API) are summed in status.folded."""
     title = f"attempt distribution normal (not many shards at maxAttempts {max_attempts})"
     started = [s for s in shards if s.current_status.attempt > 0]
     spread = Counter(s.current_status.attempt for s in started)
     shape = ", ".join(f"attempt {a}: {n}" for a, n in sorted(spread.items())) or "no live shard attempted"
-    if folded is not None and folded.shards:
-        ledger = f"{folded.shards} Done shard(s) folded into the ledger, {folded.attempts} attempt(s) in all"
+    if folded is not None and folded.total:
+        ledger = f"{folded.total} shard(s) folded into the ledger, {folded.attempts} attempt(s) in all"
         shape += f" (and {ledger})"
     at_max = tuple(s.name for s in started if s.current_status.attempt >= max_attempts)
     many = len(at_max) >= MAX_ATTEMPTS_MIN_COUNT and len(at_max) > MAX_ATTEMPTS_SHARE * len(started)

@@ -4,18 +4,20 @@ One line per item of each Done work shard, read from the campaign's result store
 status.result names, verified against the fingerprint there): `index` (in the campaign), `key`
 (the item's sub-key), `item`, `result`, `cost`, `shard`, `attempt`. `--format openai` writes the
 OpenAI batch output shape instead, with `custom_id` taken from an item field. `--failed` lists the
-items not done, with their shard's phase and lastError. Works on a running campaign (what is done
-so far) and on a finished one. Reads one object per Done shard; nothing is written.
+items not done, with their shard's phase and lastError: the live shards', then those of the Failed
+and Blocked shards folded into the ledger (streamed from it), then the uncut ones. Works on a
+running campaign (what is done so far) and on a finished one. Reads one object per Done shard;
+nothing is written.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import ExitStack
 from typing import TextIO
 
-from shardops.api.campaign import Campaign
+from shardops.api.campaign import Campaign, FoldedShards
 from shardops.api.common import JSON, Item
 from shardops.api.enums import ShardPhase, StoreType
 from shardops.api.shard import Shard
@@ -23,8 +25,9 @@ from shardops.api.store import ResultStoreStatus
 from shardops.cli.campaign_client import EXIT_OK, bad_state, no_access
 from shardops.cli.command import Context, load
 from shardops.k8s.campaigns import ItemsUnavailable
+from shardops.logic import ranges
 from shardops.logic.idempotency import item_subkey
-from shardops.state import results
+from shardops.state import ledger, results
 from shardops.state.results import Finished, json_line, work_shards
 from shardops.store import ResultStore, location_of, open_store
 from shardops.store.items import campaign_items
@@ -52,10 +55,14 @@ def openai_line(line: JSON, field: str) -> JSON:
 
 
 def failed_lines(
-    shards: Sequence[Shard], every_item: Sequence[Item] | None, cut_items: int = 0
+    shards: Sequence[Shard],
+    every_item: Sequence[Item] | None,
+    cut_items: int = 0,
+    folded: Iterable[JSON] = (),
 ) -> Iterator[JSON]:
-    """Every item not done: those of shards not Done (with the phase and lastError), then those not
-    yet cut into shards (`every_item` is the campaign's items, read only when some are uncut)."""
+    """Every item not done: those of shards not Done (with the phase and lastError), then those of
+    the folded gave-up shards (`folded`: `folded_failed_lines`), then those not yet cut into shards
+    (`every_item` is the campaign's items, read only when some are uncut)."""
     cut_until = cut_items
     for shard in shards:
         cut_until = max(cut_until, shard.spec.item_range.end if shard.spec.item_range else 0)
@@ -73,9 +80,43 @@ def failed_lines(
                 "attempt": status.attempt,
                 "lastError": error,
             }
+    yield from folded
     for index in range(cut_until, len(every_item or [])):
         item = (every_item or [])[index]
         yield {"index": index, "key": item_subkey(item), "item": item, "shard": None, "phase": "Uncut"}
+
+
+def folded_failed_lines(
+    ledger_lines: Iterable[JSON], folded: FoldedShards, every_item: Callable[[], Sequence[Item]]
+) -> Iterator[JSON]:
+    """The items of the Failed and Blocked shards folded into the ledger, as `failed_lines` prints
+    them, streamed from the ledger's lines (one segment held at a time). Each folded index once:
+    the set of those listed is bounded by the campaign's gave-up shards (integers only)."""
+    spans = folded.ranges()
+    listed: set[int] = set()
+    items: Sequence[Item] | None = None
+    for record in ledger_lines:
+        index = record.get("index")
+        phase = ledger.record_phase(record)
+        if not isinstance(index, int) or phase not in ledger.GAVE_UP or index in listed:
+            continue
+        if not ranges.contains(spans, index):
+            continue
+        listed.add(index)
+        span = record.get("itemRange") or {}
+        start, end = int(span.get("start", 0)), int(span.get("end", 0))
+        if items is None:
+            items = every_item()
+        for position, item in enumerate(items[start:end]):
+            yield {
+                "index": start + position,
+                "key": item_subkey(item),
+                "item": item,
+                "shard": record.get("shard"),
+                "phase": str(phase),
+                "attempt": record.get("attempt") or 0,
+                "lastError": record.get("lastError"),
+            }
 
 
 def _items(ctx: Context, campaign: Campaign) -> Sequence[Item]:
@@ -156,9 +197,22 @@ def run_results(ctx: Context) -> int:
             out = stack.enter_context(open(args.output_file, "w", encoding="utf-8"))
         lines = 0
         if args.failed:
-            for line in failed_lines(work, _items(ctx, campaign), _cut_items(campaign, work)):
-                out.write(json_line(line) + "\n")
-                lines += 1
+            every_item = _items(ctx, campaign)
+            gave_up: Iterable[JSON] = ()
+            if campaign.current_status.folded.gave_up:
+                gave_up = folded_failed_lines(
+                    results.ledger_of(cli_store(ctx, campaign), campaign)(),
+                    campaign.current_status.folded,
+                    lambda: every_item,
+                )
+            try:
+                for line in failed_lines(work, every_item, _cut_items(campaign, work), gave_up):
+                    out.write(json_line(line) + "\n")
+                    lines += 1
+            except results.ResultsMismatch as mismatch:
+                raise bad_state(str(mismatch)) from None
+            except StoreUnavailable as error:
+                raise no_access(f"cannot read the ledger of its folded shards: {error}") from None
             return EXIT_OK
         try:
             store = cli_store(ctx, campaign)

@@ -31,14 +31,24 @@ class CampaignFacts:
     finalize_pending: bool = False
     previous_spent: float = 0.0
     campaign: str = ""
-    # Done shards already folded into the ledger (their Shard objects are gone): counted as Done,
+    # Shards already folded into the ledger (their Shard objects are gone): counted in their phase,
     # their cost counted in what was spent.
     folded_done: int = 0
+    folded_failed: int = 0
+    folded_blocked: int = 0
     folded_cost: float = 0.0
     # What suspends the campaign when spec.suspend does not (the error threshold's hold), for texts.
     hold: str | None = None
     # spec.budget.maxPerShard: with a limit, work shards reserve it at the claim (logic.budget).
     budget_max_per_shard: float | None = None
+
+    @property
+    def folded_gave_up(self) -> int:
+        return self.folded_failed + self.folded_blocked
+
+    @property
+    def folded_shards(self) -> int:
+        return self.folded_done + self.folded_gave_up
 
     @property
     def uncut_shards(self) -> int:
@@ -70,28 +80,33 @@ class Aggregate:
 def aggregate(shards: Sequence[ShardView], now: datetime, facts: CampaignFacts) -> Aggregate:
     counts = count_phases(shards)
     counts[ShardPhase.DONE] += facts.folded_done
+    counts[ShardPhase.FAILED] += facts.folded_failed
+    counts[ShardPhase.BLOCKED] += facts.folded_blocked
     spent = max(facts.previous_spent, facts.folded_cost + math.fsum(s.cost for s in shards))
     budget = budget_status(spent, facts.budget_limit, facts.budget_warn_ratio, facts.budget_max_per_shard)
     phase = campaign_phase(shards, facts, budget.gate)
-    total = len(shards) + facts.uncut_shards + facts.folded_done
+    total = len(shards) + facts.uncut_shards + facts.folded_shards
+    # Names of the live ones (the newest gave-up shards); the counts include the folded ones.
     failed = _names_in(shards, ShardPhase.FAILED)
     blocked = _names_in(shards, ShardPhase.BLOCKED)
+    failed_count = counts[ShardPhase.FAILED]
+    blocked_count = counts[ShardPhase.BLOCKED]
     progress = f"{counts[ShardPhase.DONE]}/{total}"
     return Aggregate(
         counts=counts,
         total_shards=total,
         progress_text=progress,
         oldest_pending_age=oldest_pending_age(shards, now),
-        failed_count=len(failed),
+        failed_count=failed_count,
         failed=tuple(failed[:MAX_LISTED_NAMES]),
-        blocked_count=len(blocked),
+        blocked_count=blocked_count,
         blocked=tuple(blocked[:MAX_LISTED_NAMES]),
         spent=spent,
         budget=budget,
         phase=phase,
         conditions=(
             conditions.complete(phase, progress),
-            conditions.degraded(failed, len(failed), blocked, len(blocked), facts.campaign),
+            conditions.degraded(failed, failed_count, blocked, blocked_count, facts.campaign),
             *conditions.budget(budget),
             conditions.suspended(facts.suspended, facts.hold),
         ),
@@ -116,17 +131,18 @@ def campaign_phase(shards: Sequence[ShardView], facts: CampaignFacts, gate: Budg
         return CampaignPhase.SUSPENDED
     work_cut = facts.items.uncut_shards == 0
     if work_cut and not facts.finalize_pending and all(s.phase.terminal for s in shards):
-        # Failed or Blocked shards make the campaign Completed, never Succeeded: a blocked shard is not done.
+        # Failed or Blocked shards (live or folded) make the campaign Completed, never Succeeded: a
+        # blocked shard is not done.
         return (
             CampaignPhase.SUCCEEDED
-            if all(s.phase is ShardPhase.DONE for s in shards)
+            if all(s.phase is ShardPhase.DONE for s in shards) and not facts.folded_gave_up
             else CampaignPhase.COMPLETED
         )
     if gate is BudgetGate.EXHAUSTED:
         return CampaignPhase.PAUSED
     if work_cut and all(s.phase.terminal for s in shards if s.shard_class is ShardClass.WORK):
         return CampaignPhase.FINALIZING
-    if not facts.folded_done and not any(_started(s) for s in shards):
+    if not facts.folded_shards and not any(_started(s) for s in shards):
         return CampaignPhase.PENDING
     return CampaignPhase.RUNNING
 

@@ -26,6 +26,18 @@ def add(ranges: Sequence[Range], indices: Iterable[int]) -> list[Range]:
     return normalize([*ranges, *((i, i + 1) for i in indices)])
 
 
+def remove(ranges: Sequence[Range], indices: Iterable[int]) -> list[Range]:
+    """`ranges` without `indices` (each splits the range holding it)."""
+    result = list(normalize(ranges))
+    for index in indices:
+        position = bisect_right(result, (index, float("inf"))) - 1
+        if position < 0 or not result[position][0] <= index < result[position][1]:
+            continue
+        start, end = result[position]
+        result[position : position + 1] = [r for r in ((start, index), (index + 1, end)) if r[0] < r[1]]
+    return result
+
+
 def contains(ranges: Sequence[Range], index: int) -> bool:
     """Whether `index` is in the normalized `ranges` (binary search)."""
     position = bisect_right(ranges, (index, float("inf"))) - 1

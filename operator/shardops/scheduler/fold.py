@@ -1,19 +1,25 @@
-"""The Done shards folded into the campaign's ledger (`LedgerFold`), in three crash-safe steps:
+"""The finished shards (Done, and Failed or Blocked but the newest few: `ledger.foldable`) folded
+into the campaign's ledger (`LedgerFold`), in three crash-safe steps:
 the ledger segment (`record`), the status write that counts it (the pass's), then deleting the
 Shards and their Leases (`delete`).
 
 A segment whose status write is lost is ignored by readers (its indices are not in doneRanges) and
 written again later. Only S3 stores fold, and only those the operator holds credentials for;
-ConfigMap campaigns (at most 1000 shards) keep their Done shards."""
+ConfigMap campaigns (at most 1000 shards) keep their finished shards."""
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from collections.abc import Sequence
 
 from shardops.api.campaign import FoldedShards
+from shardops.api.enums import ShardPhase
 from shardops.api.shard import Shard
+from shardops.k8s import campaigns
 from shardops.k8s.api import LEASES, SHARDS, ApiError, KubeClient, NotFound
+from shardops.k8s.shards import Actor
+from shardops.logic import conditions
 from shardops.scheduler.observed import Observed
 from shardops.scheduler.stores import Stores
 from shardops.state import ledger
@@ -22,7 +28,10 @@ from shardops.store.records import StoreUnavailable
 
 log = logging.getLogger(__name__)
 
-# Done shards one pass folds at most (one ledger segment, one status write); more wait a pass.
+# The Event of a pass that folded gave-up shards: they leave the cluster but still need a person.
+GAVE_UP_FOLDED = "GaveUpShardsFolded"
+
+# Finished shards one pass folds at most (one ledger segment, one status write); more wait a pass.
 MAX_FOLD = 500
 
 
@@ -31,13 +40,13 @@ class LedgerFold:
         self.kube = kube
         self.stores = stores
 
-    def record(self, seen: Observed) -> tuple[list[Shard], FoldedShards]:
-        """Write the ledger segment of the Done shards to fold this pass; the shards it holds and
-        what status.folded becomes (as it was, and no shards, when nothing was written).
+    def record(self, seen: Observed, previous: FoldedShards) -> tuple[list[Shard], FoldedShards]:
+        """Write the ledger segment of the finished shards to fold this pass; the shards it holds and
+        what status.folded becomes (`previous`, the status's with this pass's retry applied, and
+        no shards, when nothing was written).
 
         Before it, each shard's recorded result is committed for reuse (`commit_recorded`: a no-op
         where its worker committed it, as it does unless it died right after its Done write)."""
-        previous = seen.campaign.current_status.folded
         # At most MAX_FOLD: one segment a pass, whatever the campaign's size.
         candidates = ledger.foldable(seen.shards.values(), previous)[:MAX_FOLD]
         store = self.stores.ledger(seen.campaign)
@@ -47,7 +56,8 @@ class LedgerFold:
         try:
             # One conditional PUT a shard, answered "already there" when its worker committed.
             for shard in candidates:
-                commit_recorded(store, shard)
+                if shard.phase is ShardPhase.DONE:
+                    commit_recorded(store, shard)
             store.write_ledger(
                 seen.campaign.name,
                 seen.campaign.metadata.uid or "",
@@ -59,6 +69,28 @@ class LedgerFold:
             return [], previous
         return candidates, folded
 
+    def announce(self, seen: Observed, folded: Sequence[Shard], actor: Actor, now: dt.datetime) -> None:
+        """After the status write that counts them: one Warning Event on the Campaign for the gave-up
+        shards this pass folded (their own Failed/Blocked Events name Shards that are now gone)."""
+        gave_up = [s for s in folded if s.phase in ledger.GAVE_UP]
+        if not gave_up:
+            return
+        name = seen.campaign.name
+        campaigns.record_event(
+            self.kube,
+            seen.body,
+            reason=GAVE_UP_FOLDED,
+            note=(
+                f"{len(gave_up)} Failed/Blocked shard(s) folded into the ledger"
+                + conditions.listing(sorted(s.name for s in gave_up))
+                + f": kubectl campaign results {name} --failed lists why, kubectl campaign retry {name} "
+                "runs them again"
+            ),
+            actor=actor,
+            now=now,
+            warning=True,
+        )
+
     def delete(self, seen: Observed, shards: Sequence[Shard]) -> None:
         """Delete Shards the ledger and the status already hold, each with its Lease.
 
@@ -66,9 +98,10 @@ class LedgerFold:
         by owner reference, but it can fall behind a campaign that folds fast, and the Leases alive
         are bounded by the window only if they go with their Shards. Right before the Shard: the
         collector reads every dependent it still knows of an owner deleted (0.99 GETs per shard
-        measured when the Lease went after), none once it has seen the Lease go. A Done shard needs
-        no Lease (nobody claims it again), so a crash between the two leaves a Shard the next pass
-        deletes; a Lease left behind (a refused delete) is the collector's, as before."""
+        measured when the Lease went after), none once it has seen the Lease go. A finished shard
+        needs no Lease (nobody claims it again; a retried one is cut anew), so a crash between the
+        two leaves a Shard the next pass deletes; a Lease left behind (a refused delete) is the
+        collector's, as before."""
         for shard in shards:
             self._delete_lease_of(shard)
             try:

@@ -101,7 +101,7 @@ class Reconciler:
         self.sweeper = Sweeper(kube, self.writes, self.stores, metrics)
         self.dispatch = Dispatcher(kube, settings, self.writes)
         self.ledger = LedgerFold(kube, self.stores)
-        self.retry = Retry(kube, self.writes)
+        self.retry = Retry(kube, self.writes, self.stores)
         self.retention = Retention(
             kube,
             settings.result_store_location(),
@@ -232,6 +232,9 @@ class Reconciler:
         seen = observe(self.kube, body, campaign, items)
         status = campaign.current_status
         retried = self.retry.act(seen, now)
+        # A retry of every gave-up shard cuts the folded ones again from the ledger, a segment at a
+        # time as the backlog bound leaves room: status.folded as this pass leaves it before its fold.
+        unfolded = self.retry.recut(seen, self.retry.start_walk(seen, retried), now)
         sweep = self.sweeper.sweep(seen, memory, now)
         # Materialize, pause and resume do not depend on breakers; folding after them takes in the
         # entries this pass wrote, so the next pass has nothing new to fold (and no status to rewrite).
@@ -245,7 +248,7 @@ class Reconciler:
         fold = history.fold_history(seen, status)
         plan = self.dispatch.plan(seen, fold.states, now)
         self.dispatch.start_workers(seen, plan)
-        to_fold, folded = self.ledger.record(seen)
+        to_fold, folded = self.ledger.record(seen, unfolded)
         decided = Decided(
             plan=plan,
             fold=fold,
@@ -262,6 +265,7 @@ class Reconciler:
         # leadership gone) left neither, and the pass that runs again folds and announces them once.
         history.commit(self.kube, self.metrics, self.actor, seen, fold, now)
         self.retry.announce(seen, retried, now)
+        self.ledger.announce(seen, to_fold, self.actor, now)
         self.sweeper.announce(seen, memory, sweep, now)
         self.metrics.dispatch.labels(campaign=key, reason=str(plan.reason)).inc()
         self._retain(seen)

@@ -48,7 +48,7 @@ class Decided:
     stuck: Sequence[str]
     # The retry request acted on this pass (status.lastRetryGeneration), or None.
     retry_generation: int | None
-    # The Done shards this pass's ledger segment holds, and status.folded with them.
+    # The finished shards this pass's ledger segment holds, and status.folded with them.
     to_fold: Sequence[Shard]
     folded: FoldedShards
     # Which operator schedules the campaign, and whether its leadership is being renewed.
@@ -96,7 +96,7 @@ def desired_status(seen: Observed, decided: Decided, now: dt.datetime) -> Desire
             has_finalize=spec.finalize is not None,
             uncut_shards=facts.uncut_shards,
             cut_shards=-(-facts.items.cut_items // spec.shard_size),
-            materialized=len(live) + folded.shards,
+            materialized=len(live) + folded.total,
             breakers=builders.breakers_to_status(spec, fold.states, fold.reasons, previous, now),
             conditions=merged,
             last_retry_generation=(

@@ -65,11 +65,14 @@ def _trip(campaign: Campaign, shards: list[Shard]) -> Trip | None:
     # successes; it acts on the condition the operator wrote (`held`).
     rule = campaign.spec.error_threshold
     since = resumed_at(campaign)
-    # Done shards folded into the ledger are gone from the listing; their completions are kept.
-    folded = [
-        AttemptEnd(at, FOLDED, None)
-        for at in campaign.current_status.folded.recent_completions
-        if since is None or at > since
+    # Shards folded into the ledger are gone from the listing; their completions and non-retryable
+    # failures are kept (status.folded), so folding never hides a failure from the threshold.
+    kept = campaign.current_status.folded
+    folded = [AttemptEnd(at, FOLDED, None) for at in kept.recent_completions if since is None or at > since]
+    folded += [
+        AttemptEnd(f.at, f.shard, f.error_class)
+        for f in kept.recent_failures
+        if since is None or f.at > since
     ]
     ends = sorted([*attempt_ends(shards, since), *folded], key=lambda e: (e.at, e.shard))
     return error_threshold_trip(ends, rule.consecutive, rule.ratio, rule.window)

@@ -82,6 +82,8 @@ def campaign_facts(
         and shardview.finalize_name(campaign.name) not in {s.name for s in shards},
         previous_spent=campaign.current_status.spent,
         folded_done=folded.shards,
+        folded_failed=folded.failed,
+        folded_blocked=folded.blocked,
         folded_cost=folded.cost,
         hold=None if spec.suspend else error_threshold.hold_text(campaign),
     )

@@ -18,6 +18,7 @@ from shardops.api.campaign import Campaign, FoldedShards
 from shardops.api.common import JSON, Item
 from shardops.api.enums import ShardClass, ShardPhase
 from shardops.api.shard import Shard
+from shardops.logic import ranges
 from shardops.state import ledger
 from shardops.store import ResultStore
 from shardops.store.records import StoreCorrupt
@@ -104,14 +105,32 @@ def finished_shards(
     on a per-shard path."""
     finished = [f for f in (Finished.of_shard(s) for s in work) if f is not None]
     if folded.shards:
-        records = ledger.first_records(ledger_lines(), folded)
-        if len(records) != folded.shards:
+        done = folded_done(ledger_lines(), folded)
+        if len(done) != folded.shards:
             raise ResultsMismatch(
-                f"the ledger of campaign {campaign_name} holds {len(records)} of its {folded.shards} "
-                "folded shards"
+                f"the ledger of campaign {campaign_name} holds {len(done)} of its {folded.shards} "
+                "folded Done shards"
             )
-        finished += [Finished.of_record(record) for record in records.values()]
+        finished += done.values()
     return sorted(finished, key=lambda f: f.first_item)
+
+
+def folded_done(lines: Iterable[JSON], folded: FoldedShards) -> dict[int, Finished]:
+    """The folded Done shards by index, from the ledger's lines as they stream by (the first Done
+    line of each folded index, as `ledger.first_records` keeps): only their compact `Finished` is
+    kept, never a line (with its whole history, ~5 KB) past its segment."""
+    spans = folded.ranges()
+    found: dict[int, Finished] = {}  # one per folded Done shard: the result read needs them all
+    for line in lines:
+        index = line.get("index")
+        if (
+            isinstance(index, int)
+            and index not in found
+            and ledger.record_phase(line) is ShardPhase.DONE
+            and ranges.contains(spans, index)
+        ):
+            found[index] = Finished.of_record(line)
+    return found
 
 
 def done_lines(
@@ -164,13 +183,19 @@ def read_verified(store: ResultStore) -> ReadResult:
     return read
 
 
-def ledger_of(store: ResultStore, campaign: Campaign) -> Callable[[], Iterable[JSON]]:
-    """The campaign's ledger lines, read when called; only an S3 store holds a ledger."""
+def ledger_of(
+    store: ResultStore, campaign: Campaign, between_segments: Callable[[], None] | None = None
+) -> Callable[[], Iterable[JSON]]:
+    """The campaign's ledger lines, read when called, one segment at a time; `between_segments` is
+    called after each (the finalize shard renews its claim there). Only an S3 store holds a ledger."""
 
-    def lines() -> Iterable[JSON]:
+    def lines() -> Iterator[JSON]:
         if not isinstance(store, S3Store):
             raise ResultsMismatch(f"campaign {campaign.name} has folded shards but no S3 result store")
-        return store.read_ledger(campaign.name, campaign.metadata.uid or "")
+        for segment in store.read_ledger_segments(campaign.name, campaign.metadata.uid or ""):
+            yield from segment
+            if between_segments is not None:
+                between_segments()
 
     return lines
 

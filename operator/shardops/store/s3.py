@@ -481,13 +481,27 @@ class S3Store:
 
     def read_ledger(self, campaign: str, uid: str) -> Iterator[dict[str, Any]]:
         """Every line of every segment, oldest segment first (sequence order)."""
+        for segment in self.read_ledger_segments(campaign, uid):
+            yield from segment
+
+    def read_ledger_sequence(self, campaign: str, uid: str, sequence: int) -> list[dict[str, Any]]:
+        """The lines of the segments written under one fold sequence (one, or a few when a fold's
+        status write was lost and it was written again), in name order."""
+        lines: list[dict[str, Any]] = []  # at most a few segments of MAX_FOLD lines
+        for name in sorted(self._list(f"{self.ledger_prefix(campaign, uid)}{sequence:08d}-")):
+            found = self._get(name)
+            if found is not None:
+                lines += [json.loads(line) for line in found[0].splitlines() if line.strip()]
+        return lines
+
+    def read_ledger_segments(self, campaign: str, uid: str) -> Iterator[list[dict[str, Any]]]:
+        """The ledger one segment at a time, oldest first: a reader holds one segment (at most
+        `scheduler.fold.MAX_FOLD` lines) and may act between two (the finalize shard renews)."""
         for name in sorted(self._list(self.ledger_prefix(campaign, uid))):
             found = self._get(name)
             if found is None:
                 continue
-            for line in found[0].splitlines():
-                if line.strip():
-                    yield json.loads(line)
+            yield [json.loads(line) for line in found[0].splitlines() if line.strip()]
 
     # --- item results ------------------------------------------------------------------------------
 

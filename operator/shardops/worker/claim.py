@@ -110,7 +110,8 @@ def stop_reason(campaign: Campaign, unfinished: Sequence[Shard]) -> str | None:
         phase = campaign.current_status.phase
         if phase not in (CampaignPhase.SUCCEEDED, CampaignPhase.COMPLETED):
             return None
-    done = expected - len(unfinished)
+    # The gave-up shards folded into the ledger are listed no more: the status counts them.
+    done = expected - len(unfinished) - campaign.current_status.folded.gave_up
     return f"campaign is finished ({done} of {expected} shard(s) Done, the rest Failed or Blocked)"
 
 

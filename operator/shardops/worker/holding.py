@@ -367,8 +367,9 @@ class Holding:
         then it within moments, so the retry's renewal may find no Lease and the re-read no shard.
         While our Lease has not run out nobody else could have completed the shard: found Done (its
         Lease already gone, the Shard next), our write was applied. And a Shard of a campaign that
-        still stands (same uid) is deleted only when folded, which only a Done shard is: gone, our
-        write was applied too. (A deleted campaign also deletes its shards: that stays a fencing,
+        still stands (same uid) is deleted only when folded, which only a finished shard is (Done,
+        or given up, which while our Lease holds only we could have written): gone, our write was
+        applied too. (A deleted campaign also deletes its shards: that stays a fencing,
         and nothing is committed for its retention to miss.) Only shards of an S3 store are folded.
         At most two GETs, only on this path."""
         if self.store.type is not StoreType.S3 or self.clock.now() >= self.lease.until:

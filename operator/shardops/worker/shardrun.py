@@ -138,7 +138,9 @@ class ShardRun(Holding):
         item order (what `kubectl campaign results` prints), written before its command starts.
         Returns why it could not be written, or None. A whole-campaign read, once per campaign (the
         finalize shard runs after every work shard); the claim is renewed at every heartbeat
-        interval meanwhile, since reading many stored results can outlast a lease."""
+        interval meanwhile, since reading many stored results can outlast a lease — between two
+        ledger segments too. Memory: one ledger segment (at most 500 lines) plus a compact entry
+        (`results.Finished`, a few hundred bytes) per Done shard, never the ledger's lines."""
         # The Shards are listed before the Campaign is read: a fold records its shards in the status
         # before it deletes them, so a shard missing from the list is in the status read after it.
         listed = list_shards(self.kube, self.namespace, self.campaign.name)
@@ -148,20 +150,26 @@ class ShardRun(Holding):
         s3 = self.store if isinstance(self.store, S3Store) else None
         interval = campaign.spec.effective_heartbeat_seconds
         next_renewal = self.clock.monotonic() + interval
+
+        def renew_when_due() -> None:
+            nonlocal next_renewal
+            if self.clock.monotonic() >= next_renewal:
+                self.renew()
+                next_renewal = self.clock.monotonic() + interval
+
         lines = 0
         try:
             work = results.work_shards(ledger.unfolded(listed, folded))
+            # The ledger streams one segment at a time, the claim renewed between two when due.
             finished = results.finished_shards(
-                campaign.name, work, folded, results.ledger_of(self.store, campaign)
+                campaign.name, work, folded, results.ledger_of(self.store, campaign, renew_when_due)
             )
             every_item = lambda: campaign_items(self.kube, campaign, s3)  # noqa: E731 - only if needed
             with path.open("w", encoding="utf-8") as out:
                 for _, line in results.done_lines(results.read_verified(self.store), finished, every_item):
                     out.write(results.json_line(line) + "\n")
                     lines += 1
-                    if self.clock.monotonic() >= next_renewal:
-                        self.renew()
-                        next_renewal = self.clock.monotonic() + interval
+                    renew_when_due()
         except results.ResultsMismatch as mismatch:
             return ErrorClass.UNKNOWN, f"the campaign's results for the finalize shard: {mismatch}"
         except ItemsChanged as changed:
