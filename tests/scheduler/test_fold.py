@@ -121,7 +121,7 @@ def test_nothing_folds_without_a_store_the_operator_may_write(kube: OperatorKube
 
 def _s3_reconciler(kube: OperatorKube, clock: Clock) -> tuple[Any, Any]:
     """The operator with an in-memory S3 store (so it folds), after its first pass."""
-    from fakes3 import FakeS3
+    from tests.fakes3 import FakeS3
     from shardops.store.s3 import S3Store
 
     operator = reconciler(kube, clock, result_store="S3", s3_bucket="results")

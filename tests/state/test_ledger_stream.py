@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import tracemalloc
 
-from fakes3 import FakeS3
 from shardops.api.campaign import Campaign, FoldedShards, IndexRange
 from shardops.api.enums import StoreType
 from shardops.api.store import ResultStoreStatus
 from shardops.state import results
 from shardops.store.s3 import S3Store
+from tests.fakes3 import FakeS3
 
 LOCATION = ResultStoreStatus(type=StoreType.S3, endpoint="http://127.0.0.1:1", bucket="results")
 SEGMENTS, PER_SEGMENT = 12, 200
