@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from datetime import datetime
+from decimal import Decimal, InvalidOperation
 from typing import Annotated, Any, ClassVar, Literal, Self
 
 from pydantic import (
@@ -17,6 +18,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    PlainSerializer,
     StringConstraints,
     WithJsonSchema,
     field_validator,
@@ -57,6 +59,68 @@ Quantity = Annotated[
     BeforeValidator(_int_to_str),
     StringConstraints(pattern=QUANTITY_PATTERN),
     WithJsonSchema({"x-kubernetes-int-or-string": True, "pattern": QUANTITY_PATTERN}),
+]
+
+# Money (costs, budgets, prices) is an exact decimal, never a binary float: 30 costs of 0.1 add up to
+# 3, not 3.0000000000000004. On the wire it is a canonical decimal string ("0.3", "3", no exponent,
+# no trailing zeros); users may write a number or a string (`limit: 0.5`, `limit: "0.5"`), and
+# objects stored before (JSON numbers) still parse. The CRD cannot type "number or string" (a
+# structural schema has one type; int-or-string refuses 0.5), so the field is kept as written and
+# checked here (>= 0, finite): a bad value makes the Campaign Invalid naming the field.
+MONEY_DESCRIPTION = 'A decimal amount: a number (5, 0.5) or a decimal string ("0.5").'
+
+
+def money_text(value: Decimal) -> str:
+    """The canonical wire form of an amount: plain notation, no exponent, no trailing zeros."""
+    text = format(value, "f")
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return text or "0"
+
+
+class JsonNumber(float):
+    """A JSON number with a fraction or exponent: a float to everyone, but it keeps the text it was
+    parsed from, so an amount reads exactly what was written (`json.loads(raw, parse_float=JsonNumber)`:
+    a command's `"cost": 0.1` is Decimal("0.1") while the floats of its result stay floats)."""
+
+    text: str
+
+    def __new__(cls, text: str) -> JsonNumber:
+        number = super().__new__(cls, text)
+        number.text = text
+        return number
+
+
+def money_or_none(value: Decimal | None) -> str | None:
+    """money_text for an optional amount (JSON reports: null when absent)."""
+    return None if value is None else money_text(value)
+
+
+def parse_money(value: object) -> Decimal:
+    """An amount from what a user, a stored object or a command wrote: Decimal, int, decimal string,
+    or a float (a JSON number parsed as float: its shortest repr is the text that was written)."""
+    if isinstance(value, Decimal):
+        amount = value
+    elif isinstance(value, JsonNumber):
+        amount = Decimal(value.text)
+    elif isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError(f"an amount must be a number or a decimal string, got {value!r}")
+    else:
+        try:
+            amount = Decimal(str(value).strip())
+        except InvalidOperation:
+            raise ValueError(f"an amount must be a decimal number such as 0.5, got {value!r}") from None
+    if not amount.is_finite() or amount < 0:
+        # No amount in shardops is negative: costs, budgets and prices only add up.
+        raise ValueError(f"an amount must be a finite number >= 0, got {value!r}")
+    return amount
+
+
+Money = Annotated[
+    Decimal,
+    BeforeValidator(parse_money),
+    PlainSerializer(money_text, return_type=str, when_used="json"),
+    WithJsonSchema({"x-kubernetes-preserve-unknown-fields": True, "description": MONEY_DESCRIPTION}),
 ]
 
 # DNS-1123 subdomain: what Kubernetes accepts as an object name (ConfigMaps, Shards, ...).

@@ -23,10 +23,12 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, TextIO
 
 from shardops import __version__
+from shardops.api.common import money_text
 from shardops.api.enums import ErrorClass
 from shardops.api.llm import (
     API_KEY_ENV,
@@ -73,10 +75,10 @@ class Settings:
         return Share.of(limit.get("requestsPerMinute"), limit.get("tokensPerMinute"), self.max_concurrency)
 
 
-def item_cost(price: ModelPrice | None, completion: Completion) -> float:
+def item_cost(price: ModelPrice | None, completion: Completion) -> Decimal:
     """tokens x price; without a price table, the tokens themselves."""
     if price is None:
-        return float(completion.total_tokens)
+        return Decimal(completion.total_tokens)
     return price.cost(completion.prompt_tokens, completion.cached_tokens, completion.completion_tokens)
 
 
@@ -206,7 +208,8 @@ class Call:
         return {
             "key": line["key"],
             "result": result,
-            "cost": item_cost(self.price, completion),
+            # A decimal string: the results line's cost is read exactly (docs/worker-command.md).
+            "cost": money_text(item_cost(self.price, completion)),
             "tokens": {
                 "input": completion.prompt_tokens,
                 "cachedInput": min(completion.cached_tokens, completion.prompt_tokens),

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from shardops.api.campaign import FoldedShards, IndexRange
-from shardops.api.common import JSON, NO_TOKENS, TokenCounts
+from shardops.api.common import JSON, NO_TOKENS, TokenCounts, money_text
 from shardops.api.enums import ShardClass, ShardPhase
 from shardops.api.names import API_GROUP_VERSION, SHARD_KIND
 from shardops.api.shard import Shard
@@ -65,7 +65,7 @@ def record(shard: Shard) -> JSON:
         "source": status.source or shard.spec.source,
         "result": status.result.to_dict() if status.result is not None else None,
         "attempt": status.attempt,
-        "cost": status.cost,
+        "cost": money_text(status.cost),
         "tokens": status.tokens.to_dict() if status.tokens is not None else None,
         "owner": (status.history[-1].owner if status.history else None),
         "history": [entry.to_dict() for entry in status.history],
