@@ -55,7 +55,9 @@ def test_an_amount_parses_from_a_number_a_string_or_an_old_stored_float(
     assert Budget.model_validate({"limit": written}).limit == amount
 
 
-@pytest.mark.parametrize("written", ["abc", "-1", -0.5, "NaN", "Infinity", True, [1], {"a": 1}, ""])
+@pytest.mark.parametrize(
+    "written", ["abc", "-1", -0.5, "NaN", "Infinity", True, [1], {"a": 1}, "", "1E+999999", "1E-61", 1e18]
+)
 def test_a_bad_amount_is_refused_naming_the_field(written: object) -> None:
     with pytest.raises(ValidationError) as refused:
         Budget.model_validate({"limit": 1, "maxPerShard": written})
@@ -79,6 +81,7 @@ def test_max_per_shard_stays_positive_and_within_the_limit() -> None:
         (Decimal("0.480"), "0.48"),
         (Decimal(0), "0"),
         (Decimal("0.000"), "0"),
+        (Decimal("-0"), "0"),
     ],
 )
 def test_an_amount_is_written_canonically(amount: Decimal, text: str) -> None:

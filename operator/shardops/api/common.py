@@ -68,10 +68,16 @@ Quantity = Annotated[
 # structural schema has one type; int-or-string refuses 0.5), so the field is kept as written and
 # checked here (>= 0, finite): a bad value makes the Campaign Invalid naming the field.
 MONEY_DESCRIPTION = 'A decimal amount: a number (5, 0.5) or a decimal string ("0.5").'
+# Bounds of an amount, so its text stays short (1E+999999 would print a million digits): below
+# 10^18, and a nonzero amount at least 10^-60 (far below any price per token).
+MONEY_MAX_MAGNITUDE = 18
+MONEY_MIN_MAGNITUDE = -60
 
 
 def money_text(value: Decimal) -> str:
     """The canonical wire form of an amount: plain notation, no exponent, no trailing zeros."""
+    if value == 0:
+        return "0"
     text = format(value, "f")
     if "." in text:
         text = text.rstrip("0").rstrip(".")
@@ -113,6 +119,11 @@ def parse_money(value: object) -> Decimal:
     if not amount.is_finite() or amount < 0:
         # No amount in shardops is negative: costs, budgets and prices only add up.
         raise ValueError(f"an amount must be a finite number >= 0, got {value!r}")
+    if amount and not MONEY_MIN_MAGNITUDE <= amount.adjusted() < MONEY_MAX_MAGNITUDE:
+        raise ValueError(
+            f"an amount must be 0 or between 1e{MONEY_MIN_MAGNITUDE} and 1e{MONEY_MAX_MAGNITUDE}, "
+            f"got {value!r}"
+        )
     return amount
 
 
