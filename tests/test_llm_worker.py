@@ -19,9 +19,9 @@ from testbed.upstream import ANSWER_SCHEMA_FORMAT, Behaviour, LlmServer, llm_ser
 from fakekube import FakeKube
 from shardops.api import rules
 from shardops.api.campaign import Campaign
-from shardops.api.common import money_text
 from shardops.api.enums import ErrorClass
 from shardops.api.llm import CONFIG_ENV, LlmSpec, ModelPrice
+from shardops.api.money import money_text
 from shardops.api.shard import Shard
 from shardops.k8s.api import SHARDS
 from shardops.llm import main as llm_main

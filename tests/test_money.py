@@ -11,8 +11,8 @@ import pytest
 from pydantic import ValidationError
 
 from shardops.api.campaign import Budget, CampaignStatus
-from shardops.api.common import money_text, parse_money
 from shardops.api.llm import ModelPrice
+from shardops.api.money import money_text, parse_money
 from shardops.api.shard import ShardStatus
 from shardops.cli.campaign_list import CampaignRow, render_list
 from shardops.logic.budget import BudgetGate, budget_status, reservation

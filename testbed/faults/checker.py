@@ -25,8 +25,8 @@ from itertools import pairwise
 from pathlib import Path
 from typing import TypeVar
 
-from shardops.api.common import parse_money
 from shardops.api.enums import ErrorClass, ShardPhase
+from shardops.api.money import parse_money
 from shardops.logic.transitions import EventReason
 from testbed.faults.history import (
     CampaignVersion,

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from shardops import API_GROUP
-from shardops.api.common import JSON, money_or_none, money_text, parse_money
+from shardops.api.common import JSON
 from shardops.api.enums import ConditionReason, ConditionStatus, ConditionType
+from shardops.api.money import money_or_none, money_text, parse_money
 from shardops.api.names import CAMPAIGN_KIND
 from shardops.cli.campaign_actions import CANCELLED_ANNOTATION
 from shardops.cli.campaign_client import EXIT_OK

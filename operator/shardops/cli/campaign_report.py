@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from shardops.api.campaign import Campaign, FoldedShards
-from shardops.api.common import JSON, TokenCounts, money_text
+from shardops.api.common import JSON, TokenCounts
 from shardops.api.enums import ShardPhase
+from shardops.api.money import money_text
 from shardops.api.names import SHARDOPS_FIELD_MANAGERS
 from shardops.api.shard import Shard
 from shardops.cli.campaign_client import EXIT_BAD_STATE, EXIT_OK

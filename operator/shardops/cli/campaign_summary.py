@@ -9,8 +9,9 @@ from decimal import Decimal
 
 from pydantic import ValidationError
 
-from shardops.api.common import JSON, money_or_none, money_text
+from shardops.api.common import JSON
 from shardops.api.enums import ShardClass, ShardPhase
+from shardops.api.money import money_or_none, money_text
 from shardops.api.shard import Shard
 from shardops.cli.text import percent
 from shardops.logic.budget import BudgetHold, BudgetStatus

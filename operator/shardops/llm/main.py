@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from shardops import __version__
-from shardops.api.common import money_text
 from shardops.api.enums import ErrorClass
 from shardops.api.llm import (
     API_KEY_ENV,
@@ -38,6 +37,7 @@ from shardops.api.llm import (
     ModelPrice,
     source_api_key_env,
 )
+from shardops.api.money import money_text
 from shardops.clock import utcnow
 from shardops.llm.pacing import Pacer, Share, cooldown_until, jittered, state_path
 from shardops.llm.render import RenderError, RequestTemplate

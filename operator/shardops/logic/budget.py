@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from enum import StrEnum
 
-from shardops.api.common import money_text
 from shardops.api.enums import ShardClass
+from shardops.api.money import money_text
 
 
 class BudgetGate(StrEnum):

@@ -32,8 +32,8 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from enum import StrEnum
 
-from shardops.api.common import money_text
 from shardops.api.enums import BreakerState, ShardClass, ShardPhase
+from shardops.api.money import money_text
 from shardops.logic.backpressure import (
     NO_WORKER_FAILURES,
     WorkerFailures,

@@ -15,8 +15,9 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from shardops.api.campaign import Campaign, FoldedShards
-from shardops.api.common import JSON, Item, JsonNumber, money_text, parse_money
+from shardops.api.common import JSON, Item
 from shardops.api.enums import ShardClass, ShardPhase
+from shardops.api.money import JsonNumber, money_text, parse_money
 from shardops.api.shard import Shard
 from shardops.state import ledger
 from shardops.store import ResultStore

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from shardops.api.common import JsonNumber, money_text, parse_money
 from shardops.api.enums import ErrorClass
+from shardops.api.money import JsonNumber, money_text, parse_money
 from shardops.logic.idempotency import canonical_json, fingerprint, key_label
 
 _SHA256 = "sha256:"

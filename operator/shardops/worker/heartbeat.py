@@ -21,8 +21,9 @@ from collections.abc import Callable
 from decimal import Decimal
 from enum import StrEnum
 
-from shardops.api.common import JSON, TokenCounts, money_text
+from shardops.api.common import JSON, TokenCounts
 from shardops.api.enums import ShardPhase
+from shardops.api.money import money_text
 from shardops.api.shard import Progress, Shard
 from shardops.k8s import leases
 from shardops.k8s.api import SHARDS, Conflict, KubeClient, NotFound

@@ -36,8 +36,9 @@ from typing import Any, Protocol, TypeVar
 import urllib3
 
 from shardops.api.campaign import Campaign
-from shardops.api.common import NO_TOKENS, TokenCounts, money_text
+from shardops.api.common import NO_TOKENS, TokenCounts
 from shardops.api.enums import ErrorClass, ShardPhase, StoreType
+from shardops.api.money import money_text
 from shardops.api.shard import Progress, Shard, ShardError, ShardResult
 from shardops.k8s import leases
 from shardops.k8s.api import CAMPAIGNS, SHARDS, ApiError, KubeClient, NotFound

@@ -36,8 +36,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from shardops.api.campaign import Campaign
-from shardops.api.common import NO_TOKENS, JsonNumber, TokenCounts, parse_money
+from shardops.api.common import NO_TOKENS, TokenCounts
 from shardops.api.enums import ErrorClass
+from shardops.api.money import JsonNumber, parse_money
 from shardops.api.worker import WorkerSpec
 from shardops.logic.idempotency import canonical_json
 
