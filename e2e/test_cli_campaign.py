@@ -216,7 +216,7 @@ def build_campaign(cluster: Cluster, namespace: str, name: str) -> Scenario:
             "status": {
                 "phase": "Running",
                 "observedGeneration": 1,
-                "spent": 1.75,
+                "spent": "1.75",
                 "itemsTotal": len(ITEMS),
                 "shardsTotal": len(ITEMS),
                 "counts": {
@@ -260,7 +260,7 @@ def test_list_shows_the_campaign_across_namespaces(cluster: Cluster, scenario: S
     row = next(r for r in items if (r["namespace"], r["name"]) == (scenario.namespace, "papers"))
     assert row["phase"] == "Running"
     assert row["progress"] == {"done": 1, "total": 8}
-    assert (row["blocked"], row["failed"], row["spent"], row["budget"]) == (1, 1, 1.75, BUDGET)
+    assert (row["blocked"], row["failed"], row["spent"], row["budget"]) == (1, 1, "1.75", "5")
     human = kc(cluster, "list", "-n", scenario.namespace)
     assert human.returncode == 0
     assert human.stdout.splitlines()[1].split()[:4] == ["papers", "Running", "1/8", "(12%)"]
@@ -331,7 +331,7 @@ def test_status_reports_live_counts_running_shards_and_budget(cluster: Cluster, 
         3,
     )
     assert status["oldestPending"]["shard"] == "papers-00004"
-    assert status["budget"]["spent"] == 1.75 and status["budget"]["limit"] == BUDGET
+    assert status["budget"]["spent"] == "1.75" and status["budget"]["limit"] == "5"
     assert status["estimate"]["remainingShards"] == 5
     breakers = {b["source"]: b for b in status["breakers"]}
     assert (breakers["large"]["state"], breakers["large"]["consecutiveFailures"]) == ("Open", 3)

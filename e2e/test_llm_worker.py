@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import base64
 import json
-import math
 import os
 import re
 from collections import defaultdict
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -79,7 +79,7 @@ def llm_campaign(name: str, items: list[JSON], base_url: str, llm: JSON | None =
     return Bed.campaign_body(name, items, worker=worker, **{**defaults, **spec})
 
 
-def price_of(entry: LoggedRequest) -> float:
+def price_of(entry: LoggedRequest) -> Decimal:
     return ModelPrice.model_validate(PRICE).cost(
         entry.prompt_tokens, entry.cached_tokens, entry.completion_tokens
     )
@@ -170,9 +170,9 @@ def test_429s_are_waited_out_all_done_and_spent_is_tokens_times_price(bed: Bed) 
     late = [lag for lag in lags if lag > CLAIM_SLACK]
     assert not late, f"claims of a cooling source {late} s after the 429 was recorded"
 
-    # Spent is the tokens of every answered request times the price, exactly (to float rounding).
-    expected = sum(price_of(e) for e in answered)
-    assert math.isclose(status["spent"], expected, rel_tol=1e-9), (status["spent"], expected)
+    # Spent is the tokens of every answered request times the price, exactly (decimals, no rounding).
+    expected = sum((price_of(e) for e in answered), Decimal(0))
+    assert Decimal(status["spent"]) == expected, (status["spent"], expected)
     # Tokens: the campaign's status.tokens are the usage of every answered request, exactly.
     tokens = {
         "input": sum(e.prompt_tokens for e in answered),
@@ -395,5 +395,5 @@ def test_a_template_field_no_item_has_holds_the_campaign_at_the_error_threshold(
         "kubectl campaign resume",
     ):
         assert phrase in threshold["message"], threshold["message"]
-    assert requests == [] and campaign["status"]["spent"] == 0  # nothing was sent, nothing spent
+    assert requests == [] and Decimal(campaign["status"]["spent"]) == 0  # nothing was sent, nothing spent
     print(f"\nheld after {failed} failed shard(s) of {len(items)}: {threshold['message'][:160]}")

@@ -4,9 +4,10 @@ Paused and claimed ones finish; that is Paused, not Failed; raising the limit re
 from __future__ import annotations
 
 import datetime as dt
-import math
+from decimal import Decimal
 
 import pytest
+import yaml
 from testbed.bed import Bed
 from testbed.kits.scheduler import Seen
 
@@ -146,7 +147,7 @@ def test_budget_warning_then_exhaustion_pause_and_resume(bed: Bed) -> None:
         assert counts["paused"] >= 1 and counts["paused"] + counts["done"] == counts["materialized"]
         assert all(at <= exhausted + bed.STALE_READ_GRACE for at, _ in stop_claims), (exhausted, stop_claims)
         # Claimed shards finished and their cost was recorded: spend went past the limit, honestly.
-        assert math.isclose(status["spent"], 1 + 4 + 0.5), status["spent"]
+        assert status["spent"] == "5.5", status["spent"]
         assert all(
             bed.reasons(_shard(kube, bed.namespace, f"stop-0000{i}"))[-1] == "Completed" for i in (2, 3)
         )
@@ -168,8 +169,8 @@ def test_budget_warning_then_exhaustion_pause_and_resume(bed: Bed) -> None:
     )
     assert warn_done["status"]["phase"] == "Succeeded"
     assert bed.condition(warn_done, "BudgetWarning")["status"] == "True"
-    assert math.isclose(warn_done["status"]["spent"], 7)
-    assert warn_done["status"]["spent"] >= 0.8 * 8.5
+    assert warn_done["status"]["spent"] == "7"
+    assert Decimal(warn_done["status"]["spent"]) >= Decimal("0.8") * Decimal("8.5")
     assert bed.phase_of(finalize_shard) == "Done"
     assert stop_done["status"]["phase"] == "Succeeded"
     assert stop_done["status"]["counts"]["paused"] == 0
@@ -178,8 +179,37 @@ def test_budget_warning_then_exhaustion_pause_and_resume(bed: Bed) -> None:
     print(
         f"\nwarn: BudgetWarning published at {warned:%H:%M:%S.%f}; work claims after it: "
         f"{sum(1 for at, _ in warn_claims if at > warned)}; finalize claimed at "
-        f"{finalize_claim:%H:%M:%S.%f} at {warn_done['status']['spent']:g} of 8.5. "
-        f"stop: BudgetExhausted published at {exhausted:%H:%M:%S.%f}; spent {status['spent']:g} of 4 when "
+        f"{finalize_claim:%H:%M:%S.%f} at {warn_done['status']['spent']} of 8.5. "
+        f"stop: BudgetExhausted published at {exhausted:%H:%M:%S.%f}; spent {status['spent']} of 4 when "
         f"paused ({len(paused_names)} shard(s) Paused, 2 running finished); "
         f"claims after it: {sum(1 for at, _ in stop_claims if at > exhausted)}"
     )
+
+
+def test_thirty_costs_of_a_tenth_spend_exactly_three(bed: Bed) -> None:
+    """The issue's must-show: 30 one-item shards, each reporting cost 0.1 (a JSON number on the
+    results line), and `kubectl get campaigns` shows SPENT 3, not 3.0000000000000004. Limits go in as
+    users write them in YAML: a string, a fraction and a whole number."""
+    body = bed.campaign_body(
+        "tenths",
+        [{"n": n} for n in range(30)],
+        shardSize=1,
+        maxConcurrency=3,
+        budget={"limit": "4.5", "maxPerShard": 0.5},
+        worker_env={"SHARDOPS_AGENT_COST": 0.1, "SHARDOPS_AGENT_LATENCY": 0.05},
+    )
+    whole = {**body, "metadata": {"name": "whole"}, "spec": {**body["spec"], "budget": {"limit": 5}}}
+    accepted = bed.cluster.kubectl(
+        "create", "--dry-run=server", "-n", bed.namespace, "-f", "-", stdin=yaml.safe_dump(whole)
+    )
+    assert "created (server dry run)" in accepted.stdout
+    with bed.operator():
+        bed.cluster.kubectl("apply", "-n", bed.namespace, "-f", "-", stdin=yaml.safe_dump(body))
+        done = bed.wait_phase("tenths", {"Succeeded", "Failed", "Paused"}, timeout=300)
+    assert done["status"]["phase"] == "Succeeded", done["status"]
+    assert done["status"]["spent"] == "3"
+    assert done["spec"]["budget"] == {"limit": "4.5", "maxPerShard": 0.5, "warnRatio": 0.8}
+    shown = bed.cluster.kubectl("get", "campaigns", "tenths", "-n", bed.namespace).stdout.splitlines()
+    header, row = shown[0].split(), shown[1].split()
+    assert row[header.index("SPENT")] == "3", shown
+    print("\nkubectl get campaigns after 30 shards at 0.1 each:\n" + "\n".join(shown))

@@ -310,7 +310,7 @@ def test_results_command_streams_done_items_in_order_while_running_and_after(
         assert [line["item"] for line in running] == items[:8]
         assert all(line["result"]["answer"] == answer(line["item"]) for line in running)
         assert {line["shard"] for line in running} == {"res-00000", "res-00001"}
-        assert all(line["attempt"] == 1 and line["cost"] == 0.01 for line in running)
+        assert all(line["attempt"] == 1 and line["cost"] == "0.01" for line in running)
 
         failed = lines("--failed")
         assert [line["index"] for line in failed] == list(range(8, 16))

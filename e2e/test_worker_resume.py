@@ -110,5 +110,5 @@ def test_killed_after_30_of_50_items_the_retry_runs_only_the_remaining_20(
         f"\npartial resume: attempt 1 computed {first_done} items and was killed; attempt 2 was handed "
         f"{b.events('command-started')[0]['items']} items and computed {second_done}; "
         f"calls per item: max {max(per_item.values())}; "
-        f"result: {len(document['items'])} items ({dict(by_attempt)} by attempt), cost {status.cost:g}"
+        f"result: {len(document['items'])} items ({dict(by_attempt)} by attempt), cost {status.cost}"
     )

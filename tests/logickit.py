@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 
 from shardops.api.enums import ShardClass, ShardPhase
 from shardops.logic.backpressure import NO_WORKER_FAILURES, WorkerFailures
@@ -13,6 +14,26 @@ from shardops.logic.planner import Breakers, DispatchInputs, DispatchLimits, Wor
 from shardops.logic.shardview import ItemProgress, ShardView
 
 NOW = datetime(2025, 1, 1, 12, 0, 0, tzinfo=UTC)
+
+
+def money(amount: float | Decimal) -> Decimal:
+    """An amount as the code holds it (a Decimal), from the literal a test spells: 2.5 is 2.5."""
+    return amount if isinstance(amount, Decimal) else Decimal(str(amount))
+
+
+def budget_at(
+    spent: float | Decimal,
+    limit: float | Decimal | None,
+    warn_ratio: float,
+    cap: float | Decimal | None = None,
+) -> BudgetStatus:
+    """budget_status with the amounts as Decimals."""
+    return budget_status(
+        money(spent),
+        None if limit is None else money(limit),
+        warn_ratio,
+        None if cap is None else money(cap),
+    )
 
 
 def shard(
@@ -26,10 +47,12 @@ def shard(
     source: str | None = None,
     not_before: datetime | None = None,
     since: datetime = NOW,
-    cost: float = 0.0,
+    cost: float | Decimal = 0,
 ) -> ShardView:
     order = index if index is not None else int("".join(c for c in name if c.isdigit()) or 0)
-    return ShardView(name, phase, shard_class, priority, order, attempt, source, not_before, since, cost)
+    return ShardView(
+        name, phase, shard_class, priority, order, attempt, source, not_before, since, money(cost)
+    )
 
 
 def inputs(
@@ -60,7 +83,7 @@ def inputs(
         items=ItemProgress(total_items, cut_items, shard_size),
         shards=tuple(shards),
         breakers=Breakers(dict(breakers or {}), dict(fallbacks or {}), cooldown),
-        budget=budget or budget_status(0.0, None, 0.8),
+        budget=budget or budget_at(0, None, 0.8),
         suspended=suspended,
         workers=WorkerCounts(
             running if alive_jobs is None else alive_jobs,

@@ -20,11 +20,13 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from itertools import pairwise
 from pathlib import Path
 from typing import TypeVar
 
 from shardops.api.enums import ErrorClass, ShardPhase
+from shardops.api.money import parse_money
 from shardops.logic.transitions import EventReason
 from testbed.faults.history import (
     CampaignVersion,
@@ -713,9 +715,10 @@ def counts_and_spend_match(run: _Run) -> Iterator[Violation]:
                         f"status.counts.{field_name} is {counts.get(field_name)} at {last.where()}, but "
                         f"{ended[phase]} shard(s) ended {phase}",
                     )
-            costs = sum(float((v.status.get("cost")) or 0) for v in lives)
-            spent = float(status.get("spent") or 0)
-            if abs(spent - costs) > 1e-6 * max(1.0, costs):
+            # Money is exact decimals: the status's spent is the shards' costs to the last digit.
+            costs = sum((parse_money(v.status.get("cost") or 0) for v in lives), Decimal(0))
+            spent = parse_money(status.get("spent") or 0)
+            if spent != costs:
                 yield Violation(
                     "counts-and-spend-match",
                     f"campaign {key_text(key)}",

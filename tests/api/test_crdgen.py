@@ -184,7 +184,7 @@ def test_crd_defaults_equal_the_model_defaults() -> None:
 
     doc = yaml.safe_load(MINIMAL.read_text())
     doc["spec"]["sources"] = [{"name": "a"}]
-    doc["spec"]["budget"] = {"limit": 1}
+    doc["spec"]["budget"] = {"limit": "1"}
     doc["spec"]["worker"]["env"] = [{"name": "X"}]
     defaulted = apply_defaults(schema_of(campaign_crd()), doc)
     assert defaulted != doc

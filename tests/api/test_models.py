@@ -37,7 +37,13 @@ from shardops.api.worker import MAX_WORKER_SLOTS
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = sorted((ROOT / "crds" / "samples").glob("*.yaml"))
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
-INVALID = sorted((ROOT / "tests" / "data" / "invalid").glob("*.yaml"))
+# Refused by the API server (tests/data/invalid) or, where its schema cannot say it, by the model.
+INVALID = sorted(
+    [
+        *(ROOT / "tests" / "data" / "invalid").glob("*.yaml"),
+        *(ROOT / "tests" / "data" / "invalid-by-operator").glob("*.yaml"),
+    ]
+)
 MODELS: dict[str, type[Campaign] | type[Shard]] = {"Campaign": Campaign, "Shard": Shard}
 
 WORKER = {"image": "shardops:dev", "command": ["agent"]}

@@ -271,8 +271,8 @@ def test_render_status_says_the_budget_holds_the_work_and_names_the_fix() -> Non
     )
     assert "no estimate while the budget holds the work left" in text
     budget = view.as_dict()["budget"]
-    assert (budget["maxPerShard"], budget["reserved"]) == (2.0, 0.0)
-    assert budget["hold"]["cause"] == "NoRoom" and budget["hold"]["raiseAbove"] == 3.5
+    assert (budget["maxPerShard"], budget["reserved"]) == ("2", "0")
+    assert budget["hold"]["cause"] == "NoRoom" and budget["hold"]["raiseAbove"] == "3.5"
     assert not budget["hold"]["liftsItself"]
 
     raised, _ = _held_by_budget(limit=10.0, maxPerShard=2.0)
@@ -301,7 +301,7 @@ def test_render_plan_says_the_budget_holds_the_work_and_names_the_fix() -> None:
     assert "  held by the budget: " in text and "kubectl campaign cancel papers" in text
     data = view.as_dict()
     assert data["plan"]["claimable"] == [] and data["plan"]["budgetHold"]["cause"] == "NoRoom"
-    assert data["observed"]["budget"]["hold"]["raiseAbove"] == 3.5
+    assert data["observed"]["budget"]["hold"]["raiseAbove"] == "3.5"
 
 
 def test_render_list_marks_a_campaign_the_budget_holds() -> None:

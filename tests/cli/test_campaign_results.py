@@ -55,7 +55,7 @@ def test_done_items_in_order_with_their_shard_attempt_and_cost() -> None:
             "key": item_subkey(items[0]),
             "item": items[0],
             "result": {"answer": "a0"},
-            "cost": 0.5,
+            "cost": "0.5",
             "shard": "papers-00000",
             "attempt": 1,
         }

@@ -8,6 +8,7 @@ import itertools
 import json
 import sys
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from shardops.api import rules
 from shardops.api.campaign import Campaign
 from shardops.api.enums import ErrorClass
 from shardops.api.llm import CONFIG_ENV, LlmSpec, ModelPrice
+from shardops.api.money import money_text
 from shardops.api.shard import Shard
 from shardops.k8s.api import SHARDS
 from shardops.llm import main as llm_main
@@ -100,8 +102,8 @@ def test_source_price_wins_over_the_model_price_and_cached_tokens_are_cheaper() 
     )
     general, own = spec.price("a", "test-model"), spec.price("b", "test-model")
     assert general is not None and own is not None
-    assert general.cost(1000, 400, 100) == (1000 * 2 + 100 * 8) / 1e6
-    assert own.cost(1000, 400, 100) == (600 * 1 + 400 * 0.5 + 100 * 4) / 1e6
+    assert general.cost(1000, 400, 100) == Decimal("0.0028")  # (1000 * 2 + 100 * 8) / 1e6, exactly
+    assert own.cost(1000, 400, 100) == Decimal("0.0012")  # (600 * 1 + 400 * 0.5 + 100 * 4) / 1e6
 
 
 def test_identity_changes_with_the_requests_not_with_prices_or_keys() -> None:
@@ -374,7 +376,7 @@ def test_each_item_gets_content_usage_and_its_cost(server: LlmServer, tmp_path: 
         [{"content": "Answer briefly."}, {"content": "Q: one two"}]
     )
     expected = ModelPrice.model_validate(price).cost(usage["prompt_tokens"], 2, usage["completion_tokens"])
-    assert results[0]["cost"] == expected
+    assert results[0]["cost"] == money_text(expected)  # a decimal string: read exactly
     assert results[0]["tokens"] == {
         "input": usage["prompt_tokens"],
         "cachedInput": 2,
@@ -385,7 +387,7 @@ def test_each_item_gets_content_usage_and_its_cost(server: LlmServer, tmp_path: 
 
 def test_without_a_price_table_cost_is_tokens(server: LlmServer, tmp_path: Path) -> None:
     _, results, _ = run_items(tmp_path, [{"q": "x"}], llm_block(server.base_url))
-    assert results[0]["cost"] == results[0]["result"]["usage"]["total_tokens"]
+    assert results[0]["cost"] == str(results[0]["result"]["usage"]["total_tokens"])
 
 
 def test_a_429_keeps_earlier_results_and_asks_for_its_retry_after(server: LlmServer, tmp_path: Path) -> None:
@@ -528,4 +530,4 @@ def test_under_the_runtime_a_429_sets_not_before_to_the_retry_after_and_results_
     # The item answered before the 429 is stored, with its cost in the shard's.
     assert status.progress is not None and status.progress.done == 1
     answered = next(e for e in server.requests() if e.status == 200)
-    assert status.cost == (answered.prompt_tokens + answered.completion_tokens) / 1e6
+    assert status.cost == Decimal(answered.prompt_tokens + answered.completion_tokens) / 1_000_000

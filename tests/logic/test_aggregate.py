@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from decimal import Decimal
 
 import pytest
 from hypothesis import given, settings
@@ -9,10 +10,10 @@ from hypothesis import strategies as st
 from shardops.api.enums import CampaignPhase, ConditionStatus, ConditionType, ShardClass, ShardPhase
 from shardops.logic import conditions
 from shardops.logic.aggregate import MAX_LISTED_NAMES, Aggregate, CampaignFacts, aggregate
-from shardops.logic.budget import BudgetGate, BudgetHold, HoldCause, budget_status
+from shardops.logic.budget import BudgetGate, BudgetHold, HoldCause
 from shardops.logic.conditions import DesiredCondition
 from shardops.logic.shardview import ItemProgress, ShardView
-from tests.logickit import NOW, shard
+from tests.logickit import NOW, budget_at, money, shard
 
 P = ShardPhase
 FIN = ShardClass.FINALIZE
@@ -31,10 +32,10 @@ def agg(
     facts = CampaignFacts(
         suspended,
         ItemProgress(remaining_items, 0, 10),
-        limit,
+        None if limit is None else money(limit),
         0.8,
         finalize_pending,
-        previous_spent,
+        money(previous_spent),
         campaign,
     )
     return aggregate(shards, NOW, facts)
@@ -152,8 +153,8 @@ def test_every_condition_type_has_a_builder_that_uses_it() -> None:
         conditions.ready(None, "ok").type,
         conditions.backpressured(None).type,
         conditions.cluster_full(None).type,
-        *(c.type for c in conditions.budget(budget_status(0.0, None, 0.8))),
-        conditions.budget_held(None, budget_status(0.0, None, 0.8)).type,
+        *(c.type for c in conditions.budget(budget_at(0.0, None, 0.8))),
+        conditions.budget_held(None, budget_at(0.0, None, 0.8)).type,
         conditions.degraded([], 0, [], 0).type,
         conditions.suspended(False).type,
         conditions.stalled([]).type,
@@ -181,7 +182,7 @@ def test_limit_conditions_carry_the_planner_numbers() -> None:
 
 
 def test_no_budget_means_neither_budget_condition() -> None:
-    warn, exhausted = conditions.budget(budget_status(100.0, None, 0.8))
+    warn, exhausted = conditions.budget(budget_at(100.0, None, 0.8))
     assert warn.status is ConditionStatus.FALSE and exhausted.status is ConditionStatus.FALSE
     assert warn.reason == "NoBudget"
 
@@ -194,15 +195,22 @@ def test_lists_in_messages_are_bounded() -> None:
 
 
 def test_budget_held_is_false_without_a_limit_or_without_a_hold() -> None:
-    unlimited = conditions.budget_held(None, budget_status(5.0, None, 0.8))
+    unlimited = conditions.budget_held(None, budget_at(5.0, None, 0.8))
     assert (unlimited.status, unlimited.reason) == (ConditionStatus.FALSE, "NoBudget")
-    nothing = conditions.budget_held(None, budget_status(5.0, 10.0, 0.8, 2.0), "papers")
+    nothing = conditions.budget_held(None, budget_at(5.0, 10.0, 0.8, 2.0), "papers")
     assert (nothing.status, nothing.reason) == (ConditionStatus.FALSE, "NothingHeld")
     assert nothing.message == "spent 5 of 10 (50%), warn at 80%: no work shard waits for the budget"
 
 
 def _hold(cause: HoldCause, running: int = 0, reserved: float = 0.0) -> BudgetHold:
-    return BudgetHold(cause, waiting=3, running=running, reserved=reserved, next_needs=2.0, raise_above=10.5)
+    return BudgetHold(
+        cause,
+        waiting=3,
+        running=running,
+        reserved=money(reserved),
+        next_needs=Decimal(2),
+        raise_above=Decimal("10.5"),
+    )
 
 
 @pytest.mark.parametrize(
@@ -221,7 +229,7 @@ def _hold(cause: HoldCause, running: int = 0, reserved: float = 0.0) -> BudgetHo
 def test_budget_held_names_the_cause_and_the_fix(
     cause: HoldCause, running: int, reason: str, says: str
 ) -> None:
-    status = budget_status(8.5, 10.0, 0.8, 2.0)
+    status = budget_at(8.5, 10.0, 0.8, 2.0)
     held = conditions.budget_held(_hold(cause, running), status, "papers")
     assert (held.type, held.status, held.reason) == ("BudgetHeld", ConditionStatus.TRUE, reason)
     assert says in held.message
@@ -232,7 +240,7 @@ def test_budget_held_names_the_cause_and_the_fix(
 
 
 def test_budget_held_by_running_reservations_says_it_lifts_itself() -> None:
-    status = budget_status(4.0, 10.0, 0.8, 2.0)
+    status = budget_at(4.0, 10.0, 0.8, 2.0)
     held = conditions.budget_held(_hold(HoldCause.NO_ROOM, running=3, reserved=5.0), status, "papers")
     assert (held.status, held.reason) == (ConditionStatus.TRUE, "ReservedByRunning")
     assert "5 reserved by 3 running or starting shard(s)" in held.message

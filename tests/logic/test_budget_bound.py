@@ -3,9 +3,9 @@ next to the running shards' (logic.planner), and a campaign whose work the budge
 
 from __future__ import annotations
 
-import math
 import random
 from dataclasses import dataclass
+from decimal import Decimal
 
 import pytest
 from hypothesis import given, settings
@@ -15,19 +15,17 @@ from shardops.api.enums import ShardClass, ShardPhase
 from shardops.logic.budget import (
     BudgetStatus,
     HoldCause,
-    budget_status,
     limit_to_start,
     reservation,
     reserved,
 )
 from shardops.logic.planner import LimitReason, plan_dispatch
 from shardops.logic.shardview import ShardView
-from tests.logickit import inputs, shard
+from tests.logickit import budget_at, inputs, money, shard
 
 P = ShardPhase
 FIN = ShardClass.FINALIZE
 # Float sums of the same figures in another order differ in the last bits: a budget cannot tell.
-EPSILON = 1e-9
 
 
 def pending(count: int, start: int = 0) -> list[ShardView]:
@@ -42,18 +40,19 @@ def running(*costs: float) -> list[ShardView]:
 
 
 def test_a_shard_reserves_its_cap_less_what_it_reported() -> None:
-    assert reservation(2.0, 0.0) == 2.0
-    assert reservation(2.0, 1.5) == 0.5
-    assert reservation(2.0, 2.5) == 0.0, "past its cap it is being stopped: nothing more to reserve"
-    assert reservation(None, 1.0) == 0.0
-    assert reserved(2.0, [0.0, 0.5, 3.0]) == 3.5
+    two = Decimal(2)
+    assert reservation(two, Decimal(0)) == 2
+    assert reservation(two, Decimal("1.5")) == Decimal("0.5")
+    assert reservation(two, Decimal("2.5")) == 0, "past its cap it is being stopped: nothing more to reserve"
+    assert reservation(None, Decimal(1)) == 0
+    assert reserved(two, [Decimal(0), Decimal("0.5"), Decimal(3)]) == Decimal("3.5")
 
 
 def test_the_limit_to_start_the_next_shard_reopens_the_gate_and_fits_its_reservation() -> None:
-    warn = budget_status(85.0, 100.0, 0.8, 10.0)
-    assert limit_to_start(warn, 0.0, 10.0) == pytest.approx(106.25)  # 85 / 0.8
-    assert limit_to_start(warn, 30.0, 10.0) == 125.0  # 85 + 30 + 10
-    assert limit_to_start(budget_status(85.0, 100.0, 0.8), 0.0, 0.0) == pytest.approx(106.25)
+    warn = budget_at(85.0, 100.0, 0.8, 10.0)
+    assert limit_to_start(warn, Decimal(0), Decimal(10)) == Decimal("106.25")  # 85 / 0.8, exactly
+    assert limit_to_start(warn, Decimal(30), Decimal(10)) == 125  # 85 + 30 + 10
+    assert limit_to_start(budget_at(85.0, 100.0, 0.8), Decimal(0), Decimal(0)) == Decimal("106.25")
 
 
 # --- the planner ------------------------------------------------------------------------------------
@@ -63,7 +62,7 @@ def test_only_the_shards_whose_reservations_fit_together_are_claimable() -> None
     # limit 10, spent 3 (2.5 done + 0.5 by the running shard), which reserves 1.5 more: 5.5 left,
     # room for two fresh shards of maxPerShard 2 however many workers are idle.
     shards = [shard("d0", P.DONE, cost=2.5), *running(0.5), *pending(5)]
-    plan = plan_dispatch(inputs(shards, max_concurrency=6, budget=budget_status(3.0, 10.0, 0.8, 2.0)))
+    plan = plan_dispatch(inputs(shards, max_concurrency=6, budget=budget_at(3.0, 10.0, 0.8, 2.0)))
     assert plan.claimable == ("p0", "p1")
     assert len(plan.start_workers) == 2
     assert plan.skipped["p2"].startswith(
@@ -81,7 +80,7 @@ def test_only_the_shards_whose_reservations_fit_together_are_claimable() -> None
 
 def test_without_max_per_shard_nothing_is_reserved() -> None:
     shards = [*running(0.5), *pending(5)]
-    plan = plan_dispatch(inputs(shards, max_concurrency=6, budget=budget_status(3.0, 10.0, 0.8)))
+    plan = plan_dispatch(inputs(shards, max_concurrency=6, budget=budget_at(3.0, 10.0, 0.8)))
     assert plan.claimable == ("p0", "p1", "p2", "p3", "p4")
     assert plan.budget_hold is None and plan.reason is LimitReason.NONE
 
@@ -89,21 +88,21 @@ def test_without_max_per_shard_nothing_is_reserved() -> None:
 def test_a_retried_shard_reserves_only_what_its_cap_leaves_and_may_go_first() -> None:
     # 1 left: the fresh p0 (needs 2) waits, the retried p1 (spent 1.5 of its 2) fits.
     shards = [shard("p0", P.PENDING), shard("p1", P.PENDING, cost=1.5)]
-    plan = plan_dispatch(inputs(shards, budget=budget_status(9.0, 10.0, 0.95, 2.0)))
+    plan = plan_dispatch(inputs(shards, budget=budget_at(9.0, 10.0, 0.95, 2.0)))
     assert plan.claimable == ("p1",)
     assert "needs 2" in plan.skipped["p0"]
 
 
 def test_finalize_keeps_its_rule_and_is_not_reserved_for() -> None:
     shards = [shard("w0", P.DONE, cost=9.0), shard("final", shard_class=FIN)]
-    plan = plan_dispatch(inputs(shards, budget=budget_status(9.0, 10.0, 0.8, 2.0)))
+    plan = plan_dispatch(inputs(shards, budget=budget_at(9.0, 10.0, 0.8, 2.0)))
     assert plan.claimable == ("final",), "from the warn ratio up to the limit, as before"
     assert plan.budget_hold is None
 
 
 def test_nothing_fits_and_nothing_runs_holds_with_the_fix() -> None:
     plan = plan_dispatch(
-        inputs(pending(3), total_items=50, cut_items=30, budget=budget_status(7.0, 8.0, 0.95, 2.0))
+        inputs(pending(3), total_items=50, cut_items=30, budget=budget_at(7.0, 8.0, 0.95, 2.0))
     )
     assert plan.claimable == () and len(plan.start_workers) == 0
     hold = plan.budget_hold
@@ -115,7 +114,7 @@ def test_nothing_fits_and_nothing_runs_holds_with_the_fix() -> None:
 
 
 def test_at_the_warn_ratio_work_left_is_held_until_the_limit_is_raised() -> None:
-    warn = budget_status(85.0, 100.0, 0.8)
+    warn = budget_at(85.0, 100.0, 0.8)
     plan = plan_dispatch(
         inputs([*pending(2), shard("d0", P.DONE)], total_items=50, cut_items=30, budget=warn)
     )
@@ -124,55 +123,60 @@ def test_at_the_warn_ratio_work_left_is_held_until_the_limit_is_raised() -> None
     assert hold.waiting == 4 and hold.raise_above == pytest.approx(106.25)
     assert "from the warn ratio no work shard starts; 4 work shard(s) left wait" in hold.describe(warn, "c")
     assert "kubectl campaign cancel c" in hold.describe(warn, "c")
-    raised_limit = budget_status(85.0, 107.0, 0.8)
+    raised_limit = budget_at(85.0, 107.0, 0.8)
     shards = [*pending(2), shard("d0", P.DONE)]
     raised = plan_dispatch(inputs(shards, total_items=50, cut_items=30, budget=raised_limit))
     assert raised.claimable == ("p0", "p1") and raised.budget_hold is None
 
 
 def test_at_the_limit_work_left_is_held_and_paused() -> None:
-    plan = plan_dispatch(inputs([*running(1.0), *pending(2)], budget=budget_status(10.0, 10.0, 0.8, 2.0)))
+    plan = plan_dispatch(inputs([*running(1.0), *pending(2)], budget=budget_at(10.0, 10.0, 0.8, 2.0)))
     hold = plan.budget_hold
     assert hold is not None and hold.cause is HoldCause.LIMIT and not hold.lifts_itself
     assert set(plan.pause) == {"p0", "p1"}
 
 
 def test_no_hold_when_no_work_is_left_or_the_campaign_is_suspended() -> None:
-    warn = budget_status(85.0, 100.0, 0.8)
+    warn = budget_at(85.0, 100.0, 0.8)
     assert plan_dispatch(inputs([*running(1.0), shard("d0", P.DONE)], budget=warn)).budget_hold is None
     assert plan_dispatch(inputs(pending(2), budget=warn, suspended=True)).budget_hold is None
-    assert plan_dispatch(inputs(pending(2), budget=budget_status(1.0, 10.0, 0.8, 2.0))).budget_hold is None
+    assert plan_dispatch(inputs(pending(2), budget=budget_at(1.0, 10.0, 0.8, 2.0))).budget_hold is None
 
 
 # --- properties -------------------------------------------------------------------------------------
 
 
 @st.composite
-def budgets(draw: st.DrawFn) -> tuple[float, float, float]:
-    limit = draw(st.floats(1.0, 100.0))
-    return limit, draw(st.floats(0.01, 1.0)) * limit, draw(st.sampled_from([0.5, 0.8, 0.99]))
+def budgets(draw: st.DrawFn) -> tuple[Decimal, Decimal, float]:
+    limit = draw(st.decimals(Decimal(1), Decimal(100), places=2))
+    share = draw(st.decimals(Decimal("0.01"), Decimal(1), places=2))
+    return limit, share * limit, draw(st.sampled_from([0.5, 0.8, 0.99]))
 
 
 @settings(max_examples=300, deadline=None)
 @given(
     budget=budgets(),
     phases=st.lists(
-        st.tuples(st.sampled_from([P.PENDING, P.RUNNING, P.DONE, P.QUEUED]), st.floats(0.0, 1.2)), max_size=25
+        st.tuples(
+            st.sampled_from([P.PENDING, P.RUNNING, P.DONE, P.QUEUED]),
+            st.decimals(0, Decimal("1.2"), places=2),
+        ),
+        max_size=25,
     ),
     max_concurrency=st.integers(0, 12),
 )
 def test_claimable_work_fits_the_limit_together(
-    budget: tuple[float, float, float], phases: list[tuple[ShardPhase, float]], max_concurrency: int
+    budget: tuple[Decimal, Decimal, float], phases: list[tuple[ShardPhase, Decimal]], max_concurrency: int
 ) -> None:
     limit, cap, warn = budget
     shards = [shard(f"s{i}", phase, cost=share * cap) for i, (phase, share) in enumerate(phases)]
-    status = budget_status(math.fsum(s.cost for s in shards), limit, warn, cap)
+    status = budget_at(sum((s.cost for s in shards), Decimal(0)), limit, warn, cap)
     plan = plan_dispatch(inputs(shards, max_concurrency=max_concurrency, budget=status))
     views = {s.name: s for s in shards}
     held = reserved(cap, (s.cost for s in shards if s.phase is P.RUNNING))
-    starting = math.fsum(reservation(cap, views[name].cost) for name in plan.claimable)
+    starting = sum((reservation(cap, views[name].cost) for name in plan.claimable), Decimal(0))
     if plan.claimable:
-        assert status.spent + held + starting <= limit + EPSILON
+        assert status.spent + held + starting <= limit
     held_back = [name for name, why in plan.skipped.items() if why.startswith("budget: needs")]
     assert bool(held_back) <= (plan.budget_hold is not None)
 
@@ -181,14 +185,14 @@ def test_claimable_work_fits_the_limit_together(
 class _Shard:
     index: int
     phase: ShardPhase = P.PENDING
-    cost: float = 0.0
+    cost: Decimal = Decimal(0)
 
     def view(self) -> ShardView:
         return shard(f"s{self.index}", self.phase, index=self.index, cost=self.cost)
 
 
 LOOK = st.tuples(st.just("look"), st.integers(1, 12))
-SPEND = st.tuples(st.just("spend"), st.integers(0, 40), st.floats(0.0, 1.0))
+SPEND = st.tuples(st.just("spend"), st.integers(0, 40), st.decimals(0, 1, places=2))
 END = st.tuples(st.just("end"), st.integers(0, 40), st.booleans())
 
 
@@ -201,7 +205,7 @@ END = st.tuples(st.just("end"), st.integers(0, 40), st.booleans())
     seed=st.integers(0, 2**32),
 )
 def test_many_workers_claiming_at_once_keep_the_spend_within_the_limit(
-    budget: tuple[float, float, float],
+    budget: tuple[Decimal, Decimal, float],
     shard_count: int,
     max_concurrency: int,
     steps: list[tuple[object, ...]],
@@ -217,8 +221,8 @@ def test_many_workers_claiming_at_once_keep_the_spend_within_the_limit(
     rng = random.Random(seed)
     shards = [_Shard(i) for i in range(shard_count)]
 
-    def spent() -> float:
-        return math.fsum(s.cost for s in shards)
+    def spent() -> Decimal:
+        return sum((s.cost for s in shards), Decimal(0))
 
     def live(phase: ShardPhase) -> list[_Shard]:
         return [s for s in shards if s.phase is phase]
@@ -227,7 +231,7 @@ def test_many_workers_claiming_at_once_keep_the_spend_within_the_limit(
         kind = step[0]
         if kind == "look":
             crowd = min(int(step[1]), max_concurrency - len(live(P.RUNNING)))  # type: ignore[call-overload]
-            status = budget_status(spent(), limit, warn, cap)
+            status = budget_at(spent(), limit, warn, cap)
             plan = plan_dispatch(
                 inputs([s.view() for s in shards], max_concurrency=max_concurrency, budget=status)
             )
@@ -241,16 +245,16 @@ def test_many_workers_claiming_at_once_keep_the_spend_within_the_limit(
                         break
         elif (busy := live(P.RUNNING)) and kind == "spend":
             target = busy[int(step[1]) % len(busy)]  # type: ignore[call-overload]
-            target.cost += float(step[2]) * (cap - target.cost)  # type: ignore[arg-type]
+            target.cost += money(step[2]) * (cap - target.cost)  # type: ignore[arg-type]
         elif busy and kind == "end":
             target = busy[int(step[1]) % len(busy)]  # type: ignore[call-overload]
             target.phase = P.DONE if step[2] else P.PENDING
         committed = spent() + reserved(cap, (s.cost for s in live(P.RUNNING)))
-        assert committed <= limit + EPSILON, (committed, limit, [(s.index, s.phase, s.cost) for s in shards])
-    assert spent() <= limit + EPSILON
+        assert committed <= limit, (committed, limit, [(s.index, s.phase, s.cost) for s in shards])
+    assert spent() <= limit
 
 
 def test_the_status_carries_max_per_shard() -> None:
-    status: BudgetStatus = budget_status(1.0, 10.0, 0.8, 2.0)
-    assert status.reserves and not budget_status(1.0, None, 0.8, 2.0).reserves
-    assert not budget_status(1.0, 10.0, 0.8).reserves
+    status: BudgetStatus = budget_at(1.0, 10.0, 0.8, 2.0)
+    assert status.reserves and not budget_at(1.0, None, 0.8, 2.0).reserves
+    assert not budget_at(1.0, 10.0, 0.8).reserves

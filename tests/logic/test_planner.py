@@ -18,16 +18,16 @@ from shardops.logic.backpressure import (
     worker_jobs,
 )
 from shardops.logic.breaker import Route, SourceBreaker
-from shardops.logic.budget import BudgetGate, budget_status
+from shardops.logic.budget import BudgetGate
 from shardops.logic.planner import DispatchInputs, LimitReason, claim_order_key, plan_dispatch
 from shardops.logic.shardview import ShardView
-from tests.logickit import NOW, inputs, shard
+from tests.logickit import NOW, budget_at, inputs, shard
 
 P = ShardPhase
 FIN = ShardClass.FINALIZE
 OPEN_A = {"a": SourceBreaker(BreakerState.OPEN, 3, NOW - timedelta(minutes=1))}
-WARN = budget_status(85.0, 100.0, 0.8)
-EXHAUSTED = budget_status(100.0, 100.0, 0.8)
+WARN = budget_at(85.0, 100.0, 0.8)
+EXHAUSTED = budget_at(100.0, 100.0, 0.8)
 
 
 def pending(count: int, source: str | None = None) -> list[ShardView]:
@@ -205,7 +205,7 @@ def test_paused_shards_resume_when_the_gate_reopens() -> None:
     assert (
         plan_dispatch(inputs(shards, budget=EXHAUSTED)).skipped["x0"].startswith("paused: budget exhausted")
     )
-    plan = plan_dispatch(inputs(shards, budget=budget_status(100.0, 200.0, 0.8)))
+    plan = plan_dispatch(inputs(shards, budget=budget_at(100.0, 200.0, 0.8)))
     assert plan.resume == ("x0", "x1")
     assert plan.skipped["x0"].startswith("resuming now")
 
@@ -215,11 +215,11 @@ def test_shards_resumed_in_a_pass_count_against_the_backlog_bound_of_that_pass()
     running the bound is 5 (ratio 5 * max(0, 1)): nothing more may be cut or promoted (the fault
     suite's backlog-bound check found 5 cut on top of the 12)."""
     shards = [shard(f"x{i}", P.PAUSED, index=i) for i in range(12)] + [shard("q0", P.QUEUED, index=12)]
-    plan = plan_dispatch(inputs(shards, budget=budget_status(100.0, 200.0, 0.8), total_items=100))
+    plan = plan_dispatch(inputs(shards, budget=budget_at(100.0, 200.0, 0.8), total_items=100))
     assert len(plan.resume) == 12
     assert (plan.materialize, plan.promote) == (0, ())
     few = [shard("x0", P.PAUSED, index=0), shard("q0", P.QUEUED, index=1)]
-    plan = plan_dispatch(inputs(few, budget=budget_status(100.0, 200.0, 0.8), total_items=100))
+    plan = plan_dispatch(inputs(few, budget=budget_at(100.0, 200.0, 0.8), total_items=100))
     assert plan.resume == ("x0",) and plan.promote == ("q0",) and plan.materialize == 3
 
 
@@ -364,7 +364,7 @@ def dispatch_inputs(draw: st.DrawFn) -> DispatchInputs:
         shard_size=draw(st.integers(1, 20)),
         breakers=draw(st.dictionaries(st.sampled_from(["a", "b"]), breaker)),
         fallbacks=draw(st.sampled_from([{}, {"a": "b"}, {"a": "b", "b": "a"}])),
-        budget=budget_status(draw(st.sampled_from([0.0, 85.0, 100.0])), 100.0, 0.8),
+        budget=budget_at(draw(st.sampled_from([0.0, 85.0, 100.0])), 100.0, 0.8),
         suspended=draw(st.booleans()),
         alive_jobs=draw(st.integers(0, 10)),
         alive_slots=draw(st.integers(0, 20)),
@@ -483,7 +483,7 @@ def test_no_workers_start_for_uncut_work_while_something_else_holds_work_back() 
     suspended = plan_dispatch(inputs([], max_concurrency=20, total_items=200, shard_size=1, suspended=True))
     assert len(suspended.start_workers) == 0
     warn = plan_dispatch(
-        inputs([], max_concurrency=20, total_items=200, shard_size=1, budget=budget_status(0.9, 1.0, 0.8))
+        inputs([], max_concurrency=20, total_items=200, shard_size=1, budget=budget_at(0.9, 1.0, 0.8))
     )
     assert len(warn.start_workers) == 0
 

@@ -42,6 +42,8 @@ ALLOWED_IMPORTS = frozenset(
         "string",
         "typing",
         "shardops.api.enums",
+        # Amounts: pure decimal parsing and printing (no pydantic, no I/O).
+        "shardops.api.money",
     }
 )
 NAMED_OFFENDERS = {

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import re
+from decimal import Decimal
 
 import pytest
 
@@ -487,7 +488,7 @@ def test_status_differs_ignores_small_drifts_of_the_oldest_pending_age() -> None
 
 def test_campaign_status_counts_the_unmaterialized_as_queued() -> None:
     views = [shardview.shard_view(Shard.parse(shard("c", i, "Done", cost=0.5))) for i in range(2)]
-    agg = aggregate(views, T0, CampaignFacts(False, ItemProgress(10, 2, 1), 4.0, 0.8))
+    agg = aggregate(views, T0, CampaignFacts(False, ItemProgress(10, 2, 1), Decimal(4), 0.8))
     status = builders.campaign_status(
         agg,
         builders.StatusFacts(
@@ -503,7 +504,7 @@ def test_campaign_status_counts_the_unmaterialized_as_queued() -> None:
             last_retry_generation=1,
             history_folded={"c-00000": 2, "c-00001": 2},
             history_folded_until=T0,
-            budget_limit=4.0,
+            budget_limit=Decimal(4),
         ),
         CampaignStatus(),
     )

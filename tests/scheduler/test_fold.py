@@ -3,8 +3,11 @@ committed before the ledger, each Lease deleted right before its Shard."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
+from shardops.api.common import JSON
 from shardops.k8s.api import (
     LEASES,
     SHARDS,
@@ -121,8 +124,8 @@ def test_nothing_folds_without_a_store_the_operator_may_write(kube: OperatorKube
 
 def _s3_reconciler(kube: OperatorKube, clock: Clock) -> tuple[Any, Any]:
     """The operator with an in-memory S3 store (so it folds), after its first pass."""
-    from tests.fakes3 import FakeS3
     from shardops.store.s3 import S3Store
+    from tests.fakes3 import FakeS3
 
     operator = reconciler(kube, clock, result_store="S3", s3_bucket="results")
     location = operator.settings.result_store_location()

@@ -50,7 +50,10 @@ def test_commit_counts_the_fold_and_announces_the_breaker_once_the_status_holds_
     fold = fold_history(seen, seen.campaign.current_status)
     commit(kube, metrics, Actor(controller="c", instance="op-test"), seen, fold, T0.replace(second=30))
     assert kube.event_reasons("camp") == ["BreakerOpened"]
-    value = metrics.registry.get_sample_value(
-        "shardops_breaker_state", {"campaign": f"{NAMESPACE}/camp", "source": "A"}
-    )
-    assert value is not None and value > 0
+    states = {
+        state: metrics.registry.get_sample_value(
+            "shardops_breaker_state", {"campaign": f"{NAMESPACE}/camp", "source": "A", "state": state}
+        )
+        for state in ("Closed", "HalfOpen", "Open")
+    }
+    assert states == {"Closed": 0, "HalfOpen": 0, "Open": 1}

@@ -74,7 +74,7 @@ def test_budget_exhausted_pauses_and_is_not_a_failure(kube: OperatorKube, clock:
     run(kube, clock)
     status = status_of(kube)
     assert shard_of(kube, "camp-00001")["status"]["phase"] == "Paused"
-    assert status["phase"] == "Paused" and status["spent"] == 2.5
+    assert status["phase"] == "Paused" and status["spent"] == "2.5"
     assert condition(status, "BudgetExhausted")["status"] == "True"
     assert "BudgetExhausted" not in [c["type"] for c in status["conditions"] if c["status"] == "False"]
     assert names(kube) == ["camp-00000", "camp-00001"], "no new shards at the limit"
@@ -164,7 +164,7 @@ def test_all_done_succeeds_with_exact_counts(kube: OperatorKube, clock: Clock) -
         "queued": 0, "pending": 0, "running": 0, "done": 2, "failed": 0, "blocked": 0,
         "paused": 0, "total": 2, "materialized": 2,
     }  # fmt: skip
-    assert status["spent"] == 1.5 and status["itemsTotal"] == 4
+    assert status["spent"] == "1.5" and status["itemsTotal"] == 4
     assert names(kube, JOBS) == []
 
 

@@ -58,7 +58,7 @@ def test_reader_takes_whole_lines_only_and_keeps_the_first_result_per_key(tmp_pa
         (b'{"key": "a"}\n', "no result for key a"),
         (b'{"key": "a", "result": NaN}\n', "has no exact JSON form"),
         (b'{"key": "a", "result": 1, "cost": -1}\n', "cost must be a number >= 0"),
-        (b'{"key": "a", "result": 1, "cost": "3"}\n', "cost must be a number >= 0"),
+        (b'{"key": "a", "result": 1, "cost": "three"}\n', "cost must be a number >= 0"),
         (b"\xff\xfe\n", "results line 1 is not valid JSON"),
     ],
 )

@@ -10,6 +10,7 @@ import datetime as dt
 import json
 import sys
 import time
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +74,7 @@ def test_runs_every_shard_to_done_stores_verified_results_and_exits(tmp_path: Pa
         ]
         assert status.owner is None and status.lease_until is None and status.fencing_token is None
         assert status.progress is not None and (status.progress.done, status.progress.total) == (2, 2)
-        assert status.cost == pytest.approx(0.02)
+        assert status.cost == Decimal("0.02")  # two items at 0.01, exactly
         assert status.result is not None and status.result.ref == attempt_name(shard.spec.idempotency_key, 1)
         configmap = kube.obj(CONFIGMAPS, NAMESPACE, status.result.ref)
         assert configmap is not None

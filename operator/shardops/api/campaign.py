@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
+from decimal import Decimal
 from typing import Annotated, Any
 
 from pydantic import (
@@ -27,6 +28,7 @@ from shardops.api.common import (
     SOURCE_NAME_MAX,
     Condition,
     Item,
+    Money,
     ResourceModel,
     SourceName,
     SpecModel,
@@ -57,9 +59,7 @@ MAX_ERROR_WINDOW = 1000
 class Budget(SpecModel):
     """A spending cap in the unit the command reports cost in (for example USD or tokens)."""
 
-    model_config = ConfigDict(json_schema_extra=cel_rules(rules.BUDGET_PER_SHARD_WITHIN_LIMIT))
-
-    limit: float = Field(
+    limit: Money = Field(
         gt=0,
         description=(
             "Total cost the campaign may spend. With maxPerShard a work shard starts only while spent, plus "
@@ -79,9 +79,8 @@ class Budget(SpecModel):
             "the BudgetWarning condition is set. Default 0.8."
         ),
     )
-    max_per_shard: float | None = Field(
+    max_per_shard: Money | None = Field(
         default=None,
-        gt=0,
         description=(
             "Cost one shard may spend over all its attempts; a shard that exceeds it fails with class "
             "over-budget. Each work shard reserves it of limit when it starts, which keeps the campaign's "
@@ -91,8 +90,11 @@ class Budget(SpecModel):
 
     @model_validator(mode="after")
     def _per_shard_within_limit(self) -> Budget:
+        # Checked here, not by CEL: the API server's CEL cannot see an untyped (number or string) field.
+        if self.max_per_shard is not None and self.max_per_shard <= 0:
+            raise ValueError("spec.budget.maxPerShard must be greater than 0; remove it for no per-shard cap")
         if self.max_per_shard is not None and self.max_per_shard > self.limit:
-            raise ValueError(rules.BUDGET_PER_SHARD_WITHIN_LIMIT.message)
+            raise ValueError(rules.BUDGET_PER_SHARD_WITHIN_LIMIT)
         return self
 
 
@@ -440,8 +442,8 @@ class FoldedShards(StatusModel):
     failed: int = Field(default=0, ge=0, description="Number of folded Failed shards.")
     blocked: int = Field(default=0, ge=0, description="Number of folded Blocked shards.")
     items: int = Field(default=0, ge=0, description="Items in the folded Done shards.")
-    cost: float = Field(
-        default=0, ge=0, description="Cost of the folded shards (every phase), in the budget's unit."
+    cost: Money = Field(
+        default=Decimal(0), description="Cost of the folded shards (every phase), in the budget's unit."
     )
     tokens: TokenCounts = Field(
         default_factory=TokenCounts, description="Tokens the folded shards (every phase) used, summed."
@@ -577,7 +579,7 @@ class CampaignStatus(StatusModel):
             "index to cut. Workers read it instead of listing every shard."
         ),
     )
-    spent: float = Field(default=0, ge=0, description="Cost reported so far, in the budget's unit.")
+    spent: Money = Field(default=Decimal(0), description="Cost reported so far, in the budget's unit.")
     tokens: TokenCounts = Field(
         default_factory=TokenCounts,
         description=(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from datetime import datetime
+from decimal import Decimal
 from typing import Annotated, Any, ClassVar, Literal, Self
 
 from pydantic import (
@@ -17,12 +18,14 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    PlainSerializer,
     StringConstraints,
     WithJsonSchema,
     field_validator,
 )
 from pydantic.alias_generators import to_camel
 
+from shardops.api.money import MONEY_DESCRIPTION, money_text, parse_money
 from shardops.api.names import API_GROUP_VERSION
 from shardops.api.rules import CelRule
 
@@ -57,6 +60,14 @@ Quantity = Annotated[
     BeforeValidator(_int_to_str),
     StringConstraints(pattern=QUANTITY_PATTERN),
     WithJsonSchema({"x-kubernetes-int-or-string": True, "pattern": QUANTITY_PATTERN}),
+]
+
+# Money: see shardops.api.money (exact decimals, written canonically, read from numbers or strings).
+Money = Annotated[
+    Decimal,
+    BeforeValidator(parse_money),
+    PlainSerializer(money_text, return_type=str, when_used="json"),
+    WithJsonSchema({"x-kubernetes-preserve-unknown-fields": True, "description": MONEY_DESCRIPTION}),
 ]
 
 # DNS-1123 subdomain: what Kubernetes accepts as an object name (ConfigMaps, Shards, ...).

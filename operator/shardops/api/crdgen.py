@@ -257,7 +257,7 @@ def campaign_crd(
             _column("Pending", ".status.counts.pending", "integer", "Shards waiting for a worker."),
             _column("Blocked", ".status.counts.blocked", "integer", "Shards that used up maxAttempts."),
             _column("Failed", ".status.counts.failed", "integer", "Shards with a non-retryable error.", 1),
-            _column("Spent", ".status.spent", "number", "Cost reported so far."),
+            _column("Spent", ".status.spent", "string", "Cost reported so far: an exact decimal."),
             _AGE,
         ],
     )

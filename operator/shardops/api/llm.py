@@ -8,12 +8,20 @@ environment; the spec names the Secret, never the key.
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Annotated, Any
 
 from pydantic import ConfigDict, Field, model_validator
 
 from shardops.api import rules
-from shardops.api.common import DNS_SUBDOMAIN_MAX, DNS_SUBDOMAIN_PATTERN, SourceName, SpecModel, cel_rules
+from shardops.api.common import (
+    DNS_SUBDOMAIN_MAX,
+    DNS_SUBDOMAIN_PATTERN,
+    Money,
+    SourceName,
+    SpecModel,
+    cel_rules,
+)
 
 SECRET_KEY_PATTERN = r"^[-._a-zA-Z0-9]+$"
 # Templates travel to the command in one environment variable (Linux caps one at 128 KiB), with
@@ -85,24 +93,21 @@ class ModelPrice(SpecModel):
         default=None,
         description="The source this price applies to. Default: every source that calls this model.",
     )
-    input_per_million: float = Field(ge=0, description="Price of one million prompt tokens. Required.")
-    cached_input_per_million: float | None = Field(
+    input_per_million: Money = Field(description="Price of one million prompt tokens. Required.")
+    cached_input_per_million: Money | None = Field(
         default=None,
-        ge=0,
         description=(
             "Price of one million prompt tokens the provider served from its cache "
             "(usage.prompt_tokens_details.cached_tokens). Default: inputPerMillion."
         ),
     )
-    output_per_million: float = Field(ge=0, description="Price of one million completion tokens. Required.")
+    output_per_million: Money = Field(description="Price of one million completion tokens. Required.")
 
-    def cost(self, prompt_tokens: int, cached_tokens: int, completion_tokens: int) -> float:
+    def cost(self, prompt_tokens: int, cached_tokens: int, completion_tokens: int) -> Decimal:
         """tokens x price: cached prompt tokens at the cached price, the rest at the input price."""
         cached = min(max(cached_tokens, 0), prompt_tokens)
         cached_price = (
-            self.input_per_million
-            if self.cached_input_per_million is None
-            else (self.cached_input_per_million)
+            self.input_per_million if self.cached_input_per_million is None else self.cached_input_per_million
         )
         total = (
             (prompt_tokens - cached) * self.input_per_million

@@ -7,6 +7,7 @@ code (operator and worker), which the chart enforces with a ValidatingAdmissionP
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from decimal import Decimal
 from typing import Annotated, Any
 
 from pydantic import (
@@ -24,6 +25,7 @@ from shardops.api.common import (
     DNS_SUBDOMAIN_MAX,
     SOURCE_NAME_MAX,
     Item,
+    Money,
     ResourceModel,
     SourceName,
     SpecModel,
@@ -271,7 +273,7 @@ class ShardStatus(StatusModel):
     )
     last_heartbeat: AwareDatetime | None = Field(default=None, description="When the owner last heartbeated.")
     progress: Progress | None = Field(default=None, description="Progress from the last heartbeat.")
-    cost: float = Field(default=0, ge=0, description="Cost reported for this shard, in the budget's unit.")
+    cost: Money = Field(default=Decimal(0), description="Cost reported for this shard, in the budget's unit.")
     tokens: TokenCounts | None = Field(
         default=None,
         description=(

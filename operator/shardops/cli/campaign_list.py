@@ -9,10 +9,12 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 
 from shardops import API_GROUP
 from shardops.api.common import JSON
 from shardops.api.enums import ConditionReason, ConditionStatus, ConditionType
+from shardops.api.money import money_or_none, money_text, parse_money
 from shardops.api.names import CAMPAIGN_KIND
 from shardops.cli.campaign_actions import CANCELLED_ANNOTATION
 from shardops.cli.campaign_client import EXIT_OK
@@ -34,8 +36,8 @@ class CampaignRow:
     pending: int
     blocked: int
     failed: int
-    spent: float
-    budget: float | None
+    spent: Decimal
+    budget: Decimal | None
     suspended: bool
     cancelled: str | None
     age_seconds: float | None
@@ -52,8 +54,8 @@ class CampaignRow:
             "pending": self.pending,
             "blocked": self.blocked,
             "failed": self.failed,
-            "spent": self.spent,
-            "budget": self.budget,
+            "spent": money_text(self.spent),
+            "budget": money_or_none(self.budget),
             "suspended": self.suspended,
             "cancelled": self.cancelled,
             "budgetHeld": self.budget_held,
@@ -104,8 +106,8 @@ def campaign_rows(bodies: Iterable[JSON], now: dt.datetime) -> list[CampaignRow]
                 pending=int(counts.get("pending") or 0),
                 blocked=int(counts.get("blocked") or 0),
                 failed=int(counts.get("failed") or 0),
-                spent=float(status.get("spent") or 0.0),
-                budget=float(spec["budget"]["limit"]) if (spec.get("budget") or {}).get("limit") else None,
+                spent=_amount(status.get("spent")) or Decimal(0),
+                budget=_amount((spec.get("budget") or {}).get("limit")),
                 suspended=bool(spec.get("suspend")),
                 cancelled=(metadata.get("annotations") or {}).get(CANCELLED_ANNOTATION),
                 age_seconds=seconds_between(now, created),
@@ -113,6 +115,14 @@ def campaign_rows(bodies: Iterable[JSON], now: dt.datetime) -> list[CampaignRow]
             )
         )
     return sorted(rows, key=lambda r: (r.namespace, r.name))
+
+
+def _amount(value: object) -> Decimal | None:
+    """An amount of a raw body; None when absent or not an amount (the list shows what it can)."""
+    try:
+        return None if value is None else parse_money(value)
+    except ValueError:
+        return None
 
 
 # --- text ---------------------------------------------------------------------------------------------
@@ -131,7 +141,9 @@ def render_list(rows: Sequence[CampaignRow], *, all_namespaces: bool, no_headers
             phase += " (suspend requested)"
         elif r.budget_held:
             phase += " (held by budget)"
-        spent = f"{r.spent:g}/{r.budget:g} ({percent(r.spent, r.budget)})" if r.budget else f"{r.spent:g}/-"
+        spent = money_text(r.spent) + (
+            f"/{money_text(r.budget)} ({percent(r.spent, r.budget)})" if r.budget else "/-"
+        )
         row: list[object] = [
             r.name,
             phase,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 
 from shardops.api.campaign import Campaign
 from shardops.api.common import JSON
@@ -47,7 +48,7 @@ class PlanView:
     # Why the campaign is held when spec.suspend is not set (the error threshold), else None.
     hold: str | None = None
     # What the running shards may still spend under maxPerShard (0 without it).
-    reserved: float = 0.0
+    reserved: Decimal = Decimal(0)
 
     def as_dict(self) -> JSON:
         return {

@@ -10,14 +10,15 @@ does the reads.
 from __future__ import annotations
 
 import datetime as dt
-import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 
 from shardops.api.campaign import Campaign, FoldedShards
 from shardops.api.common import JSON, TokenCounts
 from shardops.api.enums import ShardPhase
+from shardops.api.money import money_text
 from shardops.api.names import SHARDOPS_FIELD_MANAGERS
 from shardops.api.shard import Shard
 from shardops.cli.campaign_client import EXIT_BAD_STATE, EXIT_OK
@@ -39,8 +40,6 @@ from shardops.state.summary import recorded_items_total, summarize_listed
 # than this share of the shards, and at least MAX_ATTEMPTS_MIN_COUNT of them.
 MAX_ATTEMPTS_SHARE = 0.2
 MAX_ATTEMPTS_MIN_COUNT = 2
-# Costs are floats summed in different orders by different processes.
-COST_TOLERANCE = 1e-6
 
 
 # --- view (what -o json|yaml prints) ------------------------------------------------------------------
@@ -97,8 +96,8 @@ class ReportView:
     items_done: int
     items_total: int | None
     budget: BudgetStatus
-    shard_costs: float
-    status_spent: float
+    shard_costs: Decimal
+    status_spent: Decimal
     tokens: TokenCounts
     gave_up: tuple[GaveUp, ...]
     left: tuple[str, ...]
@@ -128,8 +127,8 @@ class ReportView:
             },
             "spent": {
                 **budget_dict(self.budget),
-                "statusSpent": self.status_spent,
-                "shardCosts": self.shard_costs,
+                "statusSpent": money_text(self.status_spent),
+                "shardCosts": money_text(self.shard_costs),
                 "tokens": self.tokens.to_dict(),
             },
             "left": {"summary": list(self.left), "gaveUp": [g.as_dict() for g in self.gave_up]},
@@ -158,7 +157,7 @@ def report_view(campaign: Campaign, shard_bodies: Sequence[JSON], now: dt.dateti
         if s.phase in (ShardPhase.FAILED, ShardPhase.BLOCKED)
     )
     # Folded shards' costs were summed into status.folded.cost when they were folded.
-    shard_costs = status.folded.cost + math.fsum(s.current_status.cost for s in shards)
+    shard_costs = status.folded.cost + sum((s.current_status.cost for s in shards), Decimal(0))
     checks = (
         check_fingerprints(shards, campaign.current_status.folded.shards),
         check_failure_records(shards),
@@ -237,8 +236,8 @@ def what_is_left(
     if hold is not None:
         lines.append(f"held by budget: {hold}")
     if budget.limit is not None:
-        left = max(budget.limit - budget.spent, 0.0)
-        lines.append(f"budget left: {left:g} of {budget.limit:g}")
+        left = max(budget.limit - budget.spent, Decimal(0))
+        lines.append(f"budget left: {money_text(left)} of {money_text(budget.limit)}")
     if not lines:
         lines.append("nothing: every shard is done")
     return tuple(lines)
@@ -297,12 +296,13 @@ def check_attempts(shards: Sequence[Shard], max_attempts: int, folded: FoldedSha
     return Check("attempt-distribution", title, not many, detail, at_max if many else ())
 
 
-def check_spend(status_spent: float, shard_costs: float, has_status: bool) -> Check:
+def check_spend(status_spent: Decimal, shard_costs: Decimal, has_status: bool) -> Check:
     title = "budget spent matches the sum of shard costs"
     if not has_status:
         return Check("spend-matches", title, False, "the operator has not written a status yet")
-    ok = math.isclose(status_spent, shard_costs, rel_tol=1e-9, abs_tol=COST_TOLERANCE)
-    detail = f"status.spent {status_spent:g}, shard costs add up to {shard_costs:g}"
+    # Exact: costs are decimals, summed in any order to the same amount.
+    ok = status_spent == shard_costs
+    detail = f"status.spent {money_text(status_spent)}, shard costs add up to {money_text(shard_costs)}"
     if not ok and status_spent > shard_costs:
         detail += " (spend recorded for shards that are gone or were edited)"
     return Check("spend-matches", title, ok, detail)
@@ -345,7 +345,7 @@ def render_report(view: ReportView) -> str:
     items = ""
     if view.items_total is not None:
         items = f", {view.items_done} of {view.items_total} items in done shards"
-    spent = budget_line(budget) + f"; shard costs add up to {view.shard_costs:g}"
+    spent = budget_line(budget) + f"; shard costs add up to {money_text(view.shard_costs)}"
     lines = [
         f"Closing report: campaign {view.namespace}/{view.name}, {view.phase}, at {iso(view.now)}",
         "",

@@ -12,6 +12,7 @@ import json
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 
 from shardops.api.campaign import Campaign
 from shardops.api.common import JSON, Condition, TokenCounts
@@ -183,7 +184,7 @@ class StatusView:
     now: dt.datetime
     # What the running shards may still spend under maxPerShard, and the work the budget holds back
     # (the planner's budget hold, as a worker would plan now); None when it holds nothing.
-    reserved: float = 0.0
+    reserved: Decimal = Decimal(0)
     budget_hold: BudgetHold | None = None
 
     @property

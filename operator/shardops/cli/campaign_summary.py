@@ -5,11 +5,13 @@ themselves are the operator's (`state.summary`): here is only how they are shown
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from decimal import Decimal
 
 from pydantic import ValidationError
 
 from shardops.api.common import JSON
 from shardops.api.enums import ShardClass, ShardPhase
+from shardops.api.money import money_or_none, money_text
 from shardops.api.shard import Shard
 from shardops.cli.text import percent
 from shardops.logic.budget import BudgetHold, BudgetStatus
@@ -53,17 +55,17 @@ def phase_counts(counts: Mapping[ShardPhase, int], not_cut: int) -> str:
 
 
 def budget_dict(
-    budget: BudgetStatus, reserved: float = 0.0, hold: BudgetHold | None = None, campaign: str = ""
+    budget: BudgetStatus, reserved: Decimal = Decimal(0), hold: BudgetHold | None = None, campaign: str = ""
 ) -> JSON:
     """`reserved`: what the running shards may still spend under maxPerShard; `hold`: the planner's
     budget hold (work left that the budget keeps from starting), with the fix in `message`."""
     return {
-        "spent": budget.spent,
-        "limit": budget.limit,
-        "ratio": (budget.spent / budget.limit) if budget.limit else None,
+        "spent": money_text(budget.spent),
+        "limit": money_or_none(budget.limit),
+        "ratio": float(budget.spent / budget.limit) if budget.limit else None,
         "warnRatio": budget.warn_ratio if budget.limit is not None else None,
-        "maxPerShard": budget.max_per_shard,
-        "reserved": reserved if budget.reserves else None,
+        "maxPerShard": money_or_none(budget.max_per_shard),
+        "reserved": money_text(reserved) if budget.reserves else None,
         "gate": str(budget.gate),
         "hold": None
         if hold is None
@@ -71,13 +73,15 @@ def budget_dict(
     }
 
 
-def budget_line(budget: BudgetStatus, reserved: float = 0.0) -> str:
+def budget_line(budget: BudgetStatus, reserved: Decimal = Decimal(0)) -> str:
     if budget.limit is None:
-        return f"spent {budget.spent:g}, no budget limit"
+        return f"spent {money_text(budget.spent)}, no budget limit"
     line = (
-        f"spent {budget.spent:g} of {budget.limit:g} ({percent(budget.spent, budget.limit)}), "
+        f"spent {money_text(budget.spent)} of {money_text(budget.limit)} "
+        f"({percent(budget.spent, budget.limit)}), "
         f"warn at {budget.warn_ratio:.0%}: gate {budget.gate}"
     )
     if budget.max_per_shard is None:
         return line
-    return f"{line}; {reserved:g} reserved by running shards (maxPerShard {budget.max_per_shard:g} each)"
+    cap = money_text(budget.max_per_shard)
+    return f"{line}; {money_text(reserved)} reserved by running shards (maxPerShard {cap} each)"

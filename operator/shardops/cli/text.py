@@ -7,6 +7,7 @@ import datetime as dt
 import json
 import re
 from collections.abc import Sequence
+from decimal import Decimal
 from typing import Any
 
 import yaml
@@ -73,8 +74,8 @@ def relative(moment: dt.datetime | None, now: dt.datetime) -> str:
     return f"{duration(-delta)} ago"
 
 
-def percent(part: float, whole: float) -> str:
-    return f"{100 * part / whole:.0f}%" if whole else NONE
+def percent(part: float | Decimal, whole: float | Decimal) -> str:
+    return f"{100 * float(part) / float(whole):.0f}%" if whole else NONE
 
 
 def names_text(names: Sequence[str], limit: int = 8) -> str:

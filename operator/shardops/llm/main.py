@@ -23,6 +23,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -36,6 +37,7 @@ from shardops.api.llm import (
     ModelPrice,
     source_api_key_env,
 )
+from shardops.api.money import money_text
 from shardops.clock import utcnow
 from shardops.llm.pacing import Pacer, Share, cooldown_until, jittered, state_path
 from shardops.llm.render import RenderError, RequestTemplate
@@ -73,10 +75,10 @@ class Settings:
         return Share.of(limit.get("requestsPerMinute"), limit.get("tokensPerMinute"), self.max_concurrency)
 
 
-def item_cost(price: ModelPrice | None, completion: Completion) -> float:
+def item_cost(price: ModelPrice | None, completion: Completion) -> Decimal:
     """tokens x price; without a price table, the tokens themselves."""
     if price is None:
-        return float(completion.total_tokens)
+        return Decimal(completion.total_tokens)
     return price.cost(completion.prompt_tokens, completion.cached_tokens, completion.completion_tokens)
 
 
@@ -206,7 +208,8 @@ class Call:
         return {
             "key": line["key"],
             "result": result,
-            "cost": item_cost(self.price, completion),
+            # A decimal string: the results line's cost is read exactly (docs/worker-command.md).
+            "cost": money_text(item_cost(self.price, completion)),
             "tokens": {
                 "input": completion.prompt_tokens,
                 "cachedInput": min(completion.cached_tokens, completion.prompt_tokens),

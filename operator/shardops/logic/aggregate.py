@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from decimal import Decimal
 
 from shardops.api.enums import CampaignPhase, ShardClass, ShardPhase
 from shardops.logic import conditions
@@ -26,21 +26,21 @@ class CampaignFacts:
 
     suspended: bool
     items: ItemProgress
-    budget_limit: float | None
+    budget_limit: Decimal | None
     budget_warn_ratio: float
     finalize_pending: bool = False
-    previous_spent: float = 0.0
+    previous_spent: Decimal = Decimal(0)
     campaign: str = ""
     # Shards already folded into the ledger (their Shard objects are gone): counted in their phase,
     # their cost counted in what was spent.
     folded_done: int = 0
     folded_failed: int = 0
     folded_blocked: int = 0
-    folded_cost: float = 0.0
+    folded_cost: Decimal = Decimal(0)
     # What suspends the campaign when spec.suspend does not (the error threshold's hold), for texts.
     hold: str | None = None
     # spec.budget.maxPerShard: with a limit, work shards reserve it at the claim (logic.budget).
-    budget_max_per_shard: float | None = None
+    budget_max_per_shard: Decimal | None = None
 
     @property
     def folded_gave_up(self) -> int:
@@ -71,7 +71,7 @@ class Aggregate:
     failed: tuple[str, ...]
     blocked_count: int
     blocked: tuple[str, ...]
-    spent: float
+    spent: Decimal
     budget: BudgetStatus
     phase: CampaignPhase
     conditions: tuple[DesiredCondition, ...]
@@ -82,7 +82,7 @@ def aggregate(shards: Sequence[ShardView], now: datetime, facts: CampaignFacts) 
     counts[ShardPhase.DONE] += facts.folded_done
     counts[ShardPhase.FAILED] += facts.folded_failed
     counts[ShardPhase.BLOCKED] += facts.folded_blocked
-    spent = max(facts.previous_spent, facts.folded_cost + math.fsum(s.cost for s in shards))
+    spent = max(facts.previous_spent, facts.folded_cost + sum((s.cost for s in shards), Decimal(0)))
     budget = budget_status(spent, facts.budget_limit, facts.budget_warn_ratio, facts.budget_max_per_shard)
     phase = campaign_phase(shards, facts, budget.gate)
     total = len(shards) + facts.uncut_shards + facts.folded_shards

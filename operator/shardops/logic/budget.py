@@ -16,12 +16,13 @@ written down in docs/user-guide.md, "The budget: how far over the limit can a ca
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from enum import StrEnum
 
 from shardops.api.enums import ShardClass
+from shardops.api.money import money_text
 
 
 class BudgetGate(StrEnum):
@@ -30,7 +31,12 @@ class BudgetGate(StrEnum):
     EXHAUSTED = "Exhausted"
 
 
-def budget_gate(spent: float, limit: float | None, warn_ratio: float) -> BudgetGate:
+def exact_ratio(ratio: float) -> Decimal:
+    """A ratio of the spec (warnRatio) as the decimal it was written as, so money times it is exact."""
+    return Decimal(str(ratio))
+
+
+def budget_gate(spent: Decimal, limit: Decimal | None, warn_ratio: float) -> BudgetGate:
     """No limit means no gate. Compares by multiplication, so a zero limit is simply exhausted."""
     if not 0.0 < warn_ratio <= 1.0:
         raise ValueError(f"warn ratio must be in (0, 1], got {warn_ratio}")
@@ -38,7 +44,7 @@ def budget_gate(spent: float, limit: float | None, warn_ratio: float) -> BudgetG
         return BudgetGate.OPEN
     if spent >= limit:
         return BudgetGate.EXHAUSTED
-    if spent >= warn_ratio * limit:
+    if spent >= exact_ratio(warn_ratio) * limit:
         return BudgetGate.WARN
     return BudgetGate.OPEN
 
@@ -55,10 +61,10 @@ class BudgetStatus:
     """`max_per_shard`: spec.budget.maxPerShard; with a limit it turns the reservation rule on."""
 
     gate: BudgetGate
-    spent: float
-    limit: float | None
+    spent: Decimal
+    limit: Decimal | None
     warn_ratio: float
-    max_per_shard: float | None = None
+    max_per_shard: Decimal | None = None
 
     @property
     def reserves(self) -> bool:
@@ -67,31 +73,32 @@ class BudgetStatus:
 
     def describe(self) -> str:
         if self.limit is None:
-            return f"spent {self.spent:g}, no budget limit"
+            return f"spent {money_text(self.spent)}, no budget limit"
         share = f" ({self.spent / self.limit:.0%})" if self.limit > 0 else ""
-        return f"spent {self.spent:g} of {self.limit:g}{share}, warn at {self.warn_ratio:.0%}"
+        limit = money_text(self.limit)
+        return f"spent {money_text(self.spent)} of {limit}{share}, warn at {self.warn_ratio:.0%}"
 
 
 def budget_status(
-    spent: float, limit: float | None, warn_ratio: float, max_per_shard: float | None = None
+    spent: Decimal, limit: Decimal | None, warn_ratio: float, max_per_shard: Decimal | None = None
 ) -> BudgetStatus:
     return BudgetStatus(budget_gate(spent, limit, warn_ratio), spent, limit, warn_ratio, max_per_shard)
 
 
-def reservation(max_per_shard: float | None, cost: float) -> float:
+def reservation(max_per_shard: Decimal | None, cost: Decimal) -> Decimal:
     """What a shard may still spend before the worker stops it at maxPerShard: the cap less what it
     reported over all its attempts, never below 0. Nothing without a cap (nothing bounds it)."""
     if max_per_shard is None:
-        return 0.0
-    return max(0.0, max_per_shard - cost)
+        return Decimal(0)
+    return max(Decimal(0), max_per_shard - cost)
 
 
-def reserved(max_per_shard: float | None, running_costs: Iterable[float]) -> float:
+def reserved(max_per_shard: Decimal | None, running_costs: Iterable[Decimal]) -> Decimal:
     """The budget the running shards hold: what each may still spend."""
-    return math.fsum(reservation(max_per_shard, cost) for cost in running_costs)
+    return sum((reservation(max_per_shard, cost) for cost in running_costs), Decimal(0))
 
 
-def room(status: BudgetStatus, reserved_now: float) -> float | None:
+def room(status: BudgetStatus, reserved_now: Decimal) -> Decimal | None:
     """The budget a new work shard may reserve: limit - spent - reserved; None without the rule."""
     if not status.reserves:
         return None
@@ -99,15 +106,15 @@ def room(status: BudgetStatus, reserved_now: float) -> float | None:
     return status.limit - status.spent - reserved_now
 
 
-def fits(need: float, room_left: float | None) -> bool:
+def fits(need: Decimal, room_left: Decimal | None) -> bool:
     """May a work shard that reserves `need` start with `room_left` unreserved? Always without the rule."""
     return room_left is None or need <= room_left
 
 
-def limit_to_start(status: BudgetStatus, reserved_now: float, need: float) -> float:
+def limit_to_start(status: BudgetStatus, reserved_now: Decimal, need: Decimal) -> Decimal:
     """The limit spec.budget.limit must pass for the next work shard to start: the gate must be
     open again (spent below warnRatio * limit) and, with the rule, its reservation must fit."""
-    reopen = status.spent / status.warn_ratio
+    reopen = status.spent / exact_ratio(status.warn_ratio)
     if not status.reserves:
         return reopen
     return max(reopen, status.spent + reserved_now + need)
@@ -134,9 +141,9 @@ class BudgetHold:
     cause: HoldCause
     waiting: int
     running: int
-    reserved: float
-    next_needs: float
-    raise_above: float
+    reserved: Decimal
+    next_needs: Decimal
+    raise_above: Decimal
 
     def as_dict(self) -> dict[str, object]:
         """JSON-ready, for `kubectl campaign plan|status -o json`."""
@@ -144,9 +151,9 @@ class BudgetHold:
             "cause": str(self.cause),
             "waiting": self.waiting,
             "running": self.running,
-            "reserved": self.reserved,
-            "nextNeeds": self.next_needs,
-            "raiseAbove": self.raise_above,
+            "reserved": money_text(self.reserved),
+            "nextNeeds": money_text(self.next_needs),
+            "raiseAbove": money_text(self.raise_above),
             "liftsItself": self.lifts_itself,
         }
 
@@ -158,7 +165,7 @@ class BudgetHold:
     def describe(self, status: BudgetStatus, campaign: str | None = None) -> str:
         """What holds the work and the fix; with `campaign`, also how to accept the campaign as it is."""
         waiting = f"{self.waiting} work shard(s) left"
-        raise_it = f"raise spec.budget.limit above {self.raise_above:g}"
+        raise_it = f"raise spec.budget.limit above {money_text(self.raise_above)}"
         if self.cause is HoldCause.WARN_RATIO:
             text = f"{status.describe()}: from the warn ratio no work shard starts; {waiting} wait"
         elif self.cause is HoldCause.LIMIT:
@@ -166,11 +173,11 @@ class BudgetHold:
         else:
             free = room(status, self.reserved)
             text = (
-                f"{status.describe()}, {self.reserved:g} reserved by {self.running} running or starting "
-                f"shard(s): "
-                f"{waiting} wait for room (the next needs {self.next_needs:g}, maxPerShard "
-                f"{status.max_per_shard:g} less its cost so far; {max(free or 0.0, 0.0):g} of the limit "
-                "is unreserved)"
+                f"{status.describe()}, {money_text(self.reserved)} reserved by {self.running} running or "
+                f"starting shard(s): "
+                f"{waiting} wait for room (the next needs {money_text(self.next_needs)}, maxPerShard "
+                f"{money_text(status.max_per_shard or Decimal(0))} less its cost so far; "
+                f"{money_text(max(free or Decimal(0), Decimal(0)))} of the limit is unreserved)"
             )
         if self.lifts_itself:
             return f"{text}; running shards free what they do not spend as they finish, or {raise_it}"
@@ -186,12 +193,12 @@ class BudgetHold:
 class CostLedger:
     """`reported` is the highest cumulative cost seen per report key (e.g. "<shard>/<attempt>")."""
 
-    spent: float
-    reported: Mapping[str, float]
+    spent: Decimal
+    reported: Mapping[str, Decimal]
 
 
 def accumulate(
-    prev_spent: float, prev_reported: Mapping[str, float], new_reports: Mapping[str, float]
+    prev_spent: Decimal, prev_reported: Mapping[str, Decimal], new_reports: Mapping[str, Decimal]
 ) -> CostLedger:
     """Adds only what each key reports beyond what was already counted.
 
@@ -202,7 +209,7 @@ def accumulate(
     reported = dict(prev_reported)
     spent = prev_spent
     for key, cost in new_reports.items():
-        seen = reported.get(key, 0.0)
+        seen = reported.get(key, Decimal(0))
         if cost > seen:
             spent += cost - seen
             reported[key] = cost

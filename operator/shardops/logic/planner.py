@@ -29,9 +29,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from decimal import Decimal
 from enum import StrEnum
 
 from shardops.api.enums import BreakerState, ShardClass, ShardPhase
+from shardops.api.money import money_text
 from shardops.logic.backpressure import (
     NO_WORKER_FAILURES,
     WorkerFailures,
@@ -210,7 +212,7 @@ class _Census:
     running_sources: frozenset[str]
     unfinished_work: int
     running_work: int
-    reserved: float
+    reserved: Decimal
 
 
 @dataclass(frozen=True)
@@ -229,7 +231,7 @@ class _Selection:
     routes: dict[str, Route] = field(default_factory=dict)
     skipped: dict[str, _Skip] = field(default_factory=dict)
     probing: set[str] = field(default_factory=set)
-    room: float | None = None
+    room: Decimal | None = None
 
 
 @dataclass(frozen=True)
@@ -424,7 +426,9 @@ def _route_or_skip(
         )
     # Finalize shards keep their own rule (they may start from the warn ratio): no reservation.
     need = (
-        reservation(inputs.budget.max_per_shard, shard.cost) if shard.shard_class is ShardClass.WORK else 0.0
+        reservation(inputs.budget.max_per_shard, shard.cost)
+        if shard.shard_class is ShardClass.WORK
+        else Decimal(0)
     )
     if shard.shard_class is ShardClass.WORK and not fits(need, selection.room):
         return _Skip(LimitReason.BUDGET, _no_room_text(inputs.budget, need, selection.room))
@@ -442,10 +446,12 @@ def _route_or_skip(
     return None
 
 
-def _no_room_text(budget: BudgetStatus, need: float, room_left: float | None) -> str:
+def _no_room_text(budget: BudgetStatus, need: Decimal, room_left: Decimal | None) -> str:
+    cap = money_text(budget.max_per_shard or Decimal(0))
+    unreserved = money_text(max(room_left or Decimal(0), Decimal(0)))
     return (
-        f"budget: needs {need:g} (maxPerShard {budget.max_per_shard:g} less its cost so far), "
-        f"{max(room_left or 0.0, 0.0):g} of limit {budget.limit:g} is unreserved; "
+        f"budget: needs {money_text(need)} (maxPerShard {cap} less its cost so far), "
+        f"{unreserved} of limit {money_text(budget.limit or Decimal(0))} is unreserved; "
         "waits for running shards to finish or a higher spec.budget.limit"
     )
 
@@ -602,7 +608,7 @@ def _budget_hold(inputs: DispatchInputs, draft: _Draft, skipped: Mapping[str, _S
     starting_work = sum(1 for s in starting if s.shard_class is ShardClass.WORK)
     holding = census.reserved + reserved(budget.max_per_shard, (s.cost for s in starting))
     # The next shard to start is the first held one in claim order, or a fresh one (cost 0).
-    need = reservation(budget.max_per_shard, held_work[0].cost if held_work else 0.0)
+    need = reservation(budget.max_per_shard, held_work[0].cost if held_work else Decimal(0))
     return BudgetHold(
         cause=cause,
         waiting=census.unfinished_work - census.running_work - starting_work,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
 
 from shardops.api.enums import ShardClass, ShardPhase
 from shardops.logic.backpressure import uncut_shards
@@ -29,7 +30,7 @@ class ShardView:
     source: str | None
     not_before: datetime | None
     since: datetime
-    cost: float
+    cost: Decimal
 
 
 @dataclass(frozen=True)

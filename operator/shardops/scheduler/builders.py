@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 
 from shardops.api.campaign import BreakerStatus, Campaign, CampaignSpec, CampaignStatus, ShardCounts
 from shardops.api.common import JSON, Condition, Item, set_condition
@@ -410,7 +411,7 @@ class StatusFacts:
     last_retry_generation: int
     history_folded: dict[str, int]
     history_folded_until: dt.datetime | None
-    budget_limit: float | None
+    budget_limit: Decimal | None
 
 
 def campaign_status(agg: Aggregate, facts: StatusFacts, previous: CampaignStatus) -> CampaignStatus:
@@ -435,7 +436,8 @@ def campaign_status(agg: Aggregate, facts: StatusFacts, previous: CampaignStatus
             "cut_shards": facts.cut_shards,
             "shards_total": facts.work_shards_total + (1 if facts.has_finalize else 0),
             "spent": agg.spent,
-            "budget_ratio": (agg.spent / facts.budget_limit) if facts.budget_limit else None,
+            # A ratio, not money: a float is what it is for (a fraction shown and graphed).
+            "budget_ratio": float(agg.spent / facts.budget_limit) if facts.budget_limit else None,
             "breakers": facts.breakers,
             "oldest_pending_seconds": round(oldest.total_seconds(), 1) if oldest is not None else None,
             "conditions": facts.conditions,

@@ -17,7 +17,7 @@ from shardops.k8s import campaigns
 from shardops.k8s.api import KubeClient
 from shardops.k8s.shards import Actor
 from shardops.logic.breaker import SourceBreaker, effective
-from shardops.scheduler.metrics import BREAKER_VALUES, Metrics
+from shardops.scheduler.metrics import Metrics
 from shardops.scheduler.observed import Observed
 from shardops.state import breakers, history
 
@@ -96,4 +96,4 @@ def commit(
         )
     for source, breaker in fold.states.items():
         state = effective(breaker, now, breakers.cooldown_of(spec, source))
-        metrics.breaker_state.labels(campaign=key, source=source).set(BREAKER_VALUES[state])
+        metrics.set_breaker(key, source, state)

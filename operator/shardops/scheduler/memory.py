@@ -37,7 +37,7 @@ class Memory:
     # When each Running shard's claim was last seen renewed, on this process's clock: expiry is
     # judged from it, never from the holder's timestamps (`logic.leases`, "Whose clock").
     renewals: Renewals = field(default_factory=lambda: Renewals(time.monotonic))
-    shard_seen: dict[str, tuple[str, float]] = field(default_factory=dict)
+    shard_seen: dict[str, tuple[str, str]] = field(default_factory=dict)
     # Coalescing of concurrent requests: one pass at a time, and one more if asked meanwhile.
     running: bool = False
     again: bool = False

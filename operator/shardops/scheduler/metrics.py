@@ -21,7 +21,6 @@ from shardops.api.enums import BreakerState, ShardPhase
 
 log = logging.getLogger(__name__)
 
-BREAKER_VALUES = {BreakerState.CLOSED: 0, BreakerState.HALF_OPEN: 1, BreakerState.OPEN: 2}
 _RECONCILE_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
@@ -69,8 +68,8 @@ class Metrics:
         )
         self.breaker_state = Gauge(
             "shardops_breaker_state",
-            "Circuit breaker per source: 0 Closed, 1 HalfOpen, 2 Open.",
-            ["campaign", "source"],
+            "Circuit breaker per source, one series per state: 1 for the state it is in, 0 for the others.",
+            ["campaign", "source", "state"],
             registry=r,
         )
         self.budget_ratio = Gauge(
@@ -147,6 +146,13 @@ class Metrics:
             registry=r,
         )
 
+        # Every metric whose first label is the campaign: what forget_campaign drops.
+        self._per_campaign = [
+            metric
+            for metric in vars(self).values()
+            if isinstance(metric, Gauge | Counter | Histogram) and metric._labelnames[:1] == ("campaign",)
+        ]
+
     # --- recording helpers -----------------------------------------------------------------------
 
     def observe_api(self, verb: str, _path: str, code: int) -> None:
@@ -176,9 +182,18 @@ class Metrics:
                 self.tokens.labels(campaign=campaign, kind=kind).inc(total - (shown or 0))
                 self._tokens_shown[(campaign, kind)] = total
 
+    def set_breaker(self, campaign: str, source: str, state: BreakerState) -> None:
+        """The state as a label (state="Open" 1, the others 0), not as a number to decode."""
+        for each in BreakerState:
+            self.breaker_state.labels(campaign=campaign, source=source, state=str(each)).set(
+                1 if each is state else 0
+            )
+
     def forget_campaign(self, campaign: str) -> None:
-        """Drop the gauges (and token counts) of a deleted campaign so dashboards do not show it forever."""
-        for metric in (self.shards, self.oldest_pending, self.breaker_state, self.budget_ratio, self.tokens):
+        """Drop every series of a deleted campaign, gauges and counters alike, so dashboards do not show
+        it forever and the registry does not grow with every campaign ever run. A finished campaign
+        keeps its series (its final counts and budget stay graphable) until it is deleted."""
+        for metric in self._per_campaign:
             for labels in _label_sets(metric):
                 if labels and labels[0] == campaign:
                     metric.remove(*labels)
@@ -194,7 +209,7 @@ class Metrics:
         return server
 
 
-def _label_sets(metric: Gauge | Counter) -> Iterable[tuple[str, ...]]:
+def _label_sets(metric: Gauge | Counter | Histogram) -> Iterable[tuple[str, ...]]:
     # prometheus_client keeps no public list of children; its samples carry the label values.
     seen: set[tuple[str, ...]] = set()
     for family in metric.collect():

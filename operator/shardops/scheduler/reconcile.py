@@ -150,7 +150,8 @@ class Reconciler:
         if not campaign or not name:
             return
         status = body.get("status") or {}
-        marker = (str(status.get("phase") or ShardPhase.QUEUED), float(status.get("cost") or 0.0))
+        # The cost as written (a decimal string; a number on shards written before): a new text is news.
+        marker = (str(status.get("phase") or ShardPhase.QUEUED), str(status.get("cost") or 0))
         memory = self._remember(namespace, str(campaign))
         if memory.shard_seen.get(str(name)) == marker:
             return
@@ -386,7 +387,8 @@ class Reconciler:
         self.metrics.oldest_pending.labels(campaign=key).set(oldest.total_seconds() if oldest else 0.0)
         budget = seen.campaign.spec.budget
         if budget is not None:
-            self.metrics.budget_ratio.labels(campaign=key).set(agg.budget.spent / budget.limit)
+            # Prometheus samples are floats: money becomes one here, at the boundary, and nowhere else.
+            self.metrics.budget_ratio.labels(campaign=key).set(float(agg.budget.spent / budget.limit))
         self.metrics.set_tokens(key, desired.status.tokens)
 
     def _invalid(self, body: JSON, reason: ConditionReason, message: str, now: dt.datetime) -> None:

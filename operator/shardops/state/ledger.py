@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from shardops.api.campaign import MAX_LISTED_SHARDS, FoldedFailure, FoldedShards, IndexRange
 from shardops.api.common import JSON, NO_TOKENS, TokenCounts
 from shardops.api.enums import ShardClass, ShardPhase
+from shardops.api.money import money_text
 from shardops.api.names import API_GROUP_VERSION, SHARD_KIND
 from shardops.api.shard import Shard
 from shardops.logic import ranges
@@ -82,7 +83,7 @@ def record(shard: Shard) -> JSON:
         "lastError": status.last_error.to_dict() if status.last_error is not None else None,
         "reason": last.reason if last is not None and shard.phase in GAVE_UP else None,
         "attempt": status.attempt,
-        "cost": status.cost,
+        "cost": money_text(status.cost),
         "tokens": status.tokens.to_dict() if status.tokens is not None else None,
         "owner": (last.owner if last is not None else None),
         "history": [entry.to_dict() for entry in status.history],

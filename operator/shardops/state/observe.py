@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 
 from shardops.api.campaign import Budget, Campaign, CampaignSpec, FoldedShards
 from shardops.api.common import JSON
@@ -104,7 +105,7 @@ def campaign_budget(campaign: Campaign, views: Iterable[ShardView]) -> BudgetSta
     spec = campaign.spec
     status = campaign.current_status
     # Views are of live shards: the folded ones' cost is in status.folded.
-    spent = max(status.spent, status.folded.cost + sum(v.cost for v in views))
+    spent = max(status.spent, status.folded.cost + sum((v.cost for v in views), Decimal(0)))
     limit = spec.budget.limit if spec.budget is not None else None
     return budget_status(spent, limit, _warn_ratio(spec), _max_per_shard(spec))
 
@@ -113,7 +114,7 @@ def _warn_ratio(spec: CampaignSpec) -> float:
     return spec.budget.warn_ratio if spec.budget is not None else DEFAULT_WARN_RATIO
 
 
-def _max_per_shard(spec: CampaignSpec) -> float | None:
+def _max_per_shard(spec: CampaignSpec) -> Decimal | None:
     return spec.budget.max_per_shard if spec.budget is not None else None
 
 

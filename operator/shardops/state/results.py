@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from shardops.api.campaign import Campaign, FoldedShards
 from shardops.api.common import JSON, Item
 from shardops.api.enums import ShardClass, ShardPhase
+from shardops.api.money import JsonNumber, money_text, parse_money
 from shardops.api.shard import Shard
 from shardops.logic import ranges
 from shardops.state import ledger
@@ -156,7 +157,7 @@ def done_lines(
             if campaign_items is None:
                 campaign_items = every_item()
             items = campaign_items[done.first_item : done.end]
-        document = json.loads(text)
+        document = json.loads(text, parse_float=JsonNumber)
         for entry in document.get("items") or []:
             position = int(entry["index"])
             yield (
@@ -166,7 +167,8 @@ def done_lines(
                     "key": entry.get("key"),
                     "item": items[position] if position < len(items) else None,
                     "result": entry.get("result"),
-                    "cost": entry.get("cost"),
+                    # A decimal string (documents written before hold a number: read from its text).
+                    "cost": money_text(parse_money(entry["cost"])) if "cost" in entry else None,
                     "shard": done.shard,
                     "attempt": done.attempt,
                 },

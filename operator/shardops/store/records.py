@@ -13,9 +13,11 @@ import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from shardops.api.enums import ErrorClass
+from shardops.api.money import JsonNumber, money_text, parse_money
 from shardops.logic.idempotency import canonical_json, fingerprint, key_label
 
 _SHA256 = "sha256:"
@@ -43,26 +45,24 @@ class ItemRecord:
     """One item's result as the command reported it."""
 
     result: Any
-    cost: float = 0.0
+    cost: Decimal = Decimal(0)
 
     def encode(self) -> str:
         return canonical_json(
-            {"cost": self.cost, "fingerprint": fingerprint(self.result), "result": self.result}
+            {"cost": money_text(self.cost), "fingerprint": fingerprint(self.result), "result": self.result}
         )
 
 
 def decode_item(raw: str | bytes) -> ItemRecord | None:
     """An encoded ItemRecord if it verifies (its result matches its fingerprint), else None."""
     try:
-        value = json.loads(raw)
+        value = json.loads(raw, parse_float=JsonNumber)
         if not isinstance(value, dict) or "result" not in value:
             return None
         if value.get("fingerprint") != fingerprint(value["result"]):
             return None
-        cost = value.get("cost", 0)
-        if isinstance(cost, bool) or not isinstance(cost, int | float):
-            return None
-        return ItemRecord(value["result"], float(cost))
+        # Costs are decimal strings; records written before were JSON numbers (read from their text).
+        return ItemRecord(value["result"], parse_money(value.get("cost", 0)))
     except (ValueError, TypeError):
         return None
 
@@ -105,7 +105,7 @@ def sha256_of(text: str | bytes) -> str:
 
 
 def encode_result(
-    key: str, entries: Sequence[tuple[int, str, Any]], costs: Mapping[str, float] | None = None
+    key: str, entries: Sequence[tuple[int, str, Any]], costs: Mapping[str, Decimal] | None = None
 ) -> str:
     """The shard result: canonical JSON, so its bytes (and fingerprint) depend on the content only.
 
@@ -116,7 +116,7 @@ def encode_result(
     for index, subkey, result in entries:
         row: dict[str, Any] = {"index": index, "key": subkey, "result": result}
         if costs is not None and subkey in costs:
-            row["cost"] = costs[subkey]
+            row["cost"] = money_text(costs[subkey])
         rows.append(row)
     return canonical_json({"idempotencyKey": key, "items": rows})
 

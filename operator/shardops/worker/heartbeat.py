@@ -18,10 +18,12 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Callable
+from decimal import Decimal
 from enum import StrEnum
 
 from shardops.api.common import JSON, TokenCounts
 from shardops.api.enums import ShardPhase
+from shardops.api.money import money_text
 from shardops.api.shard import Progress, Shard
 from shardops.k8s import leases
 from shardops.k8s.api import SHARDS, Conflict, KubeClient, NotFound
@@ -99,7 +101,7 @@ def write_as_holder(
 def heartbeat_patch(
     attempt: int,
     progress: Progress,
-    cost: float,
+    cost: Decimal,
     now: dt.datetime,
     lease_until: dt.datetime,
     tokens: TokenCounts | None = None,
@@ -107,7 +109,7 @@ def heartbeat_patch(
     status: JSON = {
         "attempt": attempt,
         "progress": progress.to_dict(),
-        "cost": cost,
+        "cost": money_text(cost),
         "lastHeartbeat": _time(now),
         "leaseUntil": _time(lease_until),
     }

@@ -29,6 +29,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from enum import StrEnum
 from typing import Any, Protocol, TypeVar
 
@@ -37,6 +38,7 @@ import urllib3
 from shardops.api.campaign import Campaign
 from shardops.api.common import NO_TOKENS, TokenCounts
 from shardops.api.enums import ErrorClass, ShardPhase, StoreType
+from shardops.api.money import money_text
 from shardops.api.shard import Progress, Shard, ShardError, ShardResult
 from shardops.k8s import leases
 from shardops.k8s.api import CAMPAIGNS, SHARDS, ApiError, KubeClient, NotFound
@@ -136,7 +138,7 @@ class Holding:
     lease: leases.Claim = field(init=False)
     stored: dict[str, ItemRecord] = field(init=False)
     fresh: dict[str, ItemRecord] = field(default_factory=dict)
-    attempt_cost: float = 0.0
+    attempt_cost: Decimal = Decimal(0)
     attempt_tokens: TokenCounts = NO_TOKENS
     # The class of the failure this run recorded (fail()), for shardops_worker_shards_total.
     error_class: ErrorClass | None = None
@@ -175,7 +177,7 @@ class Holding:
         known = self.known()
         return Progress(done=sum(1 for key in self.keys if key in known), total=len(self.keys))
 
-    def cost(self) -> float:
+    def cost(self) -> Decimal:
         # Cumulative over the shard's attempts, so the operator can add shard costs up as they are.
         return self.base_cost + self.attempt_cost
 
@@ -206,7 +208,8 @@ class Holding:
         if cap is not None and self.cost() > cap:
             raise CommandFailure(
                 ErrorClass.OVER_BUDGET,
-                f"shard cost {self.cost():g} passed the per-shard cap spec.budget.maxPerShard {cap:g} "
+                f"shard cost {money_text(self.cost())} passed the per-shard cap spec.budget.maxPerShard "
+                f"{money_text(cap)} "
                 f"after {self.progress().done} of {len(self.keys)} item(s); the command was stopped",
             )
 
@@ -354,7 +357,7 @@ class Holding:
             reused=reused,
             ref=existing.name,
             bytes=existing.bytes,
-            cost=self.cost(),
+            cost=money_text(self.cost()),
             at=ended,
         )
         return Outcome.REUSED if reused else Outcome.DONE

@@ -22,7 +22,6 @@ import contextlib
 import ctypes
 import errno
 import json
-import math
 import os
 import select
 import shutil
@@ -32,12 +31,14 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Protocol
 
 from shardops.api.campaign import Campaign
 from shardops.api.common import NO_TOKENS, TokenCounts
 from shardops.api.enums import ErrorClass
+from shardops.api.money import JsonNumber, parse_money
 from shardops.api.worker import WorkerSpec
 from shardops.logic.idempotency import canonical_json
 
@@ -90,7 +91,7 @@ def bad_output(message: str) -> CommandFailure:
 class ResultLine:
     key: str
     result: Any
-    cost: float
+    cost: Decimal
     tokens: TokenCounts = NO_TOKENS
 
 
@@ -150,7 +151,7 @@ def read_error_file(path: Path) -> dict[str, object] | None:
 class ResultsReader:
     """Reads the results file as the command appends to it; only whole lines count.
 
-    Every line must be `{"key": <a remaining sub-key>, "result": <JSON>, "cost": <number ≥ 0>?,
+    Every line must be `{"key": <a remaining sub-key>, "result": <JSON>, "cost": <decimal ≥ 0>?,
     "tokens": {"input": n, "cachedInput": n, "output": n}?}` (tokens: what the item's model calls
     used, whole numbers ≥ 0, each key optional);
     the first line that is not raises a bad-output CommandFailure naming its line number. A key seen
@@ -219,7 +220,8 @@ class ResultsReader:
         where = f"results line {self.line_number}"
         snippet = raw[:SNIPPET].decode("utf-8", errors="replace")
         try:
-            value = json.loads(raw)
+            # The cost is read from the number's text (0.1 is exactly 0.1); the result's floats stay floats.
+            value = json.loads(raw, parse_float=JsonNumber)
         except (json.JSONDecodeError, UnicodeDecodeError) as error:
             detail = error.msg if isinstance(error, json.JSONDecodeError) else "not UTF-8"
             raise bad_output(f"{where} is not valid JSON ({detail}): {snippet!r}") from None
@@ -234,10 +236,12 @@ class ResultsReader:
             canonical_json(value["result"])
         except (TypeError, ValueError) as error:
             raise bad_output(f"{where}: result for key {key} has no exact JSON form ({error})") from None
-        cost = value.get("cost", 0)
-        if isinstance(cost, bool) or not isinstance(cost, int | float) or not math.isfinite(cost) or cost < 0:
-            raise bad_output(f"{where}: cost must be a number >= 0, got {cost!r}")
-        return ResultLine(key, value["result"], float(cost), _tokens(value.get("tokens"), where, snippet))
+        try:
+            cost = parse_money(value.get("cost", 0))
+        except ValueError:
+            wrong = f"got {value['cost']!r}"
+            raise bad_output(f"{where}: cost must be a number >= 0 (or a decimal string), {wrong}") from None
+        return ResultLine(key, value["result"], cost, _tokens(value.get("tokens"), where, snippet))
 
 
 _TOKEN_KINDS = ("input", "cachedInput", "output")
