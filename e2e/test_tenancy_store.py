@@ -28,8 +28,6 @@ from testbed.cluster import lifecycle
 from testbed.harness import REPO_ROOT, Cluster, create_namespace, dump_json, wait_for
 from testbed.kits import chart as chartkit
 
-OPERATOR_SECRET = "shardops-installation-s3"
-
 # The hostile command: every S3 call it can think of outside its own area, with the keys it finds in
 # its environment (the default chain), and its environment itself; one finding per attempt.
 ATTACK = r"""
@@ -79,29 +77,15 @@ class Installation:
     team_b: str
     hostile: str
     keys: dict[str, lifecycle.ObjectStore]
+    base_values: dict[str, Any]
 
     def area(self, namespace: str) -> str:
         return f"{self.prefix}/{namespace}/"
 
     def values(self, namespaces: list[str]) -> dict[str, Any]:
-        """The chart values of this installation serving `namespaces` (`helm upgrade` passes them all)."""
-        return chartkit.merge(
-            chartkit.local_values(self.operator_namespace),
-            {
-                "watch": {"namespaces": namespaces},
-                "workers": {"namespaces": namespaces, "allowReleaseNamespace": False},
-                "resultStore": {
-                    "type": "S3",
-                    "s3": {
-                        "endpoint": self.store.endpoint,
-                        "region": self.store.region,
-                        "bucket": self.store.bucket,
-                        "prefix": self.prefix,
-                        "credentialsSecret": OPERATOR_SECRET,
-                    },
-                },
-            },
-        )
+        """The installation's values serving `namespaces` (`helm upgrade` is given them all)."""
+        served = {"watch": {"namespaces": namespaces}, "workers": {"namespaces": namespaces}}
+        return chartkit.merge(self.base_values, served)
 
 
 def _campaign(name: str, **spec: Any) -> dict[str, Any]:
@@ -147,16 +131,10 @@ def installation(cluster: Cluster, object_store: lifecycle.ObjectStore) -> Itera
     teams = [create_namespace(cluster, p) for p in ("e2e-team-a", "e2e-team-b", "e2e-hostile")]
     prefix = f"e2e-{uuid.uuid4().hex[:8]}"
     core = client.CoreV1Api(cluster.api)
-    # The installation's keys: a Secret of the operator's namespace only.
-    core.create_namespaced_secret(
-        operator_namespace,
-        client.V1Secret(
-            metadata=client.V1ObjectMeta(name=OPERATOR_SECRET),
-            string_data={
-                "AWS_ACCESS_KEY_ID": object_store.access_key_id,
-                "AWS_SECRET_ACCESS_KEY": object_store.secret_access_key,
-            },
-        ),
+    # One metrics port for the installation's life: an upgrade changes only the namespaces.
+    base = chartkit.merge(
+        chartkit.local_values(operator_namespace, workers={"allowReleaseNamespace": False}),
+        chartkit.s3_store_values(cluster, operator_namespace, object_store, prefix),
     )
     keys = {
         ns: tenants.provision_namespace(
@@ -164,7 +142,9 @@ def installation(cluster: Cluster, object_store: lifecycle.ObjectStore) -> Itera
         )
         for ns in teams
     }
-    found = Installation(cluster, operator_namespace, object_store, prefix, *teams, keys=keys)
+    found = Installation(
+        cluster, operator_namespace, object_store, prefix, *teams, keys=keys, base_values=base
+    )
     chartkit.install_chart(cluster, operator_namespace, found.values(teams))
     try:
         wait_for(
