@@ -187,8 +187,13 @@ def test_a_hostile_command_reaches_nothing_outside_its_namespaces_area(installat
     )
 
     # The campaign's one committed result (its Shard may be folded away by now): its pointer names it.
-    pointers = admin.list_objects_v2(Bucket=store.bucket, Prefix=inst.area(inst.hostile) + "results/")
-    (pointer,) = [o["Key"] for o in pointers["Contents"]]
+    results = inst.area(inst.hostile) + "results/"
+    pointers = wait_for(
+        "the attack's committed result",
+        lambda: admin.list_objects_v2(Bucket=store.bucket, Prefix=results).get("Contents"),
+        timeout=60,
+    )
+    (pointer,) = [o["Key"] for o in pointers]
     ref = json.loads(admin.get_object(Bucket=store.bucket, Key=pointer)["Body"].read())["ref"]
     assert ref.startswith(inst.area(inst.hostile)), "the results stay in the hostile namespace's area"
     document = json.loads(admin.get_object(Bucket=store.bucket, Key=ref)["Body"].read())
