@@ -15,6 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 from kubernetes import client, config
+from testbed import tenants
 from testbed.bed import Bed
 from testbed.cluster import lifecycle
 from testbed.faults.recording import AuditTail
@@ -111,14 +112,25 @@ def history_namespace(cluster: Cluster) -> Iterator[str]:
 
 
 @pytest.fixture
-def result_store(request: pytest.FixtureRequest, namespace: str) -> workerkit.StoreUnderTest:
+def result_store(
+    request: pytest.FixtureRequest, cluster: Cluster, namespace: str
+) -> workerkit.StoreUnderTest:
     """The result store of a workerkit test's campaigns: the ConfigMap store unless the test is
     parametrized with `indirect=True` over workerkit.STORES; "s3" is the S3 server under a key
-    prefix of the test's own."""
+    prefix of the test's own, its workers with the namespace's keys (provision_namespace) on the
+    local SeaweedFS."""
     kind = getattr(request, "param", "configmap")
     if kind == "s3":
         store: lifecycle.ObjectStore = request.getfixturevalue("object_store")
-        return workerkit.StoreUnderTest("s3", namespace, store, f"e2e-{uuid.uuid4().hex[:8]}")
+        prefix = f"e2e-{uuid.uuid4().hex[:8]}"
+        scoped = (
+            tenants.provision_namespace(
+                cluster.api, namespace, directory=cluster.local.directory, store=store, prefix=prefix
+            )
+            if cluster.local
+            else None
+        )
+        return workerkit.StoreUnderTest("s3", namespace, store, prefix, namespace_store=scoped)
     return workerkit.StoreUnderTest("configmap", namespace)
 
 

@@ -237,19 +237,21 @@ def test_bad_input_is_refused_or_reported_and_harms_nothing(
                 "create it",
             )
         )
-        s3.put_object(Bucket=object_store.bucket, Key=f"{prefix}/broken.jsonl.gz", Body=b'{"n": 1}\n')
+        s3.put_object(
+            Bucket=object_store.bucket, Key=f"{prefix}/{bed.namespace}/broken.jsonl.gz", Body=b'{"n": 1}\n'
+        )
         reported.append(
             (
                 "object not gzip",
                 "itemsFrom object broken.jsonl.gz holding plain text",
                 "not-gzip",
-                {"object": {"key": f"{prefix}/broken.jsonl.gz"}},
+                {"object": {"key": f"{prefix}/{bed.namespace}/broken.jsonl.gz"}},
                 "not valid gzip",
             )
         )
         s3.put_object(
             Bucket=object_store.bucket,
-            Key=f"{prefix}/latin1.jsonl",
+            Key=f"{prefix}/{bed.namespace}/latin1.jsonl",
             Body='{"name": "café"}\n'.encode("latin-1"),
         )
         reported.append(
@@ -257,29 +259,33 @@ def test_bad_input_is_refused_or_reported_and_harms_nothing(
                 "object not UTF-8",
                 "itemsFrom object in Latin-1",
                 "not-utf8",
-                {"object": {"key": f"{prefix}/latin1.jsonl"}},
+                {"object": {"key": f"{prefix}/{bed.namespace}/latin1.jsonl"}},
                 "not JSONL text",
             )
         )
         huge_items: list[JSON] = [{"n": 0}, {"n": 1, "blob": "h" * HUGE_ITEM_BYTES}, {"n": 2}]
-        s3.put_object(Bucket=object_store.bucket, Key=f"{prefix}/huge.jsonl", Body=_jsonl(huge_items))
+        s3.put_object(
+            Bucket=object_store.bucket, Key=f"{prefix}/{bed.namespace}/huge.jsonl", Body=_jsonl(huge_items)
+        )
         reported.append(
             (
                 "an item too big for any shard",
                 f"one item of {HUGE_ITEM_BYTES // 1024 // 1024} MiB in an itemsFrom object",
                 "huge-item",
-                {"object": {"key": f"{prefix}/huge.jsonl"}},
+                {"object": {"key": f"{prefix}/{bed.namespace}/huge.jsonl"}},
                 "item 1 alone is",
             )
         )
         heavy = [{"n": i, "blob": "w" * 120_000} for i in range(20)]
-        s3.put_object(Bucket=object_store.bucket, Key=f"{prefix}/heavy.jsonl", Body=_jsonl(heavy))
+        s3.put_object(
+            Bucket=object_store.bucket, Key=f"{prefix}/{bed.namespace}/heavy.jsonl", Body=_jsonl(heavy)
+        )
         reported.append(
             (
                 "a shard too big for its object",
                 "20 items of 120 KB at shardSize 10 (1.2 MB a shard)",
                 "heavy-shards",
-                {"object": {"key": f"{prefix}/heavy.jsonl"}},
+                {"object": {"key": f"{prefix}/{bed.namespace}/heavy.jsonl"}},
                 "lower spec.shardSize (about 8 items",
             )
         )
@@ -323,7 +329,7 @@ def test_bad_input_is_refused_or_reported_and_harms_nothing(
             bed.campaign_body("unicode", unicode_items, shardSize=3, worker_env=fast),
         )
         # Through an object too: JSONL written without ASCII escapes, so U+2028 stands raw in a line.
-        unicode_key = f"{prefix}/unicode.jsonl"
+        unicode_key = f"{prefix}/{bed.namespace}/unicode.jsonl"
         s3.put_object(
             Bucket=object_store.bucket,
             Key=unicode_key,
@@ -335,7 +341,7 @@ def test_bad_input_is_refused_or_reported_and_harms_nothing(
         kube.create(CAMPAIGNS, bed.namespace, from_object)
 
         large_items: list[JSON] = [{"n": 0}, {"n": 1, "blob": "l" * LARGE_ITEM_BYTES}, {"n": 2}]
-        large_key = f"{prefix}/large.jsonl"
+        large_key = f"{prefix}/{bed.namespace}/large.jsonl"
         s3.put_object(Bucket=object_store.bucket, Key=large_key, Body=_jsonl(large_items))
         large = bed.campaign_body("large-item", [], shardSize=1, worker_env=fast)
         del large["spec"]["items"]

@@ -137,11 +137,11 @@ def test_hostile_inputs_are_refused_with_bounded_memory_and_harm_no_other_campai
         # The inputs, each generated as it is uploaded.
         uploads = {
             "bomb": (
-                f"{prefix}/bomb.jsonl.gz",
+                f"{prefix}/{namespace}/bomb.jsonl.gz",
                 gzip_of(b'{"n": 0}\n' * 100_000 for _ in range(GIB // 900_000)),
             ),
-            "long-line": (f"{prefix}/long-line.jsonl", one_long_line(GIB)),
-            "million": (f"{prefix}/million.jsonl", tiny_lines(TINY_LINES)),
+            "long-line": (f"{prefix}/{namespace}/long-line.jsonl", one_long_line(GIB)),
+            "million": (f"{prefix}/{namespace}/million.jsonl", tiny_lines(TINY_LINES)),
         }
         for key, chunks in uploads.values():
             s3.upload_fileobj(io.BufferedReader(Generated(chunks), 8 * MIB), bucket, key)
@@ -216,7 +216,7 @@ def test_an_object_replaced_after_its_first_read_is_refused_by_the_real_store(
     }
     s3 = client_for(location, keys) if client == "wire" else boto3_client_for(location, keys)
     store = S3Store(location, "ns", client=s3)
-    key = f"e2e-pin/{uuid.uuid4().hex}/items.jsonl"
+    key = f"{location.area('ns')}e2e-pin/{uuid.uuid4().hex}/items.jsonl"
     object_store.client().put_object(Bucket=object_store.bucket, Key=key, Body=b'{"n": 0}\n{"n": 1}\n')
     streamed = object_items(ItemsObject(key=key), store)
     assert streamed.total() == 2 and streamed.pin is not None and streamed.pin.etag

@@ -123,7 +123,7 @@ def test_an_object_that_is_not_jsonl_is_named_with_its_line_before_anything_runs
     prefix = f"e2e-{uuid.uuid4().hex[:8]}"
     env = bed.s3_store_env(object_store, prefix)
     s3 = object_store.client()
-    key = f"{prefix}/bad.jsonl"
+    key = f"{prefix}/{bed.namespace}/bad.jsonl"
     s3.put_object(Bucket=object_store.bucket, Key=key, Body=b'{"n": 1}\n{"n": 2}\nnot json\n')
     body = bed.campaign_body("bad", [])
     del body["spec"]["items"]
@@ -140,7 +140,7 @@ def test_an_object_that_is_not_jsonl_is_named_with_its_line_before_anything_runs
         assert bed.shards() == []
         missing = bed.campaign_body("missing", [])
         del missing["spec"]["items"]
-        missing["spec"]["itemsFrom"] = {"object": {"key": f"{prefix}/nope.jsonl"}}
+        missing["spec"]["itemsFrom"] = {"object": {"key": f"{prefix}/{bed.namespace}/nope.jsonl"}}
         kube.create(CAMPAIGNS, bed.namespace, missing)
         gone = bed.wait_phase("missing", {"Invalid"}, timeout=60)
         assert "does not exist" in bed.condition(gone, "Ready")["message"]

@@ -247,12 +247,9 @@ def test_configmap_store_refuses_a_campaign_over_its_ceiling_before_cutting_a_sh
 
 def test_missing_bucket_is_named_before_anything_runs(bed: Bed, s3_operator_env: dict[str, str]) -> None:
     kube = bed.kube
-    body = bed.campaign_body(
-        "nobucket",
-        [{"n": 1}],
-        resultStore={"s3": {"bucket": "no-such-bucket-e2e"}},
-    )
-    with bed.operator(env=s3_operator_env):
+    body = bed.campaign_body("nobucket", [{"n": 1}])
+    # The installation's bucket is missing (a campaign may not move its store without its own keys).
+    with bed.operator(env={**s3_operator_env, "SHARDOPS_S3_BUCKET": "no-such-bucket-e2e"}):
         bed.create_campaign(body)
 
         def refused() -> dict[str, Any] | None:

@@ -10,6 +10,10 @@ import sys
 import time
 from pathlib import Path
 
+from kubernetes import config
+
+from shardops.api.store import DEFAULT_STORE_SECRET
+from testbed import tenants
 from testbed.cluster import lifecycle
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -17,7 +21,8 @@ RELEASE = "shardops"
 OPERATOR_NAMESPACE = "shardops-system"
 DEMO_NAMESPACE = "shardops-demo"
 CAMPAIGN = REPO_ROOT / "examples" / "demo.yaml"
-STORE_SECRET = "shardops-s3"
+# The installation's keys, for the operator only (chart value resultStore.s3.credentialsSecret).
+OPERATOR_STORE_SECRET = "shardops-s3"
 
 
 def _run(
@@ -56,29 +61,34 @@ def _campaign_phase(env: dict[str, str], name: str) -> tuple[str, str]:
 
 
 def _store_values(env: dict[str, str], store: lifecycle.ObjectStore) -> list[str]:
-    """Results in the local SeaweedFS: its credentials Secret where the operator and the workers run,
-    and the chart's resultStore values pointing at it."""
-    for namespace in (OPERATOR_NAMESPACE, DEMO_NAMESPACE):
-        secret = {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": STORE_SECRET, "namespace": namespace},
-            "stringData": {
-                "AWS_ACCESS_KEY_ID": store.access_key_id,
-                "AWS_SECRET_ACCESS_KEY": store.secret_access_key,
-            },
-        }
-        subprocess.run(
-            ["kubectl", "apply", "-f", "-"], input=json.dumps(secret), env=env, text=True, check=True,
-            capture_output=True,
-        )  # fmt: skip
-    print(f"results go to s3://{store.bucket}/shardops/ at {store.endpoint} (Secret {STORE_SECRET})")
+    """Results in the local SeaweedFS: the installation's keys in a Secret of the operator's namespace
+    (the operator's only), the demo namespace's own keys that reach only its area (provision_namespace,
+    the administrator's step when adding a namespace), and the chart's resultStore values."""
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": OPERATOR_STORE_SECRET, "namespace": OPERATOR_NAMESPACE},
+        "stringData": {
+            "AWS_ACCESS_KEY_ID": store.access_key_id,
+            "AWS_SECRET_ACCESS_KEY": store.secret_access_key,
+        },
+    }
+    subprocess.run(
+        ["kubectl", "apply", "-f", "-"], input=json.dumps(secret), env=env, text=True, check=True,
+        capture_output=True,
+    )  # fmt: skip
+    api = config.new_client_from_config(config_file=env["KUBECONFIG"])
+    tenants.provision_namespace(api, DEMO_NAMESPACE, store=store)
+    print(
+        f"results go to s3://{store.bucket}/shardops/ at {store.endpoint}; namespace {DEMO_NAMESPACE}'s "
+        f"workers get Secret {DEFAULT_STORE_SECRET}, whose keys reach only shardops/{DEMO_NAMESPACE}/"
+    )
     values = {
         "resultStore.type": "S3",
         "resultStore.s3.endpoint": store.endpoint,
         "resultStore.s3.region": store.region,
         "resultStore.s3.bucket": store.bucket,
-        "resultStore.s3.credentialsSecret": STORE_SECRET,
+        "resultStore.s3.credentialsSecret": OPERATOR_STORE_SECRET,
     }
     return [argument for key, value in values.items() for argument in ("--set", f"{key}={value}")]
 

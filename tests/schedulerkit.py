@@ -9,7 +9,7 @@ from typing import Any
 
 from shardops.api.common import JSON
 from shardops.api.names import CAMPAIGN_LABEL, CLASS_LABEL
-from shardops.k8s.api import CAMPAIGNS, EVENTS, LEASES, SHARDS, ApiError, Resource
+from shardops.k8s.api import CAMPAIGNS, EVENTS, LEASES, SECRETS, SHARDS, ApiError, Resource
 from shardops.logic.idempotency import idempotency_key
 from shardops.logic.timefmt import micro_time
 from shardops.scheduler.metrics import Metrics
@@ -52,11 +52,17 @@ def settings(**overrides: Any) -> OperatorSettings:
     return OperatorSettings(**{"identity": "op-test", "metrics_port": 0, **overrides})
 
 
-def reconciler(kube: OperatorKube, clock: Clock, **overrides: Any) -> Reconciler:
+def reconciler(kube: OperatorKube, clock: Clock, provisioned: bool = True, **overrides: Any) -> Reconciler:
+    """A Reconciler with the test's settings; `provisioned`: the namespace has its store Secret, as
+    an admin creates it when adding a namespace (docs/install.md)."""
+    operator_settings = settings(**overrides)
+    secret = operator_settings.store_secret
+    if provisioned and secret and operator_settings.result_store == "S3":
+        kube.put(SECRETS, NAMESPACE, {"metadata": {"name": secret}, "data": {}})
     # Renewals are timed on the operator's monotonic clock: the test clock stands in for both.
     return Reconciler(
         kube,  # type: ignore[arg-type]
-        settings(**overrides),
+        operator_settings,
         Metrics(),
         clock=clock,
         monotonic=lambda: clock.now.timestamp(),  # noqa: PLW0108 - clock.now is replaced as time passes

@@ -42,6 +42,8 @@ if TYPE_CHECKING:
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHART = REPO_ROOT / "charts" / "shardops"
 RELEASE = "shardops"
+# The installation's S3 keys, in the release namespace (chart value resultStore.s3.credentialsSecret).
+OPERATOR_STORE_SECRET = "shardops-s3"
 
 SERVICE_ACCOUNTS = "templates/serviceaccounts.yaml"
 RBAC_OPERATOR = "templates/rbac-operator.yaml"
@@ -83,6 +85,38 @@ def local_values(namespace: str, **overrides: Any) -> dict[str, Any]:
         "metrics": {"port": lifecycle.free_port()},
     }
     return merge(values, overrides)
+
+
+def s3_store_values(
+    cluster: Cluster, namespace: str, store: lifecycle.ObjectStore, prefix: str
+) -> dict[str, Any]:
+    """Chart values for an S3 store, with the installation's keys in a Secret of the release
+    namespace `namespace` only (the operator's, never a worker's). Each campaign namespace needs its
+    own keys: testbed.tenants.provision_namespace, the administrator's step when adding one."""
+    secret = client.V1Secret(
+        metadata=client.V1ObjectMeta(name=OPERATOR_STORE_SECRET),
+        string_data={
+            "AWS_ACCESS_KEY_ID": store.access_key_id,
+            "AWS_SECRET_ACCESS_KEY": store.secret_access_key,
+        },
+    )
+    try:
+        client.CoreV1Api(cluster.api).create_namespaced_secret(namespace, secret)
+    except client.ApiException as error:
+        if error.status != 409:
+            raise
+    return {
+        "resultStore": {
+            "type": "S3",
+            "s3": {
+                "endpoint": store.endpoint,
+                "region": store.region,
+                "bucket": store.bucket,
+                "prefix": prefix,
+                "credentialsSecret": OPERATOR_STORE_SECRET,
+            },
+        }
+    }
 
 
 def built_image() -> str:

@@ -31,11 +31,13 @@ from kubernetes import client, watch
 
 from shardops.api.common import JSON
 from shardops.api.names import API_GROUP_VERSION
+from shardops.api.store import DEFAULT_STORE_SECRET
 from shardops.k8s.api import CAMPAIGNS, LEASES, SHARDS, Kube, NotFound
 from shardops.logic.idempotency import key_label
 from shardops.logic.timefmt import parse_rfc3339 as parse_time
 from shardops.store.configmap import ITEMS_PREFIX, RESULT_PREFIX, ConfigMapStore, attempts_prefix
 from shardops.store.records import StoredResult
+from testbed import tenants
 from testbed.cluster import lifecycle
 from testbed.cluster.lifecycle import WRITE_VERBS, free_port
 from testbed.harness import Cluster, wait_for
@@ -212,33 +214,41 @@ def operator_running(
         chartkit.delete_cluster_scoped(cluster, objects)
 
 
-STORE_SECRET = "shardops-s3"
+STORE_SECRET = DEFAULT_STORE_SECRET
 
 
 def s3_store_env(
     cluster: Cluster, namespace: str, store: lifecycle.ObjectStore, prefix: str
 ) -> dict[str, str]:
     """An installation whose default result store is S3 (as the chart's resultStore values render
-    it): the credentials Secret in `namespace` and the operator settings (its own credentials too)."""
-    secret = client.V1Secret(
-        metadata=client.V1ObjectMeta(name=STORE_SECRET),
-        string_data={
-            "AWS_ACCESS_KEY_ID": store.access_key_id,
-            "AWS_SECRET_ACCESS_KEY": store.secret_access_key,
-        },
-    )
-    try:
-        client.CoreV1Api(cluster.api).create_namespaced_secret(namespace, secret)
-    except client.ApiException as error:
-        if error.status != 409:  # there already from an earlier operator in this namespace
-            raise
+    it): the namespace's store Secret with keys that reach only its area (provision_namespace, as an
+    admin adds a namespace), and the operator settings, with the installation's keys for the operator
+    alone. An external cluster's store cannot be given scoped identities here: its namespace Secret
+    then holds the keys SHARDOPS_S3_* named."""
+    if cluster.local is not None:
+        tenants.provision_namespace(
+            cluster.api, namespace, directory=cluster.local.directory, store=store, prefix=prefix
+        )
+    else:
+        secret = client.V1Secret(
+            metadata=client.V1ObjectMeta(name=STORE_SECRET),
+            string_data={
+                "AWS_ACCESS_KEY_ID": store.access_key_id,
+                "AWS_SECRET_ACCESS_KEY": store.secret_access_key,
+            },
+        )
+        try:
+            client.CoreV1Api(cluster.api).create_namespaced_secret(namespace, secret)
+        except client.ApiException as error:
+            if error.status != 409:  # there already from an earlier operator in this namespace
+                raise
     return {
         "SHARDOPS_RESULT_STORE": "S3",
         "SHARDOPS_S3_ENDPOINT": store.endpoint,
         "SHARDOPS_S3_REGION": store.region,
         "SHARDOPS_S3_BUCKET": store.bucket,
         "SHARDOPS_S3_PREFIX": prefix,
-        "SHARDOPS_S3_CREDENTIALS_SECRET": STORE_SECRET,
+        "SHARDOPS_STORE_SECRET": STORE_SECRET,
         "AWS_ACCESS_KEY_ID": store.access_key_id,
         "AWS_SECRET_ACCESS_KEY": store.secret_access_key,
     }

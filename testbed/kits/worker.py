@@ -227,6 +227,9 @@ class StoreUnderTest:
     namespace: str
     object_store: Any = None  # testbed.cluster.lifecycle.ObjectStore for "s3"
     prefix: str = ""
+    # The keys the namespace's workers get (testbed.tenants.provision_namespace: only the namespace's
+    # area); the installation's (`object_store`) stay with the test's own reads.
+    namespace_store: Any = None
 
     @property
     def location(self) -> ResultStoreStatus:
@@ -244,10 +247,8 @@ class StoreUnderTest:
     def worker_env(self) -> dict[str, str]:
         if self.kind == "configmap":
             return {}
-        return {
-            "AWS_ACCESS_KEY_ID": self.object_store.access_key_id,
-            "AWS_SECRET_ACCESS_KEY": self.object_store.secret_access_key,
-        }
+        keys = self.namespace_store or self.object_store
+        return {"AWS_ACCESS_KEY_ID": keys.access_key_id, "AWS_SECRET_ACCESS_KEY": keys.secret_access_key}
 
     def attach(self, kube: Kube, campaign: str) -> None:
         """Record the store in the campaign's status, as the operator does before its first shard."""

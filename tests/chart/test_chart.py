@@ -793,7 +793,10 @@ def test_operator_rules_are_exactly_what_the_operator_uses(helm_bin: Path) -> No
         *{("", "configmaps", v) for v in ("get", "create")},  # itemsFrom; store.finished (zombies)
         ("events.k8s.io", "events", "create"),
         ("", "events", "list"),  # k8s.jobs.failed_creates: why a worker Job got no pod
+        ("", "secrets", "get"),  # scheduler.stores.store_secret_problem, by name only (below)
     }
+    (secrets,) = [r for r in rules_of(render(helm_bin), "-operator") if "secrets" in r["resources"]]
+    assert secrets["resourceNames"] == ["shardops-store"], "the namespace's store Secret, no other"
 
 
 def test_worker_rules_apply_only_in_worker_namespaces(helm_bin: Path) -> None:

@@ -27,10 +27,15 @@ def test_one_client_per_location_made_once() -> None:
     assert stores.s3("other-namespace", INSTALLATION) is not first
 
 
-def test_a_store_with_the_campaigns_own_credentials_has_no_client_here() -> None:
+def test_a_store_elsewhere_has_no_client_here_whatever_its_secret() -> None:
+    """The installation's keys are used on the installation's store only: never with an endpoint,
+    bucket, region or prefix a campaign chose (its own keys go to its workers instead)."""
     stores = Stores(INSTALLATION)
-    own = INSTALLATION.model_copy(update={"credentials_secret": "team-s3"})
-    assert stores.s3(NAMESPACE, own) is None
+    for moved in ({"endpoint": "http://169.254.169.254"}, {"bucket": "b2"}, {"region": "r"}, {"prefix": "x"}):
+        elsewhere = INSTALLATION.model_copy(update={**moved, "credentials_secret": "team-s3"})
+        assert stores.s3(NAMESPACE, elsewhere) is None, moved
+    own_keys = INSTALLATION.model_copy(update={"credentials_secret": "team-s3"})
+    assert stores.s3(NAMESPACE, own_keys) is not None, "the installation's store, the team's own Secret"
     assert stores.s3_of(NAMESPACE, ResultStoreStatus(type=StoreType.CONFIG_MAP)) is None
 
 

@@ -167,10 +167,11 @@ def test_an_object_with_more_items_than_allowed_is_refused_naming_the_line(
 ) -> None:
     monkeypatch.setattr(items_module, "MAX_OBJECT_ITEMS", 3)
     s3 = FakeS3()
-    s3.objects["in/many.jsonl"] = (b"".join(b'{"n": %d}\n' % i for i in range(5)), {})
-    streamed = object_items(ItemsObject(key="in/many.jsonl"), S3Store(LOCATION, NAMESPACE, client=s3))
+    s3.objects["p/ns/in/many.jsonl"] = (b"".join(b'{"n": %d}\n' % i for i in range(5)), {})
+    streamed = object_items(ItemsObject(key="p/ns/in/many.jsonl"), S3Store(LOCATION, NAMESPACE, client=s3))
     with pytest.raises(
-        ItemsUnavailable, match=r"s3://results/in/many.jsonl line 4: more items than one itemsFrom object"
+        ItemsUnavailable,
+        match=r"s3://results/p/ns/in/many.jsonl line 4: more items than one itemsFrom object",
     ):
         streamed.total()
 
@@ -254,18 +255,18 @@ def test_an_inline_item_with_a_refused_source_under_an_old_crd_is_a_condition(
 def test_an_object_is_read_by_its_pinned_etag_and_a_new_version_is_refused() -> None:
     s3 = FakeS3()
     store = S3Store(LOCATION, NAMESPACE, client=s3)
-    s3.objects["in/q.jsonl"] = (b'{"n": 0}\n{"n": 1}\n', {})
-    first = object_items(ItemsObject(key="in/q.jsonl"), store)
+    s3.objects["p/ns/in/q.jsonl"] = (b'{"n": 0}\n{"n": 1}\n', {})
+    first = object_items(ItemsObject(key="p/ns/in/q.jsonl"), store)
     assert first.total() == 2 and first.pin is not None and first.pin.etag
-    s3.objects["in/q.jsonl"] = (
+    s3.objects["p/ns/in/q.jsonl"] = (
         b'{"n": 1}\n{"n": 0}\n',
         {},
     )  # same count, other order: results would pair wrong
     with pytest.raises(ItemsChanged) as changed:
         first[0:1]  # a later slice reopens with If-Match
     assert changed.value.reason == "ItemsChanged"
-    assert "s3://results/in/q.jsonl changed after" in changed.value.message
-    again = object_items(ItemsObject(key="in/q.jsonl"), store, pinned=first.pin)  # after a restart
+    assert "s3://results/p/ns/in/q.jsonl changed after" in changed.value.message
+    again = object_items(ItemsObject(key="p/ns/in/q.jsonl"), store, pinned=first.pin)  # after a restart
     with pytest.raises(ItemsChanged):
         again.total()
 

@@ -147,10 +147,13 @@ def test_campaign_settings_override_the_installations_field_by_field() -> None:
     )
     assert resolve_result_store(None, installation) == ResultStoreStatus(type=StoreType.CONFIG_MAP)
     chosen = resolve_result_store(
-        ResultStoreSpec(type=StoreType.S3, s3=S3Location(bucket="mine", prefix="")), installation
+        ResultStoreSpec(
+            type=StoreType.S3, s3=S3Location(bucket="mine", prefix="", credentials_secret="mine-keys")
+        ),
+        installation,
     )
     assert chosen == ResultStoreStatus(
-        type=StoreType.S3, endpoint="http://s3:8333", bucket="mine", prefix="", credentials_secret="creds"
+        type=StoreType.S3, endpoint="http://s3:8333", bucket="mine", prefix="", credentials_secret="mine-keys"
     )
 
 

@@ -124,9 +124,11 @@ class ConditionReason(StrEnum):
     ITEMS_KEY_NOT_FOUND = "ItemsKeyNotFound"
     ITEMS_INVALID = "ItemsInvalid"
     ITEMS_CHANGED = "ItemsChanged"
+    ITEMS_OUTSIDE_NAMESPACE = "ItemsOutsideNamespace"
     RESULT_STORE_TOO_SMALL = "ResultStoreTooSmall"
     RESULT_STORE_UNAVAILABLE = "ResultStoreUnavailable"
     IN_OPERATOR_NAMESPACE = "InOperatorNamespace"
+    STORE_SECRET_MISSING = "StoreSecretMissing"
     # Backpressured
     WITHIN_BACKLOG = "WithinBacklog"
     BACKLOG_FULL = "BacklogFull"

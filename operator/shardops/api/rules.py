@@ -65,6 +65,21 @@ ITEMS_FROM_CONFIGMAP_KEY: Final = CelRule(
     message="spec.itemsFrom.configMapName and spec.itemsFrom.key go together: set both",
 )
 
+# The operator fills in the installation's store credentials only for the installation's own store:
+# a campaign that points the store elsewhere (another endpoint, bucket, region or prefix) brings its
+# own keys, or the operator's would sign requests to a place its author chose (docs/security.md).
+STORE_OVERRIDE_NEEDS_CREDENTIALS: Final = CelRule(
+    rule=(
+        "has(self.credentialsSecret) || "
+        "!(has(self.endpoint) || has(self.bucket) || has(self.region) || has(self.prefix))"
+    ),
+    message=(
+        "spec.resultStore.s3 moves the store (endpoint, bucket, region or prefix) without credentials: "
+        "set spec.resultStore.s3.credentialsSecret to a Secret of this namespace whose keys reach that "
+        "store, or remove the override to use the installation's store and your namespace's area of it"
+    ),
+)
+
 HEARTBEAT_UNDER_HALF_LEASE: Final = CelRule(
     rule="!has(self.heartbeatSeconds) || self.heartbeatSeconds * 2 < self.leaseSeconds",
     message=(

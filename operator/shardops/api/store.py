@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 from pydantic import (
+    ConfigDict,
     Field,
+    model_validator,
 )
 
+from shardops.api import rules
 from shardops.api.common import (
     DNS_SUBDOMAIN_MAX,
     DNS_SUBDOMAIN_PATTERN,
     SpecModel,
     StatusModel,
+    cel_rules,
 )
 from shardops.api.enums import StoreType
 
@@ -20,6 +24,10 @@ BUCKET_PATTERN = r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"
 PREFIX_PATTERN = r"^[A-Za-z0-9!_.*'()/-]*$"
 
 DEFAULT_S3_PREFIX = "shardops"
+
+# The Secret of each namespace whose keys that namespace's workers get (chart value
+# resultStore.namespaceSecret): keys that reach only the namespace's area of the store.
+DEFAULT_STORE_SECRET = "shardops-store"
 
 # The ConfigMap store's ceiling: two ConfigMaps of results (and a small pointer) per shard in etcd,
 # which has a 2 GiB default quota for the whole cluster and keeps every object in the API server's
@@ -32,6 +40,8 @@ MAX_RETENTION_SECONDS = 10 * 365 * 24 * 3600
 
 class S3Location(SpecModel):
     """An S3-compatible bucket (AWS S3, GCS interoperability, Ceph RGW, R2, SeaweedFS, ...)."""
+
+    model_config = ConfigDict(json_schema_extra=cel_rules(rules.STORE_OVERRIDE_NEEDS_CREDENTIALS))
 
     endpoint: str | None = Field(
         default=None,
@@ -68,10 +78,19 @@ class S3Location(SpecModel):
         pattern=DNS_SUBDOMAIN_PATTERN,
         description=(
             "Secret in the campaign's namespace with keys AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
-            "given to workers as environment variables. Default: the installation's; unset there too: "
-            "the client's default credential chain (workload identity, instance profile)."
+            "given to workers as environment variables; required with an endpoint, bucket, region or "
+            "prefix of your own. Default: the namespace's store Secret (chart value "
+            f"resultStore.namespaceSecret, {DEFAULT_STORE_SECRET}), whose keys reach only this "
+            "namespace's area."
         ),
     )
+
+    @model_validator(mode="after")
+    def _override_brings_credentials(self) -> S3Location:
+        moved = (self.endpoint, self.bucket, self.region, self.prefix)
+        if self.credentials_secret is None and any(value is not None for value in moved):
+            raise ValueError(rules.STORE_OVERRIDE_NEEDS_CREDENTIALS.message)
+        return self
 
 
 class ResultStoreSpec(SpecModel):
@@ -119,6 +138,19 @@ class ResultStoreStatus(StatusModel):
     credentials_secret: str | None = Field(
         default=None, description="Secret workers get S3 credentials from; unset: the default chain."
     )
+
+    def area(self, namespace: str) -> str:
+        """The key prefix of `namespace`'s area, `<prefix>/<namespace>/`: every object a campaign of
+        that namespace writes is under it, and its namespace's store credentials reach only it."""
+        prefix = self.prefix.strip("/")
+        return f"{prefix}/{namespace}/" if prefix else f"{namespace}/"
+
+    def same_store(self, other: ResultStoreStatus) -> bool:
+        """Whether `other` is this store (endpoint, region, bucket and prefix), whatever its Secret."""
+        fields = ("endpoint", "region", "bucket")
+        return all(getattr(self, f) == getattr(other, f) for f in fields) and (
+            self.prefix.strip("/") == other.prefix.strip("/")
+        )
 
 
 def resolve_result_store(spec: ResultStoreSpec | None, installation: ResultStoreStatus) -> ResultStoreStatus:

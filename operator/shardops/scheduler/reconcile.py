@@ -59,7 +59,7 @@ from shardops.scheduler.status import (
     turned,
     validation_message,
 )
-from shardops.scheduler.stores import Stores
+from shardops.scheduler.stores import Stores, store_secret_problem
 from shardops.scheduler.sweep import Sweeper
 from shardops.scheduler.writes import CONFLICT_ROUNDS, ShardWrites
 from shardops.state import breakers
@@ -232,6 +232,13 @@ class Reconciler:
             body, campaign = recorded, Campaign.parse(recorded)
         seen = observe(self.kube, body, campaign, items)
         status = campaign.current_status
+        # One GET while the campaign has no worker Job (its start, or all gone) and is not finished:
+        # a missing store Secret is named before any shard is cut or pod would fail on it.
+        if not seen.jobs and status.phase not in (CampaignPhase.SUCCEEDED, CampaignPhase.COMPLETED):
+            missing = store_secret_problem(self.kube, campaign, self.settings.store_secret or None)
+            if missing is not None:
+                self._invalid(body, ConditionReason.STORE_SECRET_MISSING, missing, now)
+                return True
         retried = self.retry.act(seen, now)
         # A retry of every gave-up shard cuts the folded ones again from the ledger, a segment at a
         # time as the backlog bound leaves room: status.folded as this pass leaves it before its fold.

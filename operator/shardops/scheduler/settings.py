@@ -15,7 +15,13 @@ from pydantic_settings import NoDecode, SettingsConfigDict
 
 from shardops import API_GROUP
 from shardops.api.enums import StoreType
-from shardops.api.store import BUCKET_PATTERN, DEFAULT_S3_PREFIX, MAX_RETENTION_SECONDS, ResultStoreStatus
+from shardops.api.store import (
+    BUCKET_PATTERN,
+    DEFAULT_S3_PREFIX,
+    DEFAULT_STORE_SECRET,
+    MAX_RETENTION_SECONDS,
+    ResultStoreStatus,
+)
 from shardops.api.worker import PullSecretReference, ResourceRequirements, Toleration
 from shardops.clock import ClockSkewSettings
 from shardops.scheduler.builders import (
@@ -183,12 +189,13 @@ class OperatorSettings(ClockSkewSettings):
     s3_prefix: str = Field(
         default=DEFAULT_S3_PREFIX, description="Key prefix of every object shardops writes."
     )
-    s3_credentials_secret: str | None = Field(
-        default=None,
+    store_secret: str | None = Field(
+        default=DEFAULT_STORE_SECRET,
         description=(
-            "Secret (in each campaign's namespace) with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY for "
-            "workers; unset: the client's default credential chain. The operator's own credentials come "
-            "from its environment (the chart maps the same Secret of its namespace)."
+            "Secret in each campaign's namespace whose AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY the "
+            "namespace's workers get: keys that reach only <bucket>/<prefix>/<namespace>/ (docs/install.md). "
+            "Empty: none, workers use the default credential chain (a workload identity per namespace). "
+            "The operator's own keys come from its environment and never reach a worker pod."
         ),
     )
     result_retention_seconds: int | None = Field(
@@ -216,7 +223,7 @@ class OperatorSettings(ClockSkewSettings):
             region=self.s3_region,
             bucket=self.s3_bucket,
             prefix=self.s3_prefix,
-            credentials_secret=self.s3_credentials_secret,
+            credentials_secret=self.store_secret or None,
         )
 
     def operator_namespace_problem(self, namespace: str, campaign: str) -> str | None:

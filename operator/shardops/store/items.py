@@ -141,6 +141,9 @@ def object_items(
     `pinned` (status.itemsPin), only that version of the object is read."""
     if s3 is None:
         raise campaigns.ItemsUnavailable(ConditionReason.ITEMS_NOT_FOUND, NEEDS_S3)
+    problem = outside_area_problem(source, s3)
+    if problem is not None:
+        raise campaigns.ItemsUnavailable(ConditionReason.ITEMS_OUTSIDE_NAMESPACE, problem)
     where = f"s3://{source.bucket or s3.location.bucket}/{source.key}"
     return StreamedItems(
         lambda etag: s3.open_items(source.key, source.bucket, if_match=etag),
@@ -148,6 +151,22 @@ def object_items(
         shard_size,
         pinned,
         source=f"object {source.key}" + (f" in bucket {source.bucket}" if source.bucket else ""),
+    )
+
+
+def outside_area_problem(source: ItemsObject, s3: S3Store) -> str | None:
+    """Why `spec.itemsFrom.object` may not be read, naming where it must live; None when it is in the
+    campaign's namespace's area (`<prefix>/<namespace>/` of its store's bucket). The operator reads
+    it with the installation's keys, which reach every namespace's area: without this check a
+    campaign could take another namespace's objects as its items."""
+    area = s3.location.area(s3.namespace)
+    if source.bucket in (None, s3.location.bucket) and source.key.startswith(area):
+        return None
+    named = f"s3://{source.bucket or s3.location.bucket}/{source.key}"
+    return (
+        f"spec.itemsFrom.object names {named}, outside this namespace's area of the result store: "
+        f"items must live under s3://{s3.location.bucket}/{area} (leave spec.itemsFrom.object.bucket "
+        f"unset; `kubectl campaign apply --items FILE` uploads a file there)"
     )
 
 

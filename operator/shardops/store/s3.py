@@ -183,8 +183,7 @@ class S3Store:
     # --- names -------------------------------------------------------------------------------------
 
     def _root(self) -> str:
-        prefix = self.location.prefix.strip("/")
-        return f"{prefix}/{self.namespace}/" if prefix else f"{self.namespace}/"
+        return self.location.area(self.namespace)
 
     def attempts_prefix(self, key: str) -> str:
         return f"{self._root()}attempts/{store_label(key)}/"
