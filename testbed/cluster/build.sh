@@ -128,7 +128,7 @@ fi
 failed=()
 for i in "${!pids[@]}"; do wait "${pids[$i]}" || failed+=("${parts[$i]}"); done
 if [ ${#failed[@]} -gt 0 ]; then
-  log "failed: ${failed[*]} (its own messages above)"
+  log "failed: $(printf '%s; ' "${failed[@]}")see their own messages above"
   exit 1
 fi
 
