@@ -59,7 +59,7 @@ def try_lines(kubeconfig: str, binaries: Path, name: str, cluster_dir: Path | No
     plugin_dir = Path(sys.prefix) / "bin"  # this venv: kubectl-campaign, kubectl_complete-campaign
     lines = [
         f"export KUBECONFIG={kubeconfig} PATH={binaries}:{plugin_dir}:$PATH",
-        f"kubectl get campaigns,shards -n {DEMO_NAMESPACE}",
+        f"kubectl get campaigns -n {DEMO_NAMESPACE}",
         f"kubectl campaign status {name} -n {DEMO_NAMESPACE}",
         f"kubectl campaign results {name} -n {DEMO_NAMESPACE}",
     ]
