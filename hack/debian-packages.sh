@@ -28,6 +28,10 @@ command -v apt-get >/dev/null || {
 }
 echo "[debian-packages] installing ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
+# `make demo` installs the image build's packages and runc at the same time (hack/image.sh and
+# testbed/cluster/build.sh run in parallel): the second apt-get waits for the first one's dpkg lock
+# instead of failing on it.
+apt_get=("${as_root[@]}" apt-get -o DPkg::Lock::Timeout=600)
 # A stale package list names versions the mirror no longer has: refresh it once and retry.
-"${as_root[@]}" apt-get install --yes --no-install-recommends "${missing[@]}" >&2 \
-  || { "${as_root[@]}" apt-get update >&2 && "${as_root[@]}" apt-get install --yes --no-install-recommends "${missing[@]}" >&2; }
+"${apt_get[@]}" install --yes --no-install-recommends "${missing[@]}" >&2 \
+  || { "${apt_get[@]}" update >&2 && "${apt_get[@]}" install --yes --no-install-recommends "${missing[@]}" >&2; }

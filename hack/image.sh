@@ -16,8 +16,8 @@
 #
 # The Dockerfile builds the same content for users with Docker (tests/image/test_build.py keeps the
 # two in step). The archive is cached: the hash of every input (this script, pyproject.toml,
-# constraints.txt, README.md, operator/, examples/, the Debian suite and packages) is stored next to
-# it, and a build whose inputs hash matches prints the digest and stops; a copy is kept under
+# constraints.txt, README.md, LICENSE, operator/, examples/, the Debian suite and packages) is stored
+# next to it, and a build whose inputs hash matches prints the digest and stops; a copy is kept under
 # ~/.cache/shardops/image/archives/<hash>, so a fresh clone of the same sources copies it (~1 s).
 #
 # Debian packages it needs (mmdebstrap, buildah, skopeo, uidmap) are installed by
@@ -57,7 +57,7 @@ venv=/opt/shardops
 
 inputs_hash=$(
   {
-    cat hack/image.sh pyproject.toml constraints.txt README.md
+    cat hack/image.sh pyproject.toml constraints.txt README.md LICENSE
     echo "$passwd_entry $group_entry"
     echo "$image_name $suite $variant $mirror $security_mirror $runtime_packages $build_packages"
     find operator examples -type f ! -path '*/__pycache__/*' ! -name '*.pyc' ! -path '*.egg-info/*' -print0 \
@@ -99,8 +99,14 @@ trap cleanup EXIT
 log "wheels for shardops $version (pip, constraints.txt)"
 wheels="$work/wheels"
 mkdir -p "$wheels"
+# From a copy of the sources: setuptools writes build/ and *.egg-info into the tree it builds, and
+# `make demo` builds the venv's editable install from the checkout at the same time.
+source="$work/source"
+mkdir -p "$source"
+tar -c --exclude=__pycache__ --exclude='*.egg-info' pyproject.toml README.md LICENSE operator examples/agent \
+  | tar -x -C "$source"
 env -u PIP_FIND_LINKS -u PIP_NO_INDEX -u PIP_INDEX_URL python3 -m pip wheel --quiet --disable-pip-version-check \
-  --constraint constraints.txt --wheel-dir "$wheels" . >&2
+  --constraint constraints.txt --wheel-dir "$wheels" "$source" >&2
 cp constraints.txt "$wheels/constraints.txt"
 
 # Commands inside the rootfs get a clean environment: none of this machine's pip or Python settings.

