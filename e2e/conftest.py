@@ -15,12 +15,13 @@ from collections.abc import Iterator
 
 import pytest
 from kubernetes import client, config
-from testbed import tenants
 from testbed.bed import Bed
 from testbed.cluster import lifecycle
 from testbed.faults.recording import AuditTail
 from testbed.harness import Cluster, create_namespace, external_kubeconfig, install_crds
 from testbed.kits import worker as workerkit
+
+from testbed import tenants
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -11,9 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from testbed import demo
 from testbed.cluster import lifecycle
 from testbed.harness import REPO_ROOT, external_kubeconfig
+
+from testbed import demo
 
 # Printed after each pasted line, with that line's exit status: where one line's output ends.
 STATUS_MARK = "@@try-line-exit="

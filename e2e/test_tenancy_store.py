@@ -23,10 +23,11 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes import client
-from testbed import tenants
 from testbed.cluster import lifecycle
 from testbed.harness import REPO_ROOT, Cluster, create_namespace, dump_json, wait_for
 from testbed.kits import chart as chartkit
+
+from testbed import tenants
 
 # The hostile command: every S3 call it can think of outside its own area, with the keys it finds in
 # its environment (the default chain), and its environment itself; one finding per attempt.

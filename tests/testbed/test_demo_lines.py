@@ -6,8 +6,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from testbed import demo
 from testbed.cluster import lifecycle
+
+from testbed import demo
 from tests.docskit import README, fenced_blocks
 
 KUBECTL_AND_HELM = "<kubectl and helm>"
