@@ -8,17 +8,6 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from fakes3 import FakeS3
-from schedulerkit import (
-    NAMESPACE,
-    Clock,
-    OperatorKube,
-    campaign,
-    condition,
-    put_campaign,
-    reconciler,
-    status_of,
-)
 from shardops.api import rules
 from shardops.api.campaign import Campaign
 from shardops.api.enums import ConditionReason
@@ -30,6 +19,17 @@ from shardops.scheduler import builders
 from shardops.scheduler.settings import OperatorSettings
 from shardops.store.items import object_items
 from shardops.store.s3 import S3Store
+from tests.fakes3 import FakeS3
+from tests.schedulerkit import (
+    NAMESPACE,
+    Clock,
+    OperatorKube,
+    campaign,
+    condition,
+    put_campaign,
+    reconciler,
+    status_of,
+)
 
 ADMIN_KEY, ADMIN_SECRET = "ADMINKEY0001", "admin-secret-value"
 
