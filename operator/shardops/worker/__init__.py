@@ -11,6 +11,7 @@ store the results, repeat. The modules, lowest first:
     runner.py      one attempt of the user's command: files, environment (`command_env`), process
                    group, results reader, Command
     persistent.py  the persistent command: one process serving shard after shard (ServedCommand)
+    tally.py       the item results of one attempt (Tally): which items have one, what is left, the cost
     slots.py       what the slots of one process share (SlotGroup) and running them (`run_slots`)
     holding.py     a claimed shard as its holder sees it (Holding: fenced writes, Done/failed/released,
                    Outcome), seeing its slot through the Slot Protocol
