@@ -17,6 +17,7 @@ from shardops.state import observe
 from shardops.worker.claim import (
     Candidate,
     choose,
+    exit_reason,
     expected_shards,
     is_zombie,
     progress_of,
@@ -24,6 +25,7 @@ from shardops.worker.claim import (
     uncut_shards,
     was_claimed,
 )
+from shardops.worker.observed import Observed
 from tests.fakekube import FakeKube
 from tests.workerkit import NAMESPACE, T0, add_campaign, campaign_body
 
@@ -173,6 +175,18 @@ def test_stop_reasons() -> None:
     assert "finished (2 of 3" in (stop_reason(finished, unfinished) or "")
     running_finalize = [*unfinished, _finalize_shard("Running")]
     assert stop_reason(finished, running_finalize) is None
+
+
+def test_exit_reasons_name_a_gone_or_reapplied_campaign_else_its_stop_reason() -> None:
+    assert exit_reason(None, "ns", "camp", None) == "campaign ns/camp does not exist"
+    campaign = Campaign.parse({**campaign_body(), "metadata": {"name": "camp", "uid": "new"}})
+    observed = Observed(campaign, [_shard(0)], fresh=True)
+    reapplied = exit_reason(observed, "ns", "camp", "old") or ""
+    assert "deleted and applied again (uid new, this worker's was old)" in reapplied
+    assert exit_reason(observed, "ns", "camp", "new") is None
+    assert exit_reason(observed, "ns", "camp", None) is None, "no uid to compare: the campaign's own reasons"
+    suspended = Campaign.parse({**campaign_body(suspend=True), "metadata": {"name": "camp", "uid": "new"}})
+    assert exit_reason(Observed(suspended, [_shard(0)], True), "ns", "camp", "new") == "campaign is suspended"
 
 
 def test_each_source_waits_for_its_own_cooldown_not_the_longest() -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from shardops.api.campaign import Campaign
 from shardops.api.enums import ShardPhase
 from shardops.api.shard import Shard
 from shardops.k8s import leases
@@ -22,9 +23,11 @@ from shardops.k8s.shards import unfinished_query
 from shardops.logic.leases import Renewals
 from shardops.worker.holding import Outcome
 from shardops.worker.observed import (
+    Observed,
     Wake,
     WatchedObserver,
     campaign_change_matters,
+    own,
     read_observed,
     shard_change_matters,
 )
@@ -471,3 +474,24 @@ def test_a_shard_without_a_status_is_left_out_of_the_watch_until_it_is_pending()
         _until(looks.changes, seen, lambda: "camp-00001" in {s.name for s in looks.observe().unfinished})
     finally:
         looks.close()
+
+
+def test_own_keeps_the_campaigns_unfolded_shards_only() -> None:
+    """A shard of a deleted incarnation (another controller uid) or of a folded index is not worked on."""
+    campaign = Campaign.parse(
+        {
+            **campaign_body(),
+            "metadata": {"name": "camp", "uid": "u1"},
+            "status": {"folded": {"doneRanges": [{"start": 0, "end": 1}]}},
+        }
+    )
+
+    def shard(index: int, owner: str) -> Shard:
+        reference = {"apiVersion": "shardops.dev/v1alpha1", "kind": "Campaign", "name": "camp", "uid": owner}
+        metadata = {"name": f"camp-{index:05d}", "ownerReferences": [{**reference, "controller": True}]}
+        spec = {"campaign": "camp", "index": index, "items": [{"id": index}], "idempotencyKey": f"k{index}"}
+        return Shard.parse({"metadata": metadata, "spec": spec})
+
+    folded, live, stale = shard(0, "u1"), shard(1, "u1"), shard(2, "u0")
+    kept = own(Observed(campaign, [folded, live, stale], fresh=False))
+    assert [s.name for s in kept.unfinished] == [live.name] and kept.campaign is campaign and not kept.fresh

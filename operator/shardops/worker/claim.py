@@ -44,6 +44,7 @@ from shardops.state import error_threshold, observe, shardview
 from shardops.store import ResultStore
 from shardops.store.finished import commit_for_reuse, completion, stored_result_of
 from shardops.store.records import ItemRecord
+from shardops.worker.observed import Observed
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +84,20 @@ def uncut_shards(campaign: Campaign, unfinished: Sequence[Shard]) -> int:
     """Work shards the operator has still to cut: while there are any, more work is coming."""
     total = observe.known_items_total(campaign, unfinished)
     return observe.item_progress(campaign, unfinished, total).uncut_shards
+
+
+def exit_reason(observed: Observed | None, namespace: str, name: str, started_for: str | None) -> str | None:
+    """Why a worker of campaign `namespace`/`name` should exit, judged on `observed` (None: the
+    campaign does not exist). `started_for`: the uid of the campaign the worker was started for
+    (SHARDOPS_CAMPAIGN_UID), if known."""
+    if observed is None:
+        return f"campaign {namespace}/{name} does not exist"
+    if started_for and observed.campaign.metadata.uid != started_for:
+        return (
+            f"campaign {namespace}/{name} was deleted and applied again "
+            f"(uid {observed.campaign.metadata.uid}, this worker's was {started_for})"
+        )
+    return stop_reason(observed.campaign, observed.unfinished)
 
 
 def stop_reason(campaign: Campaign, unfinished: Sequence[Shard]) -> str | None:

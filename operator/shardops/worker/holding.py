@@ -27,30 +27,26 @@ import datetime as dt
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from decimal import Decimal
 from enum import StrEnum
 from typing import Any, Protocol, TypeVar
 
 import urllib3
 
 from shardops.api.campaign import Campaign
-from shardops.api.common import NO_TOKENS, TokenCounts
 from shardops.api.enums import ErrorClass, ShardPhase, StoreType
 from shardops.api.money import money_text
-from shardops.api.shard import Progress, Shard, ShardError, ShardResult
+from shardops.api.shard import Shard, ShardError, ShardResult
 from shardops.k8s import leases
 from shardops.k8s.api import CAMPAIGNS, SHARDS, ApiError, KubeClient, NotFound
 from shardops.k8s.shards import Actor, TransitionRequest, apply_transition
 from shardops.logic.backoff import retry_not_before
 from shardops.logic.failures import next_phase_after_failure
-from shardops.logic.idempotency import item_subkey
 from shardops.logic.transitions import Action
 from shardops.store import ResultStore
 from shardops.store.finished import commit_for_reuse
 from shardops.store.records import (
-    ItemRecord,
     ResultMeta,
     ResultTooLarge,
     StoreCorrupt,
@@ -65,8 +61,8 @@ from shardops.worker.heartbeat import Fenced, FenceReason
 from shardops.worker.logs import emit, log
 from shardops.worker.metrics import WorkerMetrics
 from shardops.worker.persistent import CommandServer
-from shardops.worker.runner import CommandFailure, ResultLine, WorkItem
 from shardops.worker.settings import WorkerSettings
+from shardops.worker.tally import Tally
 
 T = TypeVar("T")
 
@@ -136,10 +132,8 @@ class Holding:
     claimed: Claimed
     shard: Shard = field(init=False)
     lease: leases.Claim = field(init=False)
-    stored: dict[str, ItemRecord] = field(init=False)
-    fresh: dict[str, ItemRecord] = field(default_factory=dict)
-    attempt_cost: Decimal = Decimal(0)
-    attempt_tokens: TokenCounts = NO_TOKENS
+    # The shard's items and the results known for them, its cost so far (tally.py).
+    tally: Tally = field(init=False)
     # The class of the failure this run recorded (fail()), for shardops_worker_shards_total.
     error_class: ErrorClass | None = None
     # The shard result this run stored, once it is stored: from then on the shard is finished.
@@ -148,11 +142,14 @@ class Holding:
     def __post_init__(self) -> None:
         self.shard = self.claimed.shard
         self.lease = self.claimed.lease
-        self.stored = dict(self.claimed.stored)
-        self.items = list(self.claimed.items)
-        self.keys = [item_subkey(item) for item in self.items]
-        self.base_cost = self.shard.current_status.cost
-        self.base_tokens = self.shard.current_status.tokens
+        budget = self.campaign.spec.budget
+        self.tally = Tally(
+            list(self.claimed.items),
+            dict(self.claimed.stored),
+            self.shard.current_status.cost,
+            self.shard.current_status.tokens,
+            cap=budget.max_per_shard if budget else None,
+        )
         self.attempt = max(self.shard.current_status.attempt, 1)
         self.key = self.shard.spec.idempotency_key
         self.kube = self.slot.kube
@@ -170,49 +167,6 @@ class Holding:
     def name(self) -> str:
         return self.shard.name
 
-    def known(self) -> dict[str, ItemRecord]:
-        return {**self.stored, **self.fresh}
-
-    def progress(self) -> Progress:
-        known = self.known()
-        return Progress(done=sum(1 for key in self.keys if key in known), total=len(self.keys))
-
-    def cost(self) -> Decimal:
-        # Cumulative over the shard's attempts, so the operator can add shard costs up as they are.
-        return self.base_cost + self.attempt_cost
-
-    def tokens(self) -> TokenCounts | None:
-        """Cumulative over the attempts like cost; None while no attempt reported any."""
-        if self.base_tokens is None and not self.attempt_tokens.used:
-            return None
-        return (self.base_tokens or NO_TOKENS) + self.attempt_tokens
-
-    def remaining(self) -> list[WorkItem]:
-        known = self.known()
-        seen: set[str] = set()
-        work: list[WorkItem] = []
-        for index, (key, item) in enumerate(zip(self.keys, self.items, strict=True)):
-            if key in known or key in seen:
-                continue
-            seen.add(key)
-            work.append(WorkItem(key, index, item))
-        return work
-
-    def absorb(self, lines: Sequence[ResultLine]) -> None:
-        for line in lines:
-            if line.key not in self.known():
-                self.fresh[line.key] = ItemRecord(line.result, line.cost)
-            self.attempt_cost += line.cost
-            self.attempt_tokens += line.tokens
-        cap = self.campaign.spec.budget.max_per_shard if self.campaign.spec.budget else None
-        if cap is not None and self.cost() > cap:
-            raise CommandFailure(
-                ErrorClass.OVER_BUDGET,
-                f"shard cost {money_text(self.cost())} passed the per-shard cap spec.budget.maxPerShard "
-                f"{money_text(cap)} "
-                f"after {self.progress().done} of {len(self.keys)} item(s); the command was stopped",
-            )
-
     # --- writes as the holder ---------------------------------------------------------------------
 
     def renew(self) -> None:
@@ -220,13 +174,12 @@ class Holding:
 
     def flush(self) -> int:
         """Store the item results read since the last flush (only new ones)."""
-        if not self.fresh:
+        if not self.tally.fresh:
             return 0
         written = self.store.save_items(
-            self.key, self.campaign.name, self.fresh, shard=self.name, token=self.lease.fencing_token
+            self.key, self.campaign.name, self.tally.fresh, shard=self.name, token=self.lease.fencing_token
         )
-        self.stored.update(self.fresh)
-        self.fresh = {}
+        self.tally.mark_stored()
         return written
 
     def flush_if_possible(self) -> None:
@@ -236,16 +189,21 @@ class Holding:
             self.flush()
         except ResultTooLarge:
             # The partial results alone are over the cap: keep nothing rather than part of them.
-            self.fresh = {}
+            self.tally.fresh = {}
         except TRANSIENT_ERRORS as error:
-            log.warning("%s: could not store %d item result(s): %s", self.name, len(self.fresh), error)
-            self.fresh = {}
+            log.warning("%s: could not store %d item result(s): %s", self.name, len(self.tally.fresh), error)
+            self.tally.fresh = {}
 
     def heartbeat(self) -> None:
         self.renew()
         self.flush()
         patch = heartbeat.heartbeat_patch(
-            self.attempt, self.progress(), self.cost(), self.clock.now(), self.lease.until, self.tokens()
+            self.attempt,
+            self.tally.progress(),
+            self.tally.cost(),
+            self.clock.now(),
+            self.lease.until,
+            self.tally.tokens(),
         )
         self.shard = heartbeat.write_as_holder(
             self.kube,
@@ -271,9 +229,9 @@ class Holding:
             "owner": None,
             "lease_until": None,
             "fencing_token": None,
-            "progress": self.progress(),
-            "cost": self.cost(),
-            "tokens": self.tokens(),
+            "progress": self.tally.progress(),
+            "cost": self.tally.cost(),
+            "tokens": self.tally.tokens(),
         }
 
     def release_lease(self) -> None:
@@ -326,7 +284,7 @@ class Holding:
         message = f"{verb} {existing.name} ({existing.bytes} bytes, {existing.fingerprint})"
         updates = {
             **self._leaving(),
-            "progress": Progress(done=len(self.keys), total=len(self.keys)),
+            "progress": self.tally.complete(),
             "result": ShardResult(ref=existing.name, fingerprint=existing.fingerprint, bytes=existing.bytes),
             "last_heartbeat": self.clock.now(),
         }
@@ -357,7 +315,7 @@ class Holding:
             reused=reused,
             ref=existing.name,
             bytes=existing.bytes,
-            cost=money_text(self.cost()),
+            cost=money_text(self.tally.cost()),
             at=ended,
         )
         return Outcome.REUSED if reused else Outcome.DONE
@@ -435,9 +393,8 @@ class Holding:
         if self.store.type is not StoreType.S3:
             # S3: the result holds every item; a failure to store it flushes them (fail()).
             self.with_store("storing item results", self.flush)
-        known = self.known()
-        entries = [(i, key, known[key].result) for i, key in enumerate(self.keys)]
-        text = encode_result(self.key, entries, {key: known[key].cost for key in self.keys})
+        entries, costs = self.tally.entries()
+        text = encode_result(self.key, entries, costs)
         meta = ResultMeta(
             self.campaign.name, self.name, self.slot.holder, self.attempt, self.lease.fencing_token
         )
@@ -526,7 +483,7 @@ class Holding:
     def release(self) -> Outcome:
         self.renew()
         self.flush_if_possible()
-        done = self.progress()
+        done = self.tally.progress()
         message = f"released by {self.slot.holder} on shutdown with {done.done}/{done.total} item(s) stored"
         self.transition(TransitionRequest(Action.RELEASE, message, updates=self._leaving()))
         ended = time.time()

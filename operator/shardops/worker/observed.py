@@ -31,6 +31,7 @@ from shardops.k8s.api import CAMPAIGNS, SHARDS, KubeClient, NotFound
 from shardops.k8s.informer import Changes, Informer
 from shardops.k8s.shards import list_unfinished, watched_query
 from shardops.logic.timefmt import parse_rfc3339
+from shardops.state import ledger, shardview
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,20 @@ class Observed:
     unfinished: list[Shard]
     # Read just now from the API server (True), or from the watched copy (which may lag by an event).
     fresh: bool
+
+
+def own(observed: Observed) -> Observed:
+    """`observed` with only the shards the Campaign controls (a deleted incarnation's are not its)
+    and has not folded. Only the unfinished shards: what an observation costs is bounded by the
+    window, not the campaign.
+
+    A shard whose index the campaign has folded is never worked on: it can only be a stale
+    re-creation — a create an operator replica had in flight when it lost leadership, landing
+    after the new leader folded and deleted that shard — which the leader deletes as a leftover
+    (docs/architecture.md, "Leader election")."""
+    campaign = observed.campaign
+    mine = shardview.of_campaign(observed.unfinished, campaign)
+    return Observed(campaign, ledger.unfolded(mine, campaign.current_status.folded), observed.fresh)
 
 
 class Observer(Protocol):

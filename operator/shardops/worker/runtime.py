@@ -17,23 +17,21 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from shardops.api.campaign import Campaign, SourceCooldown
-from shardops.api.common import Item
 from shardops.api.enums import ShardPhase
 from shardops.api.shard import Shard
 from shardops.api.store import ResultStoreStatus
-from shardops.k8s.api import CONFIGMAPS, Forbidden, KubeClient, NotFound
+from shardops.k8s.api import Forbidden, KubeClient, NotFound
 from shardops.k8s.shards import Actor
-from shardops.logic.idempotency import item_subkey
 from shardops.logic.leases import Renewals
-from shardops.state import cooldowns, ledger, shardview
+from shardops.state import cooldowns, shardview
 from shardops.store import ResultStore, location_of, open_store
-from shardops.store.records import ItemRecord
-from shardops.worker.claim import ClaimContext, Claimed, choose, claim, stop_reason, uncut_shards
+from shardops.worker.claim import ClaimContext, Claimed, choose, claim, exit_reason, uncut_shards
 from shardops.worker.clocks import Clock, SystemClock
 from shardops.worker.holding import TRANSIENT_ERRORS, Outcome
+from shardops.worker.items import ShardItems, stored_of
 from shardops.worker.logs import emit, log
 from shardops.worker.metrics import ClaimOutcome, WorkerMetrics
-from shardops.worker.observed import Observed, Observer, ReadObserver, Wake, read_observed
+from shardops.worker.observed import Observed, Observer, ReadObserver, Wake, own, read_observed
 from shardops.worker.persistent import CommandServer, served_process_env
 from shardops.worker.runner import SHARD_VARIABLES, CommandFailure, campaign_variables, command_env
 from shardops.worker.settings import WorkerSettings
@@ -84,7 +82,6 @@ class Worker:
     group: SlotGroup | None = None
     # This slot holds a shard (its Lease won, its outcome not yet reached): SlotGroup.busy.
     _holding: bool = False
-    _items_cache: dict[tuple[str, str, str], list[Item]] = field(default_factory=dict)
     # The campaign's spec.idleSeconds as last read; used unless SHARDOPS_IDLE_SECONDS overrides it.
     _campaign_idle: int = 30
     # The campaign had items not yet cut into shards when last observed: the operator cuts more as soon
@@ -99,6 +96,8 @@ class Worker:
     # The current spread (SPREAD_SECONDS) and whether the last observation ended with a lost claim.
     _spread: float = SPREAD_SECONDS
     _lost_last: bool = False
+    # The items of the shards it claims (items.py).
+    items: ShardItems = field(init=False)
     # When this worker last saw each claim of its window renewed, on its own clock: zombies are
     # judged from it (`logic.leases`, "Whose clock").
     renewals: Renewals = field(init=False)
@@ -117,6 +116,7 @@ class Worker:
         if self.group is None:
             # Labelled as the operator labels its campaign metrics, so one dashboard variable fits both.
             self.group = SlotGroup(WorkerMetrics(f"{self.namespace}/{self.campaign_name}"))
+        self.items = ShardItems(self.kube, self.namespace)
         self.renewals = Renewals(self.clock.monotonic)
         self.commands = CommandServer(self.settings.work_dir, self.settings.keep_work_dir)
         if self.observer is None:
@@ -276,12 +276,12 @@ class Worker:
         assert self.observer is not None
         observed = self._observe(self._read_fresh if self._read_next else self.observer.observe)
         self._read_next = False
-        decided = self._exit_reason(observed)
+        decided = exit_reason(observed, self.namespace, self.campaign_name, self.settings.campaign_uid)
         if decided is not None and (observed is None or not observed.fresh):
             # A watched copy may lag (two watches, each an event behind at most): exit only on a
             # fresh read that agrees (one more read of a gone campaign that was read already).
             observed = self._observe(self._read_fresh)
-            decided = self._exit_reason(observed)
+            decided = exit_reason(observed, self.namespace, self.campaign_name, self.settings.campaign_uid)
         self._observed_fresh = observed is None or observed.fresh
         if decided is not None or observed is None:
             return decided
@@ -315,8 +315,8 @@ class Worker:
             holder=self.holder,
             actor=self.actor,
             now=self.clock.now,
-            items_of=lambda shard: self.items_of(campaign, shard),
-            stored_of=lambda shard, items: self.stored_of(self.store_for(campaign), shard, items),
+            items_of=lambda shard: self.items.of(campaign, shard),
+            stored_of=lambda shard, items: stored_of(self.store_for(campaign), shard, items),
             store=lambda: self.store_for(campaign),
             seen=self.renewals,
             lost_before=lambda shard: lost_before,
@@ -398,33 +398,12 @@ class Worker:
 
     @staticmethod
     def _observe(how: Callable[[], Observed]) -> Observed | None:
-        """What `how` observed, with only the shards the Campaign controls (a deleted incarnation's
-        are not its) and has not folded; None when the campaign does not exist. Only the unfinished
-        shards: what an observation costs is bounded by the window, not the campaign.
-
-        A shard whose index the campaign has folded is never worked on: it can only be a stale
-        re-creation — a create an operator replica had in flight when it lost leadership, landing
-        after the new leader folded and deleted that shard — which the leader deletes as a leftover
-        (docs/architecture.md, "Leader election")."""
+        """What `how` observed of the campaign's own unfolded shards (`observed.own`); None when
+        the campaign does not exist."""
         try:
-            observed = how()
+            return own(how())
         except NotFound:
             return None
-        campaign = observed.campaign
-        mine = shardview.of_campaign(observed.unfinished, campaign)
-        return Observed(campaign, ledger.unfolded(mine, campaign.current_status.folded), observed.fresh)
-
-    def _exit_reason(self, observed: Observed | None) -> str | None:
-        """Why this worker should exit, judged on `observed` (None: the campaign does not exist)."""
-        if observed is None:
-            return f"campaign {self.namespace}/{self.campaign_name} does not exist"
-        started_for = self.settings.campaign_uid
-        if started_for and observed.campaign.metadata.uid != started_for:
-            return (
-                f"campaign {self.namespace}/{self.campaign_name} was deleted and applied again "
-                f"(uid {observed.campaign.metadata.uid}, this worker's was {started_for})"
-            )
-        return stop_reason(observed.campaign, observed.unfinished)
 
     def _lost_recently(self, shard: Shard) -> bool:
         """This process lost (or a sibling slot won) the claim of `shard` as it is now, a moment ago:
@@ -439,33 +418,6 @@ class Worker:
         lost_version, at = lost
         return lost_version == version and self.clock.monotonic() - at <= LOST_CLAIM_SECONDS
 
-    # --- items and stored results ----------------------------------------------------------------
-
-    def items_of(self, campaign: Campaign, shard: Shard) -> list[Item]:
-        """The shard's items: inline, or its slice of the campaign's itemsFrom ConfigMap."""
-        if shard.spec.items_left_out:
-            # A lean listing's shard reads as having no items: running it would compute nothing.
-            raise ValueError(f"{shard.name}: parsed without its items; claim takes Shard.with_items()")
-        if shard.spec.items is not None:
-            return list(shard.spec.items)
-        source = campaign.spec.items_from
-        # Shards carry their items since they are cut; only Shards of old versions point at a
-        # ConfigMap slice (never at an object: those Shards always carry theirs).
-        if (
-            shard.spec.item_range is None
-            or source is None
-            or source.config_map_name is None
-            or not source.key
-        ):
-            return []
-        cache_key = (campaign.metadata.uid or "", source.config_map_name, source.key)
-        if cache_key not in self._items_cache:
-            configmap = self.kube.get(CONFIGMAPS, self.namespace, source.config_map_name)
-            text = (configmap.get("data") or {}).get(source.key, "")
-            self._items_cache[cache_key] = source.parse_items(text)
-        every = self._items_cache[cache_key]
-        return every[shard.spec.item_range.start : shard.spec.item_range.end]
-
     def store_for(self, campaign: Campaign) -> ResultStore:
         """The result store the campaign's status names (opened once per location)."""
         location: ResultStoreStatus = location_of(campaign)
@@ -473,11 +425,3 @@ class Worker:
             location.model_dump_json(),
             lambda: open_store(self.kube, self.namespace, location, self.settings.result_max_bytes),
         )
-
-    def stored_of(self, store: ResultStore, shard: Shard, items: Sequence[Item]) -> dict[str, ItemRecord]:
-        found, corrupt = store.read_items(shard.spec.idempotency_key, [item_subkey(i) for i in items])
-        if corrupt:
-            log.warning(
-                "%s: %d stored item result(s) failed verification; recomputing them", shard.name, len(corrupt)
-            )
-        return found

@@ -83,7 +83,7 @@ class ShardRun(Holding):
                 shard=self.name,
                 attempt=self.attempt,
                 token=self.lease.fencing_token,
-                discarded=len(self.fresh),
+                discarded=len(self.tally.fresh),
                 reason=str(fenced),
             )
             return Outcome.FENCED
@@ -118,7 +118,7 @@ class ShardRun(Holding):
             return self.complete(existing, reused=True)
         if self.slot.stop.is_set():
             return self.release()
-        work = self.remaining()
+        work = self.tally.remaining()
         # A finalize shard has no items: its command runs once, with an empty items file.
         if not work and not self.finalize:
             return self.complete(None, reused=False)
@@ -262,7 +262,7 @@ class ShardRun(Holding):
         next_beat = self.clock.monotonic() + interval
         shutdown = False
         while True:
-            self.absorb(reader.poll())
+            self.tally.absorb(reader.poll())
             if command.poll() is not None:
                 break
             if self.slot.stop.is_set():
@@ -283,8 +283,8 @@ class ShardRun(Holding):
         code = command.poll()
         # A last line cut short is an error only from a command that claims success (exit 0); one that
         # crashed or was stopped simply did not finish that item.
-        self.absorb(reader.finish(tolerate_partial=command.signalled or code != 0))
-        missing = len(self.remaining())
+        self.tally.absorb(reader.finish(tolerate_partial=command.signalled or code != 0))
+        missing = len(self.tally.remaining())
         if code == 0 and not missing:
             self.command_outcome = CommandOutcome.SUCCEEDED
         else:
