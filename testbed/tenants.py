@@ -86,7 +86,7 @@ def provision_namespace(
         _write_atomically(config, json.dumps({**document, "identities": kept}, indent=2))
         _reload(directory)
     _wait_usable(scoped, prefix, namespace, timeout)
-    _put_secret(api, namespace, secret, scoped)
+    put_store_secret(api, namespace, secret, scoped)
     return scoped
 
 
@@ -141,7 +141,9 @@ def _wait_usable(scoped: lifecycle.ObjectStore, prefix: str, namespace: str, tim
         time.sleep(0.2)  # polling a condition with a deadline, not a synchronization by time
 
 
-def _put_secret(api: client.ApiClient, namespace: str, name: str, scoped: lifecycle.ObjectStore) -> None:
+def put_store_secret(api: client.ApiClient, namespace: str, name: str, scoped: lifecycle.ObjectStore) -> None:
+    """The Secret `name` in `namespace` holding `scoped`'s keys, created or replaced (the keys of a
+    namespace, or the installation's in the operator's namespace)."""
     core = client.CoreV1Api(api)
     body = client.V1Secret(
         metadata=client.V1ObjectMeta(name=name),

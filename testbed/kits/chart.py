@@ -34,6 +34,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from shardops import API_GROUP, API_VERSION
+from testbed import tenants
 from testbed.cluster import lifecycle
 
 if TYPE_CHECKING:
@@ -93,18 +94,7 @@ def s3_store_values(
     """Chart values for an S3 store, with the installation's keys in a Secret of the release
     namespace `namespace` only (the operator's, never a worker's). Each campaign namespace needs its
     own keys: testbed.tenants.provision_namespace, the administrator's step when adding one."""
-    secret = client.V1Secret(
-        metadata=client.V1ObjectMeta(name=OPERATOR_STORE_SECRET),
-        string_data={
-            "AWS_ACCESS_KEY_ID": store.access_key_id,
-            "AWS_SECRET_ACCESS_KEY": store.secret_access_key,
-        },
-    )
-    try:
-        client.CoreV1Api(cluster.api).create_namespaced_secret(namespace, secret)
-    except client.ApiException as error:
-        if error.status != 409:
-            raise
+    tenants.put_store_secret(cluster.api, namespace, OPERATOR_STORE_SECRET, store)
     return {
         "resultStore": {
             "type": "S3",

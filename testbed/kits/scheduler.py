@@ -230,18 +230,7 @@ def s3_store_env(
             cluster.api, namespace, directory=cluster.local.directory, store=store, prefix=prefix
         )
     else:
-        secret = client.V1Secret(
-            metadata=client.V1ObjectMeta(name=STORE_SECRET),
-            string_data={
-                "AWS_ACCESS_KEY_ID": store.access_key_id,
-                "AWS_SECRET_ACCESS_KEY": store.secret_access_key,
-            },
-        )
-        try:
-            client.CoreV1Api(cluster.api).create_namespaced_secret(namespace, secret)
-        except client.ApiException as error:
-            if error.status != 409:  # there already from an earlier operator in this namespace
-                raise
+        tenants.put_store_secret(cluster.api, namespace, STORE_SECRET, store)
     return {
         "SHARDOPS_RESULT_STORE": "S3",
         "SHARDOPS_S3_ENDPOINT": store.endpoint,
