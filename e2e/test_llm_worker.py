@@ -185,7 +185,7 @@ def test_429s_are_waited_out_all_done_and_spent_is_tokens_times_price(bed: Bed) 
         retried[e.content] += 1
     print(
         f"\n{ITEMS} items, {len(log)} requests: {len(limited)} answered 429 (Retry-After {RETRY_AFTER:g}s, "
-        f"{len(retried)} items retried), spent {status['spent']:.6f} = sum of tokens x price "
+        f"{len(retried)} items retried), spent {status['spent']} = sum of tokens x price "
         f"{expected:.6f}; tokens {tokens}; {len({pod_of(e) for e in log})} worker pods; "
         f"{cross} request(s) of other pods inside a Retry-After, all from claims begun before the 429 "
         f"was recorded (claim - record: max {max(lags, default=0):.2f} s, bound {CLAIM_SLACK:g} s)"

@@ -84,7 +84,7 @@ def _campaign_phase(env: dict[str, str], name: str) -> tuple[str, str]:
     return status.get("phase") or "", status.get("progressText") or ""
 
 
-def _store_values(env: dict[str, str], store: lifecycle.ObjectStore) -> list[str]:
+def _store_values(env: dict[str, str], store: lifecycle.ObjectStore, cluster_dir: Path) -> list[str]:
     """Results in the local SeaweedFS: the installation's keys in a Secret of the operator's namespace
     (the operator's only), the demo namespace's own keys that reach only its area (provision_namespace,
     the administrator's step when adding a namespace), and the chart's resultStore values."""
@@ -102,7 +102,7 @@ def _store_values(env: dict[str, str], store: lifecycle.ObjectStore) -> list[str
         capture_output=True,
     )  # fmt: skip
     api = config.new_client_from_config(config_file=env["KUBECONFIG"])
-    tenants.provision_namespace(api, DEMO_NAMESPACE, store=store)
+    tenants.provision_namespace(api, DEMO_NAMESPACE, directory=cluster_dir, store=store)
     print(
         f"results go to s3://{store.bucket}/shardops/ at {store.endpoint}; namespace {DEMO_NAMESPACE}'s "
         f"workers get Secret {DEFAULT_STORE_SECRET}, whose keys reach only shardops/{DEMO_NAMESPACE}/"
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         chart_values += ["--set", "operator.replicas=1"]
         store = lifecycle.running_object_store(cluster_dir)
         if store is not None:
-            chart_values += _store_values(env, store)
+            chart_values += _store_values(env, store, cluster_dir)
     _run(
         env,
         "helm", "upgrade", "--install", RELEASE, str(REPO_ROOT / "charts" / "shardops"),
