@@ -10,6 +10,7 @@ from a broken token or from a policy that refuses everything.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -21,6 +22,9 @@ import pytest
 from kubernetes import client
 from testbed.harness import Cluster, dump_json, wait_for
 from testbed.kits import chart as chartkit
+
+from shardops.api import rules
+from shardops.api.campaign import Budget
 
 FORBIDDEN = 403
 
@@ -258,6 +262,95 @@ def test_campaign_settings_other_than_inputs_still_change(policies: Policies) ->
     assert result.returncode == 0, result.stderr
     spec = policies.get("campaign", campaign)["spec"]
     assert (spec["maxConcurrency"], spec["suspend"], spec["retry"]["generation"]) == (2, False, 1)
+
+
+# --- admission: amounts -------------------------------------------------------------------------
+
+
+def _create_with_budget(
+    policies: Policies, budget: dict[str, Any], *, dry_run: bool = False
+) -> tuple[str, subprocess.CompletedProcess[str]]:
+    """`kubectl create` of a fresh Campaign with that budget, as the admin; never raises."""
+    name = f"c-{uuid.uuid4().hex[:8]}"
+    campaign = _campaign(name)
+    campaign["spec"]["budget"] = budget
+    args = ["create", "-n", policies.namespace, "-f", "-", *(["--dry-run=server"] if dry_run else [])]
+    return name, policies.cluster.kubectl(*args, stdin=dump_json(campaign), check=False)
+
+
+OVER_LIMIT = [rules.BUDGET_PER_SHARD_WITHIN_LIMIT]
+
+
+@pytest.mark.parametrize(
+    ("budget", "said"),
+    [
+        # The CRD alone (value checks of an untyped field, by the value's kind).
+        ({"limit": "abc"}, ["spec.budget.limit", "should match"]),
+        ({"limit": -1}, ["spec.budget.limit", "should be greater than or equal to 0"]),
+        ({"limit": 5, "maxPerShard": "-0.5"}, ["spec.budget.maxPerShard", "should match"]),
+        # The chart's campaign-budget policy: numbers, strings, and one of each.
+        ({"limit": 10, "maxPerShard": 20}, [*OVER_LIMIT, "(maxPerShard 20, limit 10)"]),
+        ({"limit": "0.5", "maxPerShard": "0.6"}, [*OVER_LIMIT, "(maxPerShard 0.6, limit 0.5)"]),
+        ({"limit": "0.5", "maxPerShard": 0.6}, [*OVER_LIMIT, "(maxPerShard 0.6, limit 0.5)"]),
+    ],
+    ids=["word", "negative", "negative-string", "over-numbers", "over-strings", "over-mixed"],
+)
+def test_a_bad_amount_is_refused_at_admission_naming_the_field_and_the_fix(
+    policies: Policies, budget: dict[str, Any], said: list[str]
+) -> None:
+    # A new policy reaches the API server's admission cache a moment after it is created.
+    wait_for(
+        "the campaign-budget admission policy to be enforced",
+        lambda: (
+            "-campaign-budget' with binding"
+            in _create_with_budget(policies, {"limit": 1, "maxPerShard": 2}, dry_run=True)[1].stderr
+        ),
+        timeout=30,
+    )
+    name, result = _create_with_budget(policies, budget)
+    assert result.returncode != 0, f"{budget} was admitted"
+    for text in said:
+        assert text in result.stderr, result.stderr
+    assert policies.cluster.kubectl("get", "campaign", name, "-n", policies.namespace, check=False).returncode
+
+
+@pytest.mark.parametrize(
+    "budget",
+    [
+        {"limit": 5},
+        {"limit": 0.5},
+        {"limit": "0.5"},
+        {"limit": "0.5", "maxPerShard": 0.5},
+        {"limit": 1, "maxPerShard": "0.3"},
+        {"limit": "2.5e1", "maxPerShard": 20},
+    ],
+    ids=["integer", "number", "string", "equal-mixed", "under-mixed", "exponent"],
+)
+def test_a_good_amount_is_admitted_as_written(policies: Policies, budget: dict[str, Any]) -> None:
+    name, result = _create_with_budget(policies, budget)
+    assert result.returncode == 0, result.stderr
+    stored = policies.get("campaign", name)["spec"]["budget"]
+    assert {key: stored[key] for key in budget} == budget
+
+
+def test_a_budget_change_is_judged_and_other_edits_pass(policies: Policies) -> None:
+    name, created = _create_with_budget(policies, {"limit": 10, "maxPerShard": 5})
+    assert created.returncode == 0, created.stderr
+    raised = policies.admin_patch("campaign", name, {"spec": {"budget": {"maxPerShard": 20}}})
+    assert raised.returncode != 0 and rules.BUDGET_PER_SHARD_WITHIN_LIMIT in raised.stderr, raised.stderr
+    relabelled = policies.admin_patch("campaign", name, {"metadata": {"labels": {"team": "a"}}})
+    assert relabelled.returncode == 0, relabelled.stderr
+    assert policies.get("campaign", name)["spec"]["budget"]["maxPerShard"] == 5
+
+
+def test_amounts_closer_than_a_double_pass_to_the_operator(policies: Policies) -> None:
+    """The policy compares doubles: 0.30000000000000001 over 0.3 is one double, so it is admitted
+    (never a valid budget refused); the model, exact, refuses it and the operator reports InvalidSpec."""
+    budget = {"limit": 0.3, "maxPerShard": "0.30000000000000001"}
+    _, result = _create_with_budget(policies, budget)
+    assert result.returncode == 0, result.stderr
+    with pytest.raises(ValueError, match=re.escape(rules.BUDGET_PER_SHARD_WITHIN_LIMIT)):
+        Budget.model_validate(budget)
 
 
 # --- RBAC: least privilege ----------------------------------------------------------------------

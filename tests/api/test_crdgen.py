@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import io
 import json
+import re
 from collections.abc import Iterator
 from contextlib import redirect_stdout
 from pathlib import Path
@@ -15,6 +16,7 @@ import yaml
 from pydantic import Field, create_model
 
 from shardops.api import CampaignSpec, rules
+from shardops.api.common import MONEY_SCHEMA
 from shardops.api.crdgen import (
     HEADER,
     SchemaError,
@@ -26,6 +28,7 @@ from shardops.api.crdgen import (
     structural,
     write_crds,
 )
+from shardops.api.money import parse_money
 from shardops.api.rules import CelRule
 from shardops.main import main as shardops_main
 
@@ -381,3 +384,59 @@ def test_descriptions_state_the_actual_default(crd: dict[str, Any]) -> None:
         assert f"Default {spelled(default)}." in node["description"], (
             f"{path}: description does not say the default"
         )
+
+
+# --- amounts (Money) ---------------------------------------------------------------------------
+
+MONEY_VALUE_CHECKS = {key: MONEY_SCHEMA[key] for key in ("pattern", "minimum", "maximum", "exclusiveMaximum")}
+
+
+def untyped_leaves(crd: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The nodes that take any JSON value: no type, no properties (amounts and items of work)."""
+    return {
+        path: node
+        for path, node in nodes(schema_of(crd))
+        if "type" not in node and not node.get("x-kubernetes-int-or-string")
+    }
+
+
+def test_every_amount_is_checked_at_admission_by_its_kind() -> None:
+    """Amounts are untyped in the CRD (number or string) and CEL cannot see them, but the API server
+    applies `pattern` to a string and `minimum`/`maximum` to a number: every Money field carries
+    them, and every untyped field is an amount."""
+    campaign, shard = (untyped_leaves(crd) for crd in CRDS)
+    money = {
+        f"{kind}{path}"
+        for kind, leaves in (("Campaign", campaign), ("Shard", shard))
+        for path, node in leaves.items()
+        if {key: node.get(key) for key in MONEY_VALUE_CHECKS} == MONEY_VALUE_CHECKS
+    }
+    llm_prices = [
+        f"Campaign.spec.{block}.llm.prices[].{field}"
+        for block in ("worker", "finalize")
+        for field in ("inputPerMillion", "cachedInputPerMillion", "outputPerMillion")
+    ]
+    assert money == {
+        "Campaign.spec.budget.limit",
+        "Campaign.spec.budget.maxPerShard",
+        *llm_prices,
+        "Campaign.status.spent",
+        "Campaign.status.folded.cost",
+        "Shard.status.cost",
+    }
+    untyped = {f"Campaign{path}" for path in campaign} | {f"Shard{path}" for path in shard}
+    assert untyped == money
+
+
+@pytest.mark.parametrize(
+    "written",
+    ["5", "0.5", ".5", "5.", "2.5e-6", "1E3", "abc", "-1", "+1", "0x10", "NaN", "Infinity", "1_000", "", " "],
+)
+def test_the_crd_pattern_and_the_model_agree_on_strings(written: str) -> None:
+    refused_by_crd = re.fullmatch(MONEY_SCHEMA["pattern"], written) is None
+    try:
+        parse_money(written)
+        refused_by_model = False
+    except ValueError:
+        refused_by_model = True
+    assert refused_by_crd == refused_by_model

@@ -233,8 +233,8 @@ def test_default_rendering(helm_bin: Path) -> None:
             "ClusterRole", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
             "ClusterRole", "ClusterRole",  # aggregated into view, edit and admin
             "Deployment", "PodDisruptionBudget", "Service",
-            *["ValidatingAdmissionPolicy"] * 4,
-            *["ValidatingAdmissionPolicyBinding"] * 4,
+            *["ValidatingAdmissionPolicy"] * 5,
+            *["ValidatingAdmissionPolicyBinding"] * 5,
         ]
     )  # fmt: skip
     for obj in objects:
@@ -582,6 +582,26 @@ def test_campaign_inputs_policy_holds_exactly_the_fields_the_crd_holds(helm_bin:
         assert rule.message.startswith(words) and words in held[field], field
 
 
+def test_campaign_budget_policy_says_the_models_words_and_judges_only_a_written_budget(
+    helm_bin: Path,
+) -> None:
+    """maxPerShard over limit: CRD CEL cannot see untyped amounts, so the chart's policy refuses it,
+    with the model's message (api.rules.BUDGET_PER_SHARD_WITHIN_LIMIT), on create and on a budget
+    change only (an operator's finalizer update of an older campaign must pass)."""
+    policy = only(render(helm_bin), "ValidatingAdmissionPolicy", "campaign-budget")["spec"]
+    assert policy["failurePolicy"] == "Fail"
+    (rule,) = policy["matchConstraints"]["resourceRules"]
+    assert (rule["resources"], rule["operations"]) == (["campaigns"], ["CREATE", "UPDATE"])
+    (written,) = policy["matchConditions"]
+    assert "object.spec.budget != oldObject.spec.budget" in written["expression"]
+    (validation,) = policy["validations"]
+    assert validation["message"] == rules.BUDGET_PER_SHARD_WITHIN_LIMIT
+    assert rules.BUDGET_PER_SHARD_WITHIN_LIMIT.split(";")[0] in validation["messageExpression"]
+    assert (
+        "double(variables.budget.maxPerShard) <= double(variables.budget.limit)" in validation["expression"]
+    )
+
+
 def test_admission_and_rbac_can_be_left_out(helm_bin: Path) -> None:
     objects = render(helm_bin, "admission.enabled=false", "rbac.create=false")
     assert not [o for o in objects if "Role" in o["kind"] or "Admission" in o["kind"]]
@@ -635,7 +655,7 @@ def test_cluster_scoped_names_carry_the_release_namespace(helm_bin: Path) -> Non
     )
     names_a = {(o["kind"], o["metadata"]["name"]) for o in a if o["kind"] in cluster_scoped}
     names_b = {(o["kind"], o["metadata"]["name"]) for o in b if o["kind"] in cluster_scoped}
-    assert len(names_a) == 13 and not names_a & names_b
+    assert len(names_a) == 15 and not names_a & names_b
     assert all("-team-a-" in name for _, name in names_a)
 
 

@@ -25,7 +25,13 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from shardops.api.money import MONEY_DESCRIPTION, money_text, parse_money
+from shardops.api.money import (
+    MONEY_DESCRIPTION,
+    MONEY_MAX_MAGNITUDE,
+    MONEY_PATTERN,
+    money_text,
+    parse_money,
+)
 from shardops.api.names import API_GROUP_VERSION
 from shardops.api.rules import CelRule
 
@@ -63,11 +69,22 @@ Quantity = Annotated[
 ]
 
 # Money: see shardops.api.money (exact decimals, written canonically, read from numbers or strings).
+# Untyped in the CRD (number or string), where the API server still applies each value check to the
+# values of its kind: `pattern` to a string, `minimum`/`maximum` to a number. So a word or a negative
+# amount is refused at admission, by the CRD alone; CEL cannot see an untyped field (no rule here).
+MONEY_SCHEMA: dict[str, Any] = {
+    "x-kubernetes-preserve-unknown-fields": True,
+    "pattern": MONEY_PATTERN,
+    "minimum": 0,
+    "maximum": 10**MONEY_MAX_MAGNITUDE,
+    "exclusiveMaximum": True,
+    "description": MONEY_DESCRIPTION,
+}
 Money = Annotated[
     Decimal,
     BeforeValidator(parse_money),
     PlainSerializer(money_text, return_type=str, when_used="json"),
-    WithJsonSchema({"x-kubernetes-preserve-unknown-fields": True, "description": MONEY_DESCRIPTION}),
+    WithJsonSchema(MONEY_SCHEMA),
 ]
 
 # DNS-1123 subdomain: what Kubernetes accepts as an object name (ConfigMaps, Shards, ...).

@@ -129,8 +129,10 @@ DEFAULT_SOURCE_DECLARED: Final = CelRule(
     field_path=".defaultSource",
 )
 
-# Not a CEL rule: amounts are number-or-string, untyped in the CRD, where CEL cannot see them; the
-# model checks it and the operator reports it (Ready=False, InvalidSpec).
+# Not a CRD CEL rule: amounts are number-or-string, untyped in the CRD, where its CEL cannot see them.
+# The chart's campaign-budget admission policy (dynamic values there) refuses it with these words
+# (tests/chart/test_chart.py holds them equal); without the chart, or for two amounts closer than a
+# double tells apart, the model checks it and the operator reports it (Ready=False, InvalidSpec).
 BUDGET_PER_SHARD_WITHIN_LIMIT: Final = (
     "spec.budget.maxPerShard must not exceed spec.budget.limit; lower maxPerShard or raise limit"
 )
