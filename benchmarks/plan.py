@@ -162,9 +162,9 @@ QUICK = Plan(
     scale_min_budget=40,
     failing=(
         Failing(
-            "5k-failing",
-            "5,000 items at shardSize 10, 10 % failing (full set: 500,000 at 100)",
-            5000,
+            "2k-failing",
+            "2,000 items at shardSize 10, 10 % failing (full set: 500,000 at 100)",
+            2000,
             10,
             20,
             10,
