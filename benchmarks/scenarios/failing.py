@@ -170,7 +170,8 @@ def _so_far(met: bool | None, finished: bool) -> bool | None:
 def _over_time_table(label: str, run: Run) -> Table:
     rows = [
         [
-            f"{sample.at - run.started:.0f}",
+            # The first sample is taken just before the create call.
+            f"{max(sample.at - run.started, 0):.0f}",
             *(str(sample.counts.get(kind, "n/a")) for kind in ("Shards", "Leases", "Events", "Pods")),
             _kib(sample.campaign_bytes),
         ]
