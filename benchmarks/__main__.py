@@ -19,7 +19,7 @@ from benchmarks import limits, report
 from benchmarks.model import Section
 from benchmarks.plan import PLANS, Plan, narrowed
 from benchmarks.plots import Plots
-from benchmarks.scenarios import cost, latency, many, physical, profiles, scale, versus
+from benchmarks.scenarios import cost, failing, latency, many, physical, profiles, scale, versus
 from benchmarks.scenarios.context import Context, stop_everything
 from benchmarks.target import Target, acquire, git_revision
 
@@ -33,9 +33,10 @@ STEPS: list[tuple[str, Callable[[Context], Section]]] = [
     ("latency", latency.latency),
     ("many", many.many),
     ("scale", scale.scale),
+    ("failing", failing.failing),
 ]
 # Sections whose runs shrink to the time left (down to a minimum) instead of being skipped.
-ADAPTIVE = frozenset({"many", "scale"})
+ADAPTIVE = frozenset({"many", "scale", "failing"})
 
 
 def run(
@@ -106,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--case",
         default="",
-        help="comma list of the versus and scale cases to run (full set: zero, 1s, 5s; 10k, 100k); "
+        help="comma list of the versus, scale and failing cases to run (full set: zero, 1s, 5s; 10k, 100k; "
+        "500k-failing); "
         "a section none of whose cases is named runs all of its own",
     )
     parser.add_argument("--repeats", type=int, default=None, help="repeats of each versus case")

@@ -37,6 +37,20 @@ class Scale:
 
 
 @dataclass(frozen=True)
+class Failing:
+    """A scale run in which one shard in `fail_every` fails non-retryably (its first item is invalid
+    input): the window bound and the Campaign object's size while the failures are folded."""
+
+    key: str
+    label: str
+    items: int
+    shard_size: int
+    max_concurrency: int
+    fail_every: int
+    budget: float
+
+
+@dataclass(frozen=True)
 class Plan:
     name: str
     physical_seconds: float
@@ -56,6 +70,8 @@ class Plan:
     # A scale run gets at least this long even when the deadline is near (the many-campaigns runs
     # after it shrink instead): shorter, it would show only the ramp-up.
     scale_min_budget: float
+    # After the scale curve; each gets at least scale_min_budget too.
+    failing: tuple[Failing, ...]
     profile_seconds: float
     # When the profiles start: a worker's into the first zero-work run, the operator's into the
     # first scale run (once it has shards to look at).
@@ -106,6 +122,11 @@ FULL = Plan(
         Scale("100k", "100,000 items at shardSize 10", 100000, 10, 20, 1200),
     ),
     scale_min_budget=120,
+    failing=(
+        # 5,000 shards of 100 items, 500 of them Failed: issue 31's must-show. Its items are an
+        # object in the S3 store (a ConfigMap holds at most 100,000 items).
+        Failing("500k-failing", "500,000 items at shardSize 100, 10 % failing", 500000, 100, 20, 10, 1500),
+    ),
     profile_seconds=30,
     worker_profile_delay=8,
     operator_profile_delay=60,
@@ -139,6 +160,17 @@ QUICK = Plan(
         Scale("5k-items", "5,000 items at shardSize 10 (full set: 100,000)", 5000, 10, 20, 50),
     ),
     scale_min_budget=40,
+    failing=(
+        Failing(
+            "2k-failing",
+            "2,000 items at shardSize 10, 10 % failing (full set: 500,000 at 100)",
+            2000,
+            10,
+            20,
+            10,
+            60,
+        ),
+    ),
     profile_seconds=10,
     worker_profile_delay=3,
     operator_profile_delay=15,
@@ -165,6 +197,9 @@ SMOKE = Plan(
     many_budget=0,
     scale=(Scale("tiny", "20 items at shardSize 10", 20, 10, 2, 30),),
     scale_min_budget=10,
+    failing=(
+        Failing("tiny-failing", "100 items at shardSize 10, 1 shard in 10 failing", 100, 10, 2, 10, 40),
+    ),
     profile_seconds=1,
     worker_profile_delay=1,
     operator_profile_delay=0,
@@ -182,11 +217,13 @@ PLANS = {plan.name: plan for plan in (FULL, QUICK, SMOKE)}
 
 
 def narrowed(plan: Plan, cases: frozenset[str], repeats: int | None) -> Plan:
-    """`plan` with only the cases named in `cases`: each of the versus and scale sections keeps the
+    """`plan` with only the cases named in `cases`: each of the versus, scale and failing sections keeps the
     ones of its own it names (all of them when it names none), and the versus cases are repeated
     `repeats` times when given. A quick look at one case, its figures read as the full set's are:
-    `python -m benchmarks --only versus --case 1s --repeats 5`, `--only scale --case 100k`."""
-    unknown = cases - {case.key for case in plan.versus} - {case.key for case in plan.scale}
+    `python -m benchmarks --only versus --case 1s --repeats 5`, `--only scale --case 100k`,
+    `--only failing --case 500k-failing`."""
+    failing_keys = {case.key for case in plan.failing}
+    unknown = cases - {case.key for case in plan.versus} - {case.key for case in plan.scale} - failing_keys
     if unknown:
         raise ValueError(f"unknown case(s) {', '.join(sorted(unknown))} of the {plan.name} set")
     if repeats is not None and repeats < 1:
@@ -199,4 +236,6 @@ def narrowed(plan: Plan, cases: frozenset[str], repeats: int | None) -> Plan:
         if not named_versus or case.key in named_versus
     )
     scale = tuple(case for case in plan.scale if not named_scale or case.key in named_scale)
-    return replace(plan, versus=versus, scale=scale)
+    named_failing = cases & failing_keys
+    failing = tuple(case for case in plan.failing if not named_failing or case.key in named_failing)
+    return replace(plan, versus=versus, scale=scale, failing=failing)

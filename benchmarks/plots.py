@@ -118,7 +118,7 @@ class Plots:
         axis.legend(fontsize=8)
         self._save(figure, "deciles.png")
 
-    def objects(self, series: Mapping[str, tuple[Run, int]]) -> None:
+    def objects(self, series: Mapping[str, tuple[Run, int]], name: str = "objects.png") -> None:
         figure, axes = plt.subplots(len(series), 1, figsize=(7, 2.8 * max(len(series), 1)), squeeze=False)
         for axis, (label, (run, bound)) in zip(axes[:, 0], series.items(), strict=True):
             kinds = sorted({k for s in run.samples for k in s.counts})
@@ -135,4 +135,4 @@ class Plots:
             axis.set_title(f"{label}: objects alive in the namespace", fontsize=9)
             axis.set_xlabel("seconds since create")
             axis.legend(fontsize=7, ncol=4)
-        self._save(figure, "objects.png")
+        self._save(figure, name)

@@ -64,6 +64,19 @@ class Sample:
     operator_cpu: float | None
     # CPU seconds by kind of process since the previous sample (benchmarks.cpu; local control plane).
     cpu: dict[str, float] = field(default_factory=dict)
+    # The Campaign object's size in bytes as the API server returned it (when the run measures it).
+    campaign_bytes: int | None = None
+
+
+def object_bytes(obj: JSON) -> int:
+    """An object's size as compact JSON, the encoding the API server stores custom resources in:
+    what counts against etcd's request limit (1.5 MiB) and what every status write sends whole."""
+    return len(json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+def peak_counts(samples: Sequence[Sample]) -> dict[str, int]:
+    """The most objects of each counted kind alive at any sample (0 for a kind never counted)."""
+    return {kind: max((s.counts.get(kind, 0) for s in samples), default=0) for kind in COUNTED}
 
 
 @dataclass
@@ -205,7 +218,7 @@ class Sampler:
     operator's memory and CPU (when its pid is known) and, when `count_cpu`, the machine's CPU by
     kind of process (both on the local control plane only, whose processes are all on this
     machine; the CPU by kind reads every process's /proc files, so only the runs that report it
-    pay for it)."""
+    pay for it) and, when `campaign` is named, that Campaign object's size (one GET)."""
 
     def __init__(
         self,
@@ -216,8 +229,10 @@ class Sampler:
         count: bool,
         operator: schedulerkit.Operator | None,
         count_cpu: bool = False,
+        campaign: str | None = None,
     ) -> None:
         self.target = target
+        self.campaign = campaign
         self.namespace = namespace
         self.interval = interval
         self.count = count
@@ -243,6 +258,10 @@ class Sampler:
             for kind, resource in COUNTED.items():
                 with contextlib.suppress(Exception):
                     counts[kind] = self.target.count(resource, self.namespace)
+        campaign_bytes = None
+        if self.campaign is not None:
+            with contextlib.suppress(Exception):  # not created yet (the first sample), or gone
+                campaign_bytes = object_bytes(self.target.kube.get(CAMPAIGNS, self.namespace, self.campaign))
         stat = self._operator_stat()
         if stat is not None:
             self.peak_rss = max(self.peak_rss or 0, stat.peak_rss_bytes)
@@ -254,6 +273,7 @@ class Sampler:
                 stat.rss_bytes if stat else None,
                 stat.cpu_seconds if stat else None,
                 self.cpu.read() if self.cpu is not None else {},
+                campaign_bytes,
             )
         )
 
@@ -338,12 +358,21 @@ def run_campaign(
     sample_every: float | None = None,
     count_objects: bool = False,
     count_cpu: bool = False,
+    measure_campaign: bool = False,
     on_start: Callable[[], None] | None = None,
 ) -> Run:
     name = manifest["metadata"]["name"]
     cpu_before = target.cpu_seconds()
     sampler = (
-        Sampler(target, namespace, sample_every, count=count_objects, operator=operator, count_cpu=count_cpu)
+        Sampler(
+            target,
+            namespace,
+            sample_every,
+            count=count_objects,
+            operator=operator,
+            count_cpu=count_cpu,
+            campaign=name if measure_campaign else None,
+        )
         if sample_every
         else None
     )

@@ -150,8 +150,13 @@ class Target:
         if self.cluster.object_store is None:
             return {}
         return schedulerkit.s3_store_env(
-            self.cluster, namespace, self.cluster.object_store, f"bench-{namespace}"
+            self.cluster, namespace, self.cluster.object_store, self.store_prefix(namespace)
         )
+
+    @staticmethod
+    def store_prefix(namespace: str) -> str:
+        """The S3 prefix of the namespace's results; its keys reach `<prefix>/<namespace>/` only."""
+        return f"bench-{namespace}"
 
     # --- what only the local control plane shows ---------------------------------------------------
 

@@ -26,7 +26,7 @@ def test_bench_harness_writes_a_well_formed_report(cluster: Cluster, tmp_path: P
     out = tmp_path / "out"
     assert [s.error for s in sections if s.error] == []
     by_key = {s.key: s for s in sections}
-    assert {"physical", "versus", "cost", "latency", "scale", "profiles"} <= set(by_key)
+    assert {"physical", "versus", "cost", "latency", "scale", "failing", "profiles"} <= set(by_key)
 
     # Every run of the smoke set finished, and every figure has a value and a target.
     results = json.loads((out / "results.json").read_text())
@@ -37,6 +37,11 @@ def test_bench_harness_writes_a_well_formed_report(cluster: Cluster, tmp_path: P
     scale = next(t for t in by_key["scale"].tables if t.title == "scale runs")
     # The zero-work run of the comparison starts the curve; then the smoke's own scale campaign.
     assert [row[1] for row in scale.rows] == ["3/3", "2/2"], scale.rows
+    # One shard in ten failed non-retryably, the rest succeeded; the Campaign's size was sampled.
+    failing = by_key["failing"].tables[0]
+    assert [row[1] for row in failing.rows] == ["9 done, 1 failed of 10"], failing.rows
+    tiny = by_key["failing"].data["tiny-failing"]
+    assert tiny["campaign_bytes_max"] > 1000 and tiny["samples"], tiny
     throughput = by_key["versus"].tables[0]
     assert throughput.rows and throughput.rows[0][4] != "n/a", throughput.rows
 

@@ -11,5 +11,6 @@ reported with how far it got, and marked as missing its target. Lowest first:
     latency.py    Pending to Running, a zombie's reclaim, operator restart and failover
     many.py       many campaigns at once under one operator
     scale.py      the scale curve: cost per shard by decile, objects over time
+    failing.py    a campaign with one shard in ten failing: objects alive and the Campaign's size
     profiles.py   the py-spy profiles taken during the others, as tables
 """

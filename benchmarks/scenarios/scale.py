@@ -10,9 +10,9 @@ from benchmarks import cpu, profiling, stats
 from benchmarks.model import Section, Table, fmt, meets
 from benchmarks.plan import Scale
 from benchmarks.runs import (
-    COUNTED,
     Run,
     campaign_manifest,
+    peak_counts,
     run_campaign,
 )
 from benchmarks.scenarios.context import (
@@ -32,6 +32,11 @@ def compact_items(count: int, shard_size: int) -> list[JSON]:
     item list differs (so every shard has its own idempotency key) and no shard holds two equal
     items (so every item runs)."""
     return [{"": n if n % shard_size == 0 else n % shard_size} for n in range(count)]
+
+
+def jsonl(items: list[JSON]) -> str:
+    """Items as JSONL, compactly (no spaces): what a ConfigMap or an S3 object of items holds."""
+    return "\n".join(json.dumps(item, separators=(",", ":")) for item in items)
 
 
 def scale(ctx: Context) -> Section:
@@ -67,7 +72,7 @@ def scale(ctx: Context) -> Section:
         curves[label] = deciles
         object_series[label] = (run, bound)
         last_vs_first = stats.ratio(deciles[-1], deciles[0]) if len(deciles) >= 2 else None
-        peaks = {kind: max((s.counts.get(kind, 0) for s in run.samples), default=0) for kind in COUNTED}
+        peaks = peak_counts(run.samples)
         over = {k: v for k, v in peaks.items() if v > bound}
         stopped = "" if run.finished else f" (stopped at {run.completed}/{run.total})"
         summary.append(
@@ -174,9 +179,7 @@ def _scale_case(ctx: Context, case: Scale, section: Section, budget: float) -> d
     etcd_before = target.etcd_bytes()
     with target.operator(namespace) as operator:
         if case.items > 10000 or case.shard_size > 1:
-            lines = "\n".join(
-                json.dumps(i, separators=(",", ":")) for i in compact_items(case.items, case.shard_size)
-            )
+            lines = jsonl(compact_items(case.items, case.shard_size))
             target.kube.create(
                 CONFIGMAPS, namespace, {"metadata": {"name": f"{name}-items"}, "data": {"items.jsonl": lines}}
             )

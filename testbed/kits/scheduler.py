@@ -253,11 +253,11 @@ def campaign_shards(kube: Kube, namespace: str, name: str, store: lifecycle.Obje
     live = kube.list(SHARDS, namespace, label_selector=f"shardops.dev/campaign={name}")
     campaign = Campaign.parse(kube.get(CAMPAIGNS, namespace, name))
     status = campaign.current_status
-    if not status.folded.shards or store is None or status.result_store is None:
+    if not status.folded.total or store is None or status.result_store is None:
         return live
     s3 = S3Store(status.result_store, namespace, client=store.client())
     records = ledger.first_records(s3.read_ledger(name, campaign.metadata.uid or ""), status.folded)
-    assert len(records) == status.folded.shards, "every folded shard is in the ledger"
+    assert len(records) == status.folded.total, "every folded shard (every phase) is in the ledger"
     folded_names = {r["shard"] for r in records.values()}
     rebuilt = [ledger.shard_body(r, namespace, name) for r in records.values()]
     return [*(s for s in live if s["metadata"]["name"] not in folded_names), *rebuilt]

@@ -6,7 +6,7 @@ import datetime as dt
 import json
 
 import pytest
-from benchmarks.scenarios.scale import compact_items
+from benchmarks.scenarios.scale import compact_items, jsonl
 
 from benchmarks import profiling, stats
 
@@ -49,7 +49,7 @@ def test_mean_concurrency_and_steady_window() -> None:
 
 def test_compact_items_fit_a_configmap_and_keep_shards_distinct() -> None:
     items = compact_items(100_000, 10)
-    text = "\n".join(json.dumps(i, separators=(",", ":")) for i in items)
+    text = jsonl(items)
     assert len(text.encode()) < 1024 * 1024
     shards = [tuple(json.dumps(i) for i in items[k : k + 10]) for k in range(0, len(items), 10)]
     assert len(set(shards)) == len(shards)
