@@ -88,20 +88,8 @@ def _store_values(env: dict[str, str], store: lifecycle.ObjectStore, cluster_dir
     """Results in the local SeaweedFS: the installation's keys in a Secret of the operator's namespace
     (the operator's only), the demo namespace's own keys that reach only its area (provision_namespace,
     the administrator's step when adding a namespace), and the chart's resultStore values."""
-    secret = {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {"name": OPERATOR_STORE_SECRET, "namespace": OPERATOR_NAMESPACE},
-        "stringData": {
-            "AWS_ACCESS_KEY_ID": store.access_key_id,
-            "AWS_SECRET_ACCESS_KEY": store.secret_access_key,
-        },
-    }
-    subprocess.run(
-        ["kubectl", "apply", "-f", "-"], input=json.dumps(secret), env=env, text=True, check=True,
-        capture_output=True,
-    )  # fmt: skip
     api = config.new_client_from_config(config_file=env["KUBECONFIG"])
+    tenants.put_store_secret(api, OPERATOR_NAMESPACE, OPERATOR_STORE_SECRET, store)
     tenants.provision_namespace(api, DEMO_NAMESPACE, directory=cluster_dir, store=store)
     print(
         f"results go to s3://{store.bucket}/shardops/ at {store.endpoint}; namespace {DEMO_NAMESPACE}'s "
