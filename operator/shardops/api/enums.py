@@ -43,6 +43,10 @@ class CampaignPhase(StrEnum):
     INVALID = "Invalid"
 
 
+# The phases a campaign ends in: its work is over (every shard Done, or some gave up: Completed).
+FINISHED_PHASES = frozenset({CampaignPhase.SUCCEEDED, CampaignPhase.COMPLETED})
+
+
 class ErrorClass(StrEnum):
     """Why an attempt failed. Retryable ones back off; the rest end the shard at once."""
 

@@ -33,7 +33,7 @@ from pydantic import ValidationError
 from shardops import store
 from shardops.api.campaign import Campaign
 from shardops.api.common import JSON, Condition, Item
-from shardops.api.enums import CampaignPhase, ConditionReason, ConditionType, ShardPhase
+from shardops.api.enums import FINISHED_PHASES, ConditionReason, ConditionType, ShardPhase
 from shardops.api.shard import Shard
 from shardops.api.store import resolve_result_store
 from shardops.clock import utcnow
@@ -234,7 +234,7 @@ class Reconciler:
         status = campaign.current_status
         # One GET while the campaign has no worker Job (its start, or all gone) and is not finished:
         # a missing store Secret is named before any shard is cut or pod would fail on it.
-        if not seen.jobs and status.phase not in (CampaignPhase.SUCCEEDED, CampaignPhase.COMPLETED):
+        if not seen.jobs and status.phase not in FINISHED_PHASES:
             missing = store_secret_problem(self.kube, campaign, self.settings.store_secret or None)
             if missing is not None:
                 self._invalid(body, ConditionReason.STORE_SECRET_MISSING, missing, now)
@@ -297,7 +297,7 @@ class Reconciler:
         complete = status.condition(str(ConditionType.COMPLETE))
         if ttl is None or complete is None or complete.status != "True":
             return
-        if status.phase not in (CampaignPhase.SUCCEEDED, CampaignPhase.COMPLETED):
+        if status.phase not in FINISHED_PHASES:
             return
         if now < complete.last_transition_time + dt.timedelta(seconds=ttl):
             return

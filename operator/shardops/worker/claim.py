@@ -27,7 +27,7 @@ from typing import Any
 
 from shardops.api.campaign import Campaign
 from shardops.api.common import Item
-from shardops.api.enums import CampaignPhase, ErrorClass, ShardPhase
+from shardops.api.enums import FINISHED_PHASES, ErrorClass, ShardPhase
 from shardops.api.names import API_GROUP_VERSION, SHARD_KIND
 from shardops.api.shard import Progress, Shard, ShardError
 from shardops.k8s import leases
@@ -123,7 +123,7 @@ def stop_reason(campaign: Campaign, unfinished: Sequence[Shard]) -> str | None:
     if campaign.spec.finalize is not None and all(s.name != finalize for s in unfinished):
         # The finalize shard is not cut yet, or Done: only the status can tell which.
         phase = campaign.current_status.phase
-        if phase not in (CampaignPhase.SUCCEEDED, CampaignPhase.COMPLETED):
+        if phase not in FINISHED_PHASES:
             return None
     # The gave-up shards folded into the ledger are listed no more: the status counts them.
     done = expected - len(unfinished) - campaign.current_status.folded.gave_up
