@@ -201,7 +201,6 @@ def materialize(kube: Kube, namespace: str, body: Mapping[str, Any], threads: in
             TransitionRequest(Action.MATERIALIZE, "materialized by the e2e workerkit (operator stand-in)"),
             OPERATOR_STANDIN,
             dt.datetime.now(dt.UTC),
-            body=created,
         )
 
     count = campaign.spec.expected_shards(len(items))
