@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from shardops.api.campaign import FoldedShards
 from shardops.api.enums import ShardPhase
 from shardops.api.shard import Shard
-from shardops.k8s import events
+from shardops.k8s import campaigns, events
 from shardops.k8s.api import LEASES, SHARDS, ApiError, KubeClient, NotFound
 from shardops.k8s.shards import Actor
 from shardops.scheduler.observed import Observed
@@ -78,7 +78,7 @@ class LedgerFold:
         if not gave_up:
             return
         name = seen.campaign.name
-        body = events.event_body(
+        body = campaigns.series_event_body(
             seen.body,
             reason=GAVE_UP_FOLDED,
             note=(
@@ -86,12 +86,9 @@ class LedgerFold:
                 f"{gave_up[0]}): kubectl campaign results {name} --failed lists them and why, kubectl "
                 f"campaign retry {name} runs them again"
             ),
-            action=GAVE_UP_FOLDED,
-            controller=actor.controller,
-            instance=actor.instance,
+            actor=actor,
             now=now,
             warning=True,
-            name=events.series_name(name, GAVE_UP_FOLDED),
         )
         self.series.add(self.kube, body, len(gave_up), now)
 

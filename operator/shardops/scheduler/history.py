@@ -135,15 +135,8 @@ def announce_transitions(
             f"kubectl campaign events SHARD shows a shard's attempts and why, kubectl campaign "
             f"results {name} --failed lists those that gave up"
         )
-        body = events.event_body(
-            seen.body,
-            reason=reason,
-            note=note,
-            action=reason,
-            controller=actor.controller,
-            instance=actor.instance,
-            now=now,
-            warning=counted[transitions.EventReason(reason)] is transitions.EventType.WARNING,
-            name=events.series_name(name, reason),
+        warning = counted[transitions.EventReason(reason)] is transitions.EventType.WARNING
+        body = campaigns.series_event_body(
+            seen.body, reason=reason, note=note, actor=actor, now=now, warning=warning
         )
         series.add(kube, body, len(happened), now)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from shardops.api.common import JSON
 from shardops.api.enums import ErrorClass, ShardPhase
 from shardops.api.shard import Shard, ShardError
-from shardops.k8s import events, leases
+from shardops.k8s import campaigns, events, leases
 from shardops.k8s.api import KubeClient
 from shardops.k8s.shards import TransitionRequest
 from shardops.logic.leases import LeaseVerdict, classify_lease, lease_action
@@ -176,16 +176,13 @@ class Sweeper:
             return
         self.metrics.stalls.labels(campaign=seen.key).inc(len(stuck))
         first, reason = stuck[0]
-        body = events.event_body(
+        body = campaigns.series_event_body(
             seen.body,
             reason=EventReason.STALLED,
             note=f"shard {first.name} first, as many as the series counts: {reason}; stall policy {policy}",
-            action="Stall",
-            controller=self.writes.actor.controller,
-            instance=self.writes.actor.instance,
+            actor=self.writes.actor,
             now=now,
             warning=True,
-            name=events.series_name(seen.campaign.name, EventReason.STALLED),
         )
         self.series.add(self.kube, body, len(stuck), now)
 
