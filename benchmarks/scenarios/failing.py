@@ -16,6 +16,7 @@ from benchmarks.scenarios.scale import BACKLOG_RATIO, compact_items, jsonl
 from shardops.api.common import JSON
 from shardops.api.items import MAX_CONFIGMAP_ITEMS
 from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS, EVENTS, KubeClient
+from shardops.k8s.events import occurrences
 from shardops.state.ledger import GAVE_UP_TAIL
 
 # The Campaign object's size this scenario holds it to: a quarter of etcd's 1.5 MiB request limit,
@@ -101,7 +102,10 @@ def failing(ctx: Context) -> Section:
                 _kib(result["final_bytes"]),
                 f"{result['folded'].get('shards', 0)} done, {result['folded'].get('failed', 0)} failed",
                 _mib(result["etcd_before"]) + " -> " + _mib(result["etcd_after"]),
-                ", ".join(f"{reason} {count}" for reason, count in result["events"].items()),
+                ", ".join(
+                    f"{reason} {count}" + (f" (x{times})" if times > count else "")
+                    for reason, (count, times) in result["events"].items()
+                ),
             ]
         )
         section.tables.append(_over_time_table(case.label, run))
@@ -157,7 +161,7 @@ def failing(ctx: Context) -> Section:
                 "Campaign KiB at the end",
                 "status.folded",
                 "etcd MiB before -> after",
-                "Events at the end by kind/reason",
+                "Events at the end by kind/reason (xN: the occurrences their series count)",
             ],
             summary,
         ),
@@ -217,14 +221,18 @@ def _items_source(ctx: Context, namespace: str, name: str, items: list[JSON]) ->
     return {"items_from": {"configMapName": f"{name}-items", "key": "items.jsonl"}}
 
 
-def events_by_reason(kube: KubeClient, namespace: str) -> dict[str, int]:
-    """The namespace's Events counted by "kind of the object it is about/reason", most first: which
-    code posts them (one list; at most the window bound of them when the bound holds)."""
-    counts = Counter(
-        f"{(event.get('regarding') or {}).get('kind')}/{event.get('reason')}"
-        for event in kube.list(EVENTS, namespace)
-    )
-    return dict(counts.most_common())
+def events_by_reason(kube: KubeClient, namespace: str) -> dict[str, list[int]]:
+    """The namespace's Events by "kind of the object it is about/reason", most first: how many
+    Event objects and how many occurrences they count (an Event's series count, 1 without one):
+    which code posts them, and whether repeats are one Event or many (one list; at most the window
+    bound of Events when the bound holds)."""
+    objects: Counter[str] = Counter()
+    times: Counter[str] = Counter()
+    for event in kube.list(EVENTS, namespace):
+        key = f"{(event.get('regarding') or {}).get('kind')}/{event.get('reason')}"
+        objects[key] += 1
+        times[key] += occurrences(event)
+    return {key: [count, times[key]] for key, count in objects.most_common()}
 
 
 def _failing_case(ctx: Context, case: Failing, budget: float) -> dict[str, Any]:
