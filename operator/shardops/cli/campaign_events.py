@@ -153,14 +153,19 @@ def timeline_view(
     # records (earlier attempts' messages are not kept).
     counted = transitions.counted_reasons()
     error = status.last_error
-    for entry in status.history:
+    # lastError is written with the newest failure's history entry: the last one naming its Event.
+    naming = [
+        n for n, e in enumerate(status.history) if error is not None and e.event and e.event == error.event
+    ]
+    error_entry = naming[-1] if naming else None
+    for index, entry in enumerate(status.history):
         matched = by_name.get(entry.event or "")
         if matched is not None:
             used.add(str(entry.event))
         own_type, own_note = None, None
         if matched is None and entry.event and entry.reason in counted:
             own_type = str(counted[EventReason(entry.reason)])
-            if error is not None and (error.event, error.at) == (entry.event, entry.at):
+            if error is not None and index == error_entry:
                 own_note = f"{error.error_class}: {error.message}"
         claimed = entry.reason == str(EventReason.CLAIMED)
         lease_until = entry.at + dt.timedelta(seconds=lease_seconds) if claimed and lease_seconds else None
