@@ -381,17 +381,11 @@ def test_events_merges_the_history_with_the_shards_events(cluster: Cluster, scen
         "Blocked",
     ]
     transitions = [r for r in rows if r["origin"] != "status"]
-    # What a person must see has its Event on the API server (events.k8s.io, regarding.name=<shard>);
-    # routine transitions are in the history only.
-    assert [r["origin"] for r in transitions] == [
-        "history",
-        "history",
-        "history+event",
-        "history",
-        "history+event",
-        "history",
-        "history+event",
-    ]
+    # What a person must see is counted in the campaign's Event for its reason (regarding the
+    # Campaign, not listed with the shard): a Warning row naming it, the last with lastError's message.
+    assert all(r["origin"] == "history" for r in transitions)
+    warned = [r["event"] for r in transitions if r["type"] == "Warning"]
+    assert warned == ["papers.attemptfailed", "papers.attemptfailed", "papers.blocked"]
     assert [r["attempt"] for r in transitions] == [1, 1, 1, 2, 2, 3, 3]
     claims = [r for r in transitions if r["reason"] == "Claimed"]
     assert all(r["leaseUntil"] for r in claims)

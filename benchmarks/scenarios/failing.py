@@ -4,6 +4,7 @@ ledger with the Done shards (issue 31: "500,000 items with 10 % failing")."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,7 +15,8 @@ from benchmarks.scenarios.context import Context
 from benchmarks.scenarios.scale import BACKLOG_RATIO, compact_items, jsonl
 from shardops.api.common import JSON
 from shardops.api.items import MAX_CONFIGMAP_ITEMS
-from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS
+from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS, EVENTS, KubeClient
+from shardops.k8s.events import occurrences
 from shardops.state.ledger import GAVE_UP_TAIL
 
 # The Campaign object's size this scenario holds it to: a quarter of etcd's 1.5 MiB request limit,
@@ -100,6 +102,10 @@ def failing(ctx: Context) -> Section:
                 _kib(result["final_bytes"]),
                 f"{result['folded'].get('shards', 0)} done, {result['folded'].get('failed', 0)} failed",
                 _mib(result["etcd_before"]) + " -> " + _mib(result["etcd_after"]),
+                ", ".join(
+                    f"{reason} {count}" + (f" (x{times})" if times > count else "")
+                    for reason, (count, times) in result["events"].items()
+                ),
             ]
         )
         section.tables.append(_over_time_table(case.label, run))
@@ -112,6 +118,7 @@ def failing(ctx: Context) -> Section:
             "peaks": peaks,
             "campaign_bytes_max": largest,
             "campaign_bytes_final": result["final_bytes"],
+            "events_by_reason": result["events"],
             "samples": [
                 {"at": s.at - run.started, "counts": s.counts, "campaign_bytes": s.campaign_bytes}
                 for s in run.samples
@@ -154,6 +161,7 @@ def failing(ctx: Context) -> Section:
                 "Campaign KiB at the end",
                 "status.folded",
                 "etcd MiB before -> after",
+                "Events at the end by kind/reason (xN: the occurrences their series count)",
             ],
             summary,
         ),
@@ -213,6 +221,20 @@ def _items_source(ctx: Context, namespace: str, name: str, items: list[JSON]) ->
     return {"items_from": {"configMapName": f"{name}-items", "key": "items.jsonl"}}
 
 
+def events_by_reason(kube: KubeClient, namespace: str) -> dict[str, list[int]]:
+    """The namespace's Events by "kind of the object it is about/reason", most first: how many
+    Event objects and how many occurrences they count (an Event's series count, 1 without one):
+    which code posts them, and whether repeats are one Event or many (one list; at most the window
+    bound of Events when the bound holds)."""
+    objects: Counter[str] = Counter()
+    times: Counter[str] = Counter()
+    for event in kube.list(EVENTS, namespace):
+        key = f"{(event.get('regarding') or {}).get('kind')}/{event.get('reason')}"
+        objects[key] += 1
+        times[key] += occurrences(event)
+    return {key: [count, times[key]] for key, count in objects.most_common()}
+
+
 def _failing_case(ctx: Context, case: Failing, budget: float) -> dict[str, Any]:
     target, plan = ctx.target, ctx.plan
     namespace = target.namespace(f"bench-failing-{case.key.lower()}")
@@ -243,6 +265,8 @@ def _failing_case(ctx: Context, case: Failing, budget: float) -> dict[str, Any]:
             measure_campaign=True,
         )
         final = target.kube.get(CAMPAIGNS, namespace, name)
+        # At the end, when the Events of the whole run are alive (the API server keeps them an hour).
+        events = events_by_reason(target.kube, namespace)
     status = final.get("status") or {}
     # Not deleted, as the scale runs: the campaign is suspended or done and its operator gone.
     return {
@@ -251,6 +275,7 @@ def _failing_case(ctx: Context, case: Failing, budget: float) -> dict[str, Any]:
         "counts": status.get("counts") or {},
         "folded": status.get("folded") or {},
         "final_bytes": object_bytes(final),
+        "events": events,
         "etcd_before": etcd_before,
         "etcd_after": target.etcd_bytes(),
     }

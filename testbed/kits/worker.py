@@ -37,7 +37,7 @@ from shardops.api.names import API_GROUP_VERSION, CAMPAIGN_KIND, CAMPAIGN_LABEL
 from shardops.api.shard import Shard
 from shardops.api.store import ResultStoreStatus
 from shardops.k8s import campaigns
-from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS, EVENTS, LEASES, SHARDS, Kube, NotFound
+from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS, LEASES, SHARDS, Kube, NotFound
 from shardops.k8s.shards import Actor, TransitionRequest, apply_transition
 from shardops.logic.idempotency import idempotency_key
 from shardops.logic.transitions import Action
@@ -201,7 +201,6 @@ def materialize(kube: Kube, namespace: str, body: Mapping[str, Any], threads: in
             TransitionRequest(Action.MATERIALIZE, "materialized by the e2e workerkit (operator stand-in)"),
             OPERATOR_STANDIN,
             dt.datetime.now(dt.UTC),
-            body=created,
         )
 
     count = campaign.spec.expected_shards(len(items))
@@ -324,10 +323,6 @@ def lease(kube: Kube, namespace: str, name: str) -> dict[str, Any] | None:
     with contextlib.suppress(NotFound):
         return kube.get(LEASES, namespace, name)
     return None
-
-
-def event_names(kube: Kube, namespace: str) -> set[str]:
-    return {e["metadata"]["name"] for e in kube.list(EVENTS, namespace)}
 
 
 # --- worker processes ----------------------------------------------------------------------------

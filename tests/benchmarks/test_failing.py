@@ -9,6 +9,7 @@ from pathlib import Path
 from benchmarks.plan import FULL, QUICK, SMOKE, narrowed
 from benchmarks.runs import Sample, object_bytes, peak_counts
 from benchmarks.scenarios.failing import (
+    events_by_reason,
     failing_items,
     failing_shards,
     over_time,
@@ -17,7 +18,9 @@ from benchmarks.scenarios.failing import (
 from benchmarks.scenarios.scale import jsonl
 
 from shardops.api.enums import ErrorClass
+from shardops.k8s.api import EVENTS
 from shardops_example_agent import agent
+from tests.fakekube import FakeKube
 
 
 def test_one_shard_in_ten_fails_the_last_of_each_ten() -> None:
@@ -103,3 +106,23 @@ def test_every_set_has_a_failing_case_and_narrowing_names_it() -> None:
     one = narrowed(FULL, frozenset({"500k-failing"}), None)
     assert [c.key for c in one.failing] == ["500k-failing"] and one.scale == FULL.scale
     assert narrowed(FULL, frozenset({"100k"}), None).failing == FULL.failing
+
+
+def test_events_are_counted_by_kind_and_reason_with_the_occurrences_their_series_count() -> None:
+    kube = FakeKube()
+
+    def add(name: str, kind: str, reason: str, **extra: object) -> None:
+        kube.add(
+            EVENTS,
+            {
+                "metadata": {"name": name, "namespace": "b"},
+                "regarding": {"kind": kind},
+                "reason": reason,
+                **extra,
+            },
+        )
+
+    add("camp.failed", "Campaign", "Failed", series={"count": 20})
+    add("p1", "Pod", "RunAsProcess")
+    add("p2", "Pod", "RunAsProcess")
+    assert events_by_reason(kube, "b") == {"Pod/RunAsProcess": [2, 2], "Campaign/Failed": [1, 20]}

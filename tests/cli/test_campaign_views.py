@@ -260,6 +260,33 @@ def test_timeline_joins_history_and_events_by_event_name_in_time_order() -> None
     assert view.as_dict()["timeline"][0]["time"] == t(100)
 
 
+def test_timeline_rows_counted_in_the_campaigns_events_are_warnings_and_the_last_has_its_error() -> None:
+    """The failures are counted in one Event per campaign and reason, about the Campaign (not listed
+    with the shard's own Events): the type comes from the transition, the note from lastError."""
+    status = {
+        "history": history(
+            ("Running", "Claimed", 90, 1, {"owner": "w-1"}),
+            ("Pending", "AttemptFailed", 80, 1, {"event": "papers.attemptfailed", "errorClass": "timeout"}),
+            ("Running", "Claimed", 30, 2, {"owner": "w-2"}),
+            ("Blocked", "Blocked", 20, 2, {"event": "papers.blocked", "errorClass": "rate-limited"}),
+        ),
+        "lastError": {
+            "class": "rate-limited",
+            "message": "429 from source A",
+            "event": "papers.blocked",
+            "at": t(20),
+        },
+    }
+    shard = parse_shards([shard_body("papers", 3, "Blocked", attempt=2, status=status)])[0]
+    rows = timeline_view(shard, [], NOW).rows
+    assert [(r.reason, r.type, r.note) for r in rows] == [
+        ("Claimed", None, None),
+        ("AttemptFailed", "Warning", None),  # its message was the attempt's; only the last is kept
+        ("Claimed", None, None),
+        ("Blocked", "Warning", "rate-limited: 429 from source A"),
+    ]
+
+
 def test_timeline_of_a_shard_without_history_or_events_is_empty() -> None:
     shard = parse_shards([shard_body("papers", 3, None)])[0]
     view = timeline_view(shard, [], NOW)

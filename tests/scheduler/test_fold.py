@@ -107,6 +107,7 @@ def test_nothing_folds_without_a_store_the_operator_may_write(kube: OperatorKube
     """ConfigMap campaigns, and S3 ones with the campaign's own credentials, keep their Done shards."""
     from shardops.api.campaign import Campaign
     from shardops.api.shard import Shard
+    from shardops.k8s.events import EventSeries
     from shardops.scheduler.fold import LedgerFold
     from shardops.scheduler.observed import Observed
     from shardops.scheduler.stores import Stores
@@ -117,7 +118,7 @@ def test_nothing_folds_without_a_store_the_operator_may_write(kube: OperatorKube
     body["status"] = {"resultStore": {"type": "ConfigMap"}}
     parsed = Campaign.parse(body)
     seen = Observed(body, parsed, [{"id": 0}], {done.name: done}, [], [])
-    fold = LedgerFold(kube, Stores(parsed.current_status.result_store))  # type: ignore[arg-type]
+    fold = LedgerFold(kube, Stores(parsed.current_status.result_store), EventSeries())  # type: ignore[arg-type]
     to_fold, folded = fold.record(seen, parsed.current_status.folded)
     assert to_fold == [] and folded == parsed.current_status.folded
 
@@ -208,8 +209,8 @@ def test_gave_up_shards_fold_too_so_the_status_and_the_window_stay_bounded_as_fa
 def test_a_fold_of_gave_up_shards_says_so_on_the_campaign_and_keeps_their_failures_for_the_threshold(
     kube: OperatorKube, clock: Clock
 ) -> None:
-    """The Shards' own Failed Events name objects that are gone: one Warning Event on the Campaign
-    names the folded ones and the commands that list and retry them; their non-retryable failures
+    """The Shards are gone: the campaign's one GaveUpShardsFolded Warning Event counts the folded
+    ones and names the first and the commands that list and retry them; their non-retryable failures
     stay in status.folded.recentFailures, so folding never hides them from the error threshold."""
     import datetime as dt
 
@@ -227,7 +228,38 @@ def test_a_fold_of_gave_up_shards_says_so_on_the_campaign_and_keeps_their_failur
     events = [e for e in kube.events() if e.get("reason") == "GaveUpShardsFolded"]
     assert len(events) == 1
     note = events[0].get("note") or events[0].get("message") or ""
-    assert "3 Failed/Blocked shard(s)" in note and "camp-00000" in note and "retry camp" in note
+    assert events[0]["series"]["count"] == 3
+    assert "camp-00000" in note and "results camp --failed" in note and "retry camp" in note
+
+
+def test_events_stay_as_few_as_their_reasons_however_many_shards_fail_and_fold(
+    kube: OperatorKube, clock: Clock
+) -> None:
+    """Issue 31: a shard failing every few passes, each pass folding about one, kept one
+    GaveUpShardsFolded Event per pass (and one Failed Event per shard) alive for the API server's
+    hour: 739 Events in the namespace at 500,000 items, over the window bound. Now one Event per
+    campaign and reason counts them, at most one write per reason and pass."""
+    import datetime as dt
+
+    from shardops.state.ledger import GAVE_UP_TAIL
+
+    rounds = 30
+    total = GAVE_UP_TAIL + rounds
+    put_campaign(kube, campaign(items=[{"id": i} for i in range(total)], maxAttempts=2))
+    operator, _ = _s3_reconciler(kube, clock)
+    for index in range(GAVE_UP_TAIL):
+        put_shard(kube, _gave_up(index, T0 + dt.timedelta(seconds=index)))
+    operator.reconcile(NAMESPACE, "camp")
+    writes_before = len(kube.writes_to("events"))
+    for index in range(GAVE_UP_TAIL, total):
+        clock.advance(1)
+        put_shard(kube, _gave_up(index, T0 + dt.timedelta(seconds=index)))
+        operator.reconcile(NAMESPACE, "camp")
+    assert status_of(kube)["folded"]["failed"] == rounds, "one folded a pass"
+    by_reason = {e["reason"]: e for e in kube.events()}
+    assert len(kube.events()) == len(by_reason) <= 5, sorted(by_reason)
+    assert by_reason["GaveUpShardsFolded"]["series"]["count"] == rounds
+    assert len(kube.writes_to("events")) - writes_before <= 2 * rounds, "one per reason and pass at most"
 
 
 def test_a_retry_of_every_gave_up_shard_cuts_the_folded_ones_again_within_the_backlog_bound(

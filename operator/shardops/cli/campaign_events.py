@@ -29,6 +29,7 @@ from shardops.cli.campaign_results import cli_store
 from shardops.cli.command import Context, parse_campaign
 from shardops.cli.text import NONE, iso, relative, table
 from shardops.k8s.leases import parse_time
+from shardops.logic import transitions
 from shardops.logic.transitions import EventReason
 from shardops.state import ledger
 from shardops.store.records import StoreUnavailable
@@ -147,10 +148,25 @@ def timeline_view(
             by_name[str(name)] = event
     rows: list[TimelineRow] = []
     used: set[str] = set()
-    for entry in status.history:
+    # An entry's Event counts it with the campaign's other shards (`k8s.events.EventSeries`): its
+    # type is the transition's, and the shard's own message is its lastError, for the failure it
+    # records (earlier attempts' messages are not kept).
+    counted = transitions.counted_reasons()
+    error = status.last_error
+    # lastError is written with the newest failure's history entry: the last one naming its Event.
+    naming = [
+        n for n, e in enumerate(status.history) if error is not None and e.event and e.event == error.event
+    ]
+    error_entry = naming[-1] if naming else None
+    for index, entry in enumerate(status.history):
         matched = by_name.get(entry.event or "")
         if matched is not None:
             used.add(str(entry.event))
+        own_type, own_note = None, None
+        if matched is None and entry.event and entry.reason in counted:
+            own_type = str(counted[EventReason(entry.reason)])
+            if error is not None and index == error_entry:
+                own_note = f"{error.error_class}: {error.message}"
         claimed = entry.reason == str(EventReason.CLAIMED)
         lease_until = entry.at + dt.timedelta(seconds=lease_seconds) if claimed and lease_seconds else None
         rows.append(
@@ -162,8 +178,8 @@ def timeline_view(
                 owner=entry.owner,
                 lease_until=lease_until,
                 event=entry.event,
-                type=str(matched.get("type")) if matched is not None and matched.get("type") else None,
-                note=str(matched.get("note")) if matched is not None and matched.get("note") else None,
+                type=str(matched.get("type")) if matched is not None and matched.get("type") else own_type,
+                note=str(matched.get("note")) if matched is not None and matched.get("note") else own_note,
                 origin="history+event" if matched is not None else "history",
                 source=entry.source,
                 error_class=str(entry.error_class) if entry.error_class is not None else None,

@@ -91,7 +91,30 @@ def record_event(
     warning: bool = False,
 ) -> str | None:
     """An Event about the campaign itself (invalid spec, breaker opened, retry done); its name, or None."""
-    body = events.event_body(
+    return events.record(
+        kube, event_body(campaign, reason=reason, note=note, actor=actor, now=now, warning=warning)
+    )
+
+
+def series_event_body(
+    campaign: JSON, *, reason: str, note: str, actor: Actor, now: dt.datetime, warning: bool = False
+) -> JSON:
+    """The campaign's one Event for `reason`, for `events.EventSeries.add` to count occurrences in."""
+    name = events.series_name(str((campaign.get("metadata") or {}).get("name")), reason)
+    return event_body(campaign, reason=reason, note=note, actor=actor, now=now, warning=warning, name=name)
+
+
+def event_body(
+    campaign: JSON,
+    *,
+    reason: str,
+    note: str,
+    actor: Actor,
+    now: dt.datetime,
+    warning: bool,
+    name: str | None = None,
+) -> JSON:
+    return events.event_body(
         campaign,
         reason=reason,
         note=note,
@@ -100,5 +123,5 @@ def record_event(
         instance=actor.instance,
         now=now,
         warning=warning,
+        name=name,
     )
-    return events.record(kube, body)

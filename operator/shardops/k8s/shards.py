@@ -17,9 +17,7 @@ from shardops.k8s.ambiguous import write_recognised
 from shardops.k8s.api import SHARDS, KubeClient
 from shardops.logic.transitions import (
     Action,
-    EventType,
     event_reason,
-    event_type,
     next_attempt,
     records_event,
     transition,
@@ -84,17 +82,15 @@ def apply_transition(
     request: TransitionRequest,
     actor: Actor,
     now: dt.datetime,
-    body: JSON | None = None,
 ) -> Shard:
-    """Write the transition if the shard is still at the version we read (else Conflict) and record it.
-
-    `body` is the shard as the API server returned it (for the Event's object reference); it
-    defaults to the parsed model's own dump. A write whose answer was lost is recognised on a
-    re-read (`shows_transition`) and counts as written.
+    """Write the transition if the shard is still at the version we read (else Conflict) and record it
+    in its history. A write whose answer was lost is recognised on a re-read (`shows_transition`)
+    and counts as written.
     """
-    target = body or shard.to_dict()
+    # The campaign's Event for the reason, which the operator's pass raises by this transition's
+    # count (`events.EventSeries`): named here, posted there, so no write per shard.
     loud = records_event(request.action)
-    event_name = events.new_event_name(target) if loud else None
+    event_name = events.series_name(shard.spec.campaign, str(event_reason(request.action))) if loud else None
     status = planned_status(shard, request, now, event_name)
 
     def reread() -> JSON | None:
@@ -112,22 +108,6 @@ def apply_transition(
         ),
         reread,
         f"{request.action} of shard {shard.name}",
-    )
-    if event_name is None:
-        return Shard.parse(patched)
-    events.record(
-        kube,
-        events.event_body(
-            target,
-            reason=str(event_reason(request.action)),
-            note=request.message,
-            action=str(request.action),
-            controller=actor.controller,
-            instance=actor.instance,
-            now=now,
-            warning=event_type(request.action) is EventType.WARNING,
-            name=event_name,
-        ),
     )
     return Shard.parse(patched)
 

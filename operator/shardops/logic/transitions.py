@@ -66,7 +66,8 @@ class Rule:
     reason: EventReason
     event_type: EventType
     attempt: AttemptEffect
-    # Whether a Kubernetes Event records it. Events are for what a person must see (a failed attempt,
+    # Whether the campaign's Event for the reason counts it (`k8s.events.EventSeries`, one Event per
+    # campaign and reason, not per shard). Events are for what a person must see (a failed attempt,
     # a reclaim, a block, a retry, a revoke); routine transitions live in the shard's history and in
     # the metrics, which keeps a shard's lifecycle to a handful of API writes.
     event: bool
@@ -141,3 +142,8 @@ def event_type(action: Action) -> EventType:
 def records_event(action: Action) -> bool:
     """True when a Kubernetes Event records the transition (see `Rule.event`)."""
     return TRANSITIONS[action].event
+
+
+def counted_reasons() -> dict[EventReason, EventType]:
+    """The reasons a campaign's Event series counts (`Rule.event`), with their Event type."""
+    return {rule.reason: rule.event_type for rule in TRANSITIONS.values() if rule.event}

@@ -16,10 +16,9 @@ from collections.abc import Sequence
 from shardops.api.campaign import FoldedShards
 from shardops.api.enums import ShardPhase
 from shardops.api.shard import Shard
-from shardops.k8s import campaigns
+from shardops.k8s import campaigns, events
 from shardops.k8s.api import LEASES, SHARDS, ApiError, KubeClient, NotFound
 from shardops.k8s.shards import Actor
-from shardops.logic import conditions
 from shardops.scheduler.observed import Observed
 from shardops.scheduler.stores import Stores
 from shardops.state import ledger
@@ -36,9 +35,10 @@ MAX_FOLD = 500
 
 
 class LedgerFold:
-    def __init__(self, kube: KubeClient, stores: Stores) -> None:
+    def __init__(self, kube: KubeClient, stores: Stores, series: events.EventSeries) -> None:
         self.kube = kube
         self.stores = stores
+        self.series = series
 
     def record(self, seen: Observed, previous: FoldedShards) -> tuple[list[Shard], FoldedShards]:
         """Write the ledger segment of the finished shards to fold this pass; the shards it holds and
@@ -70,26 +70,27 @@ class LedgerFold:
         return candidates, folded
 
     def announce(self, seen: Observed, folded: Sequence[Shard], actor: Actor, now: dt.datetime) -> None:
-        """After the status write that counts them: one Warning Event on the Campaign for the gave-up
-        shards this pass folded (their own Failed/Blocked Events name Shards that are now gone)."""
-        gave_up = [s for s in folded if s.phase in ledger.GAVE_UP]
+        """After the status write that counts them: the campaign's one Warning Event for gave-up
+        shards folded into the ledger, its series raised by the number this pass folded (an Event a
+        pass kept one alive per failed shard of a large campaign: each pass folds about one). Its
+        note, written once, names the first of them and where all of them are."""
+        gave_up = sorted(s.name for s in folded if s.phase in ledger.GAVE_UP)
         if not gave_up:
             return
         name = seen.campaign.name
-        campaigns.record_event(
-            self.kube,
+        body = campaigns.series_event_body(
             seen.body,
             reason=GAVE_UP_FOLDED,
             note=(
-                f"{len(gave_up)} Failed/Blocked shard(s) folded into the ledger"
-                + conditions.listing(sorted(s.name for s in gave_up))
-                + f": kubectl campaign results {name} --failed lists why, kubectl campaign retry {name} "
-                "runs them again"
+                "Failed/Blocked shards folded into the ledger, as many as the series counts (the first: "
+                f"{gave_up[0]}): kubectl campaign results {name} --failed lists them and why, kubectl "
+                f"campaign retry {name} runs them again"
             ),
             actor=actor,
             now=now,
             warning=True,
         )
+        self.series.add(self.kube, body, len(gave_up), now)
 
     def delete(self, seen: Observed, shards: Sequence[Shard]) -> None:
         """Delete Shards the ledger and the status already hold, each with its Lease.

@@ -10,12 +10,14 @@ leader) folds the same entries again, once."""
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from shardops.api.campaign import CampaignStatus
-from shardops.k8s import campaigns
+from shardops.k8s import campaigns, events
 from shardops.k8s.api import KubeClient
 from shardops.k8s.shards import Actor
+from shardops.logic import transitions
 from shardops.logic.breaker import SourceBreaker, effective
 from shardops.scheduler.metrics import Metrics
 from shardops.scheduler.observed import Observed
@@ -57,9 +59,16 @@ def fold_history(seen: Observed, status: CampaignStatus) -> HistoryFold:
 
 
 def commit(
-    kube: KubeClient, metrics: Metrics, actor: Actor, seen: Observed, fold: HistoryFold, now: dt.datetime
+    kube: KubeClient,
+    metrics: Metrics,
+    actor: Actor,
+    series: events.EventSeries,
+    seen: Observed,
+    fold: HistoryFold,
+    now: dt.datetime,
 ) -> None:
-    """The fold is in the status: count it, announce the breakers it turned."""
+    """The fold is in the status: count it, raise the campaign's Event for each reason by its count,
+    announce the breakers it turned."""
     spec = seen.campaign.spec
     key = seen.key
     counts = history.tally(fold.outcomes)
@@ -73,6 +82,7 @@ def commit(
         metrics.retries.labels(campaign=key, error_class=cls).inc(n)
     for cls, n in counts.failed.items():
         metrics.failed.labels(campaign=key, error_class=cls).inc(n)
+    announce_transitions(kube, actor, series, seen, fold.outcomes, now)
     for source in fold.opened:
         fallback = next((s.fallback for s in spec.sources or [] if s.name == source), None)
         then = f"its shards use fallback {fallback}" if fallback else "its shards wait for the cooldown"
@@ -97,3 +107,36 @@ def commit(
     for source, breaker in fold.states.items():
         state = effective(breaker, now, breakers.cooldown_of(spec, source))
         metrics.set_breaker(key, source, state)
+
+
+def announce_transitions(
+    kube: KubeClient,
+    actor: Actor,
+    series: events.EventSeries,
+    seen: Observed,
+    outcomes: Sequence[history.Outcome],
+    now: dt.datetime,
+) -> None:
+    """One write per reason a person should hear about, whatever the number of shards it happened
+    to: the campaign's Event for the reason counts them (`events.EventSeries`). Its note is
+    written once (an Event's note cannot change), so it names the first shard and where the rest
+    are."""
+    counted = transitions.counted_reasons()
+    by_reason: dict[str, list[history.Outcome]] = {}
+    for outcome in outcomes:
+        if outcome.reason in counted:
+            by_reason.setdefault(outcome.reason, []).append(outcome)
+    name = seen.campaign.name
+    for reason, happened in by_reason.items():
+        first = happened[0]
+        why = f" ({first.error_class})" if first.error_class else ""
+        note = (
+            f"{reason}: shard {first.shard}{why} first, as many shards in all as the series counts: "
+            f"kubectl campaign events SHARD shows a shard's attempts and why, kubectl campaign "
+            f"results {name} --failed lists those that gave up"
+        )
+        warning = counted[transitions.EventReason(reason)] is transitions.EventType.WARNING
+        body = campaigns.series_event_body(
+            seen.body, reason=reason, note=note, actor=actor, now=now, warning=warning
+        )
+        series.add(kube, body, len(happened), now)

@@ -37,7 +37,7 @@ from shardops.api.enums import FINISHED_PHASES, ConditionReason, ConditionType, 
 from shardops.api.shard import Shard
 from shardops.api.store import resolve_result_store
 from shardops.clock import utcnow
-from shardops.k8s import campaigns
+from shardops.k8s import campaigns, events
 from shardops.k8s.api import CAMPAIGNS, Conflict, Kube, NotFound, WriteRefused
 from shardops.k8s.shards import Actor
 from shardops.logic.leases import Renewals
@@ -97,10 +97,12 @@ class Reconciler:
         self._memory: dict[tuple[str, str], Memory] = {}
         self.stores = Stores(settings.result_store_location())
         self.writes = ShardWrites(kube, self.actor)
+        # A campaign's passes run one at a time, and each touches only its campaign's series.
+        self.event_series = events.EventSeries()
         self.items = Items(kube, self.stores)
-        self.sweeper = Sweeper(kube, self.writes, self.stores, metrics)
+        self.sweeper = Sweeper(kube, self.writes, self.stores, metrics, self.event_series)
         self.dispatch = Dispatcher(kube, settings, self.writes)
-        self.ledger = LedgerFold(kube, self.stores)
+        self.ledger = LedgerFold(kube, self.stores, self.event_series)
         self.retry = Retry(kube, self.writes, self.stores)
         self.retention = Retention(
             kube,
@@ -200,6 +202,7 @@ class Reconciler:
         if body is None or (body.get("metadata") or {}).get("deletionTimestamp"):
             with self._lock:
                 self._memory.pop((namespace, name), None)
+            self.event_series.forget(namespace, name)
             self.metrics.forget_campaign(key)
             return False
         now = self.clock()
@@ -271,7 +274,7 @@ class Reconciler:
         # The status now records the fold, the retry and the stalls (or already did): only now does
         # this process remember them and say so. A pass whose write lost (Conflict, an error, the
         # leadership gone) left neither, and the pass that runs again folds and announces them once.
-        history.commit(self.kube, self.metrics, self.actor, seen, fold, now)
+        history.commit(self.kube, self.metrics, self.actor, self.event_series, seen, fold, now)
         self.retry.announce(seen, retried, now)
         self.ledger.announce(seen, to_fold, self.actor, now)
         self.sweeper.announce(seen, memory, sweep, now)

@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 from shardops.api.common import JSON
 from shardops.api.enums import ErrorClass, ShardPhase
 from shardops.api.shard import Shard, ShardError
-from shardops.k8s import events, leases
+from shardops.k8s import campaigns, events, leases
 from shardops.k8s.api import KubeClient
 from shardops.k8s.shards import TransitionRequest
 from shardops.logic.leases import LeaseVerdict, classify_lease, lease_action
+from shardops.logic.transitions import EventReason
 from shardops.scheduler.memory import Memory, Progress
 from shardops.scheduler.metrics import Metrics
 from shardops.scheduler.observed import Observed
@@ -41,8 +42,16 @@ class Sweep:
 
 
 class Sweeper:
-    def __init__(self, kube: KubeClient, writes: ShardWrites, stores: Stores, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        kube: KubeClient,
+        writes: ShardWrites,
+        stores: Stores,
+        metrics: Metrics,
+        series: events.EventSeries,
+    ) -> None:
         self.kube = kube
+        self.series = series
         self.writes = writes
         self.stores = stores
         self.metrics = metrics
@@ -151,28 +160,31 @@ class Sweeper:
         return None if store is None or stored is None else (store, stored)
 
     def announce(self, seen: Observed, memory: Memory, found: Sweep, now: dt.datetime) -> None:
-        """A Stalled Event per newly stuck attempt, after the status write whose Stalled condition
-        names it; once per attempt (until its progress moves again)."""
+        """After the status write whose Stalled condition names them: the newly stuck attempts
+        counted once each (until their progress moves again) in the campaign's one Stalled Event,
+        one write a pass whatever their number (`events.EventSeries`, as the failures). Its note,
+        written once, names the first; the Stalled condition names those stuck now."""
         policy = seen.campaign.spec.stall.policy
+        stuck: list[tuple[Shard, str]] = []
         for shard, attempt, reason in found.to_announce:
             mark = memory.progress.get(shard.name)
             if mark is None or mark.attempt != attempt or mark.reported:
                 continue
             mark.reported = True
-            self.metrics.stalls.labels(campaign=seen.key).inc()
-            events.record(
-                self.kube,
-                events.event_body(
-                    shard.to_dict(),
-                    reason="Stalled",
-                    note=f"{reason}; stall policy {policy}",
-                    action="Stall",
-                    controller=self.writes.actor.controller,
-                    instance=self.writes.actor.instance,
-                    now=now,
-                    warning=True,
-                ),
-            )
+            stuck.append((shard, reason))
+        if not stuck:
+            return
+        self.metrics.stalls.labels(campaign=seen.key).inc(len(stuck))
+        first, reason = stuck[0]
+        body = campaigns.series_event_body(
+            seen.body,
+            reason=EventReason.STALLED,
+            note=f"shard {first.name} first, as many as the series counts: {reason}; stall policy {policy}",
+            actor=self.writes.actor,
+            now=now,
+            warning=True,
+        )
+        self.series.add(self.kube, body, len(stuck), now)
 
 
 def progress_mark(memory: Memory, shard: Shard, now: dt.datetime) -> Progress:
