@@ -201,6 +201,7 @@ class LlmServer:
         body = {
             "id": "chatcmpl-test",
             "object": "chat.completion",
+            "created": int(wall),
             "model": model,
             "choices": [
                 {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
@@ -227,7 +228,8 @@ class LlmServer:
         raw_body: bytes | None = None,
         **usage: int,
     ) -> tuple[int, dict[str, str], bytes]:
-        headers = headers or {}
+        # Every answer names its request, as OpenAI's x-request-id does (a batch output line keeps it).
+        headers = {"x-request-id": f"req-{len(self._log) + 1}", **(headers or {})}
         self._record(
             LoggedRequest(
                 started, wall, status, model, agent, user, retry_after=headers.get("Retry-After"), **usage

@@ -404,10 +404,30 @@ def test_a_429_keeps_earlier_results_and_asks_for_its_retry_after(server: LlmSer
 
 
 @pytest.mark.parametrize(
+    ("fault", "code", "phrase"),
+    [
+        ("400", "invalid_value", "Invalid value for 'temperature': too hot"),
+        ("context", "context_length_exceeded", "maximum context length is 8 tokens"),
+    ],
+)
+def test_an_item_the_upstream_refuses_is_that_items_error_and_the_rest_go_on(
+    server: LlmServer, tmp_path: Path, fault: str, code: str, phrase: str
+) -> None:
+    code_, results, error = run_items(
+        tmp_path, [{"q": "fine"}, {"q": f"FAULT:{fault}"}, {"q": "after"}], llm_block(server.base_url)
+    )
+    assert (code_, error) == (0, None)
+    assert [r["key"] for r in results] == ["k0", "k1", "k2"]
+    refused = results[1]
+    assert "result" not in refused and refused["error"]["class"] == "invalid-input"
+    assert refused["error"]["code"] == code
+    assert refused["error"]["message"].startswith("item 1: 400") and phrase in refused["error"]["message"]
+    assert results[2]["result"]["content"] == "answer: retfa :Q"
+
+
+@pytest.mark.parametrize(
     ("fault", "error_class", "phrase"),
     [
-        ("400", "invalid-input", "Invalid value for 'temperature': too hot"),
-        ("context", "invalid-input", "maximum context length is 8 tokens"),
         ("500", "unavailable", "500"),
         ("timeout", "timeout", "within timeoutSeconds 0.5"),
         ("malformed", "unavailable", "malformed response, not a chat completion"),
@@ -442,10 +462,13 @@ def test_an_unknown_model_is_not_found(server: LlmServer, tmp_path: Path) -> Non
     assert error is not None and error["class"] == "not-found" and "gpt-nope" in error["message"]
 
 
-def test_a_template_field_the_item_lacks_fails_before_any_call(server: LlmServer, tmp_path: Path) -> None:
-    _, _, error = run_items(tmp_path, [{"question": "x"}], llm_block(server.base_url))
-    assert error is not None and error["class"] == "invalid-input"
-    assert "item 0" in error["message"] and "'q'" in error["message"]
+def test_a_template_field_the_item_lacks_is_its_error_and_costs_no_call(
+    server: LlmServer, tmp_path: Path
+) -> None:
+    code, results, error = run_items(tmp_path, [{"question": "x"}], llm_block(server.base_url))
+    assert (code, error) == (0, None)
+    assert results[0]["error"]["class"] == "invalid-input"
+    assert "item 0" in results[0]["error"]["message"] and "'q'" in results[0]["error"]["message"]
     assert server.requests() == []
 
 
@@ -467,14 +490,15 @@ def test_json_schema_mode_returns_parsed_json(server: LlmServer, tmp_path: Path)
 def test_a_response_that_fails_the_schema_is_a_clear_item_error(
     server: LlmServer, tmp_path: Path, fault: str, phrase: str
 ) -> None:
-    _, results, error = run_items(
+    code, results, error = run_items(
         tmp_path,
         [{"q": "fine"}, {"q": f"FAULT:{fault}"}],
         llm_block(server.base_url, responseFormat=ANSWER_SCHEMA_FORMAT),
     )
-    assert [r["key"] for r in results] == ["k0"]
-    assert error is not None and error["class"] == "bad-output"
-    assert error["message"].startswith("item 1: ") and phrase in error["message"]
+    assert (code, error) == (0, None)
+    assert [r["key"] for r in results] == ["k0", "k1"]
+    assert results[1]["error"]["class"] == "bad-output"
+    assert results[1]["error"]["message"].startswith("item 1: ") and phrase in results[1]["error"]["message"]
 
 
 def test_without_its_settings_the_command_says_how_it_is_run(tmp_path: Path) -> None:
@@ -531,3 +555,60 @@ def test_under_the_runtime_a_429_sets_not_before_to_the_retry_after_and_results_
     assert status.progress is not None and status.progress.done == 1
     answered = next(e for e in server.requests() if e.status == 200)
     assert status.cost == Decimal(answered.prompt_tokens + answered.completion_tokens) / 1_000_000
+
+
+# --- format openai-batch ----------------------------------------------------------------------------
+
+
+def batch_line(custom_id: str, question: str, url: str = "/v1/chat/completions") -> dict[str, Any]:
+    body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": question}], "max_tokens": 5}
+    return {"custom_id": custom_id, "method": "POST", "url": url, "body": body}
+
+
+def batch_block(base_url: str) -> dict[str, Any]:
+    return {"baseUrl": base_url, "model": "test-model", "format": "openai-batch"}
+
+
+def test_the_format_decides_what_the_block_holds() -> None:
+    with pytest.raises(ValidationError) as caught:
+        LlmSpec.model_validate({**llm_block(), "format": "openai-batch"})
+    assert rules.LLM_FORMAT_FIELDS.message in str(caught.value)
+    with pytest.raises(ValidationError) as caught:
+        LlmSpec.model_validate({**llm_block(), "messages": []})
+    assert rules.LLM_FORMAT_FIELDS.message in str(caught.value)
+    assert LlmSpec.model_validate(batch_block("http://x/v1")).messages == []
+
+
+def test_batch_lines_keep_the_upstreams_answer_verbatim_and_a_refused_one_is_its_error(
+    server: LlmServer, tmp_path: Path
+) -> None:
+    from openai.types.chat import ChatCompletion
+
+    lines = [batch_line("a", "one"), batch_line("b", "FAULT:context"), batch_line("c", "two three")]
+    code, results, error = run_items(tmp_path, lines, batch_block(server.base_url))
+    assert (code, error) == (0, None)
+    answered = [results[0]["result"], results[2]["result"]]
+    assert [r["statusCode"] for r in answered] == [200, 200]
+    completions = [ChatCompletion.model_validate(r["body"]) for r in answered]
+    assert completions[1].choices[0].message.content == "answer: eerht owt"
+    assert {r["requestId"] for r in answered} == {"req-1", "req-3"}
+    # The body went as written, but for its model: the source's serves it.
+    assert [r.model for r in server.requests()] == ["test-model"] * 3
+    assert results[2]["tokens"]["input"] == completions[1].usage.prompt_tokens  # type: ignore[union-attr]
+    refused = results[1]
+    assert (
+        refused["error"]["class"] == "invalid-input" and refused["error"]["code"] == "context_length_exceeded"
+    )
+    assert refused["result"]["statusCode"] == 400
+    assert refused["result"]["body"]["error"]["code"] == "context_length_exceeded"
+
+
+def test_a_line_that_is_not_a_batch_line_is_its_error_and_costs_no_call(
+    server: LlmServer, tmp_path: Path
+) -> None:
+    code, results, _ = run_items(
+        tmp_path, [batch_line("a", "x", url="/v1/images")], batch_block(server.base_url)
+    )
+    assert code == 0
+    assert "url must be one of /v1/chat/completions" in results[0]["error"]["message"]
+    assert server.requests() == []

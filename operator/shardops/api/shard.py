@@ -149,6 +149,15 @@ class Progress(StatusModel):
 
     done: int = Field(default=0, ge=0, description="Items finished.")
     total: int = Field(default=0, ge=0, description="Items in the shard.")
+    errored: int | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "Of the items finished, those that failed on their own (a 400 for that request, an answer "
+            "that does not match the schema): recorded as that item's error while the rest of the shard "
+            "completed. Unset when none did."
+        ),
+    )
 
 
 class ShardResult(StatusModel):

@@ -15,6 +15,7 @@ from typing import Any
 
 from shardops.api.common import NO_TOKENS, Item, TokenCounts
 from shardops.api.enums import ErrorClass
+from shardops.api.item_errors import item_error_of
 from shardops.api.money import money_text
 from shardops.api.shard import Progress
 from shardops.logic.idempotency import item_subkey
@@ -51,8 +52,12 @@ class Tally:
         return Progress(done=sum(1 for key in self.keys if key in known), total=len(self.keys))
 
     def complete(self) -> Progress:
-        """The progress of a shard whose result holds every item."""
-        return Progress(done=len(self.keys), total=len(self.keys))
+        """The progress of a shard whose result holds every item, with how many of them errored."""
+        # A reused shard result (found stored at the claim) is not read item by item: its errored
+        # items are those the tally knows of, possibly none.
+        known = self.known()
+        errored = sum(1 for key in self.keys if key in known and item_error_of(known[key].result) is not None)
+        return Progress(done=len(self.keys), total=len(self.keys), errored=errored or None)
 
     def cost(self) -> Decimal:
         # Cumulative over the shard's attempts, so the operator can add shard costs up as they are.
