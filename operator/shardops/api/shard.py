@@ -332,6 +332,20 @@ class ShardStatus(StatusModel):
             return None
         return f"{self.progress.done}/{self.progress.total}"
 
+    @property
+    def errored_items(self) -> int:
+        """Items of the shard that failed on their own (progress.errored), 0 when none did."""
+        return (self.progress.errored or 0) if self.progress is not None else 0
+
+    def failed_item_by_item(self) -> ErrorClass | None:
+        """The class of a Done shard none of whose items succeeded (each one errored on its own, its
+        lastError says how), None otherwise: the error threshold counts it as a failure, so a template
+        field no item has holds the campaign as it did when such an item failed its shard."""
+        if self.phase is not ShardPhase.DONE or self.last_error is None or self.progress is None:
+            return None
+        every = self.progress.total > 0 and self.errored_items >= self.progress.total
+        return self.last_error.error_class if every else None
+
     def sequences(self) -> list[int]:
         """The sequence of each history entry, oldest first (`history_sequences`)."""
         return history_sequences(self.history)

@@ -8,7 +8,7 @@ into the shard; ShardRun feeds the command's result lines in (`absorb`) and runs
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -58,6 +58,15 @@ class Tally:
         known = self.known()
         errored = sum(1 for key in self.keys if key in known and item_error_of(known[key].result) is not None)
         return Progress(done=len(self.keys), total=len(self.keys), errored=errored or None)
+
+    def first_errored(self) -> tuple[int, Mapping[str, Any]] | None:
+        """The index in the shard and the error of its first errored item known, None when none is."""
+        known = self.known()
+        for index, key in enumerate(self.keys):
+            error = item_error_of(known[key].result) if key in known else None
+            if error is not None:
+                return index, error
+        return None
 
     def cost(self) -> Decimal:
         # Cumulative over the shard's attempts, so the operator can add shard costs up as they are.
