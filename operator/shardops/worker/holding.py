@@ -231,7 +231,7 @@ class Holding:
             source=self.claimed.source,
             message=(
                 f"{count} of {len(self.tally.keys)} item(s) failed on their own and were recorded as "
-                f"errored (kubectl campaign results --failed); the first, item {index}: "
+                f"errored (kubectl campaign results --failed); the first (item {index} of the shard): "
                 f"{error.get('message')}"
             ),
             at=self.clock.now(),
