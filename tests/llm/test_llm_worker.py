@@ -612,3 +612,19 @@ def test_a_line_that_is_not_a_batch_line_is_its_error_and_costs_no_call(
     assert code == 0
     assert "url must be one of /v1/chat/completions" in results[0]["error"]["message"]
     assert server.requests() == []
+
+
+def test_a_batch_lines_url_picks_the_endpoint(server: LlmServer, tmp_path: Path) -> None:
+    from openai.types import CreateEmbeddingResponse
+
+    line = {
+        "custom_id": "e",
+        "method": "POST",
+        "url": "/v1/embeddings",
+        "body": {"model": "x", "input": "a b c"},
+    }
+    code, results, _ = run_items(tmp_path, [line], batch_block(server.base_url))
+    assert code == 0
+    embedded = CreateEmbeddingResponse.model_validate(results[0]["result"]["body"])
+    assert len(embedded.data[0].embedding) == 3 and embedded.model == "test-model"
+    assert results[0]["tokens"] == {"input": 3, "cachedInput": 0, "output": 0}
