@@ -499,6 +499,10 @@ def test_a_response_that_fails_the_schema_is_a_clear_item_error(
     assert [r["key"] for r in results] == ["k0", "k1"]
     assert results[1]["error"]["class"] == "bad-output"
     assert results[1]["error"]["message"].startswith("item 1: ") and phrase in results[1]["error"]["message"]
+    # The answer off the schema was paid for: its tokens are the item's cost all the same.
+    charged = server.requests()[1]
+    assert results[1]["cost"] == str(charged.prompt_tokens + charged.completion_tokens)
+    assert results[1]["tokens"]["output"] == charged.completion_tokens
 
 
 def test_without_its_settings_the_command_says_how_it_is_run(tmp_path: Path) -> None:

@@ -206,6 +206,7 @@ class Call:
         """The results line of one item: its result, or its own error (ITEM_ERROR_CLASSES); any
         other failure is raised, and ends the attempt."""
         where = f"item {line.get('index')}"
+        completion: Completion | None = None
         try:
             path, body = self._request(line)
             reply = self._send(path, body)
@@ -219,10 +220,15 @@ class Call:
         except CallFailure as failure:
             if failure.error_class not in ITEM_ERROR_CLASSES:
                 raise failure.about(where) from None
-            return self._errored(line, failure.about(where))
+            # An answer refused after it came (off the schema) was paid for all the same.
+            return {**self._errored(line, failure.about(where)), **self._spent(completion)}
+        return {"key": line["key"], "result": result, **self._spent(completion)}
+
+    def _spent(self, completion: Completion | None) -> dict[str, Any]:
+        """The cost and tokens of an answer, for its results line (none without an answer)."""
+        if completion is None:
+            return {}
         return {
-            "key": line["key"],
-            "result": result,
             # A decimal string: the results line's cost is read exactly (docs/worker-command.md).
             "cost": money_text(item_cost(self.price, completion)),
             "tokens": {
