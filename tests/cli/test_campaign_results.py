@@ -167,7 +167,7 @@ def _batch_campaign() -> object:
         for i in range(3)
     ]
     llm = {"baseUrl": "http://upstream/v1", "model": "test-model", "format": "openai-batch"}
-    body = campaign_body(items=0, status={"phase": "Succeeded"})
+    body = campaign_body(items=0, status={"phase": "Succeeded", "itemsErrored": 1})
     body["spec"]["items"] = items
     body["spec"]["worker"] = {"image": "shardops:dev", "command": ["shardops", "llm"], "llm": llm}
     refused = {
@@ -252,3 +252,9 @@ def test_an_errored_item_shows_its_error_in_results_and_in_failed() -> None:
     assert [(line["index"], line["phase"], line["lastError"]["code"]) for line in failed] == [
         (1, "Done", "context_length_exceeded")
     ]
+
+
+def test_status_says_how_many_items_errored_and_where_to_find_them() -> None:
+    answer = run(_batch_campaign(), "-n", "ns", "status", "papers")  # type: ignore[arg-type]
+    assert answer.code == 0, answer.err
+    assert "(1 errored: kubectl campaign results --failed)" in answer.out
