@@ -121,6 +121,10 @@ def test_identity_changes_with_the_requests_not_with_prices_or_keys() -> None:
     assert base.identity() == priced.identity()
     assert base.identity() != other_prompt.identity()
     assert base.identity()["command"][:2] == ["shardops", "llm"]
+    # The default format is not in it, as before there was one: upgrading reuses every stored result.
+    assert "format" not in base.identity()["llm"]
+    batch = LlmSpec.model_validate({"baseUrl": "http://x/v1", "model": "m", "format": "openai-batch"})
+    assert batch.identity()["format"] == "openai-batch"
 
 
 def test_the_command_gets_the_block_rate_limits_and_max_concurrency() -> None:

@@ -292,9 +292,10 @@ class LlmSpec(SpecModel):
         """What shapes a result, for the idempotency key: the requests, not prices or timeouts.
 
         Changing a template or a model recomputes; changing a price, a timeout or the Secret of a
-        key reuses results.
+        key reuses results. The default format (chat) is left out, as before there was a format: the
+        results of campaigns written before it stay theirs.
         """
-        return self.model_dump(
+        identity = self.model_dump(
             mode="json",
             by_alias=True,
             exclude_none=True,
@@ -305,6 +306,9 @@ class LlmSpec(SpecModel):
                 "sources": {"__all__": {"api_key_secret"}},
             },
         )
+        if self.format is LlmRequestFormat.CHAT:
+            del identity["format"]
+        return identity
 
     def api_key_env(self) -> list[tuple[str, SecretKeyRef]]:
         """The worker pod's environment variables that carry API keys, with the Secret feeding each."""
