@@ -636,3 +636,37 @@ def test_a_batch_lines_url_picks_the_endpoint(server: LlmServer, tmp_path: Path)
     embedded = CreateEmbeddingResponse.model_validate(results[0]["result"]["body"])
     assert len(embedded.data[0].embedding) == 3 and embedded.model == "test-model"
     assert results[0]["tokens"] == {"input": 3, "cachedInput": 0, "output": 0}
+
+
+def test_under_the_runtime_a_shard_with_a_refused_line_is_done_with_it_counted_as_errored(
+    server: LlmServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SHARDOPS_LLM_API_KEY", "right")
+    lines = [batch_line("a", "one"), batch_line("b", "FAULT:400"), batch_line("c", "two")]
+    block = {**batch_block(server.base_url), "apiKeySecret": SECRET}
+    body = campaign_body(
+        items=lines, worker={"image": "x", "command": LLM_COMMAND, "llm": block}, shardSize=3
+    )
+    kube = FakeKube()
+    (shard,) = add_campaign(kube, body)
+    settings = WorkerSettings(
+        namespace=NAMESPACE,
+        pod_name="w",
+        tick_seconds=0.01,
+        poll_seconds=0.01,
+        idle_seconds=0,
+        work_dir=tmp_path,
+        max_shards=1,
+    )
+    worker = Worker(kube=kube, settings=settings, namespace=NAMESPACE, campaign_name="camp")  # type: ignore[arg-type]
+    assert worker.run() == 0
+    found = kube.obj(SHARDS, NAMESPACE, shard.name)
+    assert found is not None
+    status = Shard.parse(found).current_status
+    assert status.phase == "Done" and status.attempt == 1
+    assert status.progress is not None and (status.progress.done, status.progress.errored) == (3, 1)
+    assert status.last_error is not None and status.last_error.error_class == "invalid-input"
+    assert status.last_error.message.startswith("1 of 3 item(s) failed on their own")
+    assert "(item 1 of the shard): item 1: 400" in status.last_error.message
+    assert status.failed_item_by_item() is None, "two of its items succeeded"
+    assert len(server.requests()) == 3
