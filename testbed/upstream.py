@@ -1,10 +1,11 @@
 """An OpenAI-compatible test upstream: real HTTP on loopback, faults on demand, and a request log.
 
-`POST /v1/chat/completions` answers like a provider: `{id, model, choices: [{message, finish_reason}],
-usage: {prompt_tokens, completion_tokens, total_tokens, prompt_tokens_details: {cached_tokens}}}`,
-with usage a pure function of the request (so a test can recompute every cost). What it does is
-set on `LlmServer.behaviour` (latency, a share of 429s with Retry-After, 500s, the API key it
-accepts, its models) or asked for by a request: a user message containing `FAULT:<name>` gets
+`POST /v1/chat/completions` answers like a provider (`POST /v1/embeddings` too, plainly):
+`{id, model, choices: [{message, finish_reason}], usage: {prompt_tokens, completion_tokens,
+total_tokens, prompt_tokens_details: {cached_tokens}}}`, with usage a pure function of the request
+(so a test can recompute every cost). What it does is set on `LlmServer.behaviour` (latency, a
+share of 429s with Retry-After, 500s, the API key it accepts, its models) or asked for by a
+request: a user message containing `FAULT:<name>` gets
 
 | name | answer |
 | --- | --- |
@@ -142,6 +143,8 @@ class LlmServer:
         started, wall = time.monotonic(), time.time()
         b = self.behaviour
         agent = headers.get("User-Agent", "")
+        if path.endswith("/embeddings"):
+            return self._embeddings(started, wall, agent, raw)
         try:
             request = json.loads(raw)
             messages = request["messages"]
@@ -201,6 +204,7 @@ class LlmServer:
         body = {
             "id": "chatcmpl-test",
             "object": "chat.completion",
+            "created": int(wall),
             "model": model,
             "choices": [
                 {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
@@ -213,6 +217,27 @@ class LlmServer:
             },
         }
         return reply(200, body, prompt_tokens=prompt, completion_tokens=completion, cached_tokens=cached)
+
+    def _embeddings(
+        self, started: float, wall: float, agent: str, raw: bytes
+    ) -> tuple[int, dict[str, str], bytes]:
+        """`POST /v1/embeddings`: one vector (its length the input's words) per input, usage in tokens."""
+        request = json.loads(raw)
+        inputs = request.get("input")
+        texts = [inputs] if isinstance(inputs, str) else [str(t) for t in inputs or []]
+        tokens = sum(len(t.split()) for t in texts)
+        body = {
+            "object": "list",
+            "data": [
+                {"object": "embedding", "index": i, "embedding": [0.5] * max(len(t.split()), 1)}
+                for i, t in enumerate(texts)
+            ],
+            "model": request.get("model"),
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        }
+        return self._reply(
+            started, wall, 200, request.get("model"), agent, " ".join(texts), body, prompt_tokens=tokens
+        )
 
     def _reply(
         self,
@@ -227,7 +252,8 @@ class LlmServer:
         raw_body: bytes | None = None,
         **usage: int,
     ) -> tuple[int, dict[str, str], bytes]:
-        headers = headers or {}
+        # Every answer names its request, as OpenAI's x-request-id does (a batch output line keeps it).
+        headers = {"x-request-id": f"req-{len(self._log) + 1}", **(headers or {})}
         self._record(
             LoggedRequest(
                 started, wall, status, model, agent, user, retry_after=headers.get("Retry-After"), **usage

@@ -32,3 +32,15 @@ def test_a_shard_too_big_for_its_object_at_the_manifests_shard_size_uploads_noth
         CliError, match=r"shard 0 pass 1,048,576 bytes .*lower spec.shardSize.*nothing was uploaded"
     ):
         check_items(path, 4)
+
+
+def test_openai_batch_lines_are_checked_and_a_repeated_custom_id_names_both_lines(tmp_path: Path) -> None:
+    def line(custom_id: str, url: str = "/v1/chat/completions") -> dict[str, object]:
+        return {"custom_id": custom_id, "method": "POST", "url": url, "body": {"model": "m"}}
+
+    assert check_items(_file(tmp_path, [line("a"), line("b")]), 10, batch=True) == 2
+    with pytest.raises(CliError, match=r"line 3: custom_id 'a' is already the custom_id of line 1"):
+        check_items(_file(tmp_path, [line("a"), line("b"), line("a")]), 10, batch=True)
+    with pytest.raises(CliError, match=r"line 2: url must be one of .*nothing was uploaded"):
+        check_items(_file(tmp_path, [line("a"), line("b", url="/v1/images")]), 10, batch=True)
+    assert check_items(_file(tmp_path, [line("a"), line("a")]), 10) == 2, "only a batch campaign's lines"

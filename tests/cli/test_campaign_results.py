@@ -6,6 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from shardops.api.enums import ErrorClass
+from shardops.api.item_errors import errored_result
+from shardops.api.openai_batch import batch_result
 from shardops.k8s.api import CONFIGMAPS
 from shardops.logic.idempotency import item_subkey
 from shardops.state.results import json_line
@@ -143,3 +146,115 @@ def test_failed_lists_the_items_of_gave_up_shards_folded_into_the_ledger() -> No
         (5, "Blocked", "c-00002"),
     ]
     assert lines[0]["lastError"] == error and lines[0]["item"] == {"id": 2} and lines[2]["attempt"] == 2
+
+
+def _completion(text: str) -> dict[str, object]:
+    """A chat completion body as an upstream sends it."""
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1767225600,
+        "model": "test-model",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
+    }
+
+
+def _batch_campaign() -> object:
+    """Three OpenAI batch lines, each its own Done shard: two answered, the middle one refused (400)."""
+    items = [
+        {"custom_id": f"req-{i}", "method": "POST", "url": "/v1/chat/completions", "body": {"model": "m"}}
+        for i in range(3)
+    ]
+    llm = {"baseUrl": "http://upstream/v1", "model": "test-model", "format": "openai-batch"}
+    body = campaign_body(items=0, status={"phase": "Succeeded", "itemsErrored": 1})
+    body["spec"]["items"] = items
+    body["spec"]["worker"] = {"image": "shardops:dev", "command": ["shardops", "llm"], "llm": llm}
+    refused = {
+        "error": {"message": "too long", "type": "invalid_request_error", "code": "context_length_exceeded"}
+    }
+    results = [
+        batch_result(200, "up-0", _completion("zero")),
+        errored_result(
+            ErrorClass.INVALID_INPUT,
+            "item 0: 400 too long",
+            "context_length_exceeded",
+            batch_result(400, "up-1", refused),
+        ),
+        batch_result(200, None, _completion("two")),
+    ]
+    kube_objects: list[dict[str, object]] = []
+    configmaps = []
+    for index, (item, result) in enumerate(zip(items, results, strict=True)):
+        shard = shard_body("papers", index, "Done", status=done_status(60))
+        shard["spec"]["items"] = [item]
+        key = shard["spec"]["idempotencyKey"]
+        text = encode_result(key, [(0, item_subkey(item), result)], {item_subkey(item): 0})
+        configmap = attempt_body(key, text, ResultMeta("papers", shard["metadata"]["name"], "w-1", 1, 3), 1)
+        configmap["metadata"]["namespace"] = "ns"
+        configmaps.append(configmap)
+        shard["status"]["result"] = {
+            "ref": attempt_name(key, 3),
+            "fingerprint": sha256_of(text),
+            "bytes": len(text),
+        }
+        kube_objects.append(shard)
+    kube = cluster(body, *kube_objects)
+    for configmap in configmaps:
+        kube.create(CONFIGMAPS, "ns", configmap)
+    return kube
+
+
+def test_openai_batch_results_are_openais_output_and_error_files(tmp_path: Path) -> None:
+    from openai.types.chat import ChatCompletion
+
+    kube = _batch_campaign()
+    output, errors = tmp_path / "output.jsonl", tmp_path / "errors.jsonl"
+    answer = run(
+        kube,
+        "-n",
+        "ns",
+        "results",
+        "papers",
+        "--format",
+        "openai",
+        "-o",
+        str(output),
+        "--error-file",
+        str(errors),
+    )  # type: ignore[arg-type]
+    assert answer.code == 0, answer.err
+    written = [json.loads(text) for text in output.read_text().splitlines()]
+    assert [line["custom_id"] for line in written] == ["req-0", "req-2"]
+    assert all(
+        set(line) == {"id", "custom_id", "response", "error"} and line["error"] is None for line in written
+    )
+    assert [line["response"]["status_code"] for line in written] == [200, 200]
+    # The upstream's request id when it sent one, else shardops' key of the item.
+    assert written[0]["response"]["request_id"] == "up-0" and written[1]["response"]["request_id"]
+    bodies = [ChatCompletion.model_validate(line["response"]["body"]) for line in written]
+    assert [b.choices[0].message.content for b in bodies] == ["zero", "two"]
+    (error,) = [json.loads(text) for text in errors.read_text().splitlines()]
+    assert error["custom_id"] == "req-1"
+    assert error["error"] == {"code": "context_length_exceeded", "message": "item 0: 400 too long"}
+    assert error["response"]["status_code"] == 400
+    assert error["response"]["body"]["error"]["code"] == "context_length_exceeded"
+
+
+def test_an_errored_item_shows_its_error_in_results_and_in_failed() -> None:
+    kube = _batch_campaign()
+    lines = [json.loads(text) for text in run(kube, "-n", "ns", "results", "papers").out.splitlines()]  # type: ignore[arg-type]
+    assert ["error" in line for line in lines] == [False, True, False]
+    assert lines[1]["error"]["class"] == "invalid-input" and lines[1]["result"]["statusCode"] == 400
+    failed = [
+        json.loads(text) for text in run(kube, "-n", "ns", "results", "papers", "--failed").out.splitlines()
+    ]  # type: ignore[arg-type]
+    assert [(line["index"], line["phase"], line["lastError"]["code"]) for line in failed] == [
+        (1, "Done", "context_length_exceeded")
+    ]
+
+
+def test_status_says_how_many_items_errored_and_where_to_find_them() -> None:
+    answer = run(_batch_campaign(), "-n", "ns", "status", "papers")  # type: ignore[arg-type]
+    assert answer.code == 0, answer.err
+    assert "(1 errored: kubectl campaign results --failed)" in answer.out

@@ -121,6 +121,10 @@ def test_identity_changes_with_the_requests_not_with_prices_or_keys() -> None:
     assert base.identity() == priced.identity()
     assert base.identity() != other_prompt.identity()
     assert base.identity()["command"][:2] == ["shardops", "llm"]
+    # The default format is not in it, as before there was one: upgrading reuses every stored result.
+    assert "format" not in base.identity()["llm"]
+    batch = LlmSpec.model_validate({"baseUrl": "http://x/v1", "model": "m", "format": "openai-batch"})
+    assert batch.identity()["format"] == "openai-batch"
 
 
 def test_the_command_gets_the_block_rate_limits_and_max_concurrency() -> None:
@@ -404,10 +408,30 @@ def test_a_429_keeps_earlier_results_and_asks_for_its_retry_after(server: LlmSer
 
 
 @pytest.mark.parametrize(
+    ("fault", "code", "phrase"),
+    [
+        ("400", "invalid_value", "Invalid value for 'temperature': too hot"),
+        ("context", "context_length_exceeded", "maximum context length is 8 tokens"),
+    ],
+)
+def test_an_item_the_upstream_refuses_is_that_items_error_and_the_rest_go_on(
+    server: LlmServer, tmp_path: Path, fault: str, code: str, phrase: str
+) -> None:
+    code_, results, error = run_items(
+        tmp_path, [{"q": "fine"}, {"q": f"FAULT:{fault}"}, {"q": "after"}], llm_block(server.base_url)
+    )
+    assert (code_, error) == (0, None)
+    assert [r["key"] for r in results] == ["k0", "k1", "k2"]
+    refused = results[1]
+    assert "result" not in refused and refused["error"]["class"] == "invalid-input"
+    assert refused["error"]["code"] == code
+    assert refused["error"]["message"].startswith("item 1: 400") and phrase in refused["error"]["message"]
+    assert results[2]["result"]["content"] == "answer: retfa :Q"
+
+
+@pytest.mark.parametrize(
     ("fault", "error_class", "phrase"),
     [
-        ("400", "invalid-input", "Invalid value for 'temperature': too hot"),
-        ("context", "invalid-input", "maximum context length is 8 tokens"),
         ("500", "unavailable", "500"),
         ("timeout", "timeout", "within timeoutSeconds 0.5"),
         ("malformed", "unavailable", "malformed response, not a chat completion"),
@@ -442,10 +466,13 @@ def test_an_unknown_model_is_not_found(server: LlmServer, tmp_path: Path) -> Non
     assert error is not None and error["class"] == "not-found" and "gpt-nope" in error["message"]
 
 
-def test_a_template_field_the_item_lacks_fails_before_any_call(server: LlmServer, tmp_path: Path) -> None:
-    _, _, error = run_items(tmp_path, [{"question": "x"}], llm_block(server.base_url))
-    assert error is not None and error["class"] == "invalid-input"
-    assert "item 0" in error["message"] and "'q'" in error["message"]
+def test_a_template_field_the_item_lacks_is_its_error_and_costs_no_call(
+    server: LlmServer, tmp_path: Path
+) -> None:
+    code, results, error = run_items(tmp_path, [{"question": "x"}], llm_block(server.base_url))
+    assert (code, error) == (0, None)
+    assert results[0]["error"]["class"] == "invalid-input"
+    assert "item 0" in results[0]["error"]["message"] and "'q'" in results[0]["error"]["message"]
     assert server.requests() == []
 
 
@@ -467,14 +494,19 @@ def test_json_schema_mode_returns_parsed_json(server: LlmServer, tmp_path: Path)
 def test_a_response_that_fails_the_schema_is_a_clear_item_error(
     server: LlmServer, tmp_path: Path, fault: str, phrase: str
 ) -> None:
-    _, results, error = run_items(
+    code, results, error = run_items(
         tmp_path,
         [{"q": "fine"}, {"q": f"FAULT:{fault}"}],
         llm_block(server.base_url, responseFormat=ANSWER_SCHEMA_FORMAT),
     )
-    assert [r["key"] for r in results] == ["k0"]
-    assert error is not None and error["class"] == "bad-output"
-    assert error["message"].startswith("item 1: ") and phrase in error["message"]
+    assert (code, error) == (0, None)
+    assert [r["key"] for r in results] == ["k0", "k1"]
+    assert results[1]["error"]["class"] == "bad-output"
+    assert results[1]["error"]["message"].startswith("item 1: ") and phrase in results[1]["error"]["message"]
+    # The answer off the schema was paid for: its tokens are the item's cost all the same.
+    charged = server.requests()[1]
+    assert results[1]["cost"] == str(charged.prompt_tokens + charged.completion_tokens)
+    assert results[1]["tokens"]["output"] == charged.completion_tokens
 
 
 def test_without_its_settings_the_command_says_how_it_is_run(tmp_path: Path) -> None:
@@ -531,3 +563,110 @@ def test_under_the_runtime_a_429_sets_not_before_to_the_retry_after_and_results_
     assert status.progress is not None and status.progress.done == 1
     answered = next(e for e in server.requests() if e.status == 200)
     assert status.cost == Decimal(answered.prompt_tokens + answered.completion_tokens) / 1_000_000
+
+
+# --- format openai-batch ----------------------------------------------------------------------------
+
+
+def batch_line(custom_id: str, question: str, url: str = "/v1/chat/completions") -> dict[str, Any]:
+    body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": question}], "max_tokens": 5}
+    return {"custom_id": custom_id, "method": "POST", "url": url, "body": body}
+
+
+def batch_block(base_url: str) -> dict[str, Any]:
+    return {"baseUrl": base_url, "model": "test-model", "format": "openai-batch"}
+
+
+def test_the_format_decides_what_the_block_holds() -> None:
+    with pytest.raises(ValidationError) as caught:
+        LlmSpec.model_validate({**llm_block(), "format": "openai-batch"})
+    assert rules.LLM_FORMAT_FIELDS.message in str(caught.value)
+    with pytest.raises(ValidationError) as caught:
+        LlmSpec.model_validate({**llm_block(), "messages": []})
+    assert rules.LLM_FORMAT_FIELDS.message in str(caught.value)
+    assert LlmSpec.model_validate(batch_block("http://x/v1")).messages == []
+
+
+def test_batch_lines_keep_the_upstreams_answer_verbatim_and_a_refused_one_is_its_error(
+    server: LlmServer, tmp_path: Path
+) -> None:
+    from openai.types.chat import ChatCompletion
+
+    lines = [batch_line("a", "one"), batch_line("b", "FAULT:context"), batch_line("c", "two three")]
+    code, results, error = run_items(tmp_path, lines, batch_block(server.base_url))
+    assert (code, error) == (0, None)
+    answered = [results[0]["result"], results[2]["result"]]
+    assert [r["statusCode"] for r in answered] == [200, 200]
+    completions = [ChatCompletion.model_validate(r["body"]) for r in answered]
+    assert completions[1].choices[0].message.content == "answer: eerht owt"
+    assert {r["requestId"] for r in answered} == {"req-1", "req-3"}
+    # The body went as written, but for its model: the source's serves it.
+    assert [r.model for r in server.requests()] == ["test-model"] * 3
+    assert results[2]["tokens"]["input"] == completions[1].usage.prompt_tokens  # type: ignore[union-attr]
+    refused = results[1]
+    assert (
+        refused["error"]["class"] == "invalid-input" and refused["error"]["code"] == "context_length_exceeded"
+    )
+    assert refused["result"]["statusCode"] == 400
+    assert refused["result"]["body"]["error"]["code"] == "context_length_exceeded"
+
+
+def test_a_line_that_is_not_a_batch_line_is_its_error_and_costs_no_call(
+    server: LlmServer, tmp_path: Path
+) -> None:
+    code, results, _ = run_items(
+        tmp_path, [batch_line("a", "x", url="/v1/images")], batch_block(server.base_url)
+    )
+    assert code == 0
+    assert "url must be one of /v1/chat/completions" in results[0]["error"]["message"]
+    assert server.requests() == []
+
+
+def test_a_batch_lines_url_picks_the_endpoint(server: LlmServer, tmp_path: Path) -> None:
+    from openai.types import CreateEmbeddingResponse
+
+    line = {
+        "custom_id": "e",
+        "method": "POST",
+        "url": "/v1/embeddings",
+        "body": {"model": "x", "input": "a b c"},
+    }
+    code, results, _ = run_items(tmp_path, [line], batch_block(server.base_url))
+    assert code == 0
+    embedded = CreateEmbeddingResponse.model_validate(results[0]["result"]["body"])
+    assert len(embedded.data[0].embedding) == 3 and embedded.model == "test-model"
+    assert results[0]["tokens"] == {"input": 3, "cachedInput": 0, "output": 0}
+
+
+def test_under_the_runtime_a_shard_with_a_refused_line_is_done_with_it_counted_as_errored(
+    server: LlmServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SHARDOPS_LLM_API_KEY", "right")
+    lines = [batch_line("a", "one"), batch_line("b", "FAULT:400"), batch_line("c", "two")]
+    block = {**batch_block(server.base_url), "apiKeySecret": SECRET}
+    body = campaign_body(
+        items=lines, worker={"image": "x", "command": LLM_COMMAND, "llm": block}, shardSize=3
+    )
+    kube = FakeKube()
+    (shard,) = add_campaign(kube, body)
+    settings = WorkerSettings(
+        namespace=NAMESPACE,
+        pod_name="w",
+        tick_seconds=0.01,
+        poll_seconds=0.01,
+        idle_seconds=0,
+        work_dir=tmp_path,
+        max_shards=1,
+    )
+    worker = Worker(kube=kube, settings=settings, namespace=NAMESPACE, campaign_name="camp")  # type: ignore[arg-type]
+    assert worker.run() == 0
+    found = kube.obj(SHARDS, NAMESPACE, shard.name)
+    assert found is not None
+    status = Shard.parse(found).current_status
+    assert status.phase == "Done" and status.attempt == 1
+    assert status.progress is not None and (status.progress.done, status.progress.errored) == (3, 1)
+    assert status.last_error is not None and status.last_error.error_class == "invalid-input"
+    assert status.last_error.message.startswith("1 of 3 item(s) failed on their own")
+    assert "(item 1 of the shard): item 1: 400" in status.last_error.message
+    assert status.failed_item_by_item() is None, "two of its items succeeded"
+    assert len(server.requests()) == 3

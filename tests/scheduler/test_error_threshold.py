@@ -113,6 +113,21 @@ def test_endings_are_done_and_final_failures_after_the_resume() -> None:
     assert [e.shard for e in error_threshold.attempt_ends(shards, at(20))] == ["camp-00002"]
 
 
+def test_a_done_shard_all_of_whose_items_errored_ends_as_a_failure() -> None:
+    error = {
+        "class": "invalid-input",
+        "message": "1 of 1 item(s) failed on their own",
+        "at": at(10).isoformat(),
+    }
+    every = ended(0, 10, "Done", "Completed", lastError=error, progress={"done": 1, "total": 1, "errored": 1})
+    some = ended(1, 20, "Done", "Completed", lastError=error, progress={"done": 2, "total": 2, "errored": 1})
+    shards = [Shard.parse(b) for b in (every, some)]
+    assert [(e.shard, e.error_class) for e in error_threshold.attempt_ends(shards, None)] == [
+        ("camp-00000", INVALID),
+        ("camp-00001", None),
+    ]
+
+
 def test_the_operator_holds_the_campaign_names_the_field_and_a_resume_lifts_it(kube: OperatorKube) -> None:
     clock = Clock()
     message = "item 0: spec.worker.llm.messages[1].content: 'dict object' has no attribute 'question'"

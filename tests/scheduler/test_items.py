@@ -90,3 +90,21 @@ def test_items_are_read_once_per_spec_generation(kube: OperatorKube) -> None:
     assert list(items.read(Campaign.parse(body), memory)) == [{"n": 1}], "same generation: not read again"
     body["metadata"]["generation"] = 2
     assert list(items.read(Campaign.parse(body), memory)) == [{"n": 2}], "a new generation reads again"
+
+
+def test_a_repeated_custom_id_of_inline_batch_lines_is_reported_naming_both_lines(
+    kube: OperatorKube, clock: Clock
+) -> None:
+    def line(custom_id: str) -> dict[str, object]:
+        return {"custom_id": custom_id, "method": "POST", "url": "/v1/embeddings", "body": {"input": "x"}}
+
+    llm = {"baseUrl": "http://upstream/v1", "model": "m", "format": "openai-batch"}
+    body = campaign(items=[line("a"), line("b"), line("a")])
+    body["spec"]["worker"] = {"image": "shardops:dev", "command": ["shardops", "llm"], "llm": llm}
+    put_campaign(kube, body)
+    run(kube, clock)
+    status = status_of(kube)
+    ready = condition(status, "Ready")
+    assert status["phase"] == "Invalid" and ready["reason"] == "ItemsInvalid"
+    assert "spec.items line 3: custom_id 'a' is already the custom_id of line 1" in ready["message"]
+    assert names(kube) == [] and names(kube, JOBS) == []

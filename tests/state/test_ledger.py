@@ -115,6 +115,26 @@ def test_folded_completions_still_break_a_run_of_failures_for_the_error_threshol
     assert kept.status == "False", "the folded completions at minutes 6 and 7 break the run"
 
 
+def test_a_fold_counts_errored_items_and_a_shard_of_only_errored_items_as_a_failure() -> None:
+    from tests.schedulerkit import entry
+
+    error = {"class": "invalid-input", "message": "items errored", "at": NOW.isoformat()}
+
+    def done(index: int, errored: int) -> Shard:
+        ending = entry("Done", NOW + dt.timedelta(minutes=index), "Completed")
+        progress = {"done": 2, "total": 2, "errored": errored}
+        return Shard.parse(
+            shard("c", index, "Done", result=RESULT, history=[ending], progress=progress, lastError=error)
+        )
+
+    folded = ledger.fold(FoldedShards(), [done(0, 2), done(1, 1)], keep_completions=5)
+    assert folded.errored_items == 3
+    assert [(f.shard, f.error_class) for f in folded.recent_failures] == [("c-00000", "invalid-input")]
+    assert folded.recent_completions == [NOW + dt.timedelta(minutes=1)]
+    live = [done(2, 1), Shard.parse(shard("c", 3, "Running", progress={"done": 1, "total": 2, "errored": 1}))]
+    assert ledger.campaign_errored_items(folded, live) == 4, "live Done shards count, unfinished ones not yet"
+
+
 def test_shards_folded_past_a_status_that_never_recorded_their_cut_are_never_cut_again() -> None:
     """A pass cut shards 2..4 and was killed before its status write (cutShards still 2); the shards
     ran, and the next pass folded and deleted them. The cursor must not go back to 2: the shards

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from shardops.api.enums import ErrorClass
+from shardops.api.item_errors import item_error_of
 from shardops.worker import runner
 from shardops.worker.runner import (
     AttemptFiles,
@@ -49,13 +50,27 @@ def test_reader_takes_whole_lines_only_and_keeps_the_first_result_per_key(tmp_pa
     assert reader.poll() == []
 
 
+def test_an_error_line_is_the_items_errored_result(tmp_path: Path) -> None:
+    path, reader = _reader(tmp_path)
+    _append(
+        path,
+        b'{"key": "a", "error": {"class": "invalid-input", "message": "400: too long", "code": "ctx"}, '
+        b'"result": {"statusCode": 400}}\n',
+    )
+    (line,) = reader.poll()
+    assert item_error_of(line.result) == {"class": "invalid-input", "message": "400: too long", "code": "ctx"}
+    assert line.result["result"] == {"statusCode": 400}
+
+
 @pytest.mark.parametrize(
     ("line", "message"),
     [
         (b"this is not JSON {\n", "results line 1 is not valid JSON"),
         (b"[1, 2]\n", "must be a JSON object"),
         (b'{"key": "zzz", "result": 1}\n', "key 'zzz' is not one of this attempt's items"),
-        (b'{"key": "a"}\n', "no result for key a"),
+        (b'{"key": "a"}\n', "no result (nor error) for key a"),
+        (b'{"key": "a", "error": "broken"}\n', "error must be an object"),
+        (b'{"key": "a", "error": {"class": "timeout", "message": "m"}}\n', "cannot be an item's own error"),
         (b'{"key": "a", "result": NaN}\n', "has no exact JSON form"),
         (b'{"key": "a", "result": 1, "cost": -1}\n', "cost must be a number >= 0"),
         (b'{"key": "a", "result": 1, "cost": "three"}\n', "cost must be a number >= 0"),

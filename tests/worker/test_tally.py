@@ -8,6 +8,7 @@ import pytest
 
 from shardops.api.common import TokenCounts
 from shardops.api.enums import ErrorClass
+from shardops.api.item_errors import errored_result
 from shardops.api.shard import Progress
 from shardops.logic.idempotency import item_subkey
 from shardops.store.records import ItemRecord
@@ -24,6 +25,15 @@ def test_remaining_skips_items_with_a_result_and_repeats_of_a_key() -> None:
     assert [(w.key, w.index) for w in tally.remaining()] == [(KB, 1)]
     assert tally.progress() == Progress(done=3, total=4)
     assert tally.complete() == Progress(done=4, total=4)
+
+
+def test_a_done_shard_counts_its_errored_items() -> None:
+    tally = Tally([A, B, C], {KA: ItemRecord("stored")})
+    refused = errored_result(ErrorClass.INVALID_INPUT, "400")
+    tally.absorb([ResultLine(KB, refused, Decimal(0)), ResultLine(KC, "fine", Decimal(0))])
+    assert tally.remaining() == []
+    assert tally.complete() == Progress(done=3, total=3, errored=1)
+    assert Tally([A], {KA: ItemRecord("stored")}).complete().errored is None
 
 
 def test_the_first_result_of_a_key_counts_and_every_line_is_paid_for() -> None:

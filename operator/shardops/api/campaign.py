@@ -442,6 +442,9 @@ class FoldedShards(StatusModel):
     failed: int = Field(default=0, ge=0, description="Number of folded Failed shards.")
     blocked: int = Field(default=0, ge=0, description="Number of folded Blocked shards.")
     items: int = Field(default=0, ge=0, description="Items in the folded Done shards.")
+    errored_items: int = Field(
+        default=0, ge=0, description="Items of the folded Done shards that failed on their own (errored)."
+    )
     cost: Money = Field(
         default=Decimal(0), description="Cost of the folded shards (every phase), in the budget's unit."
     )
@@ -568,6 +571,15 @@ class CampaignStatus(StatusModel):
     )
     counts: ShardCounts = Field(default_factory=ShardCounts, description="Shards per phase.")
     items_total: int | None = Field(default=None, ge=0, description="Number of items, once they were read.")
+    items_errored: int | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "Items of Done shards that failed on their own (a 400 for that request, a template field it "
+            "lacks, an answer off the schema), folded shards included; kubectl campaign results --failed "
+            "lists them. Unset while none did."
+        ),
+    )
     shards_total: int | None = Field(
         default=None, ge=0, description="Expected number of work shards, once the items were read."
     )

@@ -72,6 +72,21 @@ RETRYABLE_ERROR_CLASSES = frozenset(
 )
 
 
+# The classes an item's own failure may have without failing its shard: the request (or the answer
+# to it) is wrong for that item alone, so the item is recorded as errored and the rest go on. The
+# other non-retryable classes (unauthorized, not-found, over-budget, ...) hold for every item alike.
+ITEM_ERROR_CLASSES = frozenset({ErrorClass.INVALID_INPUT, ErrorClass.BAD_OUTPUT})
+
+
+class LlmRequestFormat(StrEnum):
+    """How the built-in LLM worker turns an item into a request (spec.worker.llm.format)."""
+
+    # The item's fields fill the block's message templates; one chat completion per item.
+    CHAT = "chat"
+    # The item is a line of an OpenAI Batch API input file, sent as written.
+    OPENAI_BATCH = "openai-batch"
+
+
 class BreakerState(StrEnum):
     CLOSED = "Closed"
     OPEN = "Open"

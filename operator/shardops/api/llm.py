@@ -1,9 +1,11 @@
 """The built-in LLM worker's settings: `spec.worker.llm`, its request template and its price table.
 
 A Campaign whose worker has an `llm` block runs `shardops llm` (no program of the user's): each
-item becomes one request to an OpenAI-compatible `/chat/completions` endpoint, rendered from the
-templates here over the item's fields. The API key is read from a Secret through the worker pod's
-environment; the spec names the Secret, never the key.
+item becomes one request to an OpenAI-compatible endpoint. With format chat (the default) the
+request is a `/chat/completions` one rendered from the templates here over the item's fields; with
+format openai-batch each item is a line of an OpenAI Batch API input file (api/openai_batch.py),
+sent as written to the endpoint its url names, the model replaced by the source's. The API key is
+read from a Secret through the worker pod's environment; the spec names the Secret, never the key.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from shardops.api.common import (
     SpecModel,
     cel_rules,
 )
+from shardops.api.enums import LlmRequestFormat
 
 SECRET_KEY_PATTERN = r"^[-._a-zA-Z0-9]+$"
 # Templates travel to the command in one environment variable (Linux caps one at 128 KiB), with
@@ -142,7 +145,23 @@ class LlmSpec(SpecModel):
     """Calls to an OpenAI-compatible chat completions endpoint, one request per item, sequentially."""
 
     model_config = ConfigDict(
-        json_schema_extra=cel_rules(rules.LLM_ENDPOINTS_UNIQUE, rules.LLM_PRICES_COVER_MODELS)
+        json_schema_extra=cel_rules(
+            rules.LLM_ENDPOINTS_UNIQUE, rules.LLM_PRICES_COVER_MODELS, rules.LLM_FORMAT_FIELDS
+        )
+    )
+
+    # An explicit setting, not detected from the items: a chat campaign's items may well have fields
+    # named url or body, and the format decides what the block must hold (messages or none), which
+    # admission checks before a single item is read.
+    format: LlmRequestFormat = Field(
+        default=LlmRequestFormat.CHAT,
+        description=(
+            "chat: each item fills the message templates below (one chat completion per item). "
+            "openai-batch: each item is a line of an OpenAI Batch API input file, {custom_id, method, url, "
+            "body}; the body is sent as written to <baseUrl> + the url's path after /v1, its model "
+            "replaced by the source's model, and the result keeps the upstream's status code and response "
+            "body (kubectl campaign results --format openai). Default chat."
+        ),
     )
 
     base_url: str = Field(
@@ -165,9 +184,12 @@ class LlmSpec(SpecModel):
         min_length=1, max_length=MODEL_NAME_MAX, description="Model name sent in requests. Required."
     )
     messages: list[ChatMessage] = Field(
-        min_length=1,
+        default_factory=list,
         max_length=MAX_MESSAGES,
-        description="The chat messages of each request, templated. Required.",
+        description=(
+            "The chat messages of each request, templated. Required with format chat, unset with "
+            "openai-batch."
+        ),
     )
     temperature: float | None = Field(
         default=None, ge=0, le=2, description="Sampling temperature. Default: the provider's."
@@ -226,6 +248,12 @@ class LlmSpec(SpecModel):
         unpriced = self.models_without_price()
         if unpriced:
             problems.append(f"{rules.LLM_PRICES_COVER_MODELS.message} (no price: {', '.join(unpriced)})")
+        if self.format is LlmRequestFormat.OPENAI_BATCH:
+            chat_only = self.messages or self.response_format is not None or self.extra_body is not None
+            if chat_only or self.temperature is not None or self.max_tokens is not None:
+                problems.append(rules.LLM_FORMAT_FIELDS.message)
+        elif not self.messages:
+            problems.append(rules.LLM_FORMAT_FIELDS.message)
         if problems:
             raise ValueError("; ".join(problems))
         return self
@@ -264,9 +292,10 @@ class LlmSpec(SpecModel):
         """What shapes a result, for the idempotency key: the requests, not prices or timeouts.
 
         Changing a template or a model recomputes; changing a price, a timeout or the Secret of a
-        key reuses results.
+        key reuses results. The default format (chat) is left out, as before there was a format: the
+        results of campaigns written before it stay theirs.
         """
-        return self.model_dump(
+        identity = self.model_dump(
             mode="json",
             by_alias=True,
             exclude_none=True,
@@ -277,6 +306,9 @@ class LlmSpec(SpecModel):
                 "sources": {"__all__": {"api_key_secret"}},
             },
         )
+        if self.format is LlmRequestFormat.CHAT:
+            del identity["format"]
+        return identity
 
     def api_key_env(self) -> list[tuple[str, SecretKeyRef]]:
         """The worker pod's environment variables that carry API keys, with the Secret feeding each."""

@@ -165,6 +165,19 @@ LLM_ENDPOINTS_UNIQUE: Final = CelRule(
     field_path=".sources",
 )
 
+LLM_FORMAT_FIELDS: Final = CelRule(
+    rule=(
+        "self.format == 'openai-batch' ? (!has(self.messages) || size(self.messages) == 0) && "
+        "!has(self.temperature) && !has(self.maxTokens) && !has(self.responseFormat) && "
+        "!has(self.extraBody) : has(self.messages) && size(self.messages) > 0"
+    ),
+    message=(
+        "spec.worker.llm.messages is required with format chat, and with format openai-batch "
+        "messages, temperature, maxTokens, responseFormat and extraBody must be unset: each item's body "
+        "is the request, sent as written"
+    ),
+)
+
 LLM_ENDPOINTS_DECLARED: Final = CelRule(
     rule=(
         "!has(self.worker.llm) || !has(self.worker.llm.sources) || self.worker.llm.sources.all(e, "

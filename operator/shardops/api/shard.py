@@ -149,6 +149,15 @@ class Progress(StatusModel):
 
     done: int = Field(default=0, ge=0, description="Items finished.")
     total: int = Field(default=0, ge=0, description="Items in the shard.")
+    errored: int | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "Of the items finished, those that failed on their own (a 400 for that request, an answer "
+            "that does not match the schema): recorded as that item's error while the rest of the shard "
+            "completed. Unset when none did."
+        ),
+    )
 
 
 class ShardResult(StatusModel):
@@ -322,6 +331,20 @@ class ShardStatus(StatusModel):
         if self.progress is None:
             return None
         return f"{self.progress.done}/{self.progress.total}"
+
+    @property
+    def errored_items(self) -> int:
+        """Items of the shard that failed on their own (progress.errored), 0 when none did."""
+        return (self.progress.errored or 0) if self.progress is not None else 0
+
+    def failed_item_by_item(self) -> ErrorClass | None:
+        """The class of a Done shard none of whose items succeeded (each one errored on its own, its
+        lastError says how), None otherwise: the error threshold counts it as a failure, so a template
+        field no item has holds the campaign as it did when such an item failed its shard."""
+        if self.phase is not ShardPhase.DONE or self.last_error is None or self.progress is None:
+            return None
+        every = self.progress.total > 0 and self.errored_items >= self.progress.total
+        return self.last_error.error_class if every else None
 
     def sequences(self) -> list[int]:
         """The sequence of each history entry, oldest first (`history_sequences`)."""

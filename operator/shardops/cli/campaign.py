@@ -189,7 +189,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--format",
         choices=FORMATS,
         default="jsonl",
-        help="jsonl (default) or openai: the OpenAI batch output format, custom_id from --custom-id",
+        help=(
+            "jsonl (default) or openai: OpenAI's batch output file (custom_id from --custom-id, or the "
+            "batch lines' own)"
+        ),
     )
     results.add_argument(
         "--custom-id",
@@ -198,7 +201,14 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"with --format openai: the item field that is the custom_id (default {DEFAULT_CUSTOM_ID})",
     )
     results.add_argument(
-        "--failed", action="store_true", help="list the items not done instead, with their shard's lastError"
+        "--error-file",
+        metavar="FILE",
+        help="with --format openai: write the errored items' lines (OpenAI's error file) to FILE",
+    )
+    results.add_argument(
+        "--failed",
+        action="store_true",
+        help="list the items not done (with their shard's lastError) and the errored ones instead",
     )
     results.add_argument(
         "-o",

@@ -22,8 +22,9 @@ import yaml
 
 from shardops.api.campaign import CampaignSpec
 from shardops.api.common import JSON
-from shardops.api.enums import StoreType
+from shardops.api.enums import LlmRequestFormat, StoreType
 from shardops.api.items import parse_item_line
+from shardops.api.openai_batch import CustomIds
 from shardops.api.store import DEFAULT_S3_PREFIX, ResultStoreStatus
 from shardops.cli.campaign_client import EXIT_OK, EXIT_USAGE, CliError, bad_state, no_access
 from shardops.cli.campaign_results import user_s3_store
@@ -46,15 +47,20 @@ def _lines(path: Path) -> Iterator[str]:
         yield from handle
 
 
-def check_items(path: Path, shard_size: int) -> int:
+def check_items(path: Path, shard_size: int, batch: bool = False) -> int:
     """The number of items in FILE; CliError at the first line that is not a JSON object, or at the
-    first shard (`shard_size` items) too big for its Shard: the operator would refuse the campaign."""
+    first shard (`shard_size` items) too big for its Shard: the operator would refuse the campaign.
+    `batch` (llm format openai-batch): also at the first line that is not an OpenAI batch input line
+    or repeats an earlier line's custom_id (the set of them is as large as the file)."""
     count = 0
     sizes = ShardItemsSize(shard_size, str(path))
+    custom_ids = CustomIds() if batch else None
     try:
         for number, line in enumerate(_lines(path), start=1):
             item = parse_item_line(line, number, str(path))
             if item is not None:
+                if custom_ids is not None:
+                    custom_ids.check(item, number, str(path))
                 sizes.add(item)
                 count += 1
     except ValueError as error:
@@ -123,7 +129,8 @@ def run_apply(ctx: Context) -> int:
         shard_size = spec.get("shardSize")
         if not isinstance(shard_size, int) or shard_size < 1:
             shard_size = CampaignSpec.model_fields["shard_size"].default
-        count = check_items(path, shard_size)
+        llm = (spec.get("worker") or {}).get("llm") or {}
+        count = check_items(path, shard_size, batch=llm.get("format") == LlmRequestFormat.OPENAI_BATCH)
         location = _location(ctx, spec)
         try:
             store = user_s3_store(ctx, location, namespace)

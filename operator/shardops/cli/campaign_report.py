@@ -95,6 +95,7 @@ class ReportView:
     total: int
     items_done: int
     items_total: int | None
+    items_errored: int
     budget: BudgetStatus
     shard_costs: Decimal
     status_spent: Decimal
@@ -123,6 +124,7 @@ class ReportView:
                 "doneShards": self.done,
                 "totalShards": self.total,
                 "itemsDone": self.items_done,
+                "itemsErrored": self.items_errored,
                 "itemsTotal": self.items_total,
             },
             "spent": {
@@ -177,6 +179,7 @@ def report_view(campaign: Campaign, shard_bodies: Sequence[JSON], now: dt.dateti
         total=agg.total_shards,
         items_done=items_done,
         items_total=recorded_items_total(campaign),
+        items_errored=ledger.campaign_errored_items(status.folded, shards),
         budget=agg.budget,
         shard_costs=shard_costs,
         status_spent=status.spent,
@@ -345,6 +348,8 @@ def render_report(view: ReportView) -> str:
     items = ""
     if view.items_total is not None:
         items = f", {view.items_done} of {view.items_total} items in done shards"
+    if view.items_errored:
+        items += f" ({view.items_errored} of them errored: kubectl campaign results --failed)"
     spent = budget_line(budget) + f"; shard costs add up to {money_text(view.shard_costs)}"
     lines = [
         f"Closing report: campaign {view.namespace}/{view.name}, {view.phase}, at {iso(view.now)}",

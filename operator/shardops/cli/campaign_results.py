@@ -2,10 +2,13 @@
 
 One line per item of each Done work shard, read from the campaign's result store (the object its
 status.result names, verified against the fingerprint there): `index` (in the campaign), `key`
-(the item's sub-key), `item`, `result`, `cost`, `shard`, `attempt`. `--format openai` writes the
-OpenAI batch output shape instead, with `custom_id` taken from an item field. `--failed` lists the
-items not done, with their shard's phase and lastError: the live shards', then those of the Failed
-and Blocked shards folded into the ledger (streamed from it), then the uncut ones. Works on a
+(the item's sub-key), `item`, `result`, `cost`, `shard`, `attempt`, and `error` for an item that
+failed on its own (api/item_errors.py). `--format openai` writes OpenAI's batch output and error
+files instead (api/openai_batch.py; the error lines to `--error-file` when given): for a campaign of
+OpenAI batch lines the upstream's own status code, request id and body, else the item's result as
+the body with `custom_id` taken from an item field. `--failed` lists the items not done, with their
+shard's phase and lastError: the live shards', then those of the Failed and Blocked shards folded
+into the ledger (streamed from it), then the uncut ones, then the errored items of Done shards. Works on a
 running campaign (what is done so far) and on a finished one. Reads one object per Done shard;
 nothing is written.
 """
@@ -17,9 +20,11 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import ExitStack
 from typing import TextIO
 
+from shardops.api import openai_batch
 from shardops.api.campaign import Campaign, FoldedShards
 from shardops.api.common import JSON, Item
-from shardops.api.enums import ShardPhase, StoreType
+from shardops.api.enums import LlmRequestFormat, ShardPhase, StoreType
+from shardops.api.item_errors import item_error_of
 from shardops.api.shard import Shard
 from shardops.api.store import ResultStoreStatus
 from shardops.cli.campaign_client import EXIT_OK, bad_state, no_access
@@ -38,20 +43,45 @@ FORMATS = ("jsonl", "openai")
 DEFAULT_CUSTOM_ID = "custom_id"
 
 
-def openai_line(line: JSON, field: str) -> JSON:
-    """One line of the OpenAI batch output format for a `done_lines` line."""
+def openai_line(line: JSON, field: str, batch: bool) -> JSON:
+    """One line of OpenAI's batch output file (or, for an errored item, of its error file) for a
+    `done_lines` line. `batch`: the campaign's items are OpenAI batch lines (llm format openai-batch),
+    whose results hold the upstream's status code and body; otherwise the body is the item's result
+    and custom_id the item's `field`."""
     item = line.get("item")
     if not isinstance(item, dict) or field not in item:
         raise bad_state(
             f"item {line['index']} (shard {line['shard']}) has no field {field!r} for custom_id: "
             "name the item field that identifies each request with --custom-id FIELD"
         )
-    return {
-        "id": f"{line['shard']}-{line['index']}",
-        "custom_id": str(item[field]),
-        "response": {"status_code": 200, "request_id": line["key"], "body": line["result"]},
-        "error": None,
-    }
+    line_id, custom_id, result = f"{line['shard']}-{line['index']}", str(item[field]), line["result"]
+    if openai_batch.is_error_line(result):
+        return openai_batch.error_line(line_id, custom_id, result, line["key"])
+    if not batch:
+        result = openai_batch.batch_result(200, None, result)
+    return openai_batch.output_line(line_id, custom_id, result, line["key"])
+
+
+def jsonl_line(line: JSON) -> JSON:
+    """A `done_lines` line as `results` prints it: an errored item's error in `error`, beside what
+    its command reported (`result`, absent when nothing)."""
+    error = item_error_of(line.get("result"))
+    if error is None:
+        return line
+    reported = line["result"].get("result")
+    return {**{k: v for k, v in line.items() if k != "result"}, "result": reported, "error": dict(error)}
+
+
+def errored_lines(done: Iterable[tuple[Finished, JSON]]) -> Iterator[JSON]:
+    """The errored items of Done shards, as `results --failed` lists them (phase Done, their error)."""
+    for _, line in done:
+        error = item_error_of(line.get("result"))
+        if error is not None:
+            yield {
+                **{k: v for k, v in line.items() if k not in ("result", "cost")},
+                "phase": str(ShardPhase.DONE),
+                "lastError": dict(error),
+            }
 
 
 def failed_lines(
@@ -195,6 +225,13 @@ def run_results(ctx: Context) -> int:
         out: TextIO = ctx.stdout
         if args.output_file and args.output_file != "-":
             out = stack.enter_context(open(args.output_file, "w", encoding="utf-8"))
+        errors: TextIO | None = None
+        if getattr(args, "error_file", None):
+            errors = stack.enter_context(open(args.error_file, "w", encoding="utf-8"))
+        llm = campaign.spec.worker.llm
+        batch = llm is not None and llm.format is LlmRequestFormat.OPENAI_BATCH
+        # A batch line's custom_id is its own field of that name, whatever --custom-id says.
+        custom_id = "custom_id" if batch else args.custom_id
         lines = 0
         if args.failed:
             every_item = _items(ctx, campaign)
@@ -207,6 +244,15 @@ def run_results(ctx: Context) -> int:
                 )
             try:
                 for line in failed_lines(work, every_item, _cut_items(campaign, work), gave_up):
+                    out.write(json_line(line) + "\n")
+                    lines += 1
+                store = cli_store(ctx, campaign)
+                answered = results.done_lines(
+                    results.read_verified(store),
+                    finished_shards(ctx, campaign, store, work),
+                    lambda: every_item,
+                )
+                for line in errored_lines(answered):
                     out.write(json_line(line) + "\n")
                     lines += 1
             except results.ResultsMismatch as mismatch:
@@ -225,8 +271,13 @@ def run_results(ctx: Context) -> int:
                 if finished.shard != previous:
                     progress.step()
                     previous = finished.shard
-                shown = openai_line(line, args.custom_id) if args.format == "openai" else line
-                out.write(json_line(shown) + "\n")
+                if args.format != "openai":
+                    out.write(json_line(jsonl_line(line)) + "\n")
+                else:
+                    shown = openai_line(line, custom_id, batch)
+                    # OpenAI's two files: the errored items' lines go to --error-file when given.
+                    target = errors if shown["error"] is not None and errors is not None else out
+                    target.write(json_line(shown) + "\n")
                 lines += 1
         except results.ResultsMismatch as mismatch:
             raise bad_state(str(mismatch)) from None

@@ -173,6 +173,7 @@ class StatusView:
     not_cut: int
     total: int
     items_total: int | None
+    items_errored: int | None
     running: tuple[RunningShard, ...]
     oldest_pending_seconds: float | None
     oldest_pending: str | None
@@ -213,6 +214,7 @@ class StatusView:
                 "percent": round(100 * self.done / self.total, 1) if self.total else None,
             },
             "itemsTotal": self.items_total,
+            "itemsErrored": self.items_errored,
             "running": [r.as_dict() for r in self.running],
             "oldestPending": {"shard": self.oldest_pending, "seconds": self.oldest_pending_seconds},
             "breakers": [b.as_dict() for b in self.breakers],
@@ -273,6 +275,7 @@ def status_view(campaign: Campaign, shards: Sequence[Shard], now: dt.datetime) -
         not_cut=live.not_cut,
         total=agg.total_shards,
         items_total=recorded_items_total(campaign),
+        items_errored=campaign.current_status.items_errored,
         running=running,
         oldest_pending_seconds=(
             round(agg.oldest_pending_age.total_seconds(), 1) if agg.oldest_pending_age is not None else None
@@ -376,6 +379,8 @@ def render_status(view: StatusView) -> str:
     if notes:
         head += f" ({'; '.join(notes)})"
     items = f", {view.items_total} items" if view.items_total is not None else ""
+    if view.items_errored:
+        items += f" ({view.items_errored} errored: kubectl campaign results --failed)"
     lines = [
         head,
         f"Progress   {bar(view.done, gave_up, running, view.total)} {view.done}/{view.total} shards done "

@@ -5,10 +5,15 @@ one line per item appended to $SHARDOPS_RESULTS_FILE, $SHARDOPS_ERROR_FILE on fa
 settings from $SHARDOPS_LLM_CONFIG, which the runtime fills from the Campaign's spec.worker.llm.
 Calls are sequential: a shard is one request at a time, so maxConcurrency is the concurrency.
 
-A result is {content, finishReason, model, usage} (and json, the parsed content, when
-responseFormat asks for JSON); its cost is the usage times the price table (or the token count
-without one), and its tokens (input, cachedInput, output) go on the results line too, so the
-runtime sums them into the shard's status. The first item that cannot be answered ends the
+With format chat a result is {content, finishReason, model, usage} (and json, the parsed content,
+when responseFormat asks for JSON); with format openai-batch it is the upstream's answer as it came
+(api.openai_batch.batch_result: status code, request id, body). Its cost is the usage times the
+price table (or the token count without one), and its tokens (input, cachedInput, output) go on the
+results line too, so the runtime sums them into the shard's status.
+
+An item that fails on its own (ITEM_ERROR_CLASSES: a 400/413/422 for its request, a template field
+it lacks, an answer that does not match the schema, a batch line that is not one) gets an error line
+instead of a result (api/item_errors.py) and the next item goes on. Any other failure ends the
 attempt: the items before it keep their results, and the error file says the class (see
 upstream.py), the source, the item and, for a 429, how long to wait (retryAfterSeconds, which
 becomes the shard's notBefore).
@@ -28,7 +33,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from shardops import __version__
-from shardops.api.enums import ErrorClass
+from shardops.api.enums import ITEM_ERROR_CLASSES, ErrorClass, LlmRequestFormat
 from shardops.api.llm import (
     API_KEY_ENV,
     CONFIG_ENV,
@@ -38,10 +43,21 @@ from shardops.api.llm import (
     source_api_key_env,
 )
 from shardops.api.money import money_text
+from shardops.api.openai_batch import BATCH_ENDPOINTS, batch_line_problem, batch_result
 from shardops.clock import utcnow
 from shardops.llm.pacing import Pacer, Share, cooldown_until, jittered, state_path
 from shardops.llm.render import RenderError, RequestTemplate
-from shardops.llm.upstream import CallFailure, Completion, Upstream, parse_duration
+from shardops.llm.upstream import (
+    CHAT_PATH,
+    CallFailure,
+    Completion,
+    Reply,
+    Upstream,
+    parse_completion,
+    parse_duration,
+    parse_reply,
+    reply_tokens,
+)
 from shardops.logic.failures import EXIT_TEMPFAIL
 
 EXIT_FAILED = 1
@@ -174,8 +190,9 @@ class Call:
             user_agent=f"shardops-llm/{__version__} ({pod or 'local'})",
         )
         self.price = llm.price(self.source, self.model)
+        self.batch = llm.format is LlmRequestFormat.OPENAI_BATCH
         try:
-            self.template = RequestTemplate(llm, self.model)
+            self.template = None if self.batch else RequestTemplate(llm, self.model)
         except RenderError as error:
             raise CallFailure(ErrorClass.INVALID_INPUT, str(error)) from None
         share = self.settings.share(self.source)
@@ -186,28 +203,32 @@ class Call:
         self.cooldown_path = Path(cooldown) if cooldown else None
 
     def answer(self, line: Mapping[str, Any]) -> dict[str, Any]:
+        """The results line of one item: its result, or its own error (ITEM_ERROR_CLASSES); any
+        other failure is raised, and ends the attempt."""
         where = f"item {line.get('index')}"
+        completion: Completion | None = None
         try:
-            body = self.template.render(line.get("item"), int(line.get("index", 0)), str(line.get("key")))
-        except RenderError as error:
-            raise CallFailure(ErrorClass.INVALID_INPUT, f"{where}: {error}") from None
-        self._heed_cooldown()
-        started = self.pacer.wait()
-        try:
-            completion = self.upstream.complete(body, utcnow())
-        except CallFailure as error:
-            if error.retry_after is not None:
-                self.pacer.hold_until(self.pacer.clock() + jittered(error.retry_after, self.rng.random()))
-            raise CallFailure(error.error_class, f"{where}: {error.message}", error.retry_after) from None
-        self.pacer.spent(started, completion.total_tokens)
-        self._tighten(completion.headers, completion.total_tokens)
-        try:
-            result = result_of(completion, self.settings.llm.response_format)
+            path, body = self._request(line)
+            reply = self._send(path, body)
+            completion = parse_reply(reply) if self.batch else parse_completion(reply.data, reply.headers)
+            self._tighten(completion.headers, completion.total_tokens)
+            result = (
+                batch_result(reply.status, reply.request_id, reply.json_body())
+                if self.batch
+                else result_of(completion, self.settings.llm.response_format)
+            )
         except CallFailure as failure:
-            raise CallFailure(failure.error_class, f"{where}: {failure.message}") from None
+            if failure.error_class not in ITEM_ERROR_CLASSES:
+                raise failure.about(where) from None
+            # An answer refused after it came (off the schema) was paid for all the same.
+            return {**self._errored(line, failure.about(where)), **self._spent(completion)}
+        return {"key": line["key"], "result": result, **self._spent(completion)}
+
+    def _spent(self, completion: Completion | None) -> dict[str, Any]:
+        """The cost and tokens of an answer, for its results line (none without an answer)."""
+        if completion is None:
+            return {}
         return {
-            "key": line["key"],
-            "result": result,
             # A decimal string: the results line's cost is read exactly (docs/worker-command.md).
             "cost": money_text(item_cost(self.price, completion)),
             "tokens": {
@@ -216,6 +237,45 @@ class Call:
                 "output": completion.completion_tokens,
             },
         }
+
+    def _request(self, line: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+        """The path (under baseUrl) and body of an item's request."""
+        item = line.get("item")
+        if not self.batch:
+            assert self.template is not None
+            try:
+                return CHAT_PATH, self.template.render(item, int(line.get("index", 0)), str(line.get("key")))
+            except RenderError as error:
+                raise CallFailure(ErrorClass.INVALID_INPUT, str(error)) from None
+        problem = batch_line_problem(item)
+        if problem is not None:
+            raise CallFailure(ErrorClass.INVALID_INPUT, f"not an OpenAI batch input line: {problem}")
+        assert isinstance(item, Mapping)
+        # The body as written, but for its model: the source's serves the request (and is priced).
+        return BATCH_ENDPOINTS[item["url"]], {**item["body"], "model": self.model}
+
+    def _send(self, path: str, body: Mapping[str, Any]) -> Reply:
+        self._heed_cooldown()
+        started = self.pacer.wait()
+        try:
+            reply = self.upstream.post(path, body, utcnow())
+        except CallFailure as error:
+            if error.retry_after is not None:
+                self.pacer.hold_until(self.pacer.clock() + jittered(error.retry_after, self.rng.random()))
+            raise
+        self.pacer.spent(started, reply_tokens(reply))
+        return reply
+
+    def _errored(self, line: Mapping[str, Any], failure: CallFailure) -> dict[str, Any]:
+        """The results line of an item that failed on its own; a batch line keeps the upstream's answer."""
+        error: dict[str, Any] = {"class": str(failure.error_class), "message": failure.message}
+        if failure.code:
+            error["code"] = failure.code
+        errored: dict[str, Any] = {"key": line["key"], "error": error}
+        if self.batch and failure.reply is not None:
+            reply = failure.reply
+            errored["result"] = batch_result(reply.status, reply.request_id, reply.json_body())
+        return errored
 
     def _heed_cooldown(self) -> None:
         """Another worker's 429 with Retry-After on this source (the runtime keeps it in the cooldown

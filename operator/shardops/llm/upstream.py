@@ -28,6 +28,7 @@ from shardops.api.enums import ErrorClass
 from shardops.proxies import pool_for
 
 _SNIPPET = 300
+CHAT_PATH = "/chat/completions"
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
 
 
@@ -35,11 +36,48 @@ class CallFailure(Exception):
     """An item that got no usable answer: its class, message and the wait the upstream asked for
     (a call that failed here, or a reply or template the command refused)."""
 
-    def __init__(self, error_class: ErrorClass, message: str, retry_after: float | None = None) -> None:
+    def __init__(
+        self,
+        error_class: ErrorClass,
+        message: str,
+        retry_after: float | None = None,
+        reply: Reply | None = None,
+        code: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.error_class = error_class
         self.message = message
         self.retry_after = retry_after
+        # The upstream's answer when it gave one (an openai-batch item keeps it), and its error code.
+        self.reply = reply
+        self.code = code
+
+    def about(self, where: str) -> CallFailure:
+        """The same failure with `where` (the item) in front of its message."""
+        return CallFailure(
+            self.error_class, f"{where}: {self.message}", self.retry_after, self.reply, self.code
+        )
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One HTTP answer of the upstream, as it came."""
+
+    status: int
+    data: bytes
+    headers: Mapping[str, str]
+
+    @property
+    def request_id(self) -> str | None:
+        lower = {k.lower(): v for k, v in self.headers.items()}
+        return lower.get("x-request-id") or lower.get("request-id")
+
+    def json_body(self) -> Any:
+        """The body parsed as JSON, or its text when it is not JSON (kept either way, never dropped)."""
+        try:
+            return json.loads(self.data)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return self.data[:_SNIPPET].decode("utf-8", errors="replace")
 
 
 @dataclass(frozen=True)
@@ -50,17 +88,18 @@ class Completion:
     usage: dict[str, Any]
     headers: Mapping[str, str]
 
+    # Chat and completions name tokens prompt_/completion_tokens, the Responses API input_/output_tokens.
     @property
     def prompt_tokens(self) -> int:
-        return _count(self.usage.get("prompt_tokens"))
+        return _count(self.usage.get("prompt_tokens", self.usage.get("input_tokens")))
 
     @property
     def completion_tokens(self) -> int:
-        return _count(self.usage.get("completion_tokens"))
+        return _count(self.usage.get("completion_tokens", self.usage.get("output_tokens")))
 
     @property
     def cached_tokens(self) -> int:
-        details = self.usage.get("prompt_tokens_details")
+        details = self.usage.get("prompt_tokens_details", self.usage.get("input_tokens_details"))
         return _count(details.get("cached_tokens")) if isinstance(details, dict) else 0
 
     @property
@@ -194,6 +233,34 @@ def parse_completion(body: bytes, headers: Mapping[str, str]) -> Completion:
     )
 
 
+def parse_reply(reply: Reply) -> Completion:
+    """The usage of a 200 answer of any batch endpoint (chat, completions, embeddings, responses),
+    kept as the body has it; the body itself is the result. A body that is not a JSON object, or has
+    no usage to count its cost by, is a broken answer (unavailable: retried)."""
+    try:
+        value = json.loads(reply.data)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        value = None
+    usage = value.get("usage") if isinstance(value, dict) else None
+    if not isinstance(usage, dict):
+        snippet = reply.data[:_SNIPPET].decode("utf-8", errors="replace")
+        raise CallFailure(
+            ErrorClass.UNAVAILABLE,
+            f"response is not a JSON object with usage, so its cost cannot be counted: {snippet!r}",
+        )
+    assert isinstance(value, dict)
+    model = value.get("model")
+    return Completion(None, None, model if isinstance(model, str) else None, usage, reply.headers)
+
+
+def reply_tokens(reply: Reply) -> int:
+    """The tokens a 200 answer used, for pacing (0 when its body says none)."""
+    try:
+        return parse_reply(reply).total_tokens
+    except CallFailure:
+        return 0
+
+
 @dataclass
 class Upstream:
     """The endpoint of one source: POST <baseUrl>/chat/completions, no retries of its own (the
@@ -212,16 +279,25 @@ class Upstream:
 
     @property
     def url(self) -> str:
-        return self.base_url.rstrip("/") + "/chat/completions"
+        return self.url_of(CHAT_PATH)
+
+    def url_of(self, path: str) -> str:
+        return self.base_url.rstrip("/") + path
 
     def complete(self, body: Mapping[str, Any], now: dt.datetime) -> Completion:
+        reply = self.post(CHAT_PATH, body, now)
+        return parse_completion(reply.data, reply.headers)
+
+    def post(self, path: str, body: Mapping[str, Any], now: dt.datetime) -> Reply:
+        """POST `body` to <baseUrl><path>: the 200 answer as it came, else CallFailure (with the reply)."""
         headers = {"Content-Type": "application/json", "User-Agent": self.user_agent}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
-        where = f"{self.source_label} ({self.url})"
+        url = self.url_of(path)
+        where = f"{self.source_label} ({url})"
         try:
             response = self.pool.request(
-                "POST", self.url, body=json.dumps(body).encode(), headers=headers, preload_content=True
+                "POST", url, body=json.dumps(body).encode(), headers=headers, preload_content=True
             )
         except (urllib3.exceptions.TimeoutError, TimeoutError):
             raise CallFailure(
@@ -229,15 +305,14 @@ class Upstream:
             ) from None
         except (urllib3.exceptions.HTTPError, OSError) as error:
             raise CallFailure(ErrorClass.UNAVAILABLE, f"cannot reach {where}: {error}") from None
-        reply_headers = dict(response.headers.items())
+        reply = Reply(response.status, response.data, dict(response.headers.items()))
         if response.status != 200:
-            raise self._error(response.status, response.reason, response.data, reply_headers, now)
-        return parse_completion(response.data, reply_headers)
+            raise self._error(reply, response.reason, now)
+        return reply
 
-    def _error(
-        self, status: int, reason: str | None, body: bytes, headers: Mapping[str, str], now: dt.datetime
-    ) -> CallFailure:
-        message, code = provider_error(body)
+    def _error(self, reply: Reply, reason: str | None, now: dt.datetime) -> CallFailure:
+        status, headers = reply.status, reply.headers
+        message, code = provider_error(reply.data)
         error_class = classify_status(status, code)
         text = f"{status} {reason or ''}".strip() + f" from {self.source_label}: {message.rstrip('.')}"
         if error_class is ErrorClass.UNAUTHORIZED and code != "insufficient_quota":
@@ -249,4 +324,4 @@ class Upstream:
         if error_class is ErrorClass.NOT_FOUND:
             text += "; check the model name and baseUrl"
         wait = rate_limit_wait(headers, now) if error_class is ErrorClass.RATE_LIMITED else None
-        return CallFailure(error_class, text, wait)
+        return CallFailure(error_class, text, wait, reply, code)

@@ -18,7 +18,13 @@ from shardops.k8s.api import KubeClient
 from shardops.logic.shard_items import ShardItemsTooLarge, check_shard_items
 from shardops.scheduler.memory import Memory
 from shardops.scheduler.stores import Stores
-from shardops.store.items import StreamedItems, check_inline, configmap_items, object_items
+from shardops.store.items import (
+    StreamedItems,
+    check_batch_lines_of,
+    check_inline,
+    configmap_items,
+    object_items,
+)
 from shardops.store.lines import NotJsonlText
 from shardops.store.records import StoreUnavailable
 
@@ -47,11 +53,13 @@ class Items:
             items = campaign.spec.items or []
             check_inline(items)
             check(items, campaign, "spec.items")
+            check_batch_lines_of(campaign, items, "spec.items")
         elif source.object is not None:
             items = self.streamed(campaign, source.object)  # checked as it is counted
         else:
             items = configmap_items(self.kube, campaign)
             check(items, campaign, f"ConfigMap {source.config_map_name}")
+            check_batch_lines_of(campaign, items, f"ConfigMap {source.config_map_name} key {source.key}")
         memory.items_key, memory.items = cache_key, items
         return items
 

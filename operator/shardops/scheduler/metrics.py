@@ -39,6 +39,12 @@ class Metrics:
             ["campaign"],
             registry=r,
         )
+        self.items_errored = Gauge(
+            "shardops_items_errored",
+            "Items of Done shards that failed on their own (the campaign's status.itemsErrored).",
+            ["campaign"],
+            registry=r,
+        )
         self.claims = Counter(
             "shardops_claims", "Shard claims seen in shard history.", ["campaign"], registry=r
         )

@@ -400,6 +400,7 @@ class Reconciler:
             # Prometheus samples are floats: money becomes one here, at the boundary, and nowhere else.
             self.metrics.budget_ratio.labels(campaign=key).set(float(agg.budget.spent / budget.limit))
         self.metrics.set_tokens(key, desired.status.tokens)
+        self.metrics.items_errored.labels(campaign=key).set(desired.status.items_errored or 0)
 
     def _invalid(self, body: JSON, reason: ConditionReason, message: str, now: dt.datetime) -> None:
         """Ready=False with the reason, an Event naming the fix (once per problem); nothing is created."""

@@ -111,6 +111,7 @@ def desired_status(seen: Observed, decided: Decided, now: dt.datetime) -> Desire
         update={
             "folded": folded,
             "tokens": ledger.campaign_tokens(previous.tokens, folded, live),
+            "items_errored": ledger.campaign_errored_items(folded, live) or None,
             # For workers mid-shard, which read the Campaign at heartbeat but list no shards.
             "source_cooldowns": cooldowns.status_list(cooldowns.source_cooldowns(campaign, live, now)),
         }

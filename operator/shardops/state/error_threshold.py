@@ -79,14 +79,15 @@ def _trip(campaign: Campaign, shards: list[Shard]) -> Trip | None:
 
 
 def attempt_ends(shards: Iterable[Shard], since: dt.datetime | None) -> list[AttemptEnd]:
-    """Done and non-retryable Failed endings after `since`, oldest first."""
+    """Done and non-retryable Failed endings after `since`, oldest first (a Done shard all of whose
+    items errored is a failure: `ShardStatus.failed_item_by_item`)."""
     ends = []
     for shard in shards:
         for entry in shard.current_status.history:
             if since is not None and entry.at <= since:
                 continue
             if entry.reason == EventReason.COMPLETED:
-                ends.append(AttemptEnd(entry.at, shard.name, None))
+                ends.append(AttemptEnd(entry.at, shard.name, shard.current_status.failed_item_by_item()))
             elif (
                 entry.reason == EventReason.FAILED
                 and entry.error_class is not None

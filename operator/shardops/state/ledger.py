@@ -106,10 +106,18 @@ def fold(folded: FoldedShards, shards: Sequence[Shard], keep_completions: int = 
         return folded
     spans = ranges.add(folded.ranges(), (s.spec.index for s in shards))
     done = [s for s in shards if s.phase is ShardPhase.DONE]
+    # A Done shard all of whose items errored ends as a failure for the threshold, like a Failed one.
+    errored = {s.name: s.current_status.failed_item_by_item() for s in done}
     completions = sorted(
         [
             *folded.recent_completions,
-            *(e.at for s in done for e in s.current_status.history if e.reason == EventReason.COMPLETED),
+            *(
+                e.at
+                for s in done
+                if errored[s.name] is None
+                for e in s.current_status.history
+                if e.reason == EventReason.COMPLETED
+            ),
         ]
     )
     failures = sorted(
@@ -123,6 +131,13 @@ def fold(folded: FoldedShards, shards: Sequence[Shard], keep_completions: int = 
                 and e.error_class is not None
                 and not e.error_class.retryable
             ),
+            *(
+                FoldedFailure(at=e.at, error_class=error_class, shard=s.name)
+                for s in done
+                if (error_class := errored[s.name]) is not None
+                for e in s.current_status.history
+                if e.reason == EventReason.COMPLETED
+            ),
         ],
         key=lambda f: (f.at, f.shard),
     )
@@ -132,6 +147,7 @@ def fold(folded: FoldedShards, shards: Sequence[Shard], keep_completions: int = 
         failed=folded.failed + sum(1 for s in shards if s.phase is ShardPhase.FAILED),
         blocked=folded.blocked + sum(1 for s in shards if s.phase is ShardPhase.BLOCKED),
         items=folded.items + sum(s.spec.item_count for s in done),
+        errored_items=folded.errored_items + sum(s.current_status.errored_items for s in done),
         cost=folded.cost + sum(s.current_status.cost for s in shards),
         tokens=sum_tokens(shards, folded.tokens),
         attempts=folded.attempts + sum(max(s.current_status.attempt, 1) for s in shards),
@@ -169,6 +185,13 @@ def sum_tokens(shards: Iterable[Shard], start: TokenCounts = NO_TOKENS) -> Token
         if shard.current_status.tokens is not None:
             total += shard.current_status.tokens
     return total
+
+
+def campaign_errored_items(folded: FoldedShards, live: Iterable[Shard]) -> int:
+    """Errored items of the campaign: the folded Done shards' plus the live Done shards'."""
+    return folded.errored_items + sum(
+        s.current_status.errored_items for s in live if s.phase is ShardPhase.DONE
+    )
 
 
 def campaign_tokens(previous: TokenCounts, folded: FoldedShards, live: Iterable[Shard]) -> TokenCounts:

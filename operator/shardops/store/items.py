@@ -15,7 +15,7 @@ from typing import overload
 
 from shardops.api.campaign import Campaign
 from shardops.api.common import JSON, Item
-from shardops.api.enums import ConditionReason
+from shardops.api.enums import ConditionReason, LlmRequestFormat
 from shardops.api.items import (
     MAX_OBJECT_ITEMS,
     ItemsObject,
@@ -24,6 +24,7 @@ from shardops.api.items import (
     check_inline_items,
     parse_item_line,
 )
+from shardops.api.openai_batch import check_batch_lines
 from shardops.k8s import campaigns
 from shardops.k8s.api import KubeClient
 from shardops.logic.shard_items import ShardItemsSize
@@ -201,6 +202,21 @@ def check_inline(items: Sequence[Item]) -> None:
         check_inline_items(items)
     except ValueError as error:
         raise campaigns.ItemsUnavailable(ConditionReason.ITEMS_INVALID, f"{error}; fix that item") from None
+
+
+def check_batch_lines_of(campaign: Campaign, items: Sequence[Item], where: str) -> None:
+    """ItemsUnavailable naming the first item of a campaign of OpenAI batch lines (llm format
+    openai-batch) that is not one or repeats a custom_id. For the items the operator holds anyway
+    (inline, at most MAX_INLINE_ITEMS; a ConfigMap's, at most MAX_CONFIGMAP_ITEMS), so the set of
+    custom_ids is bounded as they are; an object's lines are checked by whoever uploads it
+    (kubectl campaign apply --items), and a line that is not one is that item's error at run time."""
+    llm = campaign.spec.worker.llm
+    if llm is None or llm.format is not LlmRequestFormat.OPENAI_BATCH:
+        return
+    try:
+        check_batch_lines(items, where)
+    except ValueError as error:
+        raise campaigns.ItemsUnavailable(ConditionReason.ITEMS_INVALID, f"{error}; fix that line") from None
 
 
 def pin_patch(campaign: Campaign, items: Sequence[Item]) -> JSON:

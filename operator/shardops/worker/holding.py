@@ -27,7 +27,7 @@ import datetime as dt
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol, TypeVar
@@ -223,6 +223,20 @@ class Holding:
             lambda shard: apply_transition(self.kube, shard, request, self.slot.actor, now),
         )
 
+    def _errored_items_error(self, index: int, error: Mapping[str, Any]) -> ShardError:
+        """A Done shard's lastError when some of its items errored: how many, and the first one's."""
+        count = self.tally.complete().errored or 0
+        return ShardError(
+            error_class=ErrorClass(str(error.get("class"))),
+            source=self.claimed.source,
+            message=(
+                f"{count} of {len(self.tally.keys)} item(s) failed on their own and were recorded as "
+                f"errored (kubectl campaign results --failed); the first (item {index} of the shard): "
+                f"{error.get('message')}"
+            ),
+            at=self.clock.now(),
+        )
+
     def _leaving(self) -> dict[str, Any]:
         """Fields every exit from Running clears or settles: the claim goes, progress and cost stay."""
         return {
@@ -282,8 +296,10 @@ class Holding:
             self.stored_result = existing
         verb = "reused the stored result" if reused else "stored the result"
         message = f"{verb} {existing.name} ({existing.bytes} bytes, {existing.fingerprint})"
+        errored = self.tally.first_errored()
         updates = {
             **self._leaving(),
+            **({"last_error": self._errored_items_error(*errored)} if errored is not None else {}),
             "progress": self.tally.complete(),
             "result": ShardResult(ref=existing.name, fingerprint=existing.fingerprint, bytes=existing.bytes),
             "last_heartbeat": self.clock.now(),

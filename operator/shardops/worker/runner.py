@@ -38,6 +38,7 @@ from typing import Any, Protocol
 from shardops.api.campaign import Campaign
 from shardops.api.common import NO_TOKENS, TokenCounts
 from shardops.api.enums import ErrorClass
+from shardops.api.item_errors import errored_result, item_error_problem
 from shardops.api.money import JsonNumber, parse_money
 from shardops.api.worker import WorkerSpec
 from shardops.logic.idempotency import canonical_json
@@ -230,10 +231,20 @@ class ResultsReader:
         key = value.get("key")
         if not isinstance(key, str) or key not in self.expected:
             raise bad_output(f"{where}: key {key!r} is not one of this attempt's items: {snippet!r}")
-        if "result" not in value:
-            raise bad_output(f"{where}: no result for key {key}: {snippet!r}")
+        result = value.get("result")
+        if "error" in value:
+            # The item failed on its own (api/item_errors.py): its error is its result, the shard goes on.
+            problem = item_error_problem(value["error"])
+            if problem is not None:
+                raise bad_output(f"{where}: key {key}: {problem}: {snippet!r}")
+            reported = value["error"]
+            result = errored_result(
+                ErrorClass(reported["class"]), reported["message"], reported.get("code"), result
+            )
+        elif "result" not in value:
+            raise bad_output(f"{where}: no result (nor error) for key {key}: {snippet!r}")
         try:
-            canonical_json(value["result"])
+            canonical_json(result)
         except (TypeError, ValueError) as error:
             raise bad_output(f"{where}: result for key {key} has no exact JSON form ({error})") from None
         try:
@@ -241,7 +252,7 @@ class ResultsReader:
         except ValueError:
             wrong = f"got {value['cost']!r}"
             raise bad_output(f"{where}: cost must be a number >= 0 (or a decimal string), {wrong}") from None
-        return ResultLine(key, value["result"], cost, _tokens(value.get("tokens"), where, snippet))
+        return ResultLine(key, result, cost, _tokens(value.get("tokens"), where, snippet))
 
 
 _TOKEN_KINDS = ("input", "cachedInput", "output")

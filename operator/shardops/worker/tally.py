@@ -8,13 +8,14 @@ into the shard; ShardRun feeds the command's result lines in (`absorb`) and runs
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
 from shardops.api.common import NO_TOKENS, Item, TokenCounts
 from shardops.api.enums import ErrorClass
+from shardops.api.item_errors import item_error_of
 from shardops.api.money import money_text
 from shardops.api.shard import Progress
 from shardops.logic.idempotency import item_subkey
@@ -51,8 +52,21 @@ class Tally:
         return Progress(done=sum(1 for key in self.keys if key in known), total=len(self.keys))
 
     def complete(self) -> Progress:
-        """The progress of a shard whose result holds every item."""
-        return Progress(done=len(self.keys), total=len(self.keys))
+        """The progress of a shard whose result holds every item, with how many of them errored."""
+        # A reused shard result (found stored at the claim) is not read item by item: its errored
+        # items are those the tally knows of, possibly none.
+        known = self.known()
+        errored = sum(1 for key in self.keys if key in known and item_error_of(known[key].result) is not None)
+        return Progress(done=len(self.keys), total=len(self.keys), errored=errored or None)
+
+    def first_errored(self) -> tuple[int, Mapping[str, Any]] | None:
+        """The index in the shard and the error of its first errored item known, None when none is."""
+        known = self.known()
+        for index, key in enumerate(self.keys):
+            error = item_error_of(known[key].result) if key in known else None
+            if error is not None:
+                return index, error
+        return None
 
     def cost(self) -> Decimal:
         # Cumulative over the shard's attempts, so the operator can add shard costs up as they are.

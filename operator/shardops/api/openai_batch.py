@@ -1,0 +1,119 @@
+"""OpenAI Batch API files as shardops sees them: input lines as items, results as output/error lines.
+
+An input line is `{"custom_id", "method": "POST", "url", "body"}` (the OpenAI Batch API's request
+input). With spec.worker.llm.format openai-batch each such line is one item, as written: custom_id is
+what the user keys on (unique in the input; shardops' own per-item key stays the item's fingerprint),
+url picks the endpoint, body is the request. The built-in worker stores each answer as
+`batch_result` shapes it (the upstream's status code, request id and body, verbatim), and
+`output_line` / `error_line` turn a stored result into a line of OpenAI's output or error file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from shardops.api.common import Item
+from shardops.api.item_errors import item_error_of
+
+# The endpoints a batch line may name, each with its path under the Source's baseUrl (which ends in
+# the version, /v1, as for the chat format).
+BATCH_ENDPOINTS: Mapping[str, str] = {
+    "/v1/chat/completions": "/chat/completions",
+    "/v1/completions": "/completions",
+    "/v1/embeddings": "/embeddings",
+    "/v1/responses": "/responses",
+}
+CUSTOM_ID_MAX = 512
+BATCH_LINE_FIELDS = frozenset({"custom_id", "method", "url", "body"})
+
+
+def batch_line_problem(item: Any) -> str | None:
+    """Why `item` is not an OpenAI batch input line shardops can send, or None."""
+    if not isinstance(item, Mapping):
+        return f"a batch line must be a JSON object, got {type(item).__name__}"
+    unknown = sorted(set(item) - BATCH_LINE_FIELDS)
+    if unknown:
+        return f"unknown field(s) {', '.join(unknown)}: a batch line has custom_id, method, url and body"
+    custom_id = item.get("custom_id")
+    if not isinstance(custom_id, str) or not 1 <= len(custom_id) <= CUSTOM_ID_MAX:
+        return f"custom_id must be a string of 1 to {CUSTOM_ID_MAX} characters"
+    if item.get("method") != "POST":
+        return f"method must be POST, got {item.get('method')!r}"
+    if item.get("url") not in BATCH_ENDPOINTS:
+        return f"url must be one of {', '.join(BATCH_ENDPOINTS)}, got {item.get('url')!r}"
+    if not isinstance(item.get("body"), Mapping):
+        return "body must be a JSON object (the request)"
+    return None
+
+
+class CustomIds:
+    """The custom_ids of an input seen so far, to refuse the second line of one: the set is as large
+    as the input read, so it is kept where the input is checked whole (the CLI, a service's upload),
+    never in the operator's per-shard path."""
+
+    def __init__(self) -> None:
+        self.first_line: dict[str, int] = {}
+
+    def check(self, item: Item, number: int, where: str) -> None:
+        """ValueError naming `where`, the line and the problem (shape, or a custom_id seen before)."""
+        problem = batch_line_problem(item)
+        if problem is not None:
+            raise ValueError(f"{where} line {number}: {problem}")
+        custom_id = str(item["custom_id"])
+        first = self.first_line.setdefault(custom_id, number)
+        if first != number:
+            raise ValueError(
+                f"{where} line {number}: custom_id {custom_id!r} is already the custom_id of line {first}; "
+                "each request needs its own"
+            )
+
+
+def check_batch_lines(items: Iterable[Item], where: str) -> None:
+    """Every line a sendable batch line, each custom_id once (ValueError naming the first wrong line)."""
+    seen = CustomIds()
+    for number, item in enumerate(items, start=1):
+        seen.check(item, number, where)
+
+
+def batch_result(status_code: int, request_id: str | None, body: Any) -> dict[str, Any]:
+    """What the built-in worker stores for a batch line's answer: the upstream's, verbatim."""
+    return {"statusCode": status_code, "requestId": request_id, "body": body}
+
+
+def _response(result: Any, fallback_request_id: str) -> dict[str, Any] | None:
+    if not isinstance(result, Mapping) or "statusCode" not in result:
+        return None
+    return {
+        "status_code": result["statusCode"],
+        "request_id": result.get("requestId") or fallback_request_id,
+        "body": result.get("body"),
+    }
+
+
+def is_error_line(result: Any) -> bool:
+    """Whether a stored result belongs in the error file (an errored item) or the output file."""
+    return item_error_of(result) is not None
+
+
+def output_line(line_id: str, custom_id: str, result: Any, request_id: str) -> dict[str, Any]:
+    """A line of OpenAI's output file for an answered item (`request_id` when the upstream sent none)."""
+    return {
+        "id": line_id,
+        "custom_id": custom_id,
+        "response": _response(result, request_id),
+        "error": None,
+    }
+
+
+def error_line(line_id: str, custom_id: str, result: Any, request_id: str) -> dict[str, Any]:
+    """A line of OpenAI's error file for an errored item: error {code, message}, and the upstream's
+    response (status code and body) when it answered. code is the provider's (context_length_exceeded,
+    ...) when it gave one, else shardops' error class (invalid-input, bad-output)."""
+    error = item_error_of(result) or {}
+    return {
+        "id": line_id,
+        "custom_id": custom_id,
+        "response": _response(result.get("result") if isinstance(result, Mapping) else None, request_id),
+        "error": {"code": error.get("code") or error.get("class"), "message": error.get("message", "")},
+    }
