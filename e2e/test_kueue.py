@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client
 from testbed.bed import Bed
 from testbed.harness import create_namespace
@@ -245,3 +247,54 @@ def test_a_queue_name_with_no_local_queue_names_the_field_and_the_fix(bed: Bed) 
     assert said["status"] == "True"
     assert said["message"].startswith("spec.worker.queueName no-such-queue: no LocalQueue no-such-queue")
     assert "create it" in said["message"]
+
+
+USER_GUIDE = Path(__file__).resolve().parents[1] / "docs" / "user-guide.md"
+FENCED_YAML = re.compile(r"^```yaml\n(.*?)^```", re.S | re.M)
+
+
+def _documented_kueue_objects() -> list[dict[str, Any]]:
+    """The Kueue objects of the user guide's two-teams example, as written there."""
+    found = []
+    for block in FENCED_YAML.findall(USER_GUIDE.read_text()):
+        documents = [d for d in yaml.safe_load_all(block) if d]
+        found += [d for d in documents if str(d.get("apiVersion", "")).startswith("kueue.x-k8s.io/")]
+    return found
+
+
+@pytest.mark.usefixtures("local_cluster")
+def test_the_user_guides_two_teams_in_a_cohort_are_accepted_by_kueue_and_become_active(bed: Bed) -> None:
+    """Its manifests through Kueue's own webhooks: each team's namespace and ClusterQueue renamed for
+    this test (ClusterQueues are cluster-wide), nothing else changed."""
+    objects = _documented_kueue_objects()
+    kinds = sorted(o["kind"] for o in objects)
+    assert kinds == ["ClusterQueue", "ClusterQueue", "LocalQueue", "LocalQueue", "ResourceFlavor"], kinds
+    with _second_namespace(bed) as team_b:
+        namespaces = {"team-a": bed.namespace, "team-b": team_b.namespace}
+        for obj in objects:
+            if obj["kind"] == "LocalQueue":
+                obj["metadata"]["namespace"] = namespaces[obj["metadata"]["namespace"]]
+                obj["spec"]["clusterQueue"] = f"{bed.namespace}-{obj['spec']['clusterQueue']}"
+            elif obj["kind"] == "ClusterQueue":
+                obj["metadata"]["name"] = f"{bed.namespace}-{obj['metadata']['name']}"
+        kueuekit.apply(bed.cluster, *objects)
+        try:
+            names = [o["metadata"]["name"] for o in objects if o["kind"] == "ClusterQueue"]
+
+            def active() -> bool:
+                for name in names:
+                    queue = json.loads(bed.cluster.kubectl("get", "clusterqueue", name, "-o", "json").stdout)
+                    if (kueuekit.condition(queue, "Active") or {}).get("status") != "True":
+                        return False
+                return True
+
+            bed.wait_for("both teams' ClusterQueues Active", active, timeout=60)
+            cohorts = {
+                json.loads(bed.cluster.kubectl("get", "clusterqueue", n, "-o", "json").stdout)["spec"][
+                    "cohortName"
+                ]
+                for n in names
+            }
+            assert cohorts == {"shared-pool"}
+        finally:
+            kueuekit.delete(bed.cluster, *[o for o in objects if o["kind"] != "ResourceFlavor"])
