@@ -13,9 +13,9 @@ from shardops.api.sources import Source
 from shardops.cli.campaign_plan import _jobs_text, plan_view, render_plan
 from shardops.cli.campaign_summary import parse_shards
 from shardops.cli.text import NONE
-from shardops.k8s.kueue import QueueState
 from shardops.logic.breaker import BreakerPolicy
 from shardops.logic.planner import LimitReason, plan_dispatch
+from shardops.logic.queues import QueueState
 from shardops.logic.transitions import Action
 from shardops.scheduler import reconcile
 from shardops.scheduler.metrics import Metrics

@@ -5,6 +5,7 @@ from __future__ import annotations
 from shardops.api.common import JSON
 from shardops.k8s import kueue
 from shardops.k8s.api import Forbidden
+from shardops.logic.queues import QueueState
 from tests.fakekube import Call, FakeKube
 
 NS = "team-a"
@@ -51,7 +52,7 @@ def test_each_held_job_gets_its_own_workloads_message_in_one_list() -> None:
         _job("w-3", "u3", suspend=True),
     ]
     state = kueue.queue_state(kube, NS, jobs)
-    assert state == kueue.QueueState(
+    assert state == QueueState(
         "lq",
         messages={
             "w-2": "insufficient quota for pods in flavor default",
@@ -67,7 +68,7 @@ def test_each_held_job_gets_its_own_workloads_message_in_one_list() -> None:
 def test_a_missing_local_queue_is_told_from_a_missing_kueue() -> None:
     kube = FakeKube()
     held = [_job("w-1", "u1", suspend=True, queue="nope")]
-    assert kueue.queue_state(kube, NS, held) == kueue.QueueState("nope", exists=False)
+    assert kueue.queue_state(kube, NS, held) == QueueState("nope", exists=False)
 
 
 def test_a_role_that_may_not_read_kueue_still_says_the_jobs_wait() -> None:
@@ -75,4 +76,4 @@ def test_a_role_that_may_not_read_kueue_still_says_the_jobs_wait() -> None:
         return Forbidden(403, "Forbidden", "no") if call.plural in {"localqueues", "workloads"} else None
 
     kube = FakeKube(fail=forbid)
-    assert kueue.queue_state(kube, NS, [_job("w-1", "u1", suspend=True)]) == kueue.QueueState("lq")
+    assert kueue.queue_state(kube, NS, [_job("w-1", "u1", suspend=True)]) == QueueState("lq")

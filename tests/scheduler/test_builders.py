@@ -14,12 +14,12 @@ from shardops.api.common import Condition
 from shardops.api.enums import BreakerState, CampaignPhase, ShardClass, ShardPhase, StoreType
 from shardops.api.shard import Shard
 from shardops.api.store import ResultStoreStatus
-from shardops.k8s.kueue import QueueState
 from shardops.logic import conditions
 from shardops.logic.aggregate import CampaignFacts, aggregate
 from shardops.logic.breaker import SourceBreaker, effective
 from shardops.logic.idempotency import idempotency_key
 from shardops.logic.leases import Renewals
+from shardops.logic.queues import QueueState
 from shardops.logic.shardview import ItemProgress
 from shardops.logic.timefmt import micro_time
 from shardops.scheduler import builders

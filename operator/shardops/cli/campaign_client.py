@@ -41,6 +41,7 @@ from shardops.k8s.api import (
     Resource,
 )
 from shardops.k8s.shards import Actor
+from shardops.logic.queues import QueueState
 
 T = TypeVar("T")
 
@@ -288,7 +289,7 @@ class Client:
         except Forbidden:
             return {}
 
-    def queue_state(self, namespace: str, jobs: Sequence[JSON]) -> kueue.QueueState | None:
+    def queue_state(self, namespace: str, jobs: Sequence[JSON]) -> QueueState | None:
         """What Kueue says of the suspended worker Jobs (`k8s.kueue.queue_state`); it reads what the
         user may read and leaves out the rest."""
         return self.call(

@@ -22,9 +22,9 @@ from shardops.cli.campaign_summary import budget_dict, budget_line
 from shardops.cli.command import Context, load
 from shardops.cli.text import NONE, iso, names_text, table
 from shardops.k8s.campaigns import ItemsUnavailable
-from shardops.k8s.kueue import QueueState
 from shardops.logic.budget import BudgetStatus, reserved
 from shardops.logic.planner import DispatchPlan, WorkerCounts, plan_dispatch
+from shardops.logic.queues import QueueState
 from shardops.state import observe, workers
 
 # --- view (what -o json|yaml prints) ------------------------------------------------------------------

@@ -9,12 +9,12 @@ and one list of the Workloads of those Jobs (by their UIDs), at most maxConcurre
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 
 from shardops.api.common import JSON
 from shardops.api.names import KUEUE_QUEUE_LABEL
 from shardops.k8s.api import Forbidden, KubeClient, NotFound, Resource
+from shardops.logic.queues import QueueState
 
 KUEUE_GROUP = "kueue.x-k8s.io"
 KUEUE_VERSION = "v1beta2"
@@ -24,19 +24,6 @@ LOCAL_QUEUES = Resource(KUEUE_GROUP, KUEUE_VERSION, "localqueues")
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 # The Workload conditions that say why it is not admitted, the first found speaking.
 _WAITING_CONDITIONS = ("QuotaReserved", "Admitted")
-
-
-@dataclass(frozen=True)
-class QueueState:
-    """The LocalQueue the suspended worker Jobs wait in. `exists` False: no LocalQueue of that name
-    in the namespace (or no Kueue at all: `kueue_installed` False). `messages`: Job name -> the
-    message of its Workload's QuotaReserved (or Admitted) condition, for the Jobs Kueue has said
-    something of; empty when the operator may not read Workloads."""
-
-    name: str
-    exists: bool = True
-    kueue_installed: bool = True
-    messages: Mapping[str, str] = field(default_factory=dict)
 
 
 def suspended(job: JSON) -> bool:

@@ -22,12 +22,12 @@ from shardops.api.campaign import Budget, Campaign, CampaignSpec, FoldedShards
 from shardops.api.common import JSON
 from shardops.api.enums import ShardClass, ShardPhase
 from shardops.api.shard import Shard
-from shardops.k8s.kueue import QueueState
 from shardops.logic.aggregate import CampaignFacts
 from shardops.logic.breaker import SourceBreaker
 from shardops.logic.budget import BudgetStatus, budget_status
 from shardops.logic.leases import LeaseVerdict, classify_lease, lease_action
 from shardops.logic.planner import DispatchInputs, DispatchLimits
+from shardops.logic.queues import QueueState
 from shardops.logic.shardview import ItemProgress, ShardView
 from shardops.logic.transitions import Action
 from shardops.state import cooldowns, error_threshold, history, shardview, workers

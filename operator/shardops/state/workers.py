@@ -7,10 +7,11 @@ from collections.abc import Mapping, Sequence
 
 from shardops.api.common import JSON
 from shardops.api.names import WORKER_NUMBER_ANNOTATION, WORKER_SLOTS_ANNOTATION
-from shardops.k8s.kueue import QueueState, suspended
+from shardops.k8s.kueue import suspended
 from shardops.k8s.leases import parse_time
 from shardops.logic.backpressure import WORKER_FAILURE_WINDOW, WorkerFailures
 from shardops.logic.planner import WorkerCounts
+from shardops.logic.queues import QueueState
 
 # FailureTarget and SuccessCriteriaMet come before Failed and Complete: the pod is done already.
 _JOB_DONE = frozenset({"Complete", "Failed", "FailureTarget", "SuccessCriteriaMet"})
