@@ -86,6 +86,18 @@ def object_store(cluster: Cluster) -> lifecycle.ObjectStore:
 
 
 @pytest.fixture(scope="session")
+def kueue(cluster: Cluster) -> Cluster:
+    """The local control plane with Kueue running in it (testbed/cluster/kueue.py), started at the
+    first test that asks: its Job webhooks see only Jobs labelled with a queue, so the tests after it
+    pay nothing for it."""
+    if cluster.local is None:
+        pytest.skip("needs the local control plane, where Kueue is started on demand")
+    cluster.local.start_kueue()
+    print(f"\nkueue: CRDs, controller and webhooks ready in {cluster.local.timings['kueue']:.1f}s")
+    return cluster
+
+
+@pytest.fixture(scope="session")
 def crds_installed(cluster: Cluster) -> None:
     install_crds(cluster)
 

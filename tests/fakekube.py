@@ -39,6 +39,7 @@ from __future__ import annotations
 import copy
 import functools
 import itertools
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -167,7 +168,17 @@ LOST_ANSWERS: dict[str, LostAnswer] = {
 
 
 def _not_found(resource: Resource, name: str) -> NotFound:
-    return NotFound(404, "NotFound", f'{resource.plural} "{name}" not found')
+    """As the API server answers for a missing object: a Status naming its kind and name."""
+    message = f'{resource.plural} "{name}" not found'
+    details = {"name": name, "group": resource.group, "kind": resource.plural}
+    body = {
+        "kind": "Status",
+        "status": "Failure",
+        "reason": "NotFound",
+        "message": message,
+        "details": details,
+    }
+    return NotFound(404, "NotFound", message, body)
 
 
 def _status_kept(resource: Resource, current: JSON, written: JSON) -> JSON:
@@ -188,7 +199,15 @@ def _conflict(resource: Resource, name: str) -> Conflict:
     )
 
 
+# A set-based term `key in (a,b)`: its values hold commas, so terms are split around it.
+_SET_TERM = re.compile(r"([^,\s]+)\s+in\s+\(([^)]*)\)")
+
+
 def _selected(labels: Mapping[str, str], selector: str) -> bool:
+    for key, values in _SET_TERM.findall(selector):
+        if labels.get(key) not in {value.strip() for value in values.split(",")}:
+            return False
+    selector = _SET_TERM.sub("", selector)
     for term in filter(None, (part.strip() for part in selector.split(","))):
         if "!=" in term:
             key, value = term.split("!=", 1)

@@ -3,13 +3,14 @@
 # versioned caches:
 #   ~/.cache/shardops/k8s-<K8S_VERSION>-etcd-<ETCD_VERSION>/bin/{kube-apiserver,kube-controller-manager,etcd,kubectl,helm}
 #   ~/.cache/shardops/seaweedfs-<SEAWEEDFS_VERSION>/bin/weed
+#   ~/.cache/shardops/kueue-<KUEUE_VERSION>/bin/kueue
 # and links them all into one directory named after every version:
 #   ~/.cache/shardops/bin-k8s-<K8S_VERSION>-etcd-<ETCD_VERSION>-seaweedfs-<SEAWEEDFS_VERSION>/
 # Each part is rebuilt only when its own pins in versions.env (or its generated go.mod files)
 # change: its cache directory carries the versions in its name and a stamp with the hash of its
 # inputs. Prints that directory on its last line.
-# The parts that are missing are built at the same time (the control plane, SeaweedFS, kubectl +
-# helm, runc): one part's module download, link or package install fills the cores while another
+# The parts that are missing are built at the same time (the control plane, SeaweedFS, Kueue,
+# kubectl + helm, runc): one part's module download, link or package install fills the cores while another
 # compiles, and none of them reads what another writes.
 #
 # `build.sh --check` builds, installs and writes nothing: it prints that directory when every part is
@@ -28,15 +29,18 @@ source "$here/versions.env"
 cache_root=${SHARDOPS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/shardops}
 bin="$cache_root/k8s-$K8S_VERSION-etcd-$ETCD_VERSION/bin"
 weed_bin="$cache_root/seaweedfs-$SEAWEEDFS_VERSION/bin"
+kueue_bin="$cache_root/kueue-$KUEUE_VERSION/bin"
 tools="$cache_root/bin-k8s-$K8S_VERSION-etcd-$ETCD_VERSION-seaweedfs-$SEAWEEDFS_VERSION"
 # The go directive of each module is satisfied by the installed Go; never fetch another toolchain.
 export GOTOOLCHAIN=local
-# versions.env above its SeaweedFS section pins the control plane, below it only SeaweedFS.
+# versions.env above its SeaweedFS section pins the control plane, then SeaweedFS, then Kueue:
+# a section's pins rebuild only its own part.
 # The kubectl + helm package's own version (KUBECTL_LAYER_NPM=<package>@<version>) is left out of
 # the hash: those two binaries are installed from npm, not built, and a new pin must not rebuild
 # the control plane.
 control_plane_pins=$(sed -e '/^# --- SeaweedFS/,$d' -e 's/^\(KUBECTL_LAYER_NPM=.\{1,\}\)@[^@/]*$/\1/' "$here/versions.env")
-seaweedfs_pins=$(sed -n '/^# --- SeaweedFS/,$p' "$here/versions.env")
+seaweedfs_pins=$(sed -n '/^# --- SeaweedFS/,$p' "$here/versions.env" | sed '/^# --- Kueue/,$d')
+kueue_pins=$(sed -n '/^# --- Kueue/,$p' "$here/versions.env")
 # The hashes cover what is built, not where the modules live: a go.mod's comment lines and its
 # `module` line name this directory, so they are left out and moving it costs no rebuild.
 module_inputs() { for module in "$@"; do grep -v -e '^//' -e '^module ' "$here/$module/go.mod"; cat "$here/$module/go.sum"; done; }
@@ -44,6 +48,8 @@ inputs_hash=$( { echo "$control_plane_pins"; module_inputs k8s etcd; } | sha256s
 stamp="$bin/.built-$inputs_hash"
 weed_hash=$( { echo "$seaweedfs_pins"; module_inputs seaweedfs; } | sha256sum | cut -c1-16)
 weed_stamp="$weed_bin/.built-$weed_hash"
+kueue_hash=$( { echo "$kueue_pins"; module_inputs kueue; } | sha256sum | cut -c1-16)
+kueue_stamp="$kueue_bin/.built-$kueue_hash"
 # Caches stamped before that rule hashed the whole go.mod, as generated under e2e/cluster/: the same
 # inputs stamped that way are the same build, so their stamp carries over (both stay: a checkout from
 # before the move still finds its own). Can go once the pins next change.
@@ -64,7 +70,8 @@ if $check_only; then
   [ -e "$stamp" ] || [ -e "$legacy_stamp" ] || missing+=("kube-apiserver, kube-controller-manager and etcd ($K8S_VERSION, $ETCD_VERSION)")
   kubectl_current || missing+=("kubectl and helm ($KUBECTL_LAYER_NPM)")
   [ -e "$weed_stamp" ] || [ -e "$legacy_weed_stamp" ] || missing+=("SeaweedFS ($SEAWEEDFS_VERSION)")
-  for tool in kube-apiserver kube-controller-manager etcd kubectl helm weed; do
+  [ -e "$kueue_stamp" ] || missing+=("Kueue ($KUEUE_VERSION)")
+  for tool in kube-apiserver kube-controller-manager etcd kubectl helm weed kueue; do
     [ -e "$tools/$tool" ] || { missing+=("the links in $tools"); break; }
   done
   if [ ${#missing[@]} -gt 0 ]; then
@@ -76,7 +83,7 @@ if $check_only; then
   echo "$tools"
   exit 0
 fi
-mkdir -p "$bin" "$weed_bin" "$tools"
+mkdir -p "$bin" "$weed_bin" "$kueue_bin" "$tools"
 if [ ! -e "$stamp" ] && [ -e "$legacy_stamp" ]; then touch "$stamp"; fi
 if [ ! -e "$weed_stamp" ] && [ -e "$legacy_weed_stamp" ]; then touch "$weed_stamp"; fi
 log() { echo "[build] $*" >&2; }
@@ -146,6 +153,16 @@ build_seaweedfs() {
   log "SeaweedFS built in $(( $(date +%s) - start ))s"
 }
 
+build_kueue() {
+  local start; start=$(date +%s)
+  log "building Kueue $KUEUE_VERSION (cold: minutes on 2 cores)"
+  (cd "$here/kueue" && CGO_ENABLED=0 go build -mod=mod -trimpath -ldflags "-s -w" \
+      -o "$kueue_bin/kueue" sigs.k8s.io/kueue/cmd/kueue)
+  rm -f "$kueue_bin"/.built-*
+  touch "$kueue_stamp"
+  log "Kueue built in $(( $(date +%s) - start ))s"
+}
+
 # Each part that is not up to date runs in the background; all are waited for, and the build fails
 # naming every part that failed.
 parts=() pids=()
@@ -157,6 +174,7 @@ if [ ! -x "$bin/kubectl" ] || [ ! -x "$bin/helm" ] || [ ! -e "$kubectl_stamp" ];
   run_part "kubectl + helm" install_kubectl_helm
 fi
 [ -e "$weed_stamp" ] || run_part SeaweedFS build_seaweedfs
+[ -e "$kueue_stamp" ] || run_part Kueue build_kueue
 failed=()
 for i in "${!pids[@]}"; do wait "${pids[$i]}" || failed+=("${parts[$i]}"); done
 if [ ${#failed[@]} -gt 0 ]; then
@@ -164,7 +182,7 @@ if [ ${#failed[@]} -gt 0 ]; then
   exit 1
 fi
 
-for tool in "$bin"/kube-apiserver "$bin"/kube-controller-manager "$bin"/etcd "$bin"/kubectl "$bin"/helm "$weed_bin"/weed; do
+for tool in "$bin"/kube-apiserver "$bin"/kube-controller-manager "$bin"/etcd "$bin"/kubectl "$bin"/helm "$weed_bin"/weed "$kueue_bin"/kueue; do
   ln -sfn "$tool" "$tools/$(basename "$tool")"
 done
 echo "$tools"

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from testbed.cluster import images
+from testbed.cluster import kueue as kueue_mod
 from testbed.cluster import pki as pki_mod
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -505,6 +506,70 @@ class LocalCluster:
                 }
             ),
         )
+
+    def start_kueue(self, timeout: float = 120.0) -> None:
+        """Kueue (testbed/cluster/kueue.py) in this control plane, once: its CRDs, its controller
+        manager, then its webhooks once it serves them. Started on demand (the e2e `kueue` fixture),
+        not by `start`: only the tests that hand Jobs to Kueue need it."""
+        if "kueue" in self.processes:
+            return
+        started = time.monotonic()
+        module = kueue_mod.module_dir()
+        kubectl = str(self.binaries / "kubectl")
+        crds = [arg for path in kueue_mod.crd_files(module) for arg in ("-f", str(path))]
+        # Server-side: Kueue's CRDs are larger than the annotation a client-side apply keeps.
+        subprocess.run(
+            [kubectl, "apply", "--server-side", *crds], env=self.env(), check=True, capture_output=True
+        )
+        subprocess.run(
+            [kubectl, "wait", "--for=condition=Established", "--timeout=60s", *crds],
+            env=self.env(),
+            check=True,
+            capture_output=True,
+        )
+        directory = self.directory / "kueue"
+        directory.mkdir(parents=True, exist_ok=True)
+        health_port = free_port()
+        files = kueue_mod.write_files(
+            directory, module, self.pki, webhook_port=free_port(), health_port=health_port
+        )
+        self._spawn(
+            "kueue", [str(self.binaries / "kueue"), f"--config={files.config}", "--zap-log-level=info"]
+        )
+
+        def serving() -> bool:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{health_port}/readyz", timeout=5) as answer:
+                    return bool(answer.status == 200)
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                return False
+
+        self._wait("kueue /readyz", serving, timeout=timeout)
+        subprocess.run(
+            [kubectl, "apply", "-f", str(files.webhooks)], env=self.env(), check=True, capture_output=True
+        )
+
+        # The API server calls the webhooks from now on: a dry-run create through Kueue's
+        # ResourceFlavor webhook answers once it takes them (the first call may race its start).
+        def webhooks_answer() -> bool:
+            probe = subprocess.run(
+                [kubectl, "create", "--dry-run=server", "-f", "-"],
+                input=json.dumps(
+                    {
+                        "apiVersion": "kueue.x-k8s.io/v1beta2",
+                        "kind": "ResourceFlavor",
+                        "metadata": {"name": "webhook-probe"},
+                    }
+                ),
+                env=self.env(),
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            return probe.returncode == 0
+
+        self._wait("kueue webhooks", webhooks_answer, timeout=timeout)
+        self.timings["kueue"] = time.monotonic() - started
 
     def _start_seaweedfs(self) -> None:
         """SeaweedFS's all-in-one `weed mini` (master, volume server, filer, S3 gateway and its admin

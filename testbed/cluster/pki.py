@@ -39,6 +39,10 @@ class Pki:
     # the cluster CA, so a pod's kubeconfig pointed at the proxy verifies it with the CA it has.
     proxy_cert: Path
     proxy_key: Path
+    # The serving certificate of admission webhooks served on loopback (Kueue's): 127.0.0.1, signed
+    # by the cluster CA, which the webhook configurations give the API server as their caBundle.
+    webhook_cert: Path
+    webhook_key: Path
 
 
 def _write_key(path: Path, key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> None:
@@ -108,8 +112,10 @@ def generate(directory: Path) -> Pki:
         apiserver_kubelet_client_key=directory / "apiserver-kubelet-client.key",
         proxy_cert=directory / "api-proxy.crt",
         proxy_key=directory / "api-proxy.key",
+        webhook_cert=directory / "webhook.crt",
+        webhook_key=directory / "webhook.key",
     )
-    if pki.sa_public_key.exists() and pki.proxy_key.exists():
+    if pki.sa_public_key.exists() and pki.webhook_key.exists():
         return pki
 
     now = dt.datetime.now(dt.UTC)
@@ -180,19 +186,17 @@ def generate(directory: Path) -> Pki:
         ),
     )
 
-    proxy_key = ec.generate_private_key(ec.SECP256R1())
-    _write_key(pki.proxy_key, proxy_key)
-    _write_cert(
-        pki.proxy_cert,
-        _issue(
-            ca_key,
-            ca_name,
-            _subject("shardops-api-fault-proxy"),
-            proxy_key,
-            usage=ExtendedKeyUsageOID.SERVER_AUTH,
-            sans=[x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))],
-        ),
-    )
+    loopback = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+    for cert_path, key_path, subject in (
+        (pki.proxy_cert, pki.proxy_key, _subject("shardops-api-fault-proxy")),
+        (pki.webhook_cert, pki.webhook_key, _subject("shardops-loopback-webhooks")),
+    ):
+        key = ec.generate_private_key(ec.SECP256R1())
+        _write_key(key_path, key)
+        _write_cert(
+            cert_path,
+            _issue(ca_key, ca_name, subject, key, usage=ExtendedKeyUsageOID.SERVER_AUTH, sans=loopback),
+        )
 
     for cert_path, key_path, subject in (
         (pki.admin_cert, pki.admin_key, _subject("shardops-admin", "system:masters")),

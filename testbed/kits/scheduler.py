@@ -382,6 +382,15 @@ class Recorder:
                 return api.list_namespaced_custom_object(GROUP, VERSION, self.namespace, kind, **kwargs)
 
             return custom
+        if kind == "workloads":
+            # Kueue's Workloads of every namespace ("" as the namespace): one stream, so the
+            # admissions of several namespaces' Jobs are seen in the API server's one order.
+            api = client.CustomObjectsApi(cluster.api)
+
+            def workloads(**kwargs: Any) -> Any:
+                return api.list_cluster_custom_object("kueue.x-k8s.io", "v1beta2", "workloads", **kwargs)
+
+            return workloads
         if kind == "jobs":
             batch = client.BatchV1Api(cluster.api)
 

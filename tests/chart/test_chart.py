@@ -815,6 +815,8 @@ def test_operator_rules_are_exactly_what_the_operator_uses(helm_bin: Path) -> No
         *{("events.k8s.io", "events", v) for v in ("get", "update")},  # k8s.events.EventSeries
         ("", "events", "list"),  # k8s.jobs.failed_creates: why a worker Job got no pod
         ("", "secrets", "get"),  # scheduler.stores.store_secret_problem, by name only (below)
+        ("kueue.x-k8s.io", "localqueues", "get"),  # k8s.kueue.queue_state: does the queue exist
+        ("kueue.x-k8s.io", "workloads", "list"),  # k8s.kueue.queue_state: why Kueue holds a Job
     }
     (secrets,) = [r for r in rules_of(render(helm_bin), "-operator") if "secrets" in r["resources"]]
     assert secrets["resourceNames"] == ["shardops-store"], "the namespace's store Secret, no other"

@@ -15,6 +15,7 @@ from shardops.cli.campaign_summary import parse_shards
 from shardops.cli.text import NONE
 from shardops.logic.breaker import BreakerPolicy
 from shardops.logic.planner import LimitReason, plan_dispatch
+from shardops.logic.queues import QueueState
 from shardops.logic.transitions import Action
 from shardops.scheduler import reconcile
 from shardops.scheduler.metrics import Metrics
@@ -267,3 +268,36 @@ def test_the_plan_names_a_quota_refusal_as_a_full_cluster() -> None:
     view = plan_view(campaign, shards, [job], [], {}, NOW, 4, {"papers-worker-1": refusal})
     assert view.plan.reason is LimitReason.CLUSTER_FULL
     assert "exceeded quota: compute" in render_plan(view)
+
+
+def test_the_plan_names_a_job_kueue_holds_as_waiting_for_quota_not_a_full_cluster() -> None:
+    campaign = Campaign.parse(
+        campaign_body(
+            items=4,
+            shard_size=1,
+            maxConcurrency=2,
+            worker={"image": "i", "command": ["c"], "queueName": "lq"},
+        )
+    )
+    shards = parse_shards([shard_body("papers", i, "Pending") for i in range(4)])
+    held = {
+        "metadata": {
+            "name": "papers-worker-1",
+            "creationTimestamp": t(1000),
+            "labels": {"kueue.x-k8s.io/queue-name": "lq"},
+        },
+        "spec": {"suspend": True},
+        "status": {},
+    }
+    said = "couldn't assign flavors to pod set main: insufficient quota for pods in flavor default"
+    queue = QueueState("lq", messages={"papers-worker-1": said})
+    view = plan_view(campaign, shards, [held], [], {}, NOW, 4, {}, queue)
+    assert view.plan.reason is LimitReason.WAITING_FOR_QUOTA and view.plan.start_workers == ()
+    text = render_plan(view)
+    limited = next(line for line in text.splitlines() if line.startswith("Limited by:"))
+    assert limited == (
+        f"Limited by: WaitingForQuota: 1 worker Job(s) wait for quota in LocalQueue lq: Kueue: {said}; "
+        "no new workers until admitted"
+    )
+    assert "0 stuck Pending, 1 held by Kueue for quota" in text
+    assert "ClusterFull" not in text and "WorkersFailing" not in text

@@ -163,6 +163,7 @@ def test_every_condition_type_has_a_builder_that_uses_it() -> None:
         conditions.scheduled("me", True).type,
         conditions.workers_failing(None).type,
         conditions.error_threshold(None).type,
+        conditions.waiting_for_quota(None, None).type,
     }
     assert built == set(ConditionType)
 
@@ -179,6 +180,17 @@ def test_limit_conditions_carry_the_planner_numbers() -> None:
     assert conditions.backpressured(None).status is ConditionStatus.FALSE
     full = conditions.cluster_full("2 worker pod(s) stuck Pending")
     assert full.status is ConditionStatus.TRUE and full.reason == "WorkerPodsPending"
+
+
+def test_waiting_for_quota_says_which_wait_and_a_missing_queue_comes_first() -> None:
+    idle = conditions.waiting_for_quota(None, None)
+    assert (idle.status, idle.reason) == (ConditionStatus.FALSE, "NoWorkerQueued")
+    waiting = conditions.waiting_for_quota(None, "1 worker Job(s) wait for quota in LocalQueue lq")
+    assert (waiting.status, waiting.reason) == (ConditionStatus.TRUE, "QueuedByKueue")
+    assert "LocalQueue lq" in waiting.message
+    missing = conditions.waiting_for_quota("spec.worker.queueName lq: no LocalQueue lq", "waits")
+    assert (missing.status, missing.reason) == (ConditionStatus.TRUE, "LocalQueueNotFound")
+    assert missing.message.startswith("spec.worker.queueName lq")
 
 
 def test_no_budget_means_neither_budget_condition() -> None:

@@ -506,3 +506,38 @@ def test_an_unschedulable_worker_is_a_full_cluster_even_when_no_job_is_wanted() 
     said = "pod w-1-x: Unschedulable: 0/3 nodes are available: 3 Insufficient cpu."
     plan = plan_dispatch(replace(base, workers=replace(base.workers, stuck_detail=said)))
     assert plan.reason is LimitReason.CLUSTER_FULL and said in plan.message
+
+
+def _queued(inputs_: DispatchInputs, **counts: object) -> DispatchInputs:
+    return replace(inputs_, workers=replace(inputs_.workers, **counts))
+
+
+def test_a_job_kueue_holds_waits_for_quota_and_starts_no_other() -> None:
+    """Kueue's suspended worker Job has no pod: waiting for quota, not a full cluster or a failure."""
+    held = _queued(
+        inputs(pending(3), alive_jobs=2, running_pods=1),
+        queued_jobs=1,
+        queue_wait="1 worker Job(s) wait for quota in LocalQueue team-a: Kueue: insufficient quota",
+    )
+    plan = plan_dispatch(held)
+    assert len(plan.start_workers) == 0
+    assert plan.claimable == ("p0", "p1", "p2"), "the admitted worker goes on claiming"
+    assert plan.reason is LimitReason.WAITING_FOR_QUOTA
+    assert "wait for quota in LocalQueue team-a: Kueue: insufficient quota" in plan.message
+    assert {limit.reason for limit in plan.limits}.isdisjoint(
+        {LimitReason.CLUSTER_FULL, LimitReason.WORKERS_FAILING}
+    )
+    admitted = plan_dispatch(inputs(pending(3), alive_jobs=1, running_pods=1))
+    assert len(admitted.start_workers) == 2, "once admitted (no Job held), Jobs start again"
+
+
+def test_a_queue_that_does_not_exist_comes_before_waiting_for_quota() -> None:
+    missing = _queued(
+        inputs(pending(2), alive_jobs=1, running_pods=0),
+        queued_jobs=1,
+        queue_wait="1 worker Job(s) wait for quota in LocalQueue nope",
+        queue_missing="spec.worker.queueName nope: no LocalQueue nope in this namespace",
+    )
+    plan = plan_dispatch(missing)
+    assert plan.reason is LimitReason.QUEUE_NOT_FOUND and len(plan.start_workers) == 0
+    assert plan.message.startswith("spec.worker.queueName nope: no LocalQueue nope")

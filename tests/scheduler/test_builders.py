@@ -19,6 +19,7 @@ from shardops.logic.aggregate import CampaignFacts, aggregate
 from shardops.logic.breaker import SourceBreaker, effective
 from shardops.logic.idempotency import idempotency_key
 from shardops.logic.leases import Renewals
+from shardops.logic.queues import QueueState
 from shardops.logic.shardview import ItemProgress
 from shardops.logic.timefmt import micro_time
 from shardops.scheduler import builders
@@ -197,6 +198,20 @@ INSTALLATION = builders.WorkerPodDefaults(
     tolerations=({"key": "shared", "operator": "Exists"},),
     resources={"requests": {"cpu": "100m"}},
 )
+
+
+def test_a_queued_worker_job_is_labelled_for_kueue_and_its_pods_keep_the_selector_labels() -> None:
+    camp = parsed(
+        worker={"image": "img", "command": ["agent"], "queueName": "team-a", "priorityClassName": "batch-low"}
+    )
+    job = builders.worker_job_body(camp, camp.spec.worker, "sa-default")
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
+    assert "kueue.x-k8s.io/queue-name" not in job["spec"]["template"]["metadata"]["labels"]
+    assert job["spec"]["template"]["spec"]["priorityClassName"] == "batch-low"
+    assert "suspend" not in job["spec"], "Kueue's webhook suspends it; the operator creates it as any Job"
+    plain = builders.worker_job_body(parsed(), parsed().spec.worker, "sa-default")
+    assert "kueue.x-k8s.io/queue-name" not in plain["metadata"]["labels"]
+    assert "priorityClassName" not in plain["spec"]["template"]["spec"]
 
 
 def test_worker_pods_are_placed_as_the_campaign_says() -> None:
@@ -627,6 +642,38 @@ def test_an_unschedulable_pod_is_named_with_the_schedulers_words() -> None:
     counts = workers.worker_counts([], [unschedulable], T0, dt.timedelta(minutes=2))
     assert counts.stuck_pending_pods == 1
     assert counts.stuck_detail == "pod w-1-x: Unschedulable: 0/3 nodes are available: 3 Insufficient cpu."
+
+
+def _held_job(name: str, uid: str) -> dict:
+    return {
+        "metadata": {
+            "name": name,
+            "uid": uid,
+            "creationTimestamp": micro_time(T0),
+            "labels": {"kueue.x-k8s.io/queue-name": "team-a"},
+        },
+        "spec": {"suspend": True},
+        "status": {},
+    }
+
+
+def test_a_job_kueue_holds_suspended_waits_for_quota_and_is_neither_stuck_nor_failing() -> None:
+    now = T0 + dt.timedelta(minutes=10)
+    grace = dt.timedelta(minutes=2)
+    jobs = [_held_job("w-1", "u1"), _held_job("w-2", "u2")]
+    assert workers.podless_jobs(jobs, [], now, grace) == [], "no FailedCreate to look for: it is held"
+    said = "couldn't assign flavors to pod set main: insufficient quota for pods in flavor default"
+    queue = QueueState("team-a", messages={"w-2": said})
+    counts = workers.worker_counts(jobs, [], now, grace, {}, queue)
+    assert (counts.alive_jobs, counts.stuck_pending_pods, counts.cannot_start) == (2, 0, None)
+    assert counts.queued_jobs == 2 and counts.queue_missing is None
+    assert counts.queue_wait == f"2 worker Job(s) wait for quota in LocalQueue team-a: Kueue: {said}"
+    missing = workers.worker_counts(jobs, [], now, grace, {}, QueueState("team-a", exists=False))
+    assert missing.queue_missing is not None
+    assert missing.queue_missing.startswith("spec.worker.queueName team-a: no LocalQueue team-a")
+    assert "create it" in missing.queue_missing
+    admitted = {**jobs[0], "spec": {"suspend": False}}
+    assert workers.worker_counts([admitted], [], now, grace).queued_jobs == 0
 
 
 def test_a_job_refused_its_pod_is_full_for_quota_and_failing_for_anything_else() -> None:

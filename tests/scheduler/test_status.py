@@ -110,3 +110,8 @@ def test_a_loud_condition_is_news_when_it_turns_true_and_only_then() -> None:
     assert turned(after, after) == [], "already True: no news"
     held = _condition("BudgetHeld", "True", str(ConditionReason.NO_ROOM_FOR_SHARD))
     assert turned([_condition("BudgetHeld", "True", "ReservedByRunning")], [held]) == [held]
+    # Waiting for quota is what a queue is for; a queue that does not exist is a fix to make.
+    queued = _condition("WaitingForQuota", "True", str(ConditionReason.QUEUED_BY_KUEUE))
+    assert turned([_condition("WaitingForQuota", "False")], [queued]) == []
+    missing = _condition("WaitingForQuota", "True", str(ConditionReason.LOCAL_QUEUE_NOT_FOUND))
+    assert turned([_condition("WaitingForQuota", "False")], [missing]) == [missing]

@@ -24,6 +24,7 @@ def test_the_check_of_an_empty_cache_names_what_is_missing_and_writes_nothing(tm
     )
     assert checked.returncode == 1 and checked.stdout == ""
     assert "run `make tools`" in checked.stderr and "kubectl and helm" in checked.stderr, checked.stderr
+    assert "Kueue (v" in checked.stderr, checked.stderr
     assert not cache.exists(), "the check created the cache"
 
 

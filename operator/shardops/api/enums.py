@@ -130,6 +130,7 @@ class ConditionType(StrEnum):
     SCHEDULED = "Scheduled"
     WORKERS_FAILING = "WorkersFailing"
     ERROR_THRESHOLD = "ErrorThreshold"
+    WAITING_FOR_QUOTA = "WaitingForQuota"
 
 
 class ConditionReason(StrEnum):
@@ -190,3 +191,8 @@ class ConditionReason(StrEnum):
     # ErrorThreshold
     WITHIN_ERROR_THRESHOLD = "WithinErrorThreshold"
     TOO_MANY_ERRORS = "TooManyErrors"
+    # WaitingForQuota (spec.worker.queueName): no worker Job held by Kueue; some held until their
+    # ClusterQueue has quota; or held because the LocalQueue named does not exist.
+    NO_WORKER_QUEUED = "NoWorkerQueued"
+    QUEUED_BY_KUEUE = "QueuedByKueue"
+    LOCAL_QUEUE_NOT_FOUND = "LocalQueueNotFound"

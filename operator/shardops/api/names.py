@@ -39,6 +39,10 @@ WORKER_NUMBER_ANNOTATION: Final = f"{API_GROUP}/worker-number"
 # planner counts the slots of the alive Jobs, not the Jobs; a Job without it has one.
 WORKER_SLOTS_ANNOTATION: Final = f"{API_GROUP}/worker-slots"
 
+# On a worker Job whose spec.worker.queueName is set: the LocalQueue Kueue admits it through. Kueue's
+# admission webhook suspends a Job created with it until the queue's ClusterQueue has quota for it.
+KUEUE_QUEUE_LABEL: Final = "kueue.x-k8s.io/queue-name"
+
 # A DNS-1123 label (and a label value, which a Job's name becomes on its pods) is at most 63 characters.
 DNS_LABEL_MAX: Final = 63
 # Hex digits of the hash that keeps names derived from long bases apart.

@@ -15,8 +15,11 @@ from shardops.api.common import (
     SpecModel,
 )
 from shardops.api.llm import LlmSpec
+from shardops.api.names import DNS_LABEL_MAX
 
 ENV_NAME_PATTERN = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
+# A DNS-1123 label: a LocalQueue's name as a label value (at most 63 characters).
+DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 
 # The most slots (shards at once) of one worker pod: its threads share one process's GIL, so past a
 # few dozen they add waiting, not throughput.
@@ -159,6 +162,27 @@ class WorkerSpec(SpecModel):
             "Default: the chart's workers.tolerations."
         ),
     )
+    queue_name: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=DNS_LABEL_MAX,
+        pattern=DNS_LABEL_PATTERN,
+        description=(
+            "Kueue LocalQueue (in the campaign's namespace) the worker Jobs are admitted through: each "
+            "Job is labelled kueue.x-k8s.io/queue-name, Kueue keeps it suspended until the queue's "
+            "ClusterQueue has quota for its pod, and the campaign says it waits for quota (condition "
+            "WaitingForQuota) meanwhile, starting no further Jobs. Default: none, Jobs start at once."
+        ),
+    )
+    priority_class_name: str | None = Field(
+        default=None,
+        max_length=DNS_SUBDOMAIN_MAX,
+        pattern=DNS_SUBDOMAIN_PATTERN,
+        description=(
+            "PriorityClass of the worker pods; with queueName, also the priority Kueue queues and "
+            "preempts the worker Jobs by. Default: none (the cluster's default priority)."
+        ),
+    )
     llm: LlmSpec | None = Field(
         default=None,
         description=(
@@ -200,7 +224,7 @@ class WorkerSpec(SpecModel):
         resultsVersion, which exists only to be in the key.
         Out: what changes how or where the work runs, or what it costs, not its result: the LLM
         prices, timeout and API-key Secrets, resources, serviceAccountName, imagePullSecrets,
-        nodeSelector, tolerations, and spec.worker's
+        nodeSelector, tolerations, queueName, priorityClassName, and spec.worker's
         persistent and slots (one process serving many shards, or several at once, computes what
         one process per shard does)."""
         identity: dict[str, Any] = {

@@ -26,7 +26,7 @@ from shardops import API_GROUP
 from shardops.api.common import JSON, Item
 from shardops.api.items import ItemsFrom
 from shardops.api.names import CAMPAIGN_LABEL, CLI_FIELD_MANAGER
-from shardops.k8s import campaigns, jobs
+from shardops.k8s import campaigns, jobs, kueue
 from shardops.k8s.api import (
     CAMPAIGNS,
     DEFAULT_TIMEOUT_SECONDS,
@@ -41,6 +41,7 @@ from shardops.k8s.api import (
     Resource,
 )
 from shardops.k8s.shards import Actor
+from shardops.logic.queues import QueueState
 
 T = TypeVar("T")
 
@@ -287,6 +288,13 @@ class Client:
             return jobs.failed_creates(self.kube, namespace, job_names)
         except Forbidden:
             return {}
+
+    def queue_state(self, namespace: str, jobs: Sequence[JSON]) -> QueueState | None:
+        """What Kueue says of the suspended worker Jobs (`k8s.kueue.queue_state`); it reads what the
+        user may read and leaves out the rest."""
+        return self.call(
+            "read the Kueue queue of the worker Jobs", lambda: kueue.queue_state(self.kube, namespace, jobs)
+        )
 
     def get_lease(self, namespace: str, name: str) -> JSON | None:
         try:

@@ -24,6 +24,7 @@ from shardops.cli.text import NONE, iso, names_text, table
 from shardops.k8s.campaigns import ItemsUnavailable
 from shardops.logic.budget import BudgetStatus, reserved
 from shardops.logic.planner import DispatchPlan, WorkerCounts, plan_dispatch
+from shardops.logic.queues import QueueState
 from shardops.state import observe, workers
 
 # --- view (what -o json|yaml prints) ------------------------------------------------------------------
@@ -107,10 +108,11 @@ def plan_view(
     now: dt.datetime,
     items_total: int,
     refusals: Mapping[str, str] | None = None,
+    queue: QueueState | None = None,
 ) -> PlanView:
     """The operator's next planning step, from the same inputs (`state.observe.dispatch_inputs`)."""
     inputs = observe.dispatch_inputs(
-        campaign, shards, jobs, pods, now, items_total=items_total, refusals=refusals
+        campaign, shards, jobs, pods, now, items_total=items_total, refusals=refusals, queue=queue
     )
     plan = plan_dispatch(inputs)
     return PlanView(
@@ -175,7 +177,8 @@ def render_plan(view: PlanView) -> str:
         f"(backlogRatio {view.backlog_ratio:g})",
         f"  workers: {view.workers.alive_jobs} Job(s) alive ({view.workers.alive_slots} slot(s)), "
         f"{view.workers.running_pods} pod(s) running, "
-        f"{view.workers.stuck_pending_pods} stuck Pending",
+        f"{view.workers.stuck_pending_pods} stuck Pending"
+        + (f", {view.workers.queued_jobs} held by Kueue for quota" if view.workers.queued_jobs else ""),
         f"  items {view.items_total}, {view.uncut_shards} shard(s) not cut yet"
         + (f"; {view.hold}" if view.hold else "; spec.suspend is true" if view.suspended else ""),
         f"  budget: {budget_line(view.budget, view.reserved)}",
@@ -232,6 +235,7 @@ def run_plan(ctx: Context) -> int:
     now = ctx.clock()
     podless = workers.podless_jobs(jobs, pods, now, observe.DEFAULT_PENDING_GRACE)
     refusals = ctx.client.failed_creates(campaign.namespace, podless)
-    view = plan_view(campaign, shards, jobs, pods, leases, now, items_total, refusals)
+    queue = ctx.client.queue_state(campaign.namespace, jobs)
+    view = plan_view(campaign, shards, jobs, pods, leases, now, items_total, refusals, queue)
     ctx.show(view, render_plan)
     return EXIT_OK

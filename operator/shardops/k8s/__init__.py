@@ -11,4 +11,5 @@ lowest first:
     finalizers.py  removing one finalizer without touching anyone else's
     informer.py    a watch-fed copy of a bounded set of objects (list, then watch)
     jobs.py        worker Jobs and their pods: list a campaign's, create one
+    kueue.py       what Kueue says of suspended worker Jobs: their LocalQueue, their Workloads
 """

@@ -260,6 +260,28 @@ def workers_failing(message: str | None) -> DesiredCondition:
     )
 
 
+def waiting_for_quota(queue_missing: str | None, waiting: str | None) -> DesiredCondition:
+    """True while Kueue holds a worker Job suspended: for quota (QueuedByKueue, normal with a
+    queue), or because spec.worker.queueName names no LocalQueue (LocalQueueNotFound, a fix)."""
+    if queue_missing is not None:
+        return DesiredCondition(
+            ConditionType.WAITING_FOR_QUOTA,
+            ConditionStatus.TRUE,
+            ConditionReason.LOCAL_QUEUE_NOT_FOUND,
+            queue_missing,
+        )
+    if waiting is not None:
+        return DesiredCondition(
+            ConditionType.WAITING_FOR_QUOTA, ConditionStatus.TRUE, ConditionReason.QUEUED_BY_KUEUE, waiting
+        )
+    return DesiredCondition(
+        ConditionType.WAITING_FOR_QUOTA,
+        ConditionStatus.FALSE,
+        ConditionReason.NO_WORKER_QUEUED,
+        "no worker Job waits in a queue",
+    )
+
+
 def error_threshold(trip_message: str | None) -> DesiredCondition:
     """True (claims held) with the threshold, the class and an example shard; see logic.error_threshold."""
     if trip_message is None:

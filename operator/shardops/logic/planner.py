@@ -70,6 +70,10 @@ class LimitReason(StrEnum):
     NOTHING_READY = "NothingReady"
     CLUSTER_FULL = "ClusterFull"
     WORKERS_FAILING = "WorkersFailing"
+    # spec.worker.queueName names no LocalQueue: Kueue admits none of the worker Jobs.
+    QUEUE_NOT_FOUND = "QueueNotFound"
+    # Kueue holds a worker Job suspended until its ClusterQueue has quota for it.
+    WAITING_FOR_QUOTA = "WaitingForQuota"
 
 
 # When several limits apply, the plan's `reason` is the first of these: the one a person would
@@ -78,6 +82,8 @@ _PRECEDENCE = (
     LimitReason.SUSPENDED,
     LimitReason.BUDGET,
     LimitReason.WORKERS_FAILING,
+    LimitReason.QUEUE_NOT_FOUND,
+    LimitReason.WAITING_FOR_QUOTA,
     LimitReason.CLUSTER_FULL,
     LimitReason.CAPACITY,
     LimitReason.BREAKER,
@@ -125,6 +131,11 @@ class WorkerCounts:
     # Why one stuck Pending pod (or pod-less Job) waits, in the scheduler's or the quota's own words;
     # None when none of them says (a pod merely Pending past the grace).
     stuck_detail: str | None = None
+    # Alive worker Jobs held suspended by Kueue (no pod yet: not stuck, not failing), why in its
+    # words (queue_wait), and what to fix when their LocalQueue does not exist (queue_missing).
+    queued_jobs: int = 0
+    queue_wait: str | None = None
+    queue_missing: str | None = None
 
 
 @dataclass(frozen=True)
@@ -499,6 +510,12 @@ def _plan_workers(
     ):
         # Said even when no Job is wanted this cycle: the condition tells a person to read the logs.
         return (), Limit(LimitReason.WORKERS_FAILING, w.recent_failures.describe())
+    # A Job Kueue holds says its queue has no room: another would wait behind it. Said whether or
+    # not a Job is wanted now, as ClusterFull is: the campaign waits for quota either way.
+    if w.queue_missing is not None:
+        return (), Limit(LimitReason.QUEUE_NOT_FOUND, f"{w.queue_missing}; no new workers until it exists")
+    if w.queued_jobs:
+        return (), Limit(LimitReason.WAITING_FOR_QUOTA, f"{w.queue_wait}; no new workers until admitted")
     slots = slots_to_start(limits.max_concurrency, claimable, census.running, w.alive_slots)
     wanted = worker_jobs(slots, limits.slots_per_worker)
     # Said also when no Job is wanted now if the scheduler or the quota says why a worker waits: a

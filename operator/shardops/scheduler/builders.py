@@ -17,6 +17,7 @@ from shardops.api.names import (
     API_GROUP_VERSION,
     CAMPAIGN_LABEL,
     CLASS_LABEL,
+    KUEUE_QUEUE_LABEL,
     ROLE_LABEL,
     SHARD_KIND,
     WORKER_NUMBER_ANNOTATION,
@@ -276,13 +277,16 @@ def worker_job_body(
     resources = worker_resources(worker, pod_defaults)
     if resources:
         container["resources"] = resources
+    # The queue label on the Job only: Kueue admits Jobs; their pods keep the selector's labels.
+    job_labels = {**labels, KUEUE_QUEUE_LABEL: worker.queue_name} if worker.queue_name else labels
+    priority = {"priorityClassName": worker.priority_class_name} if worker.priority_class_name else {}
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {
             "name": worker_job_name(campaign.name, number),
             "namespace": campaign.namespace,
-            "labels": labels,
+            "labels": job_labels,
             "annotations": {WORKER_NUMBER_ANNOTATION: str(number), WORKER_SLOTS_ANNOTATION: str(slots)},
             "ownerReferences": [owner_reference(campaign)],
         },
@@ -308,6 +312,7 @@ def worker_job_body(
                     "containers": [container],
                     "volumes": [{"name": "tmp", "emptyDir": {}}],
                     **worker_pod_placement(worker, pod_defaults),
+                    **priority,
                 },
             },
         },

@@ -13,7 +13,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from shardops.api.enums import ShardClass, ShardPhase
 from shardops.api.names import PLANNED_FROM_ANNOTATION
-from shardops.k8s import jobs
+from shardops.k8s import jobs, kueue
 from shardops.k8s.api import ApiError, KubeClient
 from shardops.k8s.shards import TransitionRequest
 from shardops.logic.breaker import SourceBreaker
@@ -54,6 +54,7 @@ class Dispatcher:
             breakers=states,
             pending_grace=grace,
             refusals=jobs.failed_creates(self.kube, seen.campaign.namespace, podless),
+            queue=kueue.queue_state(self.kube, seen.campaign.namespace, seen.jobs),
         )
         return plan_dispatch(inputs)
 

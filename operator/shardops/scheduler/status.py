@@ -83,6 +83,9 @@ def desired_status(seen: Observed, decided: Decided, now: dt.datetime) -> Desire
         conditions.breaker_open(sorted(open_sources)),
         conditions.scheduled(decided.identity, decided.renewing),
         conditions.workers_failing(limits.get(LimitReason.WORKERS_FAILING)),
+        conditions.waiting_for_quota(
+            limits.get(LimitReason.QUEUE_NOT_FOUND), limits.get(LimitReason.WAITING_FOR_QUOTA)
+        ),
         error_threshold.error_threshold_condition(campaign, seen.shards.values()),
     ]
     merged = builders.merge_conditions(previous.conditions, desired, now, campaign.generation)
@@ -166,7 +169,13 @@ _LOUD = frozenset(
 # running can lift it (at the warn ratio and the limit the two budget conditions above speak, and
 # ReservedByRunning clears itself as running shards finish); it usually comes after
 # ReservedByRunning, True all along, hence "takes the reason" rather than "turns True".
-_LOUD_REASONS = frozenset({(str(ConditionType.BUDGET_HELD), str(ConditionReason.NO_ROOM_FOR_SHARD))})
+# WaitingForQuota: only when the LocalQueue named does not exist (waiting for quota is what a queue is for).
+_LOUD_REASONS = frozenset(
+    {
+        (str(ConditionType.BUDGET_HELD), str(ConditionReason.NO_ROOM_FOR_SHARD)),
+        (str(ConditionType.WAITING_FOR_QUOTA), str(ConditionReason.LOCAL_QUEUE_NOT_FOUND)),
+    }
+)
 
 
 def turned(before: Sequence[Condition], after: Sequence[Condition]) -> list[Condition]:

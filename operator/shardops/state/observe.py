@@ -27,6 +27,7 @@ from shardops.logic.breaker import SourceBreaker
 from shardops.logic.budget import BudgetStatus, budget_status
 from shardops.logic.leases import LeaseVerdict, classify_lease, lease_action
 from shardops.logic.planner import DispatchInputs, DispatchLimits
+from shardops.logic.queues import QueueState
 from shardops.logic.shardview import ItemProgress, ShardView
 from shardops.logic.transitions import Action
 from shardops.state import cooldowns, error_threshold, history, shardview, workers
@@ -143,6 +144,7 @@ def dispatch_inputs(
     breakers: Mapping[str, SourceBreaker] | None = None,
     pending_grace: dt.timedelta = DEFAULT_PENDING_GRACE,
     refusals: Mapping[str, str] | None = None,
+    queue: QueueState | None = None,
 ) -> DispatchInputs:
     """The planner's inputs for one cycle of `campaign`.
 
@@ -150,7 +152,8 @@ def dispatch_inputs(
     `items_total`: the number of items (inline, or read from itemsFrom); `breakers`: the per-source
     breakers after folding (default: `breaker_states`); `pending_grace`: how long a worker pod may
     stay Pending before the cluster counts as full; `refusals`: why pod-less Jobs got no pod
-    (`k8s.jobs.failed_creates` of `state.workers.podless_jobs`).
+    (`k8s.jobs.failed_creates` of `state.workers.podless_jobs`); `queue`: what Kueue says of the
+    suspended worker Jobs (`k8s.kueue.queue_state`).
     """
     shards = list(shards)
     spec = campaign.spec
@@ -163,7 +166,7 @@ def dispatch_inputs(
         breakers=planner_breakers(spec, states),
         budget=campaign_budget(campaign, views),
         suspended=spec.suspend or error_threshold.held(campaign),
-        workers=workers.worker_counts(jobs, pods, now, pending_grace, refusals),
+        workers=workers.worker_counts(jobs, pods, now, pending_grace, refusals, queue),
         now=now,
         cooldowns=cooldowns.until_by_source(cooldowns.source_cooldowns(campaign, shards, now)),
         hold=None if spec.suspend else error_threshold.hold_text(campaign),

@@ -7,9 +7,11 @@ from collections.abc import Mapping, Sequence
 
 from shardops.api.common import JSON
 from shardops.api.names import WORKER_NUMBER_ANNOTATION, WORKER_SLOTS_ANNOTATION
+from shardops.k8s.kueue import suspended
 from shardops.k8s.leases import parse_time
 from shardops.logic.backpressure import WORKER_FAILURE_WINDOW, WorkerFailures
 from shardops.logic.planner import WorkerCounts
+from shardops.logic.queues import QueueState
 
 # FailureTarget and SuccessCriteriaMet come before Failed and Complete: the pod is done already.
 _JOB_DONE = frozenset({"Complete", "Failed", "FailureTarget", "SuccessCriteriaMet"})
@@ -98,12 +100,15 @@ def podless_jobs(
     jobs: Sequence[JSON], pods: Sequence[JSON], now: dt.datetime, grace: dt.timedelta
 ) -> list[str]:
     """Alive worker Jobs that got no pod within `grace`: the ones whose FailedCreate Events say why
-    (`k8s.jobs.failed_creates`). A Job gets its pod within a second unless it is refused."""
+    (`k8s.jobs.failed_creates`). A Job gets its pod within a second unless it is refused, or held
+    suspended (by Kueue: its queue has no quota yet), which is no refusal."""
     with_pods = {_job_of(p) for p in pods}
     names = []
     for job in jobs:
         created = _created(job)
-        if _job_finished(job) or _name(job) in with_pods or created is None or now - created < grace:
+        if _job_finished(job) or suspended(job) or _name(job) in with_pods:
+            continue
+        if created is None or now - created < grace:
             continue
         names.append(_name(job))
     return names
@@ -134,6 +139,7 @@ def worker_counts(
     now: dt.datetime,
     pending_grace: dt.timedelta,
     refusals: Mapping[str, str] | None = None,
+    queue: QueueState | None = None,
 ) -> WorkerCounts:
     """Jobs not finished count as alive (their pod may still be starting). Pods stuck Pending say the
     cluster has no room for more; so does a Job that got no pod at all within the grace (its pods are
@@ -143,7 +149,10 @@ def worker_counts(
 
     `refusals`: Job name -> the message of its Job controller's FailedCreate event (`k8s.jobs.
     pod_refusals`), for the alive Jobs without a pod. Bounded like the rest: the campaign's worker
-    Jobs and pods, at most maxConcurrency alive."""
+    Jobs and pods, at most maxConcurrency alive.
+
+    A suspended Job (Kueue holds it until its queue has quota: `queue`, `k8s.kueue.queue_state`) is
+    neither stuck nor failing: it waits for quota, or for its LocalQueue to exist."""
     refusals = refusals or {}
     alive_jobs = [job for job in jobs if not _job_finished(job)]
     live_pods = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
@@ -154,9 +163,10 @@ def worker_counts(
     said = [text for pod in stuck_pods if (text := _scheduler_says(pod)) is not None]
     problems = [problem for p in live_pods if (problem := cannot_start(p)) is not None]
     with_pods = {_job_of(p) for p in pods}
+    held = [job for job in alive_jobs if suspended(job)]
     for job in alive_jobs:
         name = _name(job)
-        if name in with_pods:
+        if name in with_pods or suspended(job):
             continue
         refusal = refusals.get(name)
         if refusal is not None and QUOTA_REFUSAL not in refusal:
@@ -176,6 +186,33 @@ def worker_counts(
         recent_failures=worker_failures(jobs, now),
         cannot_start=f"{problems[0]}{more}" if problems else None,
         stuck_detail=said[0] if said else None,
+        queued_jobs=len(held),
+        queue_wait=_queue_wait(held, queue) if held else None,
+        queue_missing=_queue_missing(queue) if held and queue is not None else None,
+    )
+
+
+def _queue_wait(held: Sequence[JSON], queue: QueueState | None) -> str:
+    """`2 worker Job(s) wait for quota in LocalQueue team-a: Kueue: couldn't assign flavors ...`."""
+    where = f" in LocalQueue {queue.name}" if queue is not None else ""
+    text = f"{len(held)} worker Job(s) wait for quota{where}"
+    said = [queue.messages[_name(job)] for job in held if queue is not None and _name(job) in queue.messages]
+    return f"{text}: Kueue: {said[0]}" if said else text
+
+
+def _queue_missing(queue: QueueState) -> str | None:
+    """What to fix when the worker Jobs' queue does not exist; None when it does."""
+    if queue.exists:
+        return None
+    if not queue.kueue_installed:
+        return (
+            f"spec.worker.queueName {queue.name}: Kueue is not installed in this cluster (no "
+            "kueue.x-k8s.io API): install Kueue, or remove spec.worker.queueName"
+        )
+    return (
+        f"spec.worker.queueName {queue.name}: no LocalQueue {queue.name} in this namespace, so Kueue "
+        "admits none of the worker Jobs: create it (a kueue.x-k8s.io LocalQueue naming a ClusterQueue), "
+        "or set spec.worker.queueName to an existing one"
     )
 
 
