@@ -69,6 +69,8 @@ test: lint typecheck unit e2e ## everything CI runs
 
 # The venv, the tools and the image need nothing of one another: on a fresh machine they are built at
 # the same time, so the venv's and the image's downloads and installs overlap the Go compiles.
+# The demo runs no Kueue (SHARDOPS_WITHOUT_KUEUE: build.sh neither builds nor requires it).
+demo: export SHARDOPS_WITHOUT_KUEUE = 1
 demo: ## local control plane (unless KUBECONFIG is set) + operator via Helm + a sample campaign to completion
 	$(MAKE) --no-print-directory -j3 $(STAMP) tools image
 	$(BIN)/python -m testbed.demo $(CLUSTER_DIR_ARG)

@@ -16,6 +16,9 @@
 # `build.sh --check` builds, installs and writes nothing: it prints that directory when every part is
 # built at its pins and linked, else says what is missing and exits 1. Tests that only need a tool
 # (the chart's, helm) use it, so a test run never races a `make tools` building into the same cache.
+#
+# SHARDOPS_WITHOUT_KUEUE=1 leaves Kueue out (neither built nor required): `make demo` does not run it,
+# and on a cold machine its build would add minutes to a newcomer's first run.
 set -euo pipefail
 check_only=false
 case "${1:-}" in
@@ -30,6 +33,8 @@ cache_root=${SHARDOPS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/shardops}
 bin="$cache_root/k8s-$K8S_VERSION-etcd-$ETCD_VERSION/bin"
 weed_bin="$cache_root/seaweedfs-$SEAWEEDFS_VERSION/bin"
 kueue_bin="$cache_root/kueue-$KUEUE_VERSION/bin"
+with_kueue=true
+[ -z "${SHARDOPS_WITHOUT_KUEUE:-}" ] || with_kueue=false
 tools="$cache_root/bin-k8s-$K8S_VERSION-etcd-$ETCD_VERSION-seaweedfs-$SEAWEEDFS_VERSION"
 # The go directive of each module is satisfied by the installed Go; never fetch another toolchain.
 export GOTOOLCHAIN=local
@@ -70,8 +75,8 @@ if $check_only; then
   [ -e "$stamp" ] || [ -e "$legacy_stamp" ] || missing+=("kube-apiserver, kube-controller-manager and etcd ($K8S_VERSION, $ETCD_VERSION)")
   kubectl_current || missing+=("kubectl and helm ($KUBECTL_LAYER_NPM)")
   [ -e "$weed_stamp" ] || [ -e "$legacy_weed_stamp" ] || missing+=("SeaweedFS ($SEAWEEDFS_VERSION)")
-  [ -e "$kueue_stamp" ] || missing+=("Kueue ($KUEUE_VERSION)")
-  for tool in kube-apiserver kube-controller-manager etcd kubectl helm weed kueue; do
+  ! $with_kueue || [ -e "$kueue_stamp" ] || missing+=("Kueue ($KUEUE_VERSION)")
+  for tool in kube-apiserver kube-controller-manager etcd kubectl helm weed $($with_kueue && echo kueue); do
     [ -e "$tools/$tool" ] || { missing+=("the links in $tools"); break; }
   done
   if [ ${#missing[@]} -gt 0 ]; then
@@ -174,7 +179,7 @@ if [ ! -x "$bin/kubectl" ] || [ ! -x "$bin/helm" ] || [ ! -e "$kubectl_stamp" ];
   run_part "kubectl + helm" install_kubectl_helm
 fi
 [ -e "$weed_stamp" ] || run_part SeaweedFS build_seaweedfs
-[ -e "$kueue_stamp" ] || run_part Kueue build_kueue
+! $with_kueue || [ -e "$kueue_stamp" ] || run_part Kueue build_kueue
 failed=()
 for i in "${!pids[@]}"; do wait "${pids[$i]}" || failed+=("${parts[$i]}"); done
 if [ ${#failed[@]} -gt 0 ]; then
@@ -182,7 +187,8 @@ if [ ${#failed[@]} -gt 0 ]; then
   exit 1
 fi
 
-for tool in "$bin"/kube-apiserver "$bin"/kube-controller-manager "$bin"/etcd "$bin"/kubectl "$bin"/helm "$weed_bin"/weed "$kueue_bin"/kueue; do
+for tool in "$bin"/kube-apiserver "$bin"/kube-controller-manager "$bin"/etcd "$bin"/kubectl "$bin"/helm "$weed_bin"/weed \
+  $($with_kueue && echo "$kueue_bin/kueue"); do
   ln -sfn "$tool" "$tools/$(basename "$tool")"
 done
 echo "$tools"
