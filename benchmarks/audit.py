@@ -149,7 +149,7 @@ def in_window(entries: Sequence[JSON], window: tuple[float, float]) -> list[JSON
 
 
 def lifecycle(entries: Sequence[JSON], shards: Sequence[JSON]) -> schedulerkit.LifecycleWrites | None:
-    """Mean writes of one shard's lifecycle (its Shard, status, Lease, Events, result ConfigMaps),
+    """Mean writes of one shard's lifecycle (its Shard, status, Lease, result ConfigMaps),
     split into heartbeats and the rest, by the e2e suite's own rule (schedulerkit.lifecycle_writes)."""
     per_shard = schedulerkit.writes_by_shard(entries, shards)
     transitions = {str(s["metadata"]["name"]): schedulerkit.worker_transitions(s) for s in shards}

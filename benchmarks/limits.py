@@ -138,8 +138,8 @@ def _heartbeat(sections: Sequence[Section]) -> str:
     writes = _top_requests(sections, "5s: shardops, per shard", "write", 6)
     return (
         f"Each heartbeat renews the Lease and patches the shard's status (writes per shard with "
-        f"heartbeats every 2 s: {writes}); a one-item shard also gets the operator's Stalled Event "
-        "when its progress cannot move for two heartbeats. What would close it: one write per "
+        f"heartbeats every 2 s: {writes}); a one-item shard is also counted in its campaign's "
+        "Stalled Event when its progress cannot move for two heartbeats. What would close it: one write per "
         "heartbeat (the Lease renewal carrying progress, or the status patch alone)"
     )
 
@@ -184,9 +184,9 @@ def _scale(check: Check, ctx: Context) -> str:
 def _objects(check: Check) -> str:
     return (
         "Result ConfigMaps are never deleted (they are the result store and outlive the "
-        "Campaign), Done Shards and their Leases stay until the Campaign is deleted, and every "
-        "transition posts an Event (kept an hour by the API server). What would close it: results in "
-        "object storage, the Done shard folded and deleted, Events only for what a person must see"
+        "Campaign), Done Shards and their Leases stay until the Campaign is deleted, and Events "
+        "are kept an hour by the API server. What would close it: results in object storage, the Done "
+        "shard folded and deleted, one Event per campaign and reason for what happens to its shards"
     )
 
 

@@ -13,6 +13,7 @@ from testbed.bed import Bed
 from testbed.harness import Cluster
 
 from shardops.k8s.api import EVENTS, LEASES, SHARDS, NotFound
+from shardops.k8s.events import occurrences, series_name
 from shardops.logic.backoff import backoff_bounds
 
 pytestmark = pytest.mark.usefixtures("crds_installed", "local_cluster")
@@ -75,8 +76,11 @@ def test_killed_worker_shard_is_reclaimed_after_lease_expiry_and_finishes_once(
     # Reclaimed only after the lease ran out, never while it could still be renewed.
     reclaimed_at = bed.parse_time(expired[0]["at"])
     assert (reclaimed_at - last_renewal).total_seconds() >= bed.LEASE_SECONDS
-    event = kube.get(EVENTS, bed.namespace, expired[0]["event"])
-    assert event["reason"] == "LeaseExpired" and event["regarding"]["name"] == shard_name
+    # Counted in the campaign's one LeaseExpired Event (no Event per shard), which the entry names.
+    assert expired[0]["event"] == series_name("crash", "LeaseExpired"), expired[0]
+    (event,) = bed.wait_campaign_events("crash", "LeaseExpired", 1)
+    assert event["metadata"]["name"] == expired[0]["event"] and occurrences(event) == 1, event
+    assert shard_name in event["note"], event["note"]
     reclaimer = event["reportingController"]
 
     # One result, not two: the key's committed result is the one the shard's Done write recorded.
@@ -147,8 +151,13 @@ def test_retryable_failures_back_off_then_block_non_retryable_fail_at_once_and_r
         assert all(w >= d - 0.05 for w, (_, d) in zip(waits, delays, strict=True)), (waits, delays)
         error = blocked["status"]["lastError"]
         assert error["class"] == "timeout" and error["source"] == "A"
-        event = kube.get(EVENTS, bed.namespace, error["event"])
-        assert event["reason"] == "Blocked" and event["regarding"]["name"] == "flaky-00000"
+        # The campaign's one Event per reason counts them: two failed attempts, one shard blocked.
+        assert error["event"] == series_name("flaky", "Blocked"), error
+        (event,) = bed.wait_campaign_events("flaky", "Blocked", 1)
+        assert event["metadata"]["name"] == error["event"] and occurrences(event) == 1, event
+        assert "flaky-00000" in event["note"], event["note"]
+        (attempts,) = bed.campaign_events("flaky", "AttemptFailed")
+        assert occurrences(attempts) == 2, attempts
 
         # Non-retryable: failed on its first attempt, never claimed again.
         assert bed.phase_of(failed) == "Failed"
@@ -179,6 +188,8 @@ def test_retryable_failures_back_off_then_block_non_retryable_fail_at_once_and_r
             if e["reason"] == "RetryStarted" and e["regarding"]["name"] == "flaky"
         ]
         assert len(retry_events) == 1, retry_events
+        (retried_event,) = bed.wait_campaign_events("flaky", "Retried", 1)
+        assert occurrences(retried_event) == 1, retried_event
         # Acted on once: later passes leave the shard alone.
         assert bed.get_campaign("flaky")["status"]["lastRetryGeneration"] == 1
         assert bed.reasons(kube.get(SHARDS, bed.namespace, "flaky-00000")).count("Retried") == 1

@@ -2,9 +2,11 @@
 event, change strategy next round), with the operator running and the example agent hanging after
 one item: its worker keeps renewing the Lease, its progress stays at 1.
 
-* policy Report: a Stalled Event on the shard and the campaign's Stalled condition within the stall
-  window; the shard keeps running under the same owner and token (nothing is taken away);
-* policy Revoke: the operator takes the Lease back (event Revoked, attempt+1), the hung worker is
+* policy Report: the campaign's Stalled Event (one per campaign, counting the stuck attempts) and its
+  Stalled condition within the stall window; the shard keeps running under the same owner and token
+  (nothing is taken away);
+* policy Revoke: the operator takes the Lease back (Revoked, counted in the campaign's Revoked Event;
+  attempt+1), the hung worker is
   fenced (its command is killed, it writes nothing more), and attempt 2 completes the shard with the
   item the first attempt had stored.
 """
@@ -23,7 +25,8 @@ from testbed.bed import Bed
 from testbed.harness import Cluster
 from testbed.kits.scheduler import Recorder
 
-from shardops.k8s.api import EVENTS, LEASES, SHARDS, Kube, NotFound
+from shardops.k8s.api import LEASES, SHARDS, Kube, NotFound
+from shardops.k8s.events import occurrences, series_name
 
 pytestmark = pytest.mark.usefixtures("crds_installed", "local_cluster")
 
@@ -62,14 +65,6 @@ def _stopped_at(path: Path) -> dt.datetime | None:
     """When attempt 1 wrote its last result (its progress stops there)."""
     done = [e for e in _ledger(path) if e["event"] == "done" and e["attempt"] == 1]
     return dt.datetime.fromtimestamp(done[-1]["at"], dt.UTC) if done else None
-
-
-def _events(kube: Kube, namespace: str, shard: str, reason: str) -> list[JSON]:
-    return [
-        e
-        for e in kube.list(EVENTS, namespace)
-        if e.get("reason") == reason and (e.get("regarding") or {}).get("name") == shard
-    ]
 
 
 def _shard(kube: Kube, namespace: str, name: str) -> JSON | None:
@@ -118,18 +113,16 @@ def test_report_records_the_stall_and_leaves_the_shard_running(bed: Bed, tmp_pat
         bed.recording("shards") as recorded,
     ):
         bed.create_campaign(_stalling(name, "Report", ledger))
-        stalled = bed.wait_for(
-            "a Stalled event on the shard",
-            lambda: _events(kube, bed.namespace, shard_name, "Stalled"),
-            timeout=120,
-        )[0]
+        (stalled,) = bed.wait_campaign_events(name, "Stalled", 1, timeout=120)
         stopped = _stopped_at(ledger)
         assert stopped is not None, _ledger(ledger)
         detected = bed.parse_time(stalled["eventTime"])
         took = (detected - stopped).total_seconds()
         assert WINDOW <= took <= DETECT_BOUND, (took, stalled["note"])
+        # The campaign's one Stalled Event, counting this attempt, its note naming the shard.
+        assert stalled["metadata"]["name"] == series_name(name, "Stalled") and occurrences(stalled) == 1
         assert stalled["type"] == "Warning" and "stall policy Report" in stalled["note"]
-        assert "no progress" in stalled["note"]
+        assert "no progress" in stalled["note"] and shard_name in stalled["note"], stalled["note"]
 
         def stalled_condition() -> JSON | None:
             found = bed.condition(bed.get_campaign(name), "Stalled")
@@ -152,7 +145,8 @@ def test_report_records_the_stall_and_leaves_the_shard_running(bed: Bed, tmp_pat
         assert status["progress"]["done"] == 1
         assert lease["spec"]["holderIdentity"] == status["owner"]
         assert bed.reasons(running) == ["Materialized", "Claimed"]
-        assert len(_events(kube, bed.namespace, shard_name, "Stalled")) == 1, "reported once per stall"
+        reported = bed.campaign_events(name, "Stalled")
+        assert [occurrences(e) for e in reported] == [1], ("reported once per stall", reported)
         attempt_one = [v for v in _versions(recorded["shards"], shard_name) if _last_reason(v) == "Claimed"]
         owners = {(v["status"]["owner"], v["status"]["fencingToken"]) for v in attempt_one}
         assert owners == {(status["owner"], status["fencingToken"])}, owners
@@ -201,10 +195,17 @@ def test_revoke_takes_the_lease_fences_the_hung_worker_and_attempt_two_finishes(
     # Revoked for the stall, not for an expired lease: the worker was heartbeating right up to it.
     revoked = next(e for e in entries if e["reason"] == "Revoked")
     revoked_at = bed.parse_time(revoked["at"])
-    event = kube.get(EVENTS, bed.namespace, revoked["event"])
-    assert event["reason"] == "Revoked" and event["regarding"]["name"] == shard_name
-    assert "no progress" in event["note"], event["note"]
-    assert len(_events(kube, bed.namespace, shard_name, "Stalled")) == 1
+    # Counted in the campaign's one Revoked Event, which the history entry and lastError name; the
+    # shard's lastError keeps why (the Event's note is written once, for a campaign's first).
+    assert revoked["event"] == series_name(name, "Revoked") and revoked["errorClass"] == "timeout", revoked
+    (event,) = bed.wait_campaign_events(name, "Revoked", 1)
+    assert event["metadata"]["name"] == revoked["event"] and occurrences(event) == 1, event
+    assert event["type"] == "Warning" and shard_name in event["note"], event["note"]
+    error = shard["status"]["lastError"]
+    assert error["event"] == revoked["event"] and error["class"] == "timeout", error
+    assert error["message"].startswith("no progress"), error
+    (stalled,) = bed.campaign_events(name, "Stalled")
+    assert occurrences(stalled) == 1 and "no progress" in stalled["note"], stalled
     stopped = _stopped_at(ledger)
     assert stopped is not None
     took = (revoked_at - stopped).total_seconds()

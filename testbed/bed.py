@@ -145,6 +145,14 @@ class Bed:
         """The committed result of the shard's key (ConfigMap store), waited for and verified."""
         return schedulerkit.committed_result(self.kube, self.namespace, shard)
 
+    def campaign_events(self, campaign: str, reason: str) -> list[JSON]:
+        """The Events with `reason` regarding the Campaign (for its shards' transitions: one series)."""
+        return schedulerkit.campaign_events(self.kube, self.namespace, campaign, reason)
+
+    def wait_campaign_events(self, campaign: str, reason: str, count: int, timeout: float = 30) -> list[JSON]:
+        """`campaign_events` once one counts at least `count` occurrences (its series trails the status)."""
+        return schedulerkit.wait_campaign_events(self.kube, self.namespace, campaign, reason, count, timeout)
+
     def audit_entries(self) -> list[JSON]:
         """This namespace's completed requests in the local control plane's audit log."""
         return schedulerkit.audit_entries(self.cluster, self.namespace)

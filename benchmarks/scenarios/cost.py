@@ -27,8 +27,8 @@ def api_cost(ctx: Context) -> Section:
         "From the local control plane's audit log: requests in the run's namespace during the run, "
         "by writer, verb and resource[/subresource], divided by the shards (Job: completions). The "
         "benchmark's own polls are left out. 'Lifecycle' counts what belongs to one shard (its Shard "
-        "and status, Lease, Events, result ConfigMaps) by the e2e suite's rule; 'all' adds worker "
-        "Jobs, their pods, the Campaign's status and reads.",
+        "and status, Lease, result ConfigMaps) by the e2e suite's rule; 'all' adds worker "
+        "Jobs, their pods, the Campaign's status and Events, and reads.",
     )
     if target.cluster.audit_log is None:
         section.notes.append("Not measured: the audit log exists only on the local control plane.")

@@ -30,9 +30,10 @@ import yaml
 from kubernetes import client, watch
 
 from shardops.api.common import JSON
-from shardops.api.names import API_GROUP_VERSION
+from shardops.api.names import API_GROUP_VERSION, CAMPAIGN_KIND
 from shardops.api.store import DEFAULT_STORE_SECRET
-from shardops.k8s.api import CAMPAIGNS, LEASES, SHARDS, Kube, NotFound
+from shardops.k8s import events
+from shardops.k8s.api import CAMPAIGNS, EVENTS, LEASES, SHARDS, Kube, NotFound
 from shardops.logic.idempotency import key_label
 from shardops.logic.timefmt import parse_rfc3339 as parse_time
 from shardops.store.configmap import ITEMS_PREFIX, RESULT_PREFIX, ConfigMapStore, attempts_prefix
@@ -501,6 +502,38 @@ def reasons(shard: JSON) -> list[str]:
     return [entry["reason"] for entry in history(shard)]
 
 
+# --- events ---------------------------------------------------------------------------------------------
+
+
+def campaign_events(kube: Kube, namespace: str, campaign: str, reason: str) -> list[JSON]:
+    """The Events with `reason` regarding the Campaign `campaign`. For what happens to its shards
+    there is one, whose series counts the shards or attempts (`k8s.events.EventSeries`)."""
+    return [
+        e
+        for e in kube.list(EVENTS, namespace)
+        if e.get("reason") == reason
+        and (e.get("regarding") or {}).get("kind") == CAMPAIGN_KIND
+        and (e.get("regarding") or {}).get("name") == campaign
+    ]
+
+
+def wait_campaign_events(
+    kube: Kube, namespace: str, campaign: str, reason: str, count: int, timeout: float = 30
+) -> list[JSON]:
+    """`campaign_events` once one of them counts at least `count` occurrences. The operator raises
+    a series after the status write of the pass that folded the shards' history entries, so the
+    Event may trail the shard or campaign status a test waited for."""
+
+    def counted() -> list[JSON] | None:
+        found = campaign_events(kube, namespace, campaign, reason)
+        return found if any(events.occurrences(e) >= count for e in found) else None
+
+    result: list[JSON] = wait_for(
+        f"campaign {campaign}'s {reason} Event to count {count}", counted, timeout=timeout
+    )
+    return result
+
+
 # --- audit log ------------------------------------------------------------------------------------------
 
 
@@ -543,8 +576,9 @@ def writes_by_shard(entries: Sequence[JSON], shards: Sequence[JSON]) -> dict[str
     """Successful writes per shard, keyed `<who> <verb> <resource>[/<subresource>]`.
 
     A write belongs to a shard when it is on the Shard or its status, on its claim Lease (same
-    name), creates an Event about it (Events are named `<object>.<random>`), or stores or commits its
-    result (ConfigMaps named after its idempotency key)."""
+    name), or stores or commits its result (ConfigMaps named after its idempotency key). No Event is
+    a shard's: what happens to shards is counted in the campaign's Events (`<campaign>.<reason>`,
+    `k8s.events.EventSeries`), writes of the campaign."""
     names = {str(s["metadata"]["name"]) for s in shards}
     stores: dict[str, str] = {}
     attempts: dict[str, str] = {}
@@ -561,9 +595,7 @@ def writes_by_shard(entries: Sequence[JSON], shards: Sequence[JSON]) -> dict[str
         ref = entry["objectRef"]
         resource = ref.get("resource", "")
         name = ref.get("name") or ""
-        if resource == "events":
-            owner = name.rsplit(".", 1)[0]
-        elif resource in ("shards", "leases"):
+        if resource in ("shards", "leases"):
             owner = name
         elif resource == "configmaps" and name in stores:
             owner = stores[name]

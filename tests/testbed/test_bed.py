@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 from typing import Any, cast
 
@@ -11,7 +12,9 @@ from testbed.bed import Bed
 from testbed.harness import Cluster
 from testbed.kits import scheduler as schedulerkit
 
-from shardops.k8s.api import CAMPAIGNS, SHARDS
+from shardops.api.common import JSON
+from shardops.k8s.api import CAMPAIGNS, EVENTS, SHARDS
+from shardops.k8s.events import EventSeries, event_body, occurrences, series_name
 from tests.fakekube import FakeKube
 
 
@@ -50,6 +53,42 @@ def test_shard_calls_and_wait_phase_read_the_beds_namespace() -> None:
     assert bed.wait_phase("c1", {"Succeeded"}, timeout=1)["status"]["phase"] == "Succeeded"
     with pytest.raises(AssertionError):
         bed.wait_phase("c1", {"Paused"}, timeout=0.3)
+
+
+def _failed(regarding: JSON, name: str | None = None) -> JSON:
+    return event_body(
+        regarding,
+        reason="Failed",
+        note="shard c1-00000 first",
+        action="Failed",
+        controller="shardops.dev/operator",
+        instance="op-0",
+        now=dt.datetime(2026, 3, 1, tzinfo=dt.UTC),
+        warning=True,
+        name=name,
+    )
+
+
+def test_campaign_events_are_those_regarding_the_campaign_and_wait_for_the_series_count() -> None:
+    kube = FakeKube()
+    bed = _bed(kube)
+    campaign = bed.create_campaign(bed.campaign_body("c1", [{"n": 1}]))
+    other = bed.create_campaign(bed.campaign_body("c2", [{"n": 1}]))
+    at = dt.datetime(2026, 3, 1, tzinfo=dt.UTC)
+    series = EventSeries()
+    series.add(kube, _failed(campaign, series_name("c1", "Failed")), 1, at)
+    series.add(kube, _failed(other, series_name("c2", "Failed")), 5, at)
+    # An Event of the old kind, regarding a shard named like the campaign: not the campaign's.
+    shard = {"kind": "Shard", "metadata": {"name": "c1", "namespace": "ns-a"}}
+    kube.create(EVENTS, "ns-a", _failed(shard))
+    [found] = bed.campaign_events("c1", "Failed")
+    assert found["metadata"]["name"] == "c1.failed" and occurrences(found) == 1
+    assert bed.campaign_events("c1", "Blocked") == []
+    with pytest.raises(AssertionError, match="c1's Failed Event to count 2"):
+        bed.wait_campaign_events("c1", "Failed", 2, timeout=0.3)
+    series.add(kube, _failed(campaign, series_name("c1", "Failed")), 1, at)
+    [counted] = bed.wait_campaign_events("c1", "Failed", 2, timeout=1)
+    assert occurrences(counted) == 2
 
 
 def test_class_attributes_are_the_kits_own() -> None:
