@@ -546,6 +546,25 @@ class BreakerStatus(StatusModel):
     )
 
 
+class SourceShare(StatusModel):
+    """This campaign's share of a shared Source's limits, handed out by the operator: its workers
+    together keep within it (each at share / maxConcurrency)."""
+
+    source: str = Field(max_length=SOURCE_NAME_MAX, description="Name of the source in spec.sources.")
+    requests_per_minute: float | None = Field(
+        default=None, ge=0, description="Requests per minute; none when the Source has no such limit."
+    )
+    tokens_per_minute: float | None = Field(
+        default=None, ge=0, description="Tokens per minute; none when the Source has no such limit."
+    )
+    since: AwareDatetime = Field(
+        description=(
+            "When the operator wrote this share. Nobody's share on the Source grows until every share "
+            "on it has been unchanged for the hand-over time, so a lowered share is in force first."
+        )
+    )
+
+
 class SourceCooldown(StatusModel):
     """A source that answered rate-limited with a wait (Retry-After): no worker calls it before `until`."""
 
@@ -594,6 +613,15 @@ class CampaignStatus(StatusModel):
         max_length=MAX_SOURCES,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["source"]},
         description="Circuit breaker of each source that has one.",
+    )
+    source_shares: list[SourceShare] = Field(
+        default_factory=list,
+        max_length=MAX_SOURCES,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["source"]},
+        description=(
+            "For each source that refers to a shared Source or ClusterSource: the part of its limits "
+            "this campaign may use. A source listed with no share (0) is not called until it gets one."
+        ),
     )
     source_cooldowns: list[SourceCooldown] = Field(
         default_factory=list,

@@ -85,14 +85,9 @@ class ChatMessage(SpecModel):
     )
 
 
-class ModelPrice(SpecModel):
-    """What one model costs, per million tokens, in the budget's unit (for example USD)."""
+class TokenPrice(SpecModel):
+    """What a model's tokens cost, per million, in the budget's unit (for example USD)."""
 
-    model: str = Field(min_length=1, max_length=MODEL_NAME_MAX, description="Model name as sent in requests.")
-    source: SourceName | None = Field(
-        default=None,
-        description="The source this price applies to. Default: every source that calls this model.",
-    )
     input_per_million: Money = Field(description="Price of one million prompt tokens. Required.")
     cached_input_per_million: Money | None = Field(
         default=None,
@@ -115,6 +110,16 @@ class ModelPrice(SpecModel):
             + completion_tokens * self.output_per_million
         )
         return total / TOKENS_PER_PRICE_UNIT
+
+
+class ModelPrice(TokenPrice):
+    """What one model costs, per million tokens, in the budget's unit (for example USD)."""
+
+    model: str = Field(min_length=1, max_length=MODEL_NAME_MAX, description="Model name as sent in requests.")
+    source: SourceName | None = Field(
+        default=None,
+        description="The source this price applies to. Default: every source that calls this model.",
+    )
 
 
 class LlmEndpoint(SpecModel):
