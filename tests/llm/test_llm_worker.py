@@ -19,12 +19,12 @@ from testbed.upstream import ANSWER_SCHEMA_FORMAT, Behaviour, LlmServer, llm_ser
 from shardops.api import rules
 from shardops.api.campaign import Campaign
 from shardops.api.enums import ErrorClass
-from shardops.api.llm import CONFIG_ENV, LlmSpec, ModelPrice
+from shardops.api.llm import CONFIG_ENV, COOLDOWN_FILE_SHARE_KEY, LlmSpec, ModelPrice
 from shardops.api.money import money_text
 from shardops.api.shard import Shard
 from shardops.k8s.api import SHARDS
 from shardops.llm import main as llm_main
-from shardops.llm.pacing import Pacer, Share, state_path
+from shardops.llm.pacing import Pacer, Share, share_in, state_path
 from shardops.llm.render import RenderError, RequestTemplate
 from shardops.llm.upstream import classify_status, parse_duration, provider_error, rate_limit_wait
 from shardops.logic.backoff import retry_not_before
@@ -531,3 +531,58 @@ def test_under_the_runtime_a_429_sets_not_before_to_the_retry_after_and_results_
     assert status.progress is not None and status.progress.done == 1
     answered = next(e for e in server.requests() if e.status == 200)
     assert status.cost == Decimal(answered.prompt_tokens + answered.completion_tokens) / 1_000_000
+
+
+# --- a shared Source's share ----------------------------------------------------------------------
+
+
+def test_the_command_is_told_which_sources_pace_to_a_shared_sources_share() -> None:
+    c = campaign(
+        llm_block(),
+        sources=[{"name": "a", "sourceRef": {"name": "team-openai"}}, {"name": "b"}],
+        defaultSource="a",
+    )
+    settings = json.loads(c.spec.command_settings(c.spec.worker)[CONFIG_ENV])
+    assert settings["sharedSources"] == ["a"]
+    assert settings["rateLimits"] == {}
+
+
+def test_share_in_reads_the_share_the_runtime_wrote(tmp_path: Path) -> None:
+    path = tmp_path / "cooldown.json"
+    assert share_in(path) is None, "no file yet"
+    path.write_text(json.dumps({"until": 5.0}))
+    assert share_in(path) is None, "a cooldown alone is no share"
+    path.write_text(json.dumps({COOLDOWN_FILE_SHARE_KEY: {"requestsPerMinute": 30, "tokensPerMinute": None}}))
+    assert share_in(path) == (30.0, None)
+    path.write_text(json.dumps({COOLDOWN_FILE_SHARE_KEY: {"requestsPerMinute": "many"}}))
+    assert share_in(path) is None
+
+
+def test_a_shared_source_waits_for_a_share_then_keeps_to_it(tmp_path: Path) -> None:
+    """No share (or 0) means no request; once the runtime writes one, requests are spaced by the
+    campaign's share / maxConcurrency, and a lowered share is obeyed from the next request."""
+    cooldown = tmp_path / "cooldown.json"
+
+    def write_share(requests: float) -> None:
+        cooldown.write_text(json.dumps({COOLDOWN_FILE_SHARE_KEY: {"requestsPerMinute": requests}}))
+
+    write_share(0)
+    clock = FakeClock()
+    waited: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        waited.append(seconds)
+        clock.sleep(seconds)
+        if len(waited) == 3:
+            write_share(60)  # the operator's share reaches the file at a heartbeat
+
+    settings = llm_main.Settings(LlmSpec.model_validate(llm_block()), 2, {}, frozenset({"a"}))
+    env = {"SHARDOPS_COOLDOWN_FILE": str(cooldown), "POD_NAME": ""}
+    call = llm_main.Call(settings, "a", env)
+    call.pacer = Pacer(Share(), None, clock=clock, sleep=sleep)
+    call._heed_share()
+    assert waited == [llm_main.SHARE_POLL_SECONDS] * 3
+    assert call.pacer.share.seconds_per_request == 2.0, "60 a minute for 2 workers: one each 2 s"
+    write_share(20)
+    call._heed_share()
+    assert call.pacer.share.seconds_per_request == 6.0

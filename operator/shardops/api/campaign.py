@@ -364,7 +364,8 @@ class CampaignSpec(SpecModel):
 
     def command_settings(self, worker: WorkerSpec) -> dict[str, str]:
         """Environment the worker runtime adds for `worker`'s command: the built-in LLM worker's
-        settings (its block, the sources' rate limits, maxConcurrency for the per-worker share)."""
+        settings (its block, the sources' rate limits, the sources paced by a shared Source's share,
+        maxConcurrency for the per-worker share)."""
         if worker.llm is None:
             return {}
         config = {
@@ -373,6 +374,9 @@ class CampaignSpec(SpecModel):
             "rateLimits": {
                 s.name: s.rate_limit.to_dict() for s in self.sources or [] if s.rate_limit is not None
             },
+            # Their pace is the campaign's share of a Source (status.sourceShares), which the runtime
+            # keeps in the shard's cooldown file: none there yet means no call yet.
+            "sharedSources": [s.name for s in self.sources or [] if s.source_ref is not None],
         }
         return {CONFIG_ENV: json.dumps(config, separators=(",", ":"))}
 
@@ -557,11 +561,12 @@ class SourceShare(StatusModel):
     tokens_per_minute: float | None = Field(
         default=None, ge=0, description="Tokens per minute; none when the Source has no such limit."
     )
-    since: AwareDatetime = Field(
+    lowered_at: AwareDatetime | None = Field(
+        default=None,
         description=(
-            "When the operator wrote this share. Nobody's share on the Source grows until every share "
-            "on it has been unchanged for the hand-over time, so a lowered share is in force first."
-        )
+            "When the operator last lowered this share. No share on the Source grows until every "
+            "lowering is that long past (a heartbeat interval and a margin), so it is in force first."
+        ),
     )
 
 

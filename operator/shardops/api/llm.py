@@ -43,6 +43,9 @@ CONFIG_ENV = "SHARDOPS_LLM_CONFIG"
 # shard's source (after a 429 with Retry-After anywhere in the campaign); the command reads it
 # before each request.
 COOLDOWN_FILE_ENV = "SHARDOPS_COOLDOWN_FILE"
+# The key of that file holding the campaign's share of a shared Source ({requestsPerMinute,
+# tokensPerMinute}, per minute for all the campaign's workers), which the command paces to.
+COOLDOWN_FILE_SHARE_KEY = "share"
 TOKENS_PER_PRICE_UNIT = 1_000_000
 
 Template = Annotated[str, Field(max_length=TEMPLATE_MAX)]

@@ -143,6 +143,13 @@ class SharedSourceStatus(StatusModel):
     granted_tokens_per_minute: float | None = Field(
         default=None, ge=0, description="Tokens per minute handed out in shares (at most the limit)."
     )
+    lowered_at: AwareDatetime | None = Field(
+        default=None,
+        description=(
+            "When a share of it was last lowered or taken away: no share grows until that is in force "
+            "at the workers, also after the operator restarts."
+        ),
+    )
     shares: Annotated[list[CampaignShare], BeforeValidator(keeping_first(MAX_LISTED_SHARES))] = Field(
         default_factory=list,
         max_length=MAX_LISTED_SHARES,

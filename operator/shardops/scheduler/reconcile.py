@@ -21,6 +21,7 @@ Conflict on one shard means it moved meanwhile: it is left for the next pass.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import logging
 import threading
@@ -51,6 +52,7 @@ from shardops.scheduler.observed import Observed, observe
 from shardops.scheduler.retention import Retention
 from shardops.scheduler.retry import Retry
 from shardops.scheduler.settings import REPORTING_CONTROLLER, OperatorSettings
+from shardops.scheduler.sources import SourceSharing
 from shardops.scheduler.status import (
     Decided,
     Desired,
@@ -63,6 +65,7 @@ from shardops.scheduler.stores import Stores, store_secret_problem
 from shardops.scheduler.sweep import Sweeper
 from shardops.scheduler.writes import CONFLICT_ROUNDS, ShardWrites
 from shardops.state import breakers
+from shardops.state.sources import source_claims
 from shardops.store.items import pin_patch
 from shardops.store.records import StoreUnavailable
 
@@ -102,6 +105,7 @@ class Reconciler:
         self.dispatch = Dispatcher(kube, settings, self.writes)
         self.ledger = LedgerFold(kube, self.stores)
         self.retry = Retry(kube, self.writes, self.stores)
+        self.sharing = SourceSharing(kube)
         self.retention = Retention(
             kube,
             settings.result_store_location(),
@@ -200,18 +204,22 @@ class Reconciler:
         if body is None or (body.get("metadata") or {}).get("deletionTimestamp"):
             with self._lock:
                 self._memory.pop((namespace, name), None)
+            self.sharing.forget(namespace, name)
             self.metrics.forget_campaign(key)
             return False
         now = self.clock()
         refused = self.settings.operator_namespace_problem(namespace, name)
         if refused is not None:
+            self.sharing.report(namespace, name, [])  # no claims: the sharing pass need not wait for it
             self._invalid(body, ConditionReason.IN_OPERATOR_NAMESPACE, refused, now)
             return True
         try:
             campaign = Campaign.parse(body)
         except ValidationError as error:
+            self.sharing.report(namespace, name, [])
             self._invalid(body, ConditionReason.INVALID_SPEC, validation_message(error), now)
             return True
+        self.sharing.report(namespace, name, source_claims(campaign))
         memory = self._remember(namespace, name)
         if self.retention.sweeping(namespace, name):  # an earlier campaign's results are going now
             log.info(
@@ -267,7 +275,13 @@ class Reconciler:
             identity=self.settings.identity,
             renewing=self.renewing(),
         )
-        self._write_status(seen, desired_status(seen, decided, now), to_fold, now)
+        desired = desired_status(seen, decided, now)
+        # The shares of shared Sources the sharing pass decided (scheduler/sources.py), for the workers.
+        shares = self.sharing.shares_for(namespace, name, status.source_shares, now)
+        desired = dataclasses.replace(
+            desired, status=desired.status.model_copy(update={"source_shares": shares})
+        )
+        self._write_status(seen, desired, to_fold, now)
         # The status now records the fold, the retry and the stalls (or already did): only now does
         # this process remember them and say so. A pass whose write lost (Conflict, an error, the
         # leadership gone) left neither, and the pass that runs again folds and announces them once.

@@ -1,0 +1,230 @@
+"""Shared Sources on the leader: the claims campaigns report from their passes, one sharing pass over
+every referenced Source (`SourceSharing.run`), and the shares each campaign's pass then writes.
+
+The rules are `logic.shares` (why shares, and why the limit holds while they change); this module
+feeds them. A campaign's pass reports its claims (`report`) and writes the share last decided for it
+into its own status (`shares_for`): that status is what its workers read and what a restarted
+operator starts from. The sharing pass, every `interval` seconds on the leader:
+
+* reads each referenced Source or ClusterSource (one GET each: reads, no writes);
+* takes as granted, per campaign, the larger of what its status says and what was last decided for
+  it (a decided raise may be written already though not reported yet), and, for campaigns the
+  Source's status lists that have not reported since this process started, what the Source lists;
+* grants no raise until every campaign the operator serves has reported once since it started
+  (after a restart, a campaign not heard from yet may hold a share);
+* writes the Source's status (one merge patch) only when it changed.
+
+API writes: a campaign's status changes when its share does (it is written in the pass it already
+makes); a Source's status when a share on it, its campaigns or its breaker change. Memory: one entry
+per campaign served and per Source referenced, each bounded by MAX_SOURCES claims.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+from collections.abc import Iterable, Mapping
+
+from pydantic import ValidationError
+
+from shardops.api.campaign import SourceShare
+from shardops.api.common import JSON
+from shardops.api.enums import SourceKind
+from shardops.api.shared_sources import (
+    CampaignShare,
+    ClusterSharedSource,
+    SharedSource,
+    SharedSourceStatus,
+)
+from shardops.k8s.api import CLUSTER_SOURCES, SOURCES, ApiError, KubeClient, NotFound
+from shardops.logic.shares import Granted, Rates, fair_shares, hand_over, settle_time
+from shardops.state.sources import SourceClaim, SourceKey, share_entries
+
+log = logging.getLogger(__name__)
+
+CampaignKey = tuple[str, str]
+
+
+class SourceSharing:
+    def __init__(self, kube: KubeClient) -> None:
+        self.kube = kube
+        self._lock = threading.Lock()
+        self._claims: dict[CampaignKey, list[SourceClaim]] = {}
+        self._decided: dict[CampaignKey, dict[str, Rates]] = {}
+        # Campaigns that reported since this process started: raises wait until every one served has.
+        self._reported: set[CampaignKey] = set()
+
+    # --- from the campaigns' passes -----------------------------------------------------------------
+
+    def report(self, namespace: str, name: str, claims: list[SourceClaim]) -> None:
+        with self._lock:
+            key = (namespace, name)
+            if claims:
+                self._claims[key] = claims
+            else:
+                self._claims.pop(key, None)
+                self._decided.pop(key, None)
+            self._reported.add(key)
+
+    def forget(self, namespace: str, name: str) -> None:
+        with self._lock:
+            self._claims.pop((namespace, name), None)
+            self._decided.pop((namespace, name), None)
+            self._reported.discard((namespace, name))
+
+    def shares_for(
+        self, namespace: str, name: str, previous: list[SourceShare], now: dt.datetime
+    ) -> list[SourceShare]:
+        """The sourceShares the campaign's status should hold: the decisions in, the rest as written."""
+        with self._lock:
+            decided = dict(self._decided.get((namespace, name), {}))
+        return share_entries(previous, decided, now)
+
+    # --- the sharing pass ---------------------------------------------------------------------------
+
+    def run(self, served: Iterable[CampaignKey], now: dt.datetime) -> None:
+        """One pass over every Source a reporting campaign refers to."""
+        with self._lock:
+            claims = {key: list(value) for key, value in self._claims.items()}
+            decided = {key: dict(value) for key, value in self._decided.items()}
+            warm = set(served) <= self._reported
+        by_source: dict[SourceKey, list[SourceClaim]] = {}
+        for campaign_claims in claims.values():
+            for claim in campaign_claims:
+                by_source.setdefault(claim.key, []).append(claim)
+        new_decisions: dict[CampaignKey, dict[str, Rates]] = {}
+        for source_key in sorted(by_source):
+            try:
+                decisions = self._share(source_key, by_source[source_key], decided, warm, now)
+            except ApiError as error:
+                log.warning("%s: shares not handed out this pass: %s", source_key.describe(), error)
+                decisions = {}
+            for claim in by_source[source_key]:
+                if claim.claimant.campaign in decisions:
+                    namespace, name = claim.claimant.campaign.split("/", 1)
+                    new_decisions.setdefault((namespace, name), {})[claim.source] = decisions[
+                        claim.claimant.campaign
+                    ]
+        with self._lock:
+            for key in claims:
+                if key in self._claims:
+                    self._decided[key] = new_decisions.get(key, decided.get(key, {}))
+
+    def _share(
+        self,
+        source_key: SourceKey,
+        source_claims: list[SourceClaim],
+        decided: Mapping[CampaignKey, Mapping[str, Rates]],
+        warm: bool,
+        now: dt.datetime,
+    ) -> dict[str, Rates]:
+        body = self._read(source_key)
+        if body is None:
+            # No such Source: nobody gets a share of it (its campaigns' workers wait for one).
+            zero = Rates(0.0, 0.0)
+            return {claim.claimant.campaign: zero for claim in source_claims}
+        resource, status = self._parse(source_key, body)
+        spec = resource.spec
+        limits_spec = spec.rate_limit
+        limits = Rates(
+            limits_spec.requests_per_minute if limits_spec else None,
+            limits_spec.tokens_per_minute if limits_spec else None,
+        )
+        eligible = [
+            claim
+            for claim in source_claims
+            if not isinstance(resource, ClusterSharedSource)
+            or resource.spec.serves(claim.claimant.campaign.split("/", 1)[0])
+        ]
+        targets = fair_shares(limits, [claim.claimant for claim in eligible])
+        granted: dict[str, Granted] = {}
+        for claim in source_claims:
+            campaign = claim.claimant.campaign
+            namespace, name = campaign.split("/", 1)
+            earlier = decided.get((namespace, name), {}).get(claim.source)
+            granted[campaign] = _larger(claim.granted, earlier)
+        reporting = {claim.claimant.campaign for claim in source_claims}
+        for listed in status.shares:
+            if listed.campaign not in reporting:
+                granted[listed.campaign] = Granted(
+                    Rates(listed.requests_per_minute, listed.tokens_per_minute)
+                )
+        settle = settle_time(claim.heartbeat_seconds for claim in source_claims)
+        held_until = status.lowered_at if warm else now
+        shares = hand_over(limits, targets, granted, now, settle, held_until)
+        lowered = [g.lowered_at for g in shares.values() if g.lowered_at is not None]
+        lowered_at = max([*lowered, *([status.lowered_at] if status.lowered_at else [])], default=None)
+        by_campaign = {claim.claimant.campaign: claim.claimant for claim in source_claims}
+        new_status = status.model_copy(
+            update={
+                "observed_generation": resource.generation,
+                "campaigns": sum(1 for claim in eligible if claim.claimant.active),
+                "granted_requests_per_minute": _total(shares.values(), 0),
+                "granted_tokens_per_minute": _total(shares.values(), 1),
+                "lowered_at": lowered_at,
+                "shares": [
+                    CampaignShare(
+                        campaign=campaign,
+                        weight=by_campaign[campaign].weight if campaign in by_campaign else 1,
+                        priority=by_campaign[campaign].priority if campaign in by_campaign else 0,
+                        requests_per_minute=g.rates.requests_per_minute,
+                        tokens_per_minute=g.rates.tokens_per_minute,
+                    )
+                    for campaign, g in shares.items()
+                ],
+            }
+        )
+        if new_status != status:
+            self._write_status(source_key, new_status)
+        return {campaign: g.rates for campaign, g in shares.items()}
+
+    def _read(self, source_key: SourceKey) -> JSON | None:
+        resource = SOURCES if source_key.kind is SourceKind.SOURCE else CLUSTER_SOURCES
+        try:
+            return self.kube.get(resource, source_key.namespace or None, source_key.name)
+        except NotFound:
+            return None
+
+    @staticmethod
+    def _parse(
+        source_key: SourceKey, body: JSON
+    ) -> tuple[SharedSource | ClusterSharedSource, SharedSourceStatus]:
+        model = SharedSource if source_key.kind is SourceKind.SOURCE else ClusterSharedSource
+        resource = model.parse(body)
+        try:
+            status = SharedSourceStatus.model_validate(body.get("status") or {})
+        except ValidationError:
+            status = SharedSourceStatus()
+        return resource, status
+
+    def _write_status(self, source_key: SourceKey, status: SharedSourceStatus) -> None:
+        resource = SOURCES if source_key.kind is SourceKind.SOURCE else CLUSTER_SOURCES
+        self.kube.patch(
+            resource,
+            source_key.namespace or None,
+            source_key.name,
+            {"status": status.to_dict()},
+            subresource="status",
+        )
+
+
+def _larger(reported: Granted | None, decided: Rates | None) -> Granted:
+    if reported is None and decided is None:
+        return Granted(Rates())
+    if reported is None:
+        assert decided is not None
+        return Granted(decided)
+    if decided is None:
+        return reported
+    values = [
+        None if a is None and b is None else max(a or 0.0, b or 0.0)
+        for a, b in zip(reported.rates.dimensions(), decided.dimensions(), strict=True)
+    ]
+    return Granted(Rates.of(values), reported.lowered_at)
+
+
+def _total(shares: Iterable[Granted], index: int) -> float | None:
+    values = [g.rates.dimensions()[index] for g in shares]
+    present = [v for v in values if v is not None]
+    return sum(present) if present else None

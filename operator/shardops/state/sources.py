@@ -1,0 +1,110 @@
+"""A Campaign as a claimant of the shared Sources it names (spec.sources[].sourceRef), and the shares
+its status records: the one mapping between them and `logic.shares`."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from shardops.api.campaign import Campaign, SourceShare
+from shardops.api.enums import FINISHED_PHASES, SourceKind
+from shardops.logic.shares import Claimant, Granted, Rates
+
+
+@dataclass(frozen=True, order=True)
+class SourceKey:
+    """Which Source: a namespaced Source is always the campaign's own namespace's; a ClusterSource has
+    no namespace ("")."""
+
+    kind: SourceKind
+    namespace: str
+    name: str
+
+    def describe(self) -> str:
+        return f"{self.kind} {self.namespace}/{self.name}" if self.namespace else f"{self.kind} {self.name}"
+
+
+@dataclass(frozen=True)
+class SourceClaim:
+    """One source of a campaign that refers to a shared Source: who claims, with what weight, and the
+    share its status holds (None: none yet)."""
+
+    source: str
+    key: SourceKey
+    claimant: Claimant
+    heartbeat_seconds: float
+    granted: Granted | None
+
+
+def campaign_key(campaign: Campaign) -> str:
+    return f"{campaign.namespace}/{campaign.name}"
+
+
+def is_active(campaign: Campaign) -> bool:
+    """Whether the campaign has work that calls its sources: shards running, waiting, or still to cut.
+    A finished campaign, and one whose shards are all paused (budget, suspend), gives its share away."""
+    status = campaign.current_status
+    if status.phase in FINISHED_PHASES:
+        return False
+    counts = status.counts
+    return counts.running + counts.pending + counts.queued > 0
+
+
+def granted_of(entry: SourceShare) -> Granted:
+    return Granted(Rates(entry.requests_per_minute, entry.tokens_per_minute), entry.lowered_at)
+
+
+def source_claims(campaign: Campaign) -> list[SourceClaim]:
+    """The campaign's claims, one per source with a sourceRef (at most MAX_SOURCES)."""
+    spec = campaign.spec
+    written = {entry.source: entry for entry in campaign.current_status.source_shares}
+    claims: list[SourceClaim] = []
+    active = is_active(campaign)
+    for source in spec.sources or []:
+        ref = source.source_ref
+        if ref is None:
+            continue
+        namespace = campaign.namespace if ref.kind is SourceKind.SOURCE else ""
+        entry = written.get(source.name)
+        claims.append(
+            SourceClaim(
+                source=source.name,
+                key=SourceKey(ref.kind, namespace, ref.name),
+                claimant=Claimant(
+                    campaign_key(campaign), source.weight, spec.priority, spec.max_concurrency, active
+                ),
+                heartbeat_seconds=spec.effective_heartbeat_seconds,
+                granted=granted_of(entry) if entry is not None else None,
+            )
+        )
+    return claims
+
+
+def share_entries(
+    previous: list[SourceShare], decided: Mapping[str, Rates], now: dt.datetime
+) -> list[SourceShare]:
+    """The status's sourceShares with the operator's decisions in: a share lowered in any dimension is
+    stamped `now` (the write is when workers can start obeying it); others keep their stamp. Sources
+    without a decision keep what was written."""
+    by_source = {entry.source: entry for entry in previous}
+    for source, rates in decided.items():
+        old = by_source.get(source)
+        lowered_at = old.lowered_at if old is not None else None
+        if old is not None and _lower(rates, Rates(old.requests_per_minute, old.tokens_per_minute)):
+            lowered_at = now
+        by_source[source] = SourceShare(
+            source=source,
+            requests_per_minute=rates.requests_per_minute,
+            tokens_per_minute=rates.tokens_per_minute,
+            lowered_at=lowered_at,
+        )
+    return [by_source[name] for name in sorted(by_source)]
+
+
+def _lower(new: Rates, old: Rates) -> bool:
+    """A dimension limited tighter than before (None is no limit: the loosest)."""
+    return any(
+        now is not None and (was is None or now < was)
+        for now, was in zip(new.dimensions(), old.dimensions(), strict=True)
+    )
