@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from shardops.api.campaign import Campaign
+from shardops.api.campaign import Campaign, SourceCooldown
 from shardops.api.names import API_GROUP_VERSION
 from shardops.k8s.api import CLUSTER_SOURCES, SOURCES
 from shardops.logic.shares import SETTLE_MARGIN
@@ -165,3 +165,17 @@ def test_the_sources_status_is_written_only_when_it_changes() -> None:
     report(sharing, campaign("a", share=120.0))
     sharing.run(served(a), T0 + dt.timedelta(seconds=5))
     assert len(kube.writes_to("sources")) == 1
+
+
+def test_a_wait_one_campaign_was_told_is_every_campaigns_on_the_source() -> None:
+    kube = FakeKube()
+    kube.add(SOURCES, source_body())
+    sharing = SourceSharing(kube)
+    until = T0 + dt.timedelta(seconds=30)
+    told = campaign("a")
+    told.current_status.source_cooldowns = [SourceCooldown(source="llm", until=until, shard="a-1")]
+    other = campaign("b")
+    report(sharing, told, other)
+    sharing.run(served(told, other), T0)
+    assert {s: c.until for s, c in sharing.cooldowns_for("team-a", "b", T0).items()} == {"llm": until}
+    assert sharing.cooldowns_for("team-a", "b", until) == {}, "over once it has passed"

@@ -64,7 +64,7 @@ from shardops.scheduler.status import (
 from shardops.scheduler.stores import Stores, store_secret_problem
 from shardops.scheduler.sweep import Sweeper
 from shardops.scheduler.writes import CONFLICT_ROUNDS, ShardWrites
-from shardops.state import breakers
+from shardops.state import breakers, cooldowns
 from shardops.state.sources import source_claims
 from shardops.store.items import pin_patch
 from shardops.store.records import StoreUnavailable
@@ -276,10 +276,18 @@ class Reconciler:
             renewing=self.renewing(),
         )
         desired = desired_status(seen, decided, now)
-        # The shares of shared Sources the sharing pass decided (scheduler/sources.py), for the workers.
+        # The shares of shared Sources the sharing pass decided (scheduler/sources.py), and the waits
+        # other campaigns on them were told, for the workers.
         shares = self.sharing.shares_for(namespace, name, status.source_shares, now)
+        waits = cooldowns.later(
+            {c.source: c for c in desired.status.source_cooldowns},
+            self.sharing.cooldowns_for(namespace, name, now),
+        )
         desired = dataclasses.replace(
-            desired, status=desired.status.model_copy(update={"source_shares": shares})
+            desired,
+            status=desired.status.model_copy(
+                update={"source_shares": shares, "source_cooldowns": cooldowns.status_list(waits)}
+            ),
         )
         self._write_status(seen, desired, to_fold, now)
         # The status now records the fold, the retry and the stalls (or already did): only now does

@@ -12,6 +12,8 @@ operator starts from. The sharing pass, every `interval` seconds on the leader:
   Source's status lists that have not reported since this process started, what the Source lists;
 * grants no raise until every campaign the operator serves has reported once since it started
   (after a restart, a campaign not heard from yet may hold a share);
+* hands the longest wait any of them was told (Retry-After, their status.sourceCooldowns) to all of
+  them: their passes record it, so their workers claim nothing of it and pause mid-shard until then;
 * writes the Source's status (one merge patch) only when it changed.
 
 API writes: a campaign's status changes when its share does (it is written in the pass it already
@@ -28,7 +30,7 @@ from collections.abc import Iterable, Mapping
 
 from pydantic import ValidationError
 
-from shardops.api.campaign import SourceShare
+from shardops.api.campaign import SourceCooldown, SourceShare
 from shardops.api.common import JSON
 from shardops.api.enums import SourceKind
 from shardops.api.shared_sources import (
@@ -52,6 +54,8 @@ class SourceSharing:
         self._lock = threading.Lock()
         self._claims: dict[CampaignKey, list[SourceClaim]] = {}
         self._decided: dict[CampaignKey, dict[str, Rates]] = {}
+        # A wait one campaign was told (Retry-After) is every campaign's on that Source.
+        self._cooling: dict[CampaignKey, dict[str, SourceCooldown]] = {}
         # Campaigns that reported since this process started: raises wait until every one served has.
         self._reported: set[CampaignKey] = set()
 
@@ -71,6 +75,7 @@ class SourceSharing:
         with self._lock:
             self._claims.pop((namespace, name), None)
             self._decided.pop((namespace, name), None)
+            self._cooling.pop((namespace, name), None)
             self._reported.discard((namespace, name))
 
     def shares_for(
@@ -80,6 +85,12 @@ class SourceSharing:
         with self._lock:
             decided = dict(self._decided.get((namespace, name), {}))
         return share_entries(previous, decided, now)
+
+    def cooldowns_for(self, namespace: str, name: str, now: dt.datetime) -> dict[str, SourceCooldown]:
+        """The waits other campaigns on the same Sources were told, by this campaign's source names."""
+        with self._lock:
+            cooling = dict(self._cooling.get((namespace, name), {}))
+        return {source: c for source, c in cooling.items() if c.until > now}
 
     # --- the sharing pass ---------------------------------------------------------------------------
 
@@ -94,7 +105,18 @@ class SourceSharing:
             for claim in campaign_claims:
                 by_source.setdefault(claim.key, []).append(claim)
         new_decisions: dict[CampaignKey, dict[str, Rates]] = {}
+        new_cooling: dict[CampaignKey, dict[str, SourceCooldown]] = {}
         for source_key in sorted(by_source):
+            waits = [
+                c.cooling_until for c in by_source[source_key] if c.cooling_until and c.cooling_until > now
+            ]
+            if waits:
+                until = max(waits)
+                for claim in by_source[source_key]:
+                    namespace, name = claim.claimant.campaign.split("/", 1)
+                    new_cooling.setdefault((namespace, name), {})[claim.source] = SourceCooldown(
+                        source=claim.source, until=until
+                    )
             try:
                 decisions = self._share(source_key, by_source[source_key], decided, warm, now)
             except ApiError as error:
@@ -110,6 +132,7 @@ class SourceSharing:
             for key in claims:
                 if key in self._claims:
                     self._decided[key] = new_decisions.get(key, decided.get(key, {}))
+                    self._cooling[key] = new_cooling.get(key, {})
 
     def _share(
         self,

@@ -35,6 +35,8 @@ class SourceClaim:
     claimant: Claimant
     heartbeat_seconds: float
     granted: Granted | None
+    # The end of a wait the upstream asked of this campaign (Retry-After, status.sourceCooldowns).
+    cooling_until: dt.datetime | None = None
 
 
 def campaign_key(campaign: Campaign) -> str:
@@ -59,6 +61,7 @@ def source_claims(campaign: Campaign) -> list[SourceClaim]:
     """The campaign's claims, one per source with a sourceRef (at most MAX_SOURCES)."""
     spec = campaign.spec
     written = {entry.source: entry for entry in campaign.current_status.source_shares}
+    cooling = {c.source: c.until for c in campaign.current_status.source_cooldowns}
     claims: list[SourceClaim] = []
     active = is_active(campaign)
     for source in spec.sources or []:
@@ -76,6 +79,7 @@ def source_claims(campaign: Campaign) -> list[SourceClaim]:
                 ),
                 heartbeat_seconds=spec.effective_heartbeat_seconds,
                 granted=granted_of(entry) if entry is not None else None,
+                cooling_until=cooling.get(source.name),
             )
         )
     return claims
