@@ -453,6 +453,10 @@ def test_every_amount_is_checked_at_admission_by_its_kind() -> None:
         "Campaign.status.folded.cost",
         "Shard.status.cost",
         *(
+            f"Campaign.status.sourceShares[].price.{field}"
+            for field in ("inputPerMillion", "cachedInputPerMillion", "outputPerMillion")
+        ),
+        *(
             f"{kind}.spec.price.{field}"
             for kind in ("Source", "ClusterSource")
             for field in ("inputPerMillion", "cachedInputPerMillion", "outputPerMillion")

@@ -17,9 +17,16 @@ from pydantic import ValidationError
 from testbed.upstream import ANSWER_SCHEMA_FORMAT, Behaviour, LlmServer, llm_server, prompt_tokens
 
 from shardops.api import rules
-from shardops.api.campaign import Campaign
+from shardops.api.campaign import Campaign, CampaignStatus, SourceShare
 from shardops.api.enums import ErrorClass
-from shardops.api.llm import CONFIG_ENV, COOLDOWN_FILE_SHARE_KEY, LlmSpec, ModelPrice
+from shardops.api.llm import (
+    CONFIG_ENV,
+    COOLDOWN_FILE_SHARE_KEY,
+    LlmSpec,
+    ModelPrice,
+    SecretKeyRef,
+    TokenPrice,
+)
 from shardops.api.money import money_text
 from shardops.api.shard import Shard
 from shardops.k8s.api import SHARDS
@@ -586,3 +593,37 @@ def test_a_shared_source_waits_for_a_share_then_keeps_to_it(tmp_path: Path) -> N
     write_share(20)
     call._heed_share()
     assert call.pacer.share.seconds_per_request == 6.0
+
+
+def test_a_shared_sources_endpoint_key_and_price_reach_the_command_and_the_pod() -> None:
+    c = campaign(
+        llm_block(prices=[{"model": "test-model", "inputPerMillion": 1, "outputPerMillion": 2}]),
+        sources=[{"name": "a", "sourceRef": {"name": "team-openai"}}],
+        defaultSource="a",
+    )
+    c.status = CampaignStatus(
+        source_shares=[
+            SourceShare(
+                source="a",
+                requests_per_minute=60,
+                base_url="http://provider/v1",
+                model="provider-model",
+                api_key_secret=SecretKeyRef(name="team-key"),
+                price=TokenPrice(input_per_million=Decimal("0.5"), output_per_million=Decimal("1.5")),
+            )
+        ]
+    )
+    settings = llm_main.Settings.from_env(
+        c.spec.command_settings(c.spec.worker, c.current_status.source_shares)
+    )
+    endpoint = settings.llm.endpoint("a")
+    assert (endpoint.base_url, endpoint.model) == ("http://provider/v1", "provider-model")
+    price = settings.llm.price("a", "provider-model")
+    assert price is not None and price.input_per_million == Decimal("0.5")
+    job = worker_job_body(c, c.spec.worker)
+    env = {e["name"]: e for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["SHARDOPS_LLM_API_KEY_a"]["valueFrom"]["secretKeyRef"] == {
+        "name": "team-key",
+        "key": "api-key",
+        "optional": True,
+    }

@@ -179,3 +179,22 @@ def test_a_wait_one_campaign_was_told_is_every_campaigns_on_the_source() -> None
     sharing.run(served(told, other), T0)
     assert {s: c.until for s, c in sharing.cooldowns_for("team-a", "b", T0).items()} == {"llm": until}
     assert sharing.cooldowns_for("team-a", "b", until) == {}, "over once it has passed"
+
+
+def test_a_sources_endpoint_and_key_reach_the_campaign_a_cluster_sources_key_does_not() -> None:
+    kube = FakeKube()
+    kube.add(SOURCES, source_body(apiKeySecret={"name": "team-key"}))
+    cluster = source_body(name="vllm", namespace="", namespaces=["*"], apiKeySecret={"name": "operator-key"})
+    cluster["kind"] = "ClusterSource"
+    del cluster["metadata"]["namespace"]
+    kube.add(CLUSTER_SOURCES, cluster)
+    sharing = SourceSharing(kube)
+    ours, shared = campaign("a"), campaign("b", ref={"kind": "ClusterSource", "name": "vllm"})
+    report(sharing, ours, shared)
+    sharing.run(served(ours, shared), T0)
+    (entry,) = sharing.shares_for("team-a", "a", [], T0)
+    assert (entry.base_url, entry.model) == ("http://upstream/v1", "m")
+    assert entry.api_key_secret is not None and entry.api_key_secret.name == "team-key"
+    (entry,) = sharing.shares_for("team-a", "b", [], T0)
+    assert entry.base_url == "http://upstream/v1"
+    assert entry.api_key_secret is None, "a Secret of the operator's namespace is no pod's to read"

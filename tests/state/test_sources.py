@@ -7,9 +7,10 @@ from typing import Any
 
 from shardops.api.campaign import Campaign, SourceShare
 from shardops.api.enums import CampaignPhase, SourceKind
+from shardops.api.llm import SecretKeyRef
 from shardops.api.names import API_GROUP_VERSION
 from shardops.logic.shares import Rates
-from shardops.state.sources import SourceKey, share_entries, source_claims
+from shardops.state.sources import Endpoint, SourceKey, share_entries, source_claims, waiting_for_sources
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
@@ -88,3 +89,30 @@ def test_a_limit_where_there_was_none_is_a_lowering() -> None:
     previous = [SourceShare(source="a", tokens_per_minute=None)]
     (entry,) = share_entries(previous, {"a": Rates(None, 500.0)}, T0)
     assert entry.lowered_at == T0
+
+
+def test_workers_wait_until_every_shared_source_is_resolved() -> None:
+    llm = {
+        "baseUrl": "http://own/v1",
+        "model": "m",
+        "messages": [{"role": "user", "content": "{{ item.n }}"}],
+    }
+    worker = {"image": "shardops:dev", "command": ["shardops", "llm"], "llm": llm}
+    unresolved = campaign({"sourceShares": [{"source": "team", "requestsPerMinute": 0}]}, worker=worker)
+    assert waiting_for_sources(unresolved) == ["team", "shared"]
+    entries = [
+        {"source": "team", "requestsPerMinute": 60, "baseUrl": "http://up/v1", "model": "m"},
+        {"source": "shared", "requestsPerMinute": 60, "baseUrl": "http://vllm/v1", "model": "m"},
+    ]
+    assert waiting_for_sources(campaign({"sourceShares": entries}, worker=worker)) == []
+    assert waiting_for_sources(campaign()) == [], "a command of the user's own is not held"
+
+
+def test_a_decision_carries_the_sources_endpoint_into_the_entry() -> None:
+    endpoint = Endpoint("http://up/v1", "m", SecretKeyRef(name="key"), None)
+    (entry,) = share_entries([], {"team": Rates(60.0)}, T0, {"team": endpoint})
+    assert (entry.base_url, entry.model, entry.api_key_secret) == (
+        "http://up/v1",
+        "m",
+        SecretKeyRef(name="key"),
+    )

@@ -41,7 +41,7 @@ from shardops.api.shared_sources import (
 )
 from shardops.k8s.api import CLUSTER_SOURCES, SOURCES, ApiError, KubeClient, NotFound
 from shardops.logic.shares import Granted, Rates, fair_shares, hand_over, settle_time
-from shardops.state.sources import SourceClaim, SourceKey, share_entries
+from shardops.state.sources import Endpoint, SourceClaim, SourceKey, share_entries
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +54,8 @@ class SourceSharing:
         self._lock = threading.Lock()
         self._claims: dict[CampaignKey, list[SourceClaim]] = {}
         self._decided: dict[CampaignKey, dict[str, Rates]] = {}
+        # The endpoint of each Source a campaign's source refers to, for its status and workers.
+        self._endpoints: dict[CampaignKey, dict[str, Endpoint]] = {}
         # A wait one campaign was told (Retry-After) is every campaign's on that Source.
         self._cooling: dict[CampaignKey, dict[str, SourceCooldown]] = {}
         # Campaigns that reported since this process started: raises wait until every one served has.
@@ -75,6 +77,7 @@ class SourceSharing:
         with self._lock:
             self._claims.pop((namespace, name), None)
             self._decided.pop((namespace, name), None)
+            self._endpoints.pop((namespace, name), None)
             self._cooling.pop((namespace, name), None)
             self._reported.discard((namespace, name))
 
@@ -84,7 +87,8 @@ class SourceSharing:
         """The sourceShares the campaign's status should hold: the decisions in, the rest as written."""
         with self._lock:
             decided = dict(self._decided.get((namespace, name), {}))
-        return share_entries(previous, decided, now)
+            endpoints = dict(self._endpoints.get((namespace, name), {}))
+        return share_entries(previous, decided, now, endpoints)
 
     def cooldowns_for(self, namespace: str, name: str, now: dt.datetime) -> dict[str, SourceCooldown]:
         """The waits other campaigns on the same Sources were told, by this campaign's source names."""
@@ -105,6 +109,7 @@ class SourceSharing:
             for claim in campaign_claims:
                 by_source.setdefault(claim.key, []).append(claim)
         new_decisions: dict[CampaignKey, dict[str, Rates]] = {}
+        new_endpoints: dict[CampaignKey, dict[str, Endpoint]] = {}
         new_cooling: dict[CampaignKey, dict[str, SourceCooldown]] = {}
         for source_key in sorted(by_source):
             waits = [
@@ -117,21 +122,25 @@ class SourceSharing:
                     new_cooling.setdefault((namespace, name), {})[claim.source] = SourceCooldown(
                         source=claim.source, until=until
                     )
+            endpoint: Endpoint | None = None
             try:
-                decisions = self._share(source_key, by_source[source_key], decided, warm, now)
+                decisions, endpoint = self._share(source_key, by_source[source_key], decided, warm, now)
             except ApiError as error:
                 log.warning("%s: shares not handed out this pass: %s", source_key.describe(), error)
                 decisions = {}
             for claim in by_source[source_key]:
+                namespace, name = claim.claimant.campaign.split("/", 1)
                 if claim.claimant.campaign in decisions:
-                    namespace, name = claim.claimant.campaign.split("/", 1)
                     new_decisions.setdefault((namespace, name), {})[claim.source] = decisions[
                         claim.claimant.campaign
                     ]
+                if endpoint is not None:
+                    new_endpoints.setdefault((namespace, name), {})[claim.source] = endpoint
         with self._lock:
             for key in claims:
                 if key in self._claims:
                     self._decided[key] = new_decisions.get(key, decided.get(key, {}))
+                    self._endpoints[key] = new_endpoints.get(key, {})
                     self._cooling[key] = new_cooling.get(key, {})
 
     def _share(
@@ -141,14 +150,22 @@ class SourceSharing:
         decided: Mapping[CampaignKey, Mapping[str, Rates]],
         warm: bool,
         now: dt.datetime,
-    ) -> dict[str, Rates]:
+    ) -> tuple[dict[str, Rates], Endpoint | None]:
         body = self._read(source_key)
         if body is None:
             # No such Source: nobody gets a share of it (its campaigns' workers wait for one).
             zero = Rates(0.0, 0.0)
-            return {claim.claimant.campaign: zero for claim in source_claims}
+            return {claim.claimant.campaign: zero for claim in source_claims}, None
         resource, status = self._parse(source_key, body)
         spec = resource.spec
+        # A ClusterSource's key Secret is in the operator's namespace, which a worker pod cannot read
+        # from: its campaigns call it without a key (docs/security.md).
+        endpoint = Endpoint(
+            spec.base_url,
+            spec.model,
+            spec.api_key_secret if isinstance(resource, SharedSource) else None,
+            spec.price,
+        )
         limits_spec = spec.rate_limit
         limits = Rates(
             limits_spec.requests_per_minute if limits_spec else None,
@@ -200,7 +217,7 @@ class SourceSharing:
         )
         if new_status != status:
             self._write_status(source_key, new_status)
-        return {campaign: g.rates for campaign, g in shares.items()}
+        return {campaign: g.rates for campaign, g in shares.items()}, endpoint
 
     def _read(self, source_key: SourceKey) -> JSON | None:
         resource = SOURCES if source_key.kind is SourceKind.SOURCE else CLUSTER_SOURCES

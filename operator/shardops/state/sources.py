@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from shardops.api.campaign import Campaign, SourceShare
 from shardops.api.enums import FINISHED_PHASES, SourceKind
+from shardops.api.llm import SecretKeyRef, TokenPrice
 from shardops.logic.shares import Claimant, Granted, Rates
 
 
@@ -85,22 +86,42 @@ def source_claims(campaign: Campaign) -> list[SourceClaim]:
     return claims
 
 
+@dataclass(frozen=True)
+class Endpoint:
+    """What a worker needs of a shared Source besides its share: where to call, with which key (a
+    Secret of the campaign's namespace: a namespaced Source's), at what price."""
+
+    base_url: str
+    model: str
+    api_key_secret: SecretKeyRef | None
+    price: TokenPrice | None
+
+
 def share_entries(
-    previous: list[SourceShare], decided: Mapping[str, Rates], now: dt.datetime
+    previous: list[SourceShare],
+    decided: Mapping[str, Rates],
+    now: dt.datetime,
+    endpoints: Mapping[str, Endpoint] | None = None,
 ) -> list[SourceShare]:
     """The status's sourceShares with the operator's decisions in: a share lowered in any dimension is
     stamped `now` (the write is when workers can start obeying it); others keep their stamp. Sources
     without a decision keep what was written."""
+    endpoints = endpoints or {}
     by_source = {entry.source: entry for entry in previous}
     for source, rates in decided.items():
         old = by_source.get(source)
         lowered_at = old.lowered_at if old is not None else None
         if old is not None and _lower(rates, Rates(old.requests_per_minute, old.tokens_per_minute)):
             lowered_at = now
+        endpoint = endpoints.get(source)
         by_source[source] = SourceShare(
             source=source,
             requests_per_minute=rates.requests_per_minute,
             tokens_per_minute=rates.tokens_per_minute,
+            base_url=endpoint.base_url if endpoint else None,
+            model=endpoint.model if endpoint else None,
+            api_key_secret=endpoint.api_key_secret if endpoint else None,
+            price=endpoint.price if endpoint else None,
             lowered_at=lowered_at,
         )
     return [by_source[name] for name in sorted(by_source)]
@@ -112,3 +133,14 @@ def _lower(new: Rates, old: Rates) -> bool:
         now is not None and (was is None or now < was)
         for now, was in zip(new.dimensions(), old.dimensions(), strict=True)
     )
+
+
+def waiting_for_sources(campaign: Campaign) -> list[str]:
+    """The campaign's sources that refer to a shared Source the operator has not resolved yet (no
+    endpoint in status.sourceShares): its workers could not call them."""
+    if campaign.spec.worker.llm is None:
+        return []
+    resolved = {e.source for e in campaign.current_status.source_shares if e.base_url is not None}
+    return [
+        s.name for s in campaign.spec.sources or [] if s.source_ref is not None and s.name not in resolved
+    ]
