@@ -6,11 +6,14 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from shardops.api.campaign import Campaign, SourceCooldown
+from shardops.api.campaign import BreakerStatus, Campaign, SourceCooldown
+from shardops.api.enums import BreakerState
 from shardops.api.names import API_GROUP_VERSION
 from shardops.k8s.api import CLUSTER_SOURCES, SOURCES
+from shardops.logic.breaker import CLOSED_BREAKER, SourceBreaker, effective
 from shardops.logic.shares import SETTLE_MARGIN
 from shardops.scheduler.sources import SourceSharing
+from shardops.state.breakers import cooldown_of
 from shardops.state.sources import source_claims
 from tests.fakekube import FakeKube
 
@@ -198,3 +201,26 @@ def test_a_sources_endpoint_and_key_reach_the_campaign_a_cluster_sources_key_doe
     (entry,) = sharing.shares_for("team-a", "b", [], T0)
     assert entry.base_url == "http://upstream/v1"
     assert entry.api_key_secret is None, "a Secret of the operator's namespace is no pod's to read"
+
+
+def test_three_429s_across_campaigns_open_the_sources_breaker_for_all_with_one_prober() -> None:
+    kube = FakeKube()
+    kube.add(SOURCES, source_body(cooldownSeconds=120))
+    sharing = SourceSharing(kube)
+    names = ("a", "b", "c")
+    campaigns = []
+    for name in names:
+        c = campaign(name)
+        c.current_status.breakers = [BreakerStatus(source="llm", consecutive_failures=1)]
+        campaigns.append(c)
+    report(sharing, *campaigns)
+    sharing.run(served(*campaigns), T0)
+    breaker = kube.obj(SOURCES, "team-a", "team-openai")["status"]["breaker"]  # type: ignore[index]
+    assert breaker["state"] == "Open"
+    after_cooldown = T0 + dt.timedelta(seconds=120)
+    states = {}
+    for c in campaigns:
+        folded: dict[str, SourceBreaker] = {"llm": CLOSED_BREAKER}
+        sharing.adopt_breakers(c.namespace, c.name, folded, c.spec)
+        states[c.name] = effective(folded["llm"], after_cooldown, cooldown_of(c.spec, "llm"))
+    assert states == {"a": BreakerState.HALF_OPEN, "b": BreakerState.OPEN, "c": BreakerState.OPEN}

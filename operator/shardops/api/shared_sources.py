@@ -128,6 +128,7 @@ class SourceBreakerStatus(StatusModel):
     state: BreakerState = Field(default=BreakerState.CLOSED, description="Closed, Open or HalfOpen.")
     consecutive_failures: int = Field(default=0, ge=0, description="Rate-limited failures in a row.")
     opened_at: AwareDatetime | None = Field(default=None, description="When it last opened.")
+    closed_at: AwareDatetime | None = Field(default=None, description="When it last closed.")
 
 
 class SharedSourceStatus(StatusModel):

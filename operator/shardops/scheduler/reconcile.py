@@ -262,6 +262,8 @@ class Reconciler:
             self._invalid(body, problem.reason, problem.message, now)
             return True
         fold = history.fold_history(seen, status)
+        # One breaker per shared Source: this campaign adopts it (scheduler/sources.py).
+        self.sharing.adopt_breakers(namespace, name, fold.states, campaign.spec)
         plan = self.dispatch.plan(seen, fold.states, now)
         self.dispatch.start_workers(seen, plan)
         to_fold, folded = self.ledger.record(seen, unfolded)

@@ -27,20 +27,33 @@ import datetime as dt
 import logging
 import threading
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from pydantic import ValidationError
 
-from shardops.api.campaign import SourceCooldown, SourceShare
+from shardops.api.campaign import CampaignSpec, SourceCooldown, SourceShare
 from shardops.api.common import JSON
-from shardops.api.enums import SourceKind
+from shardops.api.enums import BreakerState, SourceKind
 from shardops.api.shared_sources import (
     CampaignShare,
     ClusterSharedSource,
     SharedSource,
+    SharedSourceSpec,
     SharedSourceStatus,
+    SourceBreakerStatus,
 )
 from shardops.k8s.api import CLUSTER_SOURCES, SOURCES, ApiError, KubeClient, NotFound
-from shardops.logic.shares import Granted, Rates, fair_shares, hand_over, settle_time
+from shardops.logic.breaker import (
+    CLOSED_BREAKER,
+    BreakerPolicy,
+    SharedBreaker,
+    SourceBreaker,
+    adopted,
+    holds,
+    shared_state,
+)
+from shardops.logic.shares import Granted, Rates, fair_shares, hand_over, serving_order, settle_time
+from shardops.state.breakers import cooldown_of
 from shardops.state.sources import Endpoint, SourceClaim, SourceKey, share_entries
 
 log = logging.getLogger(__name__)
@@ -56,6 +69,12 @@ class SourceSharing:
         self._decided: dict[CampaignKey, dict[str, Rates]] = {}
         # The endpoint of each Source a campaign's source refers to, for its status and workers.
         self._endpoints: dict[CampaignKey, dict[str, Endpoint]] = {}
+        # Each Source's breaker as this campaign's pass adopts it: (the Source's, its policy, prober).
+        self._breakers: dict[CampaignKey, dict[str, BreakerVerdict]] = {}
+        # Per Source while its breaker is open: the openedAt asked of each campaign, and those seen
+        # holding it (memory only: a restart costs at most a cooldown and one more probe).
+        self._asked: dict[SourceKey, dict[str, dt.datetime]] = {}
+        self._holding: dict[SourceKey, set[str]] = {}
         # A wait one campaign was told (Retry-After) is every campaign's on that Source.
         self._cooling: dict[CampaignKey, dict[str, SourceCooldown]] = {}
         # Campaigns that reported since this process started: raises wait until every one served has.
@@ -78,6 +97,7 @@ class SourceSharing:
             self._claims.pop((namespace, name), None)
             self._decided.pop((namespace, name), None)
             self._endpoints.pop((namespace, name), None)
+            self._breakers.pop((namespace, name), None)
             self._cooling.pop((namespace, name), None)
             self._reported.discard((namespace, name))
 
@@ -89,6 +109,18 @@ class SourceSharing:
             decided = dict(self._decided.get((namespace, name), {}))
             endpoints = dict(self._endpoints.get((namespace, name), {}))
         return share_entries(previous, decided, now, endpoints)
+
+    def adopt_breakers(
+        self, namespace: str, name: str, states: dict[str, SourceBreaker], spec: CampaignSpec
+    ) -> None:
+        """Each shared source's breaker in `states` (a pass's fold) with its Source's adopted, in place."""
+        with self._lock:
+            verdicts = dict(self._breakers.get((namespace, name), {}))
+        for source, verdict in verdicts.items():
+            own = states.get(source, CLOSED_BREAKER)
+            states[source] = adopted(
+                own, verdict.source, verdict.policy, cooldown_of(spec, source), verdict.prober
+            )[0]
 
     def cooldowns_for(self, namespace: str, name: str, now: dt.datetime) -> dict[str, SourceCooldown]:
         """The waits other campaigns on the same Sources were told, by this campaign's source names."""
@@ -110,6 +142,7 @@ class SourceSharing:
                 by_source.setdefault(claim.key, []).append(claim)
         new_decisions: dict[CampaignKey, dict[str, Rates]] = {}
         new_endpoints: dict[CampaignKey, dict[str, Endpoint]] = {}
+        new_breakers: dict[CampaignKey, dict[str, BreakerVerdict]] = {}
         new_cooling: dict[CampaignKey, dict[str, SourceCooldown]] = {}
         for source_key in sorted(by_source):
             waits = [
@@ -123,8 +156,11 @@ class SourceSharing:
                         source=claim.source, until=until
                     )
             endpoint: Endpoint | None = None
+            verdicts: dict[str, BreakerVerdict] = {}
             try:
-                decisions, endpoint = self._share(source_key, by_source[source_key], decided, warm, now)
+                decisions, endpoint, verdicts = self._share(
+                    source_key, by_source[source_key], decided, warm, now
+                )
             except ApiError as error:
                 log.warning("%s: shares not handed out this pass: %s", source_key.describe(), error)
                 decisions = {}
@@ -136,11 +172,16 @@ class SourceSharing:
                     ]
                 if endpoint is not None:
                     new_endpoints.setdefault((namespace, name), {})[claim.source] = endpoint
+                if claim.claimant.campaign in verdicts:
+                    new_breakers.setdefault((namespace, name), {})[claim.source] = verdicts[
+                        claim.claimant.campaign
+                    ]
         with self._lock:
             for key in claims:
                 if key in self._claims:
                     self._decided[key] = new_decisions.get(key, decided.get(key, {}))
                     self._endpoints[key] = new_endpoints.get(key, {})
+                    self._breakers[key] = new_breakers.get(key, {})
                     self._cooling[key] = new_cooling.get(key, {})
 
     def _share(
@@ -150,12 +191,12 @@ class SourceSharing:
         decided: Mapping[CampaignKey, Mapping[str, Rates]],
         warm: bool,
         now: dt.datetime,
-    ) -> tuple[dict[str, Rates], Endpoint | None]:
+    ) -> tuple[dict[str, Rates], Endpoint | None, dict[str, BreakerVerdict]]:
         body = self._read(source_key)
         if body is None:
             # No such Source: nobody gets a share of it (its campaigns' workers wait for one).
             zero = Rates(0.0, 0.0)
-            return {claim.claimant.campaign: zero for claim in source_claims}, None
+            return {claim.claimant.campaign: zero for claim in source_claims}, None, {}
         resource, status = self._parse(source_key, body)
         spec = resource.spec
         # A ClusterSource's key Secret is in the operator's namespace, which a worker pod cannot read
@@ -196,6 +237,7 @@ class SourceSharing:
         lowered = [g.lowered_at for g in shares.values() if g.lowered_at is not None]
         lowered_at = max([*lowered, *([status.lowered_at] if status.lowered_at else [])], default=None)
         by_campaign = {claim.claimant.campaign: claim.claimant for claim in source_claims}
+        breaker, verdicts = self._breaker(source_key, spec, status, eligible, now)
         new_status = status.model_copy(
             update={
                 "observed_generation": resource.generation,
@@ -203,6 +245,7 @@ class SourceSharing:
                 "granted_requests_per_minute": _total(shares.values(), 0),
                 "granted_tokens_per_minute": _total(shares.values(), 1),
                 "lowered_at": lowered_at,
+                "breaker": breaker,
                 "shares": [
                     CampaignShare(
                         campaign=campaign,
@@ -217,7 +260,64 @@ class SourceSharing:
         )
         if new_status != status:
             self._write_status(source_key, new_status)
-        return {campaign: g.rates for campaign, g in shares.items()}, endpoint
+        return {campaign: g.rates for campaign, g in shares.items()}, endpoint, verdicts
+
+    def _breaker(
+        self,
+        source_key: SourceKey,
+        spec: SharedSourceSpec,
+        status: SharedSourceStatus,
+        eligible: list[SourceClaim],
+        now: dt.datetime,
+    ) -> tuple[SourceBreakerStatus, dict[str, BreakerVerdict]]:
+        """The Source's one breaker (logic.breaker.shared_state) and what each campaign adopts of it."""
+        policy = BreakerPolicy(spec.breaker_threshold, dt.timedelta(seconds=spec.cooldown_seconds))
+        written = status.breaker
+        before = SharedBreaker(
+            BreakerState.CLOSED if written.state is BreakerState.CLOSED else BreakerState.OPEN,
+            written.opened_at if written.state is not BreakerState.CLOSED else None,
+            written.closed_at,
+            written.consecutive_failures,
+        )
+        asked = self._asked.get(source_key, {})
+        holding = self._holding.setdefault(source_key, set())
+        holding.update(
+            c.claimant.campaign for c in eligible if holds(c.breaker, asked.get(c.claimant.campaign))
+        )
+        campaigns = {c.claimant.campaign: c.breaker for c in eligible}
+        after = shared_state(before, campaigns, asked, holding, policy, now)
+        actives = serving_order(c.claimant for c in eligible if c.claimant.active)
+        prober = actives[0].campaign if actives else None
+        verdicts = {
+            c.claimant.campaign: BreakerVerdict(after, policy, c.claimant.campaign == prober)
+            for c in eligible
+        }
+        if after.state is BreakerState.CLOSED:
+            self._asked.pop(source_key, None)
+            self._holding.pop(source_key, None)
+        else:
+            self._asked[source_key] = {
+                c.claimant.campaign: asked_at
+                for c in eligible
+                if (
+                    asked_at := adopted(c.breaker, after, policy, c.cooldown, c.claimant.campaign == prober)[
+                        1
+                    ]
+                )
+                is not None
+            }
+        shown = after.state
+        if after.opened_at is not None and now >= after.opened_at + policy.cooldown:
+            shown = BreakerState.HALF_OPEN
+        return (
+            SourceBreakerStatus(
+                state=shown,
+                consecutive_failures=after.consecutive_rate_limited,
+                opened_at=after.opened_at,
+                closed_at=after.closed_at,
+            ),
+            verdicts,
+        )
 
     def _read(self, source_key: SourceKey) -> JSON | None:
         resource = SOURCES if source_key.kind is SourceKind.SOURCE else CLUSTER_SOURCES
@@ -247,6 +347,16 @@ class SourceSharing:
             {"status": status.to_dict()},
             subresource="status",
         )
+
+
+@dataclass(frozen=True)
+class BreakerVerdict:
+    """A Source's breaker as a campaign adopts it: the Source's, its policy, and whether this campaign
+    is the one to probe it when half-open."""
+
+    source: SharedBreaker
+    policy: BreakerPolicy
+    prober: bool
 
 
 def _larger(reported: Granted | None, decided: Rates | None) -> Granted:

@@ -10,7 +10,9 @@ from dataclasses import dataclass
 from shardops.api.campaign import Campaign, SourceShare
 from shardops.api.enums import FINISHED_PHASES, SourceKind
 from shardops.api.llm import SecretKeyRef, TokenPrice
+from shardops.logic.breaker import CLOSED_BREAKER, SourceBreaker
 from shardops.logic.shares import Claimant, Granted, Rates
+from shardops.state import breakers
 
 
 @dataclass(frozen=True, order=True)
@@ -38,6 +40,9 @@ class SourceClaim:
     granted: Granted | None
     # The end of a wait the upstream asked of this campaign (Retry-After, status.sourceCooldowns).
     cooling_until: dt.datetime | None = None
+    # The campaign's breaker for this source as its status holds it, and its own cooldown.
+    breaker: SourceBreaker = CLOSED_BREAKER
+    cooldown: dt.timedelta = dt.timedelta(0)
 
 
 def campaign_key(campaign: Campaign) -> str:
@@ -63,6 +68,7 @@ def source_claims(campaign: Campaign) -> list[SourceClaim]:
     spec = campaign.spec
     written = {entry.source: entry for entry in campaign.current_status.source_shares}
     cooling = {c.source: c.until for c in campaign.current_status.source_cooldowns}
+    states = breakers.breakers_from_status(campaign.current_status)
     claims: list[SourceClaim] = []
     active = is_active(campaign)
     for source in spec.sources or []:
@@ -81,6 +87,8 @@ def source_claims(campaign: Campaign) -> list[SourceClaim]:
                 heartbeat_seconds=spec.effective_heartbeat_seconds,
                 granted=granted_of(entry) if entry is not None else None,
                 cooling_until=cooling.get(source.name),
+                breaker=states.get(source.name, CLOSED_BREAKER),
+                cooldown=breakers.cooldown_of(spec, source.name),
             )
         )
     return claims
