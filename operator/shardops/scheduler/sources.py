@@ -14,6 +14,8 @@ operator starts from. The sharing pass, every `interval` seconds on the leader:
   (after a restart, a campaign not heard from yet may hold a share);
 * hands the longest wait any of them was told (Retry-After, their status.sourceCooldowns) to all of
   them: their passes record it, so their workers claim nothing of it and pause mid-shard until then;
+* keeps the Source's one breaker (logic.breaker.shared_state) from the campaigns' breakers for it, and
+  tells each campaign's pass how to adopt it (`adopt_breakers`: open for all, one prober);
 * writes the Source's status (one merge patch) only when it changed.
 
 API writes: a campaign's status changes when its share does (it is written in the pass it already
