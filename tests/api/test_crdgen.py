@@ -428,15 +428,10 @@ def test_every_amount_is_checked_at_admission_by_its_kind() -> None:
     """Amounts are untyped in the CRD (number or string) and CEL cannot see them, but the API server
     applies `pattern` to a string and `minimum`/`maximum` to a number: every Money field carries
     them, and every untyped field is an amount."""
-    campaign, shard, source, cluster_source = (untyped_leaves(crd) for crd in CRDS)
+    by_kind = {crd["spec"]["names"]["kind"]: untyped_leaves(crd) for crd in CRDS}
     money = {
         f"{kind}{path}"
-        for kind, leaves in (
-            ("Campaign", campaign),
-            ("Shard", shard),
-            ("Source", source),
-            ("ClusterSource", cluster_source),
-        )
+        for kind, leaves in by_kind.items()
         for path, node in leaves.items()
         if {key: node.get(key) for key in MONEY_VALUE_CHECKS} == MONEY_VALUE_CHECKS
     }
@@ -462,16 +457,7 @@ def test_every_amount_is_checked_at_admission_by_its_kind() -> None:
             for field in ("inputPerMillion", "cachedInputPerMillion", "outputPerMillion")
         ),
     }
-    untyped = {
-        f"{kind}{path}"
-        for kind, leaves in (
-            ("Campaign", campaign),
-            ("Shard", shard),
-            ("Source", source),
-            ("ClusterSource", cluster_source),
-        )
-        for path in leaves
-    }
+    untyped = {f"{kind}{path}" for kind, leaves in by_kind.items() for path in leaves}
     assert untyped == money
 
 

@@ -47,33 +47,36 @@ def jittered(wait: float, draw: float) -> float:
     return wait + draw * min(JITTER_CAP_SECONDS, JITTER_SHARE * max(wait, 0.0))
 
 
-def cooldown_until(path: Path | None) -> float | None:
-    """The end (epoch seconds) of the source's cooldown the worker runtime wrote, or None. Read before
+def _cooldown_file(path: Path | None) -> dict[str, object]:
+    """What the worker runtime last wrote in the cooldown file ({} when nothing readable). Read before
     every request: a small local file, no API call."""
     if path is None:
-        return None
+        return {}
     try:
         value = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return None
-    until = value.get("until") if isinstance(value, dict) else None
-    return float(until) if isinstance(until, int | float) and not isinstance(until, bool) else None
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def cooldown_until(path: Path | None) -> float | None:
+    """The end (epoch seconds) of the source's cooldown the worker runtime wrote, or None."""
+    until = _cooldown_file(path).get("until")
+    return float(until) if isinstance(until, int | float) and _number(until) else None
 
 
 def share_in(path: Path | None) -> tuple[float | None, float | None] | None:
     """The campaign's share of a shared Source (requests, tokens per minute; None: that one is not
     limited) the worker runtime wrote beside the cooldown, or None when it wrote none yet."""
-    if path is None:
-        return None
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    share = value.get(COOLDOWN_FILE_SHARE_KEY) if isinstance(value, dict) else None
+    share = _cooldown_file(path).get(COOLDOWN_FILE_SHARE_KEY)
     if not isinstance(share, dict):
         return None
     rates = [share.get("requestsPerMinute"), share.get("tokensPerMinute")]
-    if not all(r is None or (isinstance(r, int | float) and not isinstance(r, bool)) for r in rates):
+    if not all(r is None or _number(r) for r in rates):
         return None
     requests, tokens = (None if r is None else float(r) for r in rates)
     return requests, tokens
