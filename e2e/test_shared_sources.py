@@ -10,11 +10,12 @@ from collections import Counter
 
 import pytest
 from testbed.bed import Bed
+from testbed.harness import wait_for
 from testbed.upstream import Behaviour, llm_server
 
 from e2e.test_llm_worker import API_KEY, SECRET, SOURCE, llm_campaign, most_in_a_window, pod_of, secret
 from shardops.api.common import JSON
-from shardops.k8s.api import SOURCES
+from shardops.k8s.api import SOURCES, Kube
 
 pytestmark = pytest.mark.usefixtures("crds_installed", "local_cluster")
 
@@ -28,7 +29,8 @@ LEASE_SECONDS = 30
 # long they are measured; then shared-b is suspended and the others run on.
 ALL_RUN_FROM = 2 * START_GAP + 30.0
 MEASURE = float(os.environ.get("SHARDOPS_E2E_SHARED_MEASURE_SECONDS", "60"))
-AFTER_STOP = 60.0
+# How long the two left are measured once they hold shared-b's share too.
+AFTER_GIVEN = 30.0
 # More items than any campaign can send in the run: none finishes, all stay active.
 ITEMS = 400
 
@@ -44,6 +46,20 @@ def source(name: str) -> JSON:
             "rateLimit": {"requestsPerMinute": RPM},
         },
     }
+
+
+def redistributed(kube: Kube, namespace: str) -> dict[str, float] | None:
+    """The Source's shares by campaign once shared-b's is 0 and the others hold it (40 and 80)."""
+    status = kube.get(SOURCES, namespace, "team-llm").get("status") or {}
+    shares = {
+        s["campaign"].split("/", 1)[1]: s.get("requestsPerMinute") or 0.0 for s in status.get("shares", [])
+    }
+    wanted = {"shared-a": RPM / 3, "shared-c": 2 * RPM / 3}
+    if shares.get("shared-b", 0.0) == 0 and all(
+        abs(shares.get(n, 0.0) - v) < 1e-6 for n, v in wanted.items()
+    ):
+        return shares
+    return None
 
 
 def campaign_of(pod: str) -> str:
@@ -77,8 +93,16 @@ def test_three_campaigns_share_one_sources_limit(bed: Bed) -> None:
         time.sleep(max(0.0, started + ALL_RUN_FROM + MEASURE - time.monotonic()))
         stopped = time.monotonic()
         bed.patch_spec("shared-b", {"suspend": True})
-        time.sleep(AFTER_STOP)
-        listed = kube.get(SOURCES, bed.namespace, "team-llm")
+        # Once its running shards end, shared-b is idle: its share is lowered to 0 at once, and the
+        # others get it a settle time later.
+        shares = wait_for(
+            "shared-b's share to go to shared-a and shared-c",
+            lambda: redistributed(kube, bed.namespace),
+            timeout=150,
+            interval=1,
+        )
+        given_at = time.monotonic()
+        time.sleep(AFTER_GIVEN)
         log = server.requests()
         for name in WEIGHTS:
             bed.patch_spec(name, {"suspend": True})
@@ -89,12 +113,13 @@ def test_three_campaigns_share_one_sources_limit(bed: Bed) -> None:
     window = [e for e in log if started + ALL_RUN_FROM <= e.monotonic < started + ALL_RUN_FROM + MEASURE]
     by_campaign = Counter(campaign_of(pod_of(e)) for e in window)
     total = sum(by_campaign.values())
-    after = Counter(campaign_of(pod_of(e)) for e in log if e.monotonic >= stopped + 30)
+    after = Counter(campaign_of(pod_of(e)) for e in log if e.monotonic >= given_at)
     print(
         f"\nSource {RPM}/min, 3 campaigns x {WORKERS} workers, weights {WEIGHTS}: {len(log)} requests over "
         f"{max(times) - min(times):.0f} s; most in any 60 s window {peak} (limit + 10 % = {RPM * 1.1:.0f}); "
         f"429s {throttled}; while all ran ({MEASURE:.0f} s): {dict(by_campaign)}; "
-        f"from 30 s after shared-b was suspended: {dict(after)}; Source status {listed.get('status')}"
+        f"shared-b suspended, its share given away {given_at - stopped:.0f} s later ({shares}); "
+        f"in the {AFTER_GIVEN:.0f} s after: {dict(after)}"
     )
     assert peak <= RPM * 1.1, peak
     assert throttled == 0
@@ -102,4 +127,5 @@ def test_three_campaigns_share_one_sources_limit(bed: Bed) -> None:
     for name, weight in WEIGHTS.items():
         expected = weight / weight_total
         assert abs(by_campaign[name] / total - expected) <= 0.1 * expected + 0.02, (name, by_campaign)
-    assert after["shared-b"] == 0, "a suspended campaign's share went to the others"
+    assert after["shared-b"] == 0, "a suspended campaign sends nothing once its share is given away"
+    assert after["shared-c"] > after["shared-a"] > 0

@@ -60,6 +60,10 @@ def test_a_campaign_without_work_or_finished_is_idle() -> None:
     assert not source_claims(campaign({"counts": {"done": 3}}))[0].claimant.active
     finished = {"phase": str(CampaignPhase.SUCCEEDED), "counts": {"pending": 1}}
     assert not source_claims(campaign(finished))[0].claimant.active
+    suspended = {"counts": {"queued": 5, "paused": 2}}
+    assert not source_claims(campaign(suspended, suspend=True))[0].claimant.active
+    finishing = {"counts": {"queued": 5, "running": 1}}
+    assert source_claims(campaign(finishing, suspend=True))[0].claimant.active
 
 
 def test_the_written_share_is_what_the_claim_holds() -> None:

@@ -50,12 +50,16 @@ def campaign_key(campaign: Campaign) -> str:
 
 
 def is_active(campaign: Campaign) -> bool:
-    """Whether the campaign has work that calls its sources: shards running, waiting, or still to cut.
-    A finished campaign, and one whose shards are all paused (budget, suspend), gives its share away."""
+    """Whether the campaign has work that calls its sources: shards running, waiting, or still to cut
+    (a suspended one: running). A finished campaign, and one whose shards are all paused, gives its
+    share away."""
     status = campaign.current_status
     if status.phase in FINISHED_PHASES:
         return False
     counts = status.counts
+    if campaign.spec.suspend:
+        # Its running shards finish; nothing else is claimed or cut until it is resumed.
+        return counts.running > 0
     return counts.running + counts.pending + counts.queued > 0
 
 
