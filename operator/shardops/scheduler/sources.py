@@ -90,18 +90,18 @@ class SourceSharing:
             if claims:
                 self._claims[key] = claims
             else:
-                self._claims.pop(key, None)
-                self._decided.pop(key, None)
+                self._drop(key)
             self._reported.add(key)
 
     def forget(self, namespace: str, name: str) -> None:
         with self._lock:
-            self._claims.pop((namespace, name), None)
-            self._decided.pop((namespace, name), None)
-            self._endpoints.pop((namespace, name), None)
-            self._breakers.pop((namespace, name), None)
-            self._cooling.pop((namespace, name), None)
+            self._drop((namespace, name))
             self._reported.discard((namespace, name))
+
+    def _drop(self, key: CampaignKey) -> None:
+        """What is kept of a campaign (the lock held)."""
+        for kept in (self._claims, self._decided, self._endpoints, self._breakers, self._cooling):
+            kept.pop(key, None)
 
     def shares_for(
         self, namespace: str, name: str, previous: list[SourceShare], now: dt.datetime
