@@ -642,7 +642,7 @@ def test_namespace_users_get_campaigns_through_the_default_roles(helm_bin: Path)
         ("shardops.dev", r, v)
         for r in ("campaigns", "sources")
         for v in ("create", "update", "patch", "delete", "deletecollection")
-    }
+    } | {("shardops.dev", "sources", "use")}
     assert by_default_role == {"view": view, "edit": view | write, "admin": view | write}
     assert not _aggregated(render(helm_bin, "rbac.aggregateToDefaultRoles=false"))
 
