@@ -116,7 +116,8 @@ def test_references_ask_the_authorizer_for_the_named_permission(helm_bin: Path) 
         assert f'variables.{key} == "shardops-worker"' in expressions
     assert where.format("configmaps") + ".name(variables.itemsConfigMap).check('get')" in expressions
     shardops = "authorizer.group('shardops.dev')"
-    assert f"{shardops}.resource('sources').namespace(request.namespace).name(r.name).check('use')" in expressions
+    in_namespace = f"{shardops}.resource('sources').namespace(request.namespace)"
+    assert f"{in_namespace}.name(r.name).check('use')" in expressions
     assert f"{shardops}.resource('clustersources').name(r.name).check('use')" in expressions
     assert "object.spec.sources.filter(s, has(s.sourceRef))" in expressions
 
