@@ -234,6 +234,13 @@ def tenancy(
                     "resourceNames": ["readable"],
                     "verbs": ["get"],
                 },
+                # May name this one Source in a Campaign.
+                {
+                    "apiGroups": ["shardops.dev"],
+                    "resources": ["sources"],
+                    "resourceNames": ["readable"],
+                    "verbs": ["use"],
+                },
             ],
         }
         binding = {
@@ -361,6 +368,25 @@ def test_a_campaign_cannot_take_its_items_from_a_configmap_its_author_cannot_rea
     )
     body["spec"]["itemsFrom"]["configMapName"] = "readable"
     allowed = tenancy.create_as_author(body)
+    assert allowed.returncode == 0, allowed.stderr
+
+
+def test_a_campaign_cannot_name_a_source_its_author_may_not_use(tenancy: Tenancy) -> None:
+    name = f"c-{uuid.uuid4().hex[:8]}"
+    for ref, permission in (
+        ({"name": "team-openai"}, f"(permission use sources/NAME in namespace {tenancy.team}"),
+        ({"kind": "ClusterSource", "name": "readable"}, "or use clustersources/NAME"),
+    ):
+        body = campaign_body(name, sources=[{"name": "llm", "sourceRef": ref}])
+        refused_by(
+            tenancy.create_as_author(body),
+            "campaign-references",
+            f"Campaign {name} names {ref.get('kind', 'Source')} {ref['name']} in spec.sources[].sourceRef",
+            permission,
+        )
+    allowed = tenancy.create_as_author(
+        campaign_body(name, sources=[{"name": "llm", "sourceRef": {"name": "readable"}}])
+    )
     assert allowed.returncode == 0, allowed.stderr
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from kubernetes import client
 
+from shardops.api.crdgen import generate_crds
 from testbed.cluster import lifecycle
 from testbed.cluster.kubelet.processes import pod_log_path
 
@@ -92,8 +93,10 @@ def external_kubeconfig() -> Path | None:
 def install_crds(cluster: Cluster) -> None:
     """The generated CRDs of crds/, applied and Established."""
     cluster.kubectl("apply", "--server-side", "-f", str(REPO_ROOT / "crds"))
-    for name in ("campaigns.shardops.dev", "shards.shardops.dev"):
-        cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{name}")
+    for crd in generate_crds():
+        cluster.kubectl(
+            "wait", "--for=condition=Established", "--timeout=60s", f"crd/{crd['metadata']['name']}"
+        )
 
 
 def wait_for(what: str, probe: Callable[[], Any], timeout: float = 60.0, interval: float = 0.2) -> Any:

@@ -53,9 +53,11 @@ from testbed.faults.history import merge_patch
 from shardops.api.common import JSON
 from shardops.k8s.api import (
     CAMPAIGNS,
+    CLUSTER_SOURCES,
     DEFAULT_TIMEOUT_SECONDS,
     EVENTS,
     SHARDS,
+    SOURCES,
     AlreadyExists,
     ApiError,
     Conflict,
@@ -73,7 +75,7 @@ LostAnswer = Callable[["Call"], BaseException]
 WriteEntry = tuple[str, str, str, int]
 
 # Resources served with a status subresource: their main resource ignores `status`.
-WITH_STATUS_SUBRESOURCE = (CAMPAIGNS, SHARDS)
+WITH_STATUS_SUBRESOURCE = (CAMPAIGNS, SHARDS, SOURCES, CLUSTER_SOURCES)
 # Metadata the API server owns: no write changes it.
 SERVER_OWNED = ("name", "namespace", "uid", "creationTimestamp")
 VERBS = {"POST": "create", "PUT": "replace", "PATCH": "patch", "DELETE": "delete"}

@@ -92,7 +92,7 @@ def test_drift_check_fails_when_a_model_changes() -> None:
 
 def test_drift_check_reports_missing_files(tmp_path: Path) -> None:
     problems = drift(tmp_path)
-    assert len(problems) == 2
+    assert len(problems) == len(generate_crds())
     assert all("missing" in problem and "make manifests" in problem for problem in problems)
     write_crds(str(tmp_path))
     assert drift(tmp_path) == []
@@ -117,14 +117,21 @@ def test_write_crds_to_stdout_is_multi_document_yaml() -> None:
     with redirect_stdout(out):
         write_crds("-")
     docs = [doc for doc in yaml.safe_load_all(out.getvalue()) if doc]
-    assert [doc["metadata"]["name"] for doc in docs] == ["campaigns.shardops.dev", "shards.shardops.dev"]
+    assert [doc["metadata"]["name"] for doc in docs] == [
+        "campaigns.shardops.dev",
+        "clustersources.shardops.dev",
+        "shards.shardops.dev",
+        "sources.shardops.dev",
+    ]
 
 
 def test_cli_writes_the_crds(tmp_path: Path) -> None:
     assert shardops_main(["crds", "--output", str(tmp_path / "out")]) == 0
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
         "shardops.dev_campaigns.yaml",
+        "shardops.dev_clustersources.yaml",
         "shardops.dev_shards.yaml",
+        "shardops.dev_sources.yaml",
     ]
 
 
@@ -314,12 +321,14 @@ def test_messages_name_a_field_and_a_fix_and_survive_quoting() -> None:
 
 
 def test_names_scope_and_status_subresource() -> None:
-    campaign, shard = CRDS
+    campaign, shard, source, cluster_source = CRDS
     assert campaign["spec"]["names"]["shortNames"] == ["camp"]
     assert shard["spec"]["names"]["shortNames"] == ["shard"]
+    assert source["spec"]["names"]["shortNames"] == ["src"]
+    assert cluster_source["spec"]["names"]["shortNames"] == ["csrc"]
+    assert [crd["spec"]["scope"] for crd in CRDS] == ["Namespaced", "Namespaced", "Namespaced", "Cluster"]
     for crd in CRDS:
         assert crd["spec"]["names"]["categories"] == ["shardops"]
-        assert crd["spec"]["scope"] == "Namespaced"
         assert crd["spec"]["group"] == "shardops.dev"
         version = version_of(crd)
         assert (version["name"], version["served"], version["storage"]) == ("v1alpha1", True, True)
@@ -331,7 +340,7 @@ def columns(crd: dict[str, Any]) -> dict[str, str]:
 
 
 def test_printer_columns() -> None:
-    campaign, shard = CRDS
+    campaign, shard, source, cluster_source = CRDS
     assert columns(campaign) == {
         "Phase": ".status.phase",
         "Done/Total": ".status.progressText",
@@ -352,6 +361,21 @@ def test_printer_columns() -> None:
         "Source": ".status.source",
         "Age": ".metadata.creationTimestamp",
     }
+    # kubectl get sources: each limit beside what is handed out of it, the campaigns, the breaker.
+    assert (
+        columns(source)
+        == columns(cluster_source)
+        == {
+            "Model": ".spec.model",
+            "RPM": ".spec.rateLimit.requestsPerMinute",
+            "Granted RPM": ".status.grantedRequestsPerMinute",
+            "TPM": ".spec.rateLimit.tokensPerMinute",
+            "Granted TPM": ".status.grantedTokensPerMinute",
+            "Campaigns": ".status.campaigns",
+            "Breaker": ".status.breaker.state",
+            "Age": ".metadata.creationTimestamp",
+        }
+    )
 
 
 @pytest.mark.parametrize("crd", CRDS, ids=IDS)
@@ -404,10 +428,10 @@ def test_every_amount_is_checked_at_admission_by_its_kind() -> None:
     """Amounts are untyped in the CRD (number or string) and CEL cannot see them, but the API server
     applies `pattern` to a string and `minimum`/`maximum` to a number: every Money field carries
     them, and every untyped field is an amount."""
-    campaign, shard = (untyped_leaves(crd) for crd in CRDS)
+    by_kind = {crd["spec"]["names"]["kind"]: untyped_leaves(crd) for crd in CRDS}
     money = {
         f"{kind}{path}"
-        for kind, leaves in (("Campaign", campaign), ("Shard", shard))
+        for kind, leaves in by_kind.items()
         for path, node in leaves.items()
         if {key: node.get(key) for key in MONEY_VALUE_CHECKS} == MONEY_VALUE_CHECKS
     }
@@ -423,8 +447,17 @@ def test_every_amount_is_checked_at_admission_by_its_kind() -> None:
         "Campaign.status.spent",
         "Campaign.status.folded.cost",
         "Shard.status.cost",
+        *(
+            f"Campaign.status.sourceShares[].price.{field}"
+            for field in ("inputPerMillion", "cachedInputPerMillion", "outputPerMillion")
+        ),
+        *(
+            f"{kind}.spec.price.{field}"
+            for kind in ("Source", "ClusterSource")
+            for field in ("inputPerMillion", "cachedInputPerMillion", "outputPerMillion")
+        ),
     }
-    untyped = {f"Campaign{path}" for path in campaign} | {f"Shard{path}" for path in shard}
+    untyped = {f"{kind}{path}" for kind, leaves in by_kind.items() for path in leaves}
     assert untyped == money
 
 

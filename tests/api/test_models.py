@@ -31,7 +31,9 @@ from shardops.api import (
     StallPolicy,
     rules,
 )
+from shardops.api.common import ResourceModel
 from shardops.api.names import API_GROUP_VERSION
+from shardops.api.shared_sources import ClusterSharedSource, SharedSource
 from shardops.api.worker import MAX_WORKER_SLOTS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,7 +46,12 @@ INVALID = sorted(
         *(ROOT / "tests" / "data" / "invalid-by-operator").glob("*.yaml"),
     ]
 )
-MODELS: dict[str, type[Campaign] | type[Shard]] = {"Campaign": Campaign, "Shard": Shard}
+MODELS: dict[str, type[ResourceModel]] = {
+    "Campaign": Campaign,
+    "Shard": Shard,
+    "Source": SharedSource,
+    "ClusterSource": ClusterSharedSource,
+}
 
 WORKER = {"image": "shardops:dev", "command": ["agent"]}
 
@@ -56,7 +63,7 @@ def shardops_documents(paths: list[Path]) -> Iterator[tuple[str, dict[str, Any]]
                 yield f"{path.name}#{number}", doc
 
 
-def parse(doc: Mapping[str, Any]) -> Campaign | Shard:
+def parse(doc: Mapping[str, Any]) -> ResourceModel:
     return MODELS[doc["kind"]].parse(doc)
 
 
@@ -77,7 +84,7 @@ VALID = list(shardops_documents(SAMPLES + EXAMPLES))
 
 def test_there_is_something_to_test() -> None:
     kinds = {doc["kind"] for _, doc in VALID}
-    assert kinds == {"Campaign", "Shard"}
+    assert kinds == set(MODELS)
     assert len(EXAMPLES) >= 5
     assert len(INVALID) >= 5
 

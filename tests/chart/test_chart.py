@@ -628,17 +628,21 @@ def _aggregated(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def test_namespace_users_get_campaigns_through_the_default_roles(helm_bin: Path) -> None:
-    """view reads Campaigns and Shards; edit and admin also create, change and delete Campaigns;
-    nobody but shardops writes Shards."""
+    """view reads Campaigns, Shards and Sources; edit and admin also create, change and delete Campaigns
+    and Sources; nobody but shardops writes Shards; ClusterSources are nobody's in a namespace."""
     by_default_role: dict[str, set[tuple[str, str, str]]] = {"view": set(), "edit": set(), "admin": set()}
     for role in _aggregated(render(helm_bin)):
         for default_role, granted in by_default_role.items():
             if role["metadata"]["labels"].get(AGGREGATE + default_role) == "true":
                 granted.update(grants(role["rules"]))
-    view = {("shardops.dev", r, v) for r in ("campaigns", "shards") for v in ("get", "list", "watch")}
-    write = {
-        ("shardops.dev", "campaigns", v) for v in ("create", "update", "patch", "delete", "deletecollection")
+    view = {
+        ("shardops.dev", r, v) for r in ("campaigns", "shards", "sources") for v in ("get", "list", "watch")
     }
+    write = {
+        ("shardops.dev", r, v)
+        for r in ("campaigns", "sources")
+        for v in ("create", "update", "patch", "delete", "deletecollection")
+    } | {("shardops.dev", "sources", "use")}
     assert by_default_role == {"view": view, "edit": view | write, "admin": view | write}
     assert not _aggregated(render(helm_bin, "rbac.aggregateToDefaultRoles=false"))
 
@@ -807,6 +811,9 @@ def test_operator_rules_are_exactly_what_the_operator_uses(helm_bin: Path) -> No
         ("shardops.dev", "campaigns/status", "patch"),
         *{("shardops.dev", "shards", v) for v in ("get", "list", "watch", "create", "delete")},
         ("shardops.dev", "shards/status", "patch"),
+        # scheduler.sources: shares of each Source's and ClusterSource's limits, in their status
+        *{("shardops.dev", r, v) for r in ("sources", "clustersources") for v in ("get", "list", "watch")},
+        *{("shardops.dev", f"{r}/status", "patch") for r in ("sources", "clustersources")},
         *{("coordination.k8s.io", "leases", v) for v in ("get", "patch", "delete")},
         *{("batch", "jobs", v) for v in ("list", "create")},
         ("", "pods", "list"),

@@ -115,6 +115,11 @@ def test_references_ask_the_authorizer_for_the_named_permission(helm_bin: Path) 
         # The chart's own worker account is what an unset serviceAccountName gets: naming it is no escalation.
         assert f'variables.{key} == "shardops-worker"' in expressions
     assert where.format("configmaps") + ".name(variables.itemsConfigMap).check('get')" in expressions
+    shardops = "authorizer.group('shardops.dev')"
+    in_namespace = f"{shardops}.resource('sources').namespace(request.namespace)"
+    assert f"{in_namespace}.name(r.name).check('use')" in expressions
+    assert f"{shardops}.resource('clustersources').name(r.name).check('use')" in expressions
+    assert "object.spec.sources.filter(s, has(s.sourceRef))" in expressions
 
 
 # --- worker writes ------------------------------------------------------------------------------

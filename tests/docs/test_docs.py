@@ -15,7 +15,9 @@ import pytest
 import yaml
 
 from shardops.api import Campaign, Shard
+from shardops.api.common import ResourceModel
 from shardops.api.names import API_GROUP
+from shardops.api.shared_sources import ClusterSharedSource, SharedSource
 from shardops.cli import campaign as cli
 from tests.docskit import (
     CONTRIBUTOR_DOCS,
@@ -36,7 +38,12 @@ from tests.docskit import (
 
 README_MAX_WORDS = 1500
 # Every kind of the shardops.dev group and the model that validates it. A new kind gets its model here.
-MODELS: dict[str, type[Campaign] | type[Shard]] = {"Campaign": Campaign, "Shard": Shard}
+MODELS: dict[str, type[ResourceModel]] = {
+    "Campaign": Campaign,
+    "Shard": Shard,
+    "Source": SharedSource,
+    "ClusterSource": ClusterSharedSource,
+}
 REGENERATE = "run `.venv/bin/python tests/docskit.py` to regenerate docs/operate.md's metrics table"
 
 

@@ -17,14 +17,21 @@ from pydantic import ValidationError
 from testbed.upstream import ANSWER_SCHEMA_FORMAT, Behaviour, LlmServer, llm_server, prompt_tokens
 
 from shardops.api import rules
-from shardops.api.campaign import Campaign
+from shardops.api.campaign import Campaign, CampaignStatus, SourceShare
 from shardops.api.enums import ErrorClass
-from shardops.api.llm import CONFIG_ENV, LlmSpec, ModelPrice
+from shardops.api.llm import (
+    CONFIG_ENV,
+    COOLDOWN_FILE_SHARE_KEY,
+    LlmSpec,
+    ModelPrice,
+    SecretKeyRef,
+    TokenPrice,
+)
 from shardops.api.money import money_text
 from shardops.api.shard import Shard
 from shardops.k8s.api import SHARDS
 from shardops.llm import main as llm_main
-from shardops.llm.pacing import Pacer, Share, state_path
+from shardops.llm.pacing import Pacer, Share, share_in, state_path
 from shardops.llm.render import RenderError, RequestTemplate
 from shardops.llm.upstream import classify_status, parse_duration, provider_error, rate_limit_wait
 from shardops.logic.backoff import retry_not_before
@@ -670,3 +677,92 @@ def test_under_the_runtime_a_shard_with_a_refused_line_is_done_with_it_counted_a
     assert "(item 1 of the shard): item 1: 400" in status.last_error.message
     assert status.failed_item_by_item() is None, "two of its items succeeded"
     assert len(server.requests()) == 3
+
+
+# --- a shared Source's share ----------------------------------------------------------------------
+
+
+def test_the_command_is_told_which_sources_pace_to_a_shared_sources_share() -> None:
+    c = campaign(
+        llm_block(),
+        sources=[{"name": "a", "sourceRef": {"name": "team-openai"}}, {"name": "b"}],
+        defaultSource="a",
+    )
+    settings = json.loads(c.spec.command_settings(c.spec.worker)[CONFIG_ENV])
+    assert settings["sharedSources"] == ["a"]
+    assert settings["rateLimits"] == {}
+
+
+def test_share_in_reads_the_share_the_runtime_wrote(tmp_path: Path) -> None:
+    path = tmp_path / "cooldown.json"
+    assert share_in(path) is None, "no file yet"
+    path.write_text(json.dumps({"until": 5.0}))
+    assert share_in(path) is None, "a cooldown alone is no share"
+    path.write_text(json.dumps({COOLDOWN_FILE_SHARE_KEY: {"requestsPerMinute": 30, "tokensPerMinute": None}}))
+    assert share_in(path) == (30.0, None)
+    path.write_text(json.dumps({COOLDOWN_FILE_SHARE_KEY: {"requestsPerMinute": "many"}}))
+    assert share_in(path) is None
+
+
+def test_a_shared_source_waits_for_a_share_then_keeps_to_it(tmp_path: Path) -> None:
+    """No share (or 0) means no request; once the runtime writes one, requests are spaced by the
+    campaign's share / maxConcurrency, and a lowered share is obeyed from the next request."""
+    cooldown = tmp_path / "cooldown.json"
+
+    def write_share(requests: float) -> None:
+        cooldown.write_text(json.dumps({COOLDOWN_FILE_SHARE_KEY: {"requestsPerMinute": requests}}))
+
+    write_share(0)
+    clock = FakeClock()
+    waited: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        waited.append(seconds)
+        clock.sleep(seconds)
+        if len(waited) == 3:
+            write_share(60)  # the operator's share reaches the file at a heartbeat
+
+    settings = llm_main.Settings(LlmSpec.model_validate(llm_block()), 2, {}, frozenset({"a"}))
+    env = {"SHARDOPS_COOLDOWN_FILE": str(cooldown), "POD_NAME": ""}
+    call = llm_main.Call(settings, "a", env)
+    call.pacer = Pacer(Share(), None, clock=clock, sleep=sleep)
+    call._heed_share()
+    assert waited == [llm_main.SHARE_POLL_SECONDS] * 3
+    assert call.pacer.share.seconds_per_request == 2.0, "60 a minute for 2 workers: one each 2 s"
+    write_share(20)
+    call._heed_share()
+    assert call.pacer.share.seconds_per_request == 6.0
+
+
+def test_a_shared_sources_endpoint_key_and_price_reach_the_command_and_the_pod() -> None:
+    c = campaign(
+        llm_block(prices=[{"model": "test-model", "inputPerMillion": 1, "outputPerMillion": 2}]),
+        sources=[{"name": "a", "sourceRef": {"name": "team-openai"}}],
+        defaultSource="a",
+    )
+    c.status = CampaignStatus(
+        source_shares=[
+            SourceShare(
+                source="a",
+                requests_per_minute=60,
+                base_url="http://provider/v1",
+                model="provider-model",
+                api_key_secret=SecretKeyRef(name="team-key"),
+                price=TokenPrice(input_per_million=Decimal("0.5"), output_per_million=Decimal("1.5")),
+            )
+        ]
+    )
+    settings = llm_main.Settings.from_env(
+        c.spec.command_settings(c.spec.worker, c.current_status.source_shares)
+    )
+    endpoint = settings.llm.endpoint("a")
+    assert (endpoint.base_url, endpoint.model) == ("http://provider/v1", "provider-model")
+    price = settings.llm.price("a", "provider-model")
+    assert price is not None and price.input_per_million == Decimal("0.5")
+    job = worker_job_body(c, c.spec.worker)
+    env = {e["name"]: e for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["SHARDOPS_LLM_API_KEY_a"]["valueFrom"]["secretKeyRef"] == {
+        "name": "team-key",
+        "key": "api-key",
+        "optional": True,
+    }

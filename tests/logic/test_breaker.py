@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -8,13 +8,18 @@ from hypothesis import strategies as st
 from shardops.api.enums import BreakerState, ErrorClass
 from shardops.logic.breaker import (
     CLOSED_BREAKER,
+    CLOSED_SHARED,
     BreakerPolicy,
     Route,
+    SharedBreaker,
     SourceBreaker,
+    adopted,
     effective,
+    holds,
     record_failure,
     record_success,
     route,
+    shared_state,
 )
 from tests.logickit import NOW
 
@@ -114,3 +119,69 @@ def test_opens_exactly_at_threshold_consecutive_rate_limits(threshold: int, even
         streak += event is ErrorClass.RATE_LIMITED
         assert (breaker.state is BreakerState.OPEN) == (streak >= threshold)
         assert streak <= threshold
+
+
+# --- one breaker per shared Source ----------------------------------------------------------------
+
+SHARED_POLICY = BreakerPolicy(threshold=3, cooldown=timedelta(seconds=120))
+S0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _streak(n: int) -> SourceBreaker:
+    return SourceBreaker(BreakerState.CLOSED, n, None)
+
+
+def test_the_campaigns_streaks_on_a_source_add_up_to_open_it() -> None:
+    campaigns = {"a": _streak(1), "b": _streak(1)}
+    assert shared_state(CLOSED_SHARED, campaigns, {}, set(), SHARED_POLICY, S0).state is BreakerState.CLOSED
+    campaigns["c"] = _streak(1)
+    opened = shared_state(CLOSED_SHARED, campaigns, {}, set(), SHARED_POLICY, S0)
+    assert (opened.state, opened.opened_at) == (BreakerState.OPEN, S0)
+
+
+def test_a_campaigns_own_open_breaker_opens_the_source_unless_it_is_older_than_the_last_close() -> None:
+    own = SourceBreaker(BreakerState.OPEN, 3, S0 - timedelta(seconds=5))
+    closed_later = SharedBreaker(BreakerState.CLOSED, closed_at=S0 - timedelta(seconds=1))
+    assert shared_state(closed_later, {"a": own}, {}, set(), SHARED_POLICY, S0).state is BreakerState.CLOSED
+    opened = shared_state(CLOSED_SHARED, {"a": own}, {}, set(), SHARED_POLICY, S0)
+    assert (opened.state, opened.opened_at) == (BreakerState.OPEN, own.opened_at)
+
+
+def test_every_campaign_adopts_an_open_source_and_only_the_prober_turns_half_open_after_a_cooldown() -> None:
+    source = SharedBreaker(BreakerState.OPEN, opened_at=S0)
+    own_cooldown = timedelta(seconds=300)  # a campaign's own source default; the Source's is 120 s
+    prober, asked_prober = adopted(CLOSED_BREAKER, source, SHARED_POLICY, own_cooldown, prober=True)
+    other, asked_other = adopted(CLOSED_BREAKER, source, SHARED_POLICY, own_cooldown, prober=False)
+    half_open_at = S0 + SHARED_POLICY.cooldown
+    assert effective(prober, half_open_at - timedelta(seconds=1), own_cooldown) is BreakerState.OPEN
+    assert effective(prober, half_open_at, own_cooldown) is BreakerState.HALF_OPEN
+    assert effective(other, half_open_at, own_cooldown) is BreakerState.OPEN, "one probe per cooldown"
+    assert effective(other, half_open_at + SHARED_POLICY.cooldown, own_cooldown) is BreakerState.HALF_OPEN
+    assert holds(prober, asked_prober) and holds(other, asked_other)
+    assert not holds(CLOSED_BREAKER, asked_prober)
+
+
+def test_a_probe_that_succeeds_closes_the_source_one_that_fails_restarts_its_cooldown() -> None:
+    source = SharedBreaker(BreakerState.OPEN, opened_at=S0)
+    asked = {"a": S0, "b": S0 + SHARED_POLICY.cooldown}
+    now = S0 + SHARED_POLICY.cooldown + timedelta(seconds=3)
+    failed_at = now - timedelta(seconds=1)
+    failed = {
+        "a": SourceBreaker(BreakerState.OPEN, 4, failed_at),
+        "b": SourceBreaker(BreakerState.OPEN, 3, asked["b"]),
+    }
+    again = shared_state(source, failed, asked, {"a", "b"}, SHARED_POLICY, now)
+    assert (again.state, again.opened_at) == (BreakerState.OPEN, failed_at)
+    succeeded = {"a": CLOSED_BREAKER, "b": SourceBreaker(BreakerState.OPEN, 3, asked["b"])}
+    closed = shared_state(source, succeeded, asked, {"a", "b"}, SHARED_POLICY, now)
+    assert (closed.state, closed.closed_at) == (BreakerState.CLOSED, now)
+    not_yet_held = shared_state(source, succeeded, asked, {"b"}, SHARED_POLICY, now)
+    assert not_yet_held.state is BreakerState.OPEN, (
+        "a campaign that never held it proves nothing by being closed"
+    )
+    # Once closed, a campaign still holding the old open breaker drops it.
+    stale = SourceBreaker(BreakerState.OPEN, 3, asked["b"])
+    assert adopted(stale, closed, SHARED_POLICY, timedelta(seconds=120), prober=False) == (
+        CLOSED_BREAKER,
+        None,
+    )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Annotated, Any
 
@@ -44,7 +44,7 @@ from shardops.api.common import (
 )
 from shardops.api.enums import BreakerState, CampaignPhase, ErrorClass
 from shardops.api.items import ITEM_SOURCE_SCHEMA, MAX_INLINE_ITEMS, ItemsFrom, ItemsPin
-from shardops.api.llm import CONFIG_ENV
+from shardops.api.llm import CONFIG_ENV, MODEL_NAME_MAX, URL_MAX, SecretKeyRef, TokenPrice
 from shardops.api.names import CAMPAIGN_KIND
 from shardops.api.sources import BREAKER_REASON_MAX, MAX_SOURCES, Backoff, Source, Stall
 from shardops.api.store import ResultStoreSpec, ResultStoreStatus
@@ -362,17 +362,39 @@ class CampaignSpec(SpecModel):
         """The declared source of that name, or None."""
         return next((s for s in self.sources or [] if s.name == name), None)
 
-    def command_settings(self, worker: WorkerSpec) -> dict[str, str]:
+    def command_settings(self, worker: WorkerSpec, shares: Sequence[SourceShare] = ()) -> dict[str, str]:
         """Environment the worker runtime adds for `worker`'s command: the built-in LLM worker's
-        settings (its block, the sources' rate limits, maxConcurrency for the per-worker share)."""
+        settings (its block, the sources' rate limits, the sources paced by a shared Source's share,
+        maxConcurrency for the per-worker share)."""
         if worker.llm is None:
             return {}
+        llm = worker.llm.to_dict()
+        for share in shares:
+            # A shared Source's endpoint, model, key and price (the operator copied them into the
+            # status): they win over the llm block's for that source.
+            if share.base_url is None or share.model is None:
+                continue
+            endpoint: dict[str, Any] = {"name": share.source, "baseUrl": share.base_url, "model": share.model}
+            if share.api_key_secret is not None:
+                endpoint["apiKeySecret"] = share.api_key_secret.to_dict()
+            llm["sources"] = [e for e in llm.get("sources", []) if e["name"] != share.source] + [endpoint]
+            # Only into a price table the campaign has: without one its cost is counted in tokens,
+            # and a table of one source would leave its other models unpriced.
+            if share.price is not None and llm.get("prices"):
+                prices = [p for p in llm.get("prices", []) if p.get("source") != share.source]
+                llm["prices"] = [
+                    *prices,
+                    {"model": share.model, "source": share.source, **share.price.to_dict()},
+                ]
         config = {
-            "llm": worker.llm.to_dict(),
+            "llm": llm,
             "maxConcurrency": self.max_concurrency,
             "rateLimits": {
                 s.name: s.rate_limit.to_dict() for s in self.sources or [] if s.rate_limit is not None
             },
+            # Their pace is the campaign's share of a Source (status.sourceShares), which the runtime
+            # keeps in the shard's cooldown file: none there yet means no call yet.
+            "sharedSources": [s.name for s in self.sources or [] if s.source_ref is not None],
         }
         return {CONFIG_ENV: json.dumps(config, separators=(",", ":"))}
 
@@ -549,6 +571,35 @@ class BreakerStatus(StatusModel):
     )
 
 
+class SourceShare(StatusModel):
+    """This campaign's share of a shared Source's limits, handed out by the operator: its workers
+    together keep within it (each at share / maxConcurrency)."""
+
+    source: str = Field(max_length=SOURCE_NAME_MAX, description="Name of the source in spec.sources.")
+    requests_per_minute: float | None = Field(
+        default=None, ge=0, description="Requests per minute; none when the Source has no such limit."
+    )
+    tokens_per_minute: float | None = Field(
+        default=None, ge=0, description="Tokens per minute; none when the Source has no such limit."
+    )
+    base_url: str | None = Field(
+        default=None, max_length=URL_MAX, description="The Source's baseUrl, which the worker calls."
+    )
+    model: str | None = Field(default=None, max_length=MODEL_NAME_MAX, description="The Source's model.")
+    api_key_secret: SecretKeyRef | None = Field(
+        default=None,
+        description="The Source's key Secret (in this namespace), which the worker pods read the key from.",
+    )
+    price: TokenPrice | None = Field(default=None, description="The Source's price of its model's tokens.")
+    lowered_at: AwareDatetime | None = Field(
+        default=None,
+        description=(
+            "When the operator last lowered this share. No share on the Source grows until every "
+            "lowering is that long past (a heartbeat interval and a margin), so it is in force first."
+        ),
+    )
+
+
 class SourceCooldown(StatusModel):
     """A source that answered rate-limited with a wait (Retry-After): no worker calls it before `until`."""
 
@@ -606,6 +657,15 @@ class CampaignStatus(StatusModel):
         max_length=MAX_SOURCES,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["source"]},
         description="Circuit breaker of each source that has one.",
+    )
+    source_shares: list[SourceShare] = Field(
+        default_factory=list,
+        max_length=MAX_SOURCES,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["source"]},
+        description=(
+            "For each source that refers to a shared Source or ClusterSource: the part of its limits "
+            "this campaign may use. A source listed with no share (0) is not called until it gets one."
+        ),
     )
     source_cooldowns: list[SourceCooldown] = Field(
         default_factory=list,

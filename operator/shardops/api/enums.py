@@ -93,6 +93,14 @@ class BreakerState(StrEnum):
     HALF_OPEN = "HalfOpen"
 
 
+class SourceKind(StrEnum):
+    """The kinds of shared source a Campaign's spec.sources[].sourceRef may name (cert-manager's
+    Issuer/ClusterIssuer split): one of the campaign's namespace, or one of the whole cluster."""
+
+    SOURCE = "Source"
+    CLUSTER_SOURCE = "ClusterSource"
+
+
 class StallPolicy(StrEnum):
     """What the scheduler does when a shard heartbeats without progress for the stall window."""
 

@@ -46,6 +46,9 @@ CONFIG_ENV = "SHARDOPS_LLM_CONFIG"
 # shard's source (after a 429 with Retry-After anywhere in the campaign); the command reads it
 # before each request.
 COOLDOWN_FILE_ENV = "SHARDOPS_COOLDOWN_FILE"
+# The key of that file holding the campaign's share of a shared Source ({requestsPerMinute,
+# tokensPerMinute}, per minute for all the campaign's workers), which the command paces to.
+COOLDOWN_FILE_SHARE_KEY = "share"
 TOKENS_PER_PRICE_UNIT = 1_000_000
 
 Template = Annotated[str, Field(max_length=TEMPLATE_MAX)]
@@ -88,14 +91,9 @@ class ChatMessage(SpecModel):
     )
 
 
-class ModelPrice(SpecModel):
-    """What one model costs, per million tokens, in the budget's unit (for example USD)."""
+class TokenPrice(SpecModel):
+    """What a model's tokens cost, per million, in the budget's unit (for example USD)."""
 
-    model: str = Field(min_length=1, max_length=MODEL_NAME_MAX, description="Model name as sent in requests.")
-    source: SourceName | None = Field(
-        default=None,
-        description="The source this price applies to. Default: every source that calls this model.",
-    )
     input_per_million: Money = Field(description="Price of one million prompt tokens. Required.")
     cached_input_per_million: Money | None = Field(
         default=None,
@@ -118,6 +116,16 @@ class ModelPrice(SpecModel):
             + completion_tokens * self.output_per_million
         )
         return total / TOKENS_PER_PRICE_UNIT
+
+
+class ModelPrice(TokenPrice):
+    """What one model costs, per million tokens, in the budget's unit (for example USD)."""
+
+    model: str = Field(min_length=1, max_length=MODEL_NAME_MAX, description="Model name as sent in requests.")
+    source: SourceName | None = Field(
+        default=None,
+        description="The source this price applies to. Default: every source that calls this model.",
+    )
 
 
 class LlmEndpoint(SpecModel):

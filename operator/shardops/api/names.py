@@ -24,6 +24,16 @@ SHARD_PLURAL: Final = "shards"
 SHARD_SINGULAR: Final = "shard"
 SHARD_SHORT_NAME: Final = "shard"
 
+SOURCE_KIND: Final = "Source"
+SOURCE_PLURAL: Final = "sources"
+SOURCE_SINGULAR: Final = "source"
+SOURCE_SHORT_NAME: Final = "src"
+
+CLUSTER_SOURCE_KIND: Final = "ClusterSource"
+CLUSTER_SOURCE_PLURAL: Final = "clustersources"
+CLUSTER_SOURCE_SINGULAR: Final = "clustersource"
+CLUSTER_SOURCE_SHORT_NAME: Final = "csrc"
+
 # Labels from docs/architecture.md ("Objects"). Shards, Leases, worker Jobs and result
 # ConfigMaps carry the campaign label so "everything of campaign X" is one label selector.
 CAMPAIGN_LABEL: Final = f"{API_GROUP}/campaign"

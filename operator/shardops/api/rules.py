@@ -90,6 +90,17 @@ HEARTBEAT_UNDER_HALF_LEASE: Final = CelRule(
     field_path=".heartbeatSeconds",
 )
 
+# A source that refers to a shared Source takes its limits from there: a second limit on the campaign's
+# entry would say one thing and do another (the operator hands out the Source's limit in shares).
+SOURCE_REF_OWNS_LIMITS: Final = CelRule(
+    rule="!has(self.sourceRef) || !has(self.rateLimit)",
+    message=(
+        "spec.sources[].rateLimit cannot be set with spec.sources[].sourceRef: the referenced Source or "
+        "ClusterSource holds the limits and the operator gives this campaign its share; remove rateLimit"
+    ),
+    field_path=".rateLimit",
+)
+
 SOURCE_NAMES_UNIQUE: Final = CelRule(
     rule="!has(self.sources) || self.sources.all(a, self.sources.exists_one(b, b.name == a.name))",
     message="spec.sources[].name must be unique; rename or remove the duplicate source",

@@ -10,11 +10,13 @@ from pydantic import (
 
 from shardops.api import rules
 from shardops.api.common import (
+    DNS_SUBDOMAIN_MAX,
+    DNS_SUBDOMAIN_PATTERN,
     SourceName,
     SpecModel,
     cel_rules,
 )
-from shardops.api.enums import StallPolicy
+from shardops.api.enums import SourceKind, StallPolicy
 
 MAX_SOURCES = 32
 
@@ -80,21 +82,10 @@ class RateLimit(SpecModel):
     )
 
 
-class Source(SpecModel):
-    """An upstream the work depends on (an LLM API, a model, a site), with its own circuit breaker."""
+class BreakerSettings(SpecModel):
+    """When a source's circuit breaker opens and how long it stays open: the one home of these fields
+    and their defaults, for a campaign's own source and for a shared Source alike."""
 
-    model_config = ConfigDict(json_schema_extra=cel_rules(rules.FALLBACK_NOT_SELF))
-
-    name: SourceName = Field(
-        description="Name that items and shards refer to; letters, digits, '-', '_' and '.', at most 63."
-    )
-    fallback: SourceName | None = Field(
-        default=None,
-        description=(
-            "Another declared source to use while this one's breaker is open. Default: none, shards of this "
-            "source wait for the cooldown."
-        ),
-    )
     breaker_threshold: int = Field(
         default=3,
         ge=1,
@@ -112,16 +103,81 @@ class Source(SpecModel):
             "Seconds an open breaker waits before letting one trial shard through (half-open). Default 300."
         ),
     )
+
+
+class SourceRef(SpecModel):
+    """A shared Source (of the campaign's namespace) or ClusterSource that holds this source's endpoint,
+    key, limits and prices."""
+
+    kind: SourceKind = Field(
+        default=SourceKind.SOURCE,
+        description="Source (in the campaign's namespace) or ClusterSource. Default Source.",
+    )
+    name: str = Field(
+        min_length=1,
+        max_length=DNS_SUBDOMAIN_MAX,
+        pattern=DNS_SUBDOMAIN_PATTERN,
+        description="Name of the Source or ClusterSource.",
+    )
+
+    def describe(self, namespace: str) -> str:
+        return (
+            f"{self.kind} {namespace}/{self.name}"
+            if self.kind is SourceKind.SOURCE
+            else f"{self.kind} {self.name}"
+        )
+
+
+class Source(BreakerSettings):
+    """An upstream the work depends on (an LLM API, a model, a site), with its own circuit breaker."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cel_rules(rules.FALLBACK_NOT_SELF, rules.SOURCE_REF_OWNS_LIMITS)
+    )
+
+    name: SourceName = Field(
+        description="Name that items and shards refer to; letters, digits, '-', '_' and '.', at most 63."
+    )
+    fallback: SourceName | None = Field(
+        default=None,
+        description=(
+            "Another declared source to use while this one's breaker is open. Default: none, shards of this "
+            "source wait for the cooldown."
+        ),
+    )
     rate_limit: RateLimit | None = Field(
         default=None,
         description=(
             "Requests and tokens per minute for this source across all the campaign's workers; the "
-            "built-in LLM worker paces itself to its share, limit / maxConcurrency. Default: no limit."
+            "built-in LLM worker paces itself to its share, limit / maxConcurrency. Not with sourceRef. "
+            "Default: no limit."
+        ),
+    )
+    source_ref: SourceRef | None = Field(
+        default=None,
+        description=(
+            "A shared Source or ClusterSource whose limits every campaign naming it shares: the operator "
+            "gives this campaign a part of them in proportion to weight (status.sourceShares). "
+            "Default: none, the campaign's own rateLimit."
+        ),
+    )
+    weight: int = Field(
+        default=1,
+        ge=1,
+        le=1000,
+        description=(
+            "This campaign's weight on a shared Source: active campaigns get its requests and tokens per "
+            "minute in proportion to their weights (higher spec.priority first when it is scarce). Default 1."
         ),
     )
 
     @model_validator(mode="after")
-    def _fallback_not_self(self) -> Source:
+    def _cross_field_rules(self) -> Source:
+        problems: list[str] = []
         if self.fallback is not None and self.fallback == self.name:
-            raise ValueError(rules.FALLBACK_NOT_SELF.message)
+            problems.append(rules.FALLBACK_NOT_SELF.message)
+        if self.source_ref is not None and self.rate_limit is not None:
+            problems.append(rules.SOURCE_REF_OWNS_LIMITS.message)
+        if problems:
+            raise ValueError("; ".join(problems))
         return self

@@ -31,6 +31,7 @@ from kubernetes.client.rest import RESTResponse
 
 from shardops import API_GROUP, API_VERSION
 from shardops.api.common import JSON
+from shardops.api.names import CLUSTER_SOURCE_PLURAL, SOURCE_PLURAL
 
 log = logging.getLogger(__name__)
 
@@ -180,6 +181,8 @@ class Resource:
 
 CAMPAIGNS = Resource(API_GROUP, API_VERSION, "campaigns")
 SHARDS = Resource(API_GROUP, API_VERSION, "shards")
+SOURCES = Resource(API_GROUP, API_VERSION, SOURCE_PLURAL)
+CLUSTER_SOURCES = Resource(API_GROUP, API_VERSION, CLUSTER_SOURCE_PLURAL)
 LEASES = Resource("coordination.k8s.io", "v1", "leases")
 JOBS = Resource("batch", "v1", "jobs")
 PODS = Resource("", "v1", "pods")

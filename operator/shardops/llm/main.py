@@ -45,7 +45,7 @@ from shardops.api.llm import (
 from shardops.api.money import money_text
 from shardops.api.openai_batch import BATCH_ENDPOINTS, batch_line_problem, batch_result
 from shardops.clock import utcnow
-from shardops.llm.pacing import Pacer, Share, cooldown_until, jittered, state_path
+from shardops.llm.pacing import Pacer, Share, cooldown_until, jittered, share_in, state_path
 from shardops.llm.render import RenderError, RequestTemplate
 from shardops.llm.upstream import (
     CHAT_PATH,
@@ -61,6 +61,9 @@ from shardops.llm.upstream import (
 from shardops.logic.failures import EXIT_TEMPFAIL
 
 EXIT_FAILED = 1
+# How often a worker without a share of its shared Source looks again (the runtime rewrites the file
+# at each heartbeat; a local file read, no API call).
+SHARE_POLL_SECONDS = 1.0
 _SNIPPET = 200
 
 
@@ -71,6 +74,8 @@ class Settings:
     llm: LlmSpec
     max_concurrency: int
     rate_limits: Mapping[str, Mapping[str, float]]
+    # Sources paced to the campaign's share of a shared Source (the cooldown file's `share`).
+    shared_sources: frozenset[str] = frozenset()
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
@@ -83,7 +88,10 @@ class Settings:
             )
         value = json.loads(raw)
         return cls(
-            LlmSpec.model_validate(value["llm"]), int(value["maxConcurrency"]), value.get("rateLimits", {})
+            LlmSpec.model_validate(value["llm"]),
+            int(value["maxConcurrency"]),
+            value.get("rateLimits", {}),
+            frozenset(value.get("sharedSources", [])),
         )
 
     def share(self, source: str | None) -> Share:
@@ -255,6 +263,7 @@ class Call:
         return BATCH_ENDPOINTS[item["url"]], {**item["body"], "model": self.model}
 
     def _send(self, path: str, body: Mapping[str, Any]) -> Reply:
+        self._heed_share()
         self._heed_cooldown()
         started = self.pacer.wait()
         try:
@@ -276,6 +285,18 @@ class Call:
             reply = failure.reply
             errored["result"] = batch_result(reply.status, reply.request_id, reply.json_body())
         return errored
+
+    def _heed_share(self) -> None:
+        """A shared Source: pace to the campaign's current share of it; with none yet (or 0), wait for
+        one, reading the file the runtime refreshes at every heartbeat."""
+        if self.source is None or self.source not in self.settings.shared_sources:
+            return
+        while True:
+            share = share_in(self.cooldown_path)
+            if share is not None and all(rate is None or rate > 0 for rate in share):
+                self.pacer.share = Share.of(*share, self.settings.max_concurrency)
+                return
+            self.pacer.sleep(SHARE_POLL_SECONDS)
 
     def _heed_cooldown(self) -> None:
         """Another worker's 429 with Retry-After on this source (the runtime keeps it in the cooldown

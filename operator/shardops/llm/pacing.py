@@ -10,6 +10,11 @@ after a call that used T tokens waits T · 60 · maxConcurrency / tokensPerMinut
 charged after the fact: a completion's size is known only then). In any 60 s window one worker
 makes at most share + 1 requests, so the campaign at most limit + maxConcurrency.
 
+A source that refers to a shared Source (spec.sources[].sourceRef) is paced the same way, to the
+campaign's share of the Source instead of a limit of its own: the operator hands the shares out
+(logic/shares.py) and the worker runtime keeps the current one in the cooldown file, which the
+command reads before each request. No share yet, or a share of 0, means no request until there is.
+
 `shardops llm` runs once per shard attempt, so the pace outlives the process in a small file
 under the worker pod's temporary directory, keyed by pod, campaign and source: a worker's next
 shard continues the spacing (and a Retry-After) instead of starting with a burst.
@@ -27,6 +32,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from shardops.api.llm import COOLDOWN_FILE_SHARE_KEY
+
 SECONDS_PER_MINUTE = 60.0
 # After a wait the upstream asked for (Retry-After, here or at another worker of the campaign), each
 # worker adds a random part of up to a quarter of the wait (at most 2 s), so the workers that waited
@@ -40,17 +47,39 @@ def jittered(wait: float, draw: float) -> float:
     return wait + draw * min(JITTER_CAP_SECONDS, JITTER_SHARE * max(wait, 0.0))
 
 
-def cooldown_until(path: Path | None) -> float | None:
-    """The end (epoch seconds) of the source's cooldown the worker runtime wrote, or None. Read before
+def _cooldown_file(path: Path | None) -> dict[str, object]:
+    """What the worker runtime last wrote in the cooldown file ({} when nothing readable). Read before
     every request: a small local file, no API call."""
     if path is None:
-        return None
+        return {}
     try:
         value = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def cooldown_until(path: Path | None) -> float | None:
+    """The end (epoch seconds) of the source's cooldown the worker runtime wrote, or None."""
+    until = _cooldown_file(path).get("until")
+    return float(until) if isinstance(until, int | float) and _number(until) else None
+
+
+def share_in(path: Path | None) -> tuple[float | None, float | None] | None:
+    """The campaign's share of a shared Source (requests, tokens per minute; None: that one is not
+    limited) the worker runtime wrote beside the cooldown, or None when it wrote none yet."""
+    share = _cooldown_file(path).get(COOLDOWN_FILE_SHARE_KEY)
+    if not isinstance(share, dict):
         return None
-    until = value.get("until") if isinstance(value, dict) else None
-    return float(until) if isinstance(until, int | float) and not isinstance(until, bool) else None
+    rates = [share.get("requestsPerMinute"), share.get("tokensPerMinute")]
+    if not all(r is None or _number(r) for r in rates):
+        return None
+    requests, tokens = (None if r is None else float(r) for r in rates)
+    return requests, tokens
 
 
 @dataclass(frozen=True)

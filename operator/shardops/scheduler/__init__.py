@@ -16,6 +16,8 @@ on the leader only. The modules, lowest first:
     fold.py           the Done shards folded into the ledger, then deleted with their Leases (LedgerFold)
     retry.py          a recorded retry request acted on once (Retry), announced after the status write
     dispatch.py       planning and carrying the plan out: pause, resume, cut, finalize, worker Jobs
+    sources.py        shared Sources on the leader: claims reported by passes, one sharing pass over
+                      every referenced Source, the share each campaign's pass writes
     status.py         the status a pass wants (desired_status), the conditions that turned    [pure]
     retention.py      result retention: what a finished campaign's results are, and when they go
     reconcile.py      one pass over a campaign (Reconciler: kick, reconcile, shard_event): observe,

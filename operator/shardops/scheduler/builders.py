@@ -13,6 +13,7 @@ from decimal import Decimal
 from shardops.api.campaign import BreakerStatus, Campaign, CampaignSpec, CampaignStatus, ShardCounts
 from shardops.api.common import JSON, Condition, Item, set_condition
 from shardops.api.enums import BreakerState, ShardClass, ShardPhase
+from shardops.api.llm import source_api_key_env
 from shardops.api.names import (
     API_GROUP_VERSION,
     CAMPAIGN_LABEL,
@@ -252,6 +253,21 @@ def worker_job_body(
                 "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key, "optional": True}},
             }
             for name, ref in (worker.llm.api_key_env() if worker.llm else [])
+        ),
+        # The keys of the shared Sources the campaign's sources refer to (status.sourceShares).
+        *(
+            {
+                "name": source_api_key_env(share.source),
+                "valueFrom": {
+                    "secretKeyRef": {
+                        "name": share.api_key_secret.name,
+                        "key": share.api_key_secret.key,
+                        "optional": True,
+                    }
+                },
+            }
+            for share in campaign.current_status.source_shares
+            if worker.llm is not None and share.api_key_secret is not None
         ),
         *(worker_metrics_env(metrics) if metrics is not None else []),
         # After the campaign's env: the planner counts the slots the annotation below says.

@@ -25,6 +25,7 @@ from shardops.scheduler.observed import Observed
 from shardops.scheduler.settings import OperatorSettings
 from shardops.scheduler.writes import ShardWrites
 from shardops.state import error_threshold, observe, shardview, workers
+from shardops.state.sources import waiting_for_sources
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +143,12 @@ class Dispatcher:
     def start_workers(self, seen: Observed, plan: DispatchPlan) -> None:
         """Start the planned worker Jobs (the planner already held them back where it had to)."""
         if not plan.start_workers:
+            return
+        waiting = waiting_for_sources(seen.campaign)
+        if waiting:
+            # A worker pod gets a shared Source's key from the status entry (builders.worker_job_body):
+            # none before the sharing pass resolved the Source (seconds, or until it exists).
+            log.info("%s: no worker yet, waiting for the shared source(s) %s", seen.campaign.name, waiting)
             return
         classes = [seen.shards[n].spec.shard_class for n in plan.claimable if n in seen.shards]
         worker = builders.worker_spec_for(seen.campaign.spec, classes)

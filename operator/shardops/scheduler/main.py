@@ -162,6 +162,13 @@ def run_operator(settings: OperatorSettings) -> int:
             configured.execution.executor,
             outcome=lambda outcome: metrics.periodic_reconciles.labels(outcome=outcome).inc(),
         )
+        sharing = threading.Thread(
+            target=_share_sources,
+            args=(reconciler, ticker, settings, is_leader, stop),
+            name="source-sharing",
+            daemon=True,
+        )
+        sharing.start()
         registry = kopf.OperatorRegistry()
         register(registry, settings, reconciler, ticker)
         asyncio.run(_serve(registry, configured, settings, stop, heartbeat, ticker))
@@ -192,6 +199,24 @@ def _sweep_retention(
             continue
         if deleted:
             metrics.retention_deleted.inc(deleted)
+
+
+def _share_sources(
+    reconciler: Reconciler,
+    ticker: CampaignTicker,
+    settings: OperatorSettings,
+    is_leader: Callable[[], bool],
+    stop: threading.Event,
+) -> None:
+    """Every tick, on the leader: hand out the shared Sources' limits (scheduler/sources.py); each
+    campaign's own pass writes its share. Its own thread: a pass reads one object per Source."""
+    while not stop.wait(settings.tick_seconds):
+        if not is_leader():
+            continue
+        try:
+            reconciler.sharing.run(ticker.known(), reconciler.clock())
+        except Exception:
+            log.exception("sharing the Sources' limits failed; the next pass retries")
 
 
 async def _serve(

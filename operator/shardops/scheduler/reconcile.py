@@ -21,6 +21,7 @@ Conflict on one shard means it moved meanwhile: it is left for the next pass.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import logging
 import threading
@@ -51,6 +52,7 @@ from shardops.scheduler.observed import Observed, observe
 from shardops.scheduler.retention import Retention
 from shardops.scheduler.retry import Retry
 from shardops.scheduler.settings import REPORTING_CONTROLLER, OperatorSettings
+from shardops.scheduler.sources import SourceSharing
 from shardops.scheduler.status import (
     Decided,
     Desired,
@@ -62,7 +64,8 @@ from shardops.scheduler.status import (
 from shardops.scheduler.stores import Stores, store_secret_problem
 from shardops.scheduler.sweep import Sweeper
 from shardops.scheduler.writes import CONFLICT_ROUNDS, ShardWrites
-from shardops.state import breakers
+from shardops.state import breakers, cooldowns
+from shardops.state.sources import source_claims
 from shardops.store.items import pin_patch
 from shardops.store.records import StoreUnavailable
 
@@ -104,6 +107,7 @@ class Reconciler:
         self.dispatch = Dispatcher(kube, settings, self.writes)
         self.ledger = LedgerFold(kube, self.stores, self.event_series)
         self.retry = Retry(kube, self.writes, self.stores)
+        self.sharing = SourceSharing(kube)
         self.retention = Retention(
             kube,
             settings.result_store_location(),
@@ -203,18 +207,22 @@ class Reconciler:
             with self._lock:
                 self._memory.pop((namespace, name), None)
             self.event_series.forget(namespace, name)
+            self.sharing.forget(namespace, name)
             self.metrics.forget_campaign(key)
             return False
         now = self.clock()
         refused = self.settings.operator_namespace_problem(namespace, name)
         if refused is not None:
+            self.sharing.report(namespace, name, [])  # no claims: the sharing pass need not wait for it
             self._invalid(body, ConditionReason.IN_OPERATOR_NAMESPACE, refused, now)
             return True
         try:
             campaign = Campaign.parse(body)
         except ValidationError as error:
+            self.sharing.report(namespace, name, [])
             self._invalid(body, ConditionReason.INVALID_SPEC, validation_message(error), now)
             return True
+        self.sharing.report(namespace, name, source_claims(campaign))
         memory = self._remember(namespace, name)
         if self.retention.sweeping(namespace, name):  # an earlier campaign's results are going now
             log.info(
@@ -257,6 +265,8 @@ class Reconciler:
             self._invalid(body, problem.reason, problem.message, now)
             return True
         fold = history.fold_history(seen, status)
+        # One breaker per shared Source: this campaign adopts it (scheduler/sources.py).
+        self.sharing.adopt_breakers(namespace, name, fold.states, campaign.spec)
         plan = self.dispatch.plan(seen, fold.states, now)
         self.dispatch.start_workers(seen, plan)
         to_fold, folded = self.ledger.record(seen, unfolded)
@@ -270,7 +280,21 @@ class Reconciler:
             identity=self.settings.identity,
             renewing=self.renewing(),
         )
-        self._write_status(seen, desired_status(seen, decided, now), to_fold, now)
+        desired = desired_status(seen, decided, now)
+        # The shares of shared Sources the sharing pass decided (scheduler/sources.py), and the waits
+        # other campaigns on them were told, for the workers.
+        shares = self.sharing.shares_for(namespace, name, status.source_shares, now)
+        waits = cooldowns.later(
+            {c.source: c for c in desired.status.source_cooldowns},
+            self.sharing.cooldowns_for(namespace, name, now),
+        )
+        desired = dataclasses.replace(
+            desired,
+            status=desired.status.model_copy(
+                update={"source_shares": shares, "source_cooldowns": cooldowns.status_list(waits)}
+            ),
+        )
+        self._write_status(seen, desired, to_fold, now)
         # The status now records the fold, the retry and the stalls (or already did): only now does
         # this process remember them and say so. A pass whose write lost (Conflict, an error, the
         # leadership gone) left neither, and the pass that runs again folds and announces them once.

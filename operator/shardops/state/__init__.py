@@ -11,6 +11,7 @@ CLI, so all three decide from the same facts. The modules, lowest first:
     workers.py          worker Jobs and their pods as the planner counts them
     ledger.py           folding Done shards: what the ledger keeps, which listed shards are folded
     observe.py          live objects turned into the planner's inputs (dispatch_inputs, claim_inputs)
+    sources.py          a Campaign as a claimant of the shared Sources it names, and its written shares
     summary.py          the count-and-budget summary of the live shards (Summary), status and CLI alike
     results.py          every finished item of a campaign, in item order
 """

@@ -72,7 +72,8 @@ _ERROR_FILE_MAX = 64 * 1024
 
 def campaign_variables(campaign: Campaign, worker_spec: WorkerSpec) -> dict[str, str]:
     """The protocol variables every shard of `campaign` run by `worker_spec` gets the same."""
-    return {"SHARDOPS_CAMPAIGN": campaign.name, **campaign.spec.command_settings(worker_spec)}
+    shares = campaign.current_status.source_shares
+    return {"SHARDOPS_CAMPAIGN": campaign.name, **campaign.spec.command_settings(worker_spec, shares)}
 
 
 class CommandFailure(Exception):

@@ -15,10 +15,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from shardops.api.campaign import Campaign, SourceCooldown
+from shardops.api.campaign import Campaign, SourceCooldown, SourceShare
 from shardops.api.enums import ErrorClass, ShardClass
 from shardops.api.items import ItemsOverLimit
-from shardops.api.llm import COOLDOWN_FILE_ENV
+from shardops.api.llm import COOLDOWN_FILE_ENV, COOLDOWN_FILE_SHARE_KEY
 from shardops.k8s.api import CAMPAIGNS, Forbidden
 from shardops.k8s.campaigns import ItemsUnavailable
 from shardops.k8s.shards import list_shards
@@ -62,6 +62,10 @@ class ShardRun(Holding):
     command_outcome: CommandOutcome | None = None
     # The file the built-in LLM worker reads its source's cooldown from (None: not such a shard).
     cooldown_file: Path | None = None
+    # The campaign's shares of shared Sources as its status last said (None: as at the claim); a
+    # heartbeat of an LLM shard refreshes them with the cooldowns, so a lowered share is obeyed within
+    # a heartbeat interval (logic/shares.py counts on it).
+    shares: Mapping[str, SourceShare] | None = None
 
     # --- the run ----------------------------------------------------------------------------------
 
@@ -358,21 +362,32 @@ class ShardRun(Holding):
             log.warning("%s: could not read the campaign's source cooldowns: %s", self.name, error)
             return
         self.cooldowns = cooldowns.later(self.cooldowns, cooldowns.recorded(campaign, self.clock.now()))
+        self.shares = {entry.source: entry for entry in campaign.current_status.source_shares}
         try:
             self.write_cooldown()
         except OSError as error:
             log.warning("%s: could not write the cooldown file: %s", self.name, error)
 
     def write_cooldown(self) -> None:
-        """The cooldown of the shard's source as {source, until (epoch seconds), shard}, or {} for none."""
+        """The cooldown of the shard's source as {source, until (epoch seconds), shard}, or {} for none,
+        and the campaign's share of it when it is a shared Source (`share`)."""
         if self.cooldown_file is None:
             return
         found = self.cooldowns.get(self.claimed.source or "")
-        body = (
+        body: dict[str, object] = (
             {"source": found.source, "until": found.until.timestamp(), "shard": found.shard}
             if found is not None
             else {}
         )
+        shares = self.shares
+        if shares is None:
+            shares = {entry.source: entry for entry in self.campaign.current_status.source_shares}
+        share = shares.get(self.claimed.source or "")
+        if share is not None:
+            body[COOLDOWN_FILE_SHARE_KEY] = {
+                "requestsPerMinute": share.requests_per_minute,
+                "tokensPerMinute": share.tokens_per_minute,
+            }
         temporary = self.cooldown_file.with_suffix(".tmp")
         temporary.write_text(json.dumps(body), encoding="utf-8")
         temporary.replace(self.cooldown_file)

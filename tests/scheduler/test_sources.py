@@ -1,0 +1,226 @@
+"""The sharing pass on the leader: shares of a Source handed out to the campaigns that report on it,
+lowered before raised, written to the Source's status, and held back after a restart."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from shardops.api.campaign import BreakerStatus, Campaign, SourceCooldown
+from shardops.api.enums import BreakerState
+from shardops.api.names import API_GROUP_VERSION
+from shardops.k8s.api import CLUSTER_SOURCES, SOURCES
+from shardops.logic.breaker import CLOSED_BREAKER, SourceBreaker, effective
+from shardops.logic.shares import SETTLE_MARGIN
+from shardops.scheduler.sources import SourceSharing
+from shardops.state.breakers import cooldown_of
+from shardops.state.sources import source_claims
+from tests.fakekube import FakeKube
+
+T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+# The campaigns' heartbeat interval (leaseSeconds 120 / 3) and the margin.
+SETTLE = dt.timedelta(seconds=40) + SETTLE_MARGIN
+
+
+def source_body(name: str = "team-openai", namespace: str = "team-a", **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": API_GROUP_VERSION,
+        "kind": "Source",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "baseUrl": "http://upstream/v1",
+            "model": "m",
+            "rateLimit": {"requestsPerMinute": 120},
+            **spec,
+        },
+    }
+
+
+def campaign(
+    name: str,
+    share: float | None = None,
+    lowered_at: dt.datetime | None = None,
+    namespace: str = "team-a",
+    ref: dict[str, str] | None = None,
+    weight: int = 1,
+) -> Campaign:
+    status: dict[str, Any] = {"counts": {"pending": 2}}
+    if share is not None:
+        entry: dict[str, Any] = {"source": "llm", "requestsPerMinute": share}
+        if lowered_at is not None:
+            entry["loweredAt"] = lowered_at.isoformat()
+        status["sourceShares"] = [entry]
+    return Campaign.parse(
+        {
+            "apiVersion": API_GROUP_VERSION,
+            "kind": "Campaign",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {
+                "items": [{"n": 1}],
+                "worker": {"image": "shardops:dev", "command": ["agent"]},
+                "sources": [{"name": "llm", "sourceRef": ref or {"name": "team-openai"}, "weight": weight}],
+            },
+            "status": status,
+        }
+    )
+
+
+def report(sharing: SourceSharing, *campaigns: Campaign) -> None:
+    for c in campaigns:
+        sharing.report(c.namespace, c.name, source_claims(c))
+
+
+def shares(sharing: SourceSharing, c: Campaign, now: dt.datetime = T0) -> dict[str, float | None]:
+    entries = sharing.shares_for(c.namespace, c.name, c.current_status.source_shares, now)
+    return {e.source: e.requests_per_minute for e in entries}
+
+
+def served(*campaigns: Campaign) -> set[tuple[str, str]]:
+    return {(c.namespace, c.name) for c in campaigns}
+
+
+def test_campaigns_new_on_a_source_share_it_by_weight_at_once() -> None:
+    kube = FakeKube()
+    kube.add(SOURCES, source_body())
+    sharing = SourceSharing(kube)
+    a, b = campaign("a", weight=1), campaign("b", weight=3)
+    report(sharing, a, b)
+    sharing.run(served(a, b), T0)
+    assert (shares(sharing, a), shares(sharing, b)) == ({"llm": 30.0}, {"llm": 90.0})
+    status = kube.obj(SOURCES, "team-a", "team-openai")["status"]  # type: ignore[index]
+    assert (status["grantedRequestsPerMinute"], status["campaigns"]) == (120.0, 2)
+    assert [(s["campaign"], s["weight"], s["requestsPerMinute"]) for s in status["shares"]] == [
+        ("team-a/a", 1, 30.0),
+        ("team-a/b", 3, 90.0),
+    ]
+
+
+def test_a_new_campaign_gets_its_share_once_the_lowered_one_is_in_force() -> None:
+    kube = FakeKube()
+    kube.add(SOURCES, source_body())
+    sharing = SourceSharing(kube)
+    a, b = campaign("a", share=120.0), campaign("b")
+    report(sharing, a, b)
+    sharing.run(served(a, b), T0)
+    assert (shares(sharing, a), shares(sharing, b)) == ({"llm": 60.0}, {"llm": 0.0})
+    # a's pass writes its lowered share (stamped then); b's raise waits for it to be in force.
+    written_at = T0 + dt.timedelta(seconds=3)
+    a = campaign("a", share=60.0, lowered_at=written_at)
+    report(sharing, a)
+    sharing.run(served(a, b), written_at + SETTLE - dt.timedelta(seconds=1))
+    assert shares(sharing, b) == {"llm": 0.0}
+    sharing.run(served(a, b), written_at + SETTLE)
+    assert shares(sharing, b) == {"llm": 60.0}
+
+
+def test_no_raise_after_a_restart_until_every_campaign_reported() -> None:
+    """A new process knows only what is written: a campaign that has not reported yet may hold a share
+    (the Source lists it), so nothing grows until it has."""
+    kube = FakeKube()
+    body = source_body()
+    body["status"] = {"shares": [{"campaign": "team-a/b", "weight": 1, "requestsPerMinute": 100.0}]}
+    kube.add(SOURCES, body)
+    sharing = SourceSharing(kube)
+    a, b = campaign("a"), campaign("b", share=100.0)
+    report(sharing, a)
+    sharing.run(served(a, b), T0)
+    assert shares(sharing, a) == {"llm": 0.0}, "b's listed 100 and the restart hold a back"
+    report(sharing, b)
+    later = T0 + dt.timedelta(seconds=1)
+    sharing.run(served(a, b), later)
+    assert shares(sharing, b) == {"llm": 60.0}, "lowered at once"
+    assert shares(sharing, a) == {"llm": 0.0}, "the lowering the first pass recorded on the Source holds"
+    sharing.run(served(a, b), later + SETTLE)
+    # b's pass has not written its 60 yet (its status says 100): a gets only the room left beside it.
+    assert shares(sharing, a) == {"llm": 20.0}
+
+
+def test_a_cluster_source_shares_only_with_the_namespaces_it_lists() -> None:
+    kube = FakeKube()
+    body = source_body(name="vllm", namespace="", namespaces=["team-a"])
+    body["kind"] = "ClusterSource"
+    del body["metadata"]["namespace"]
+    kube.add(CLUSTER_SOURCES, body)
+    sharing = SourceSharing(kube)
+    ref = {"kind": "ClusterSource", "name": "vllm"}
+    ours, theirs = campaign("a", ref=ref), campaign("b", namespace="team-b", ref=ref)
+    report(sharing, ours, theirs)
+    sharing.run(served(ours, theirs), T0)
+    assert shares(sharing, ours) == {"llm": 120.0}
+    assert shares(sharing, theirs) == {}, "not listed: no share, its workers do not call"
+
+
+def test_a_missing_source_gives_no_share() -> None:
+    sharing = SourceSharing(FakeKube())
+    a = campaign("a")
+    report(sharing, a)
+    sharing.run(served(a), T0)
+    assert shares(sharing, a) == {"llm": 0.0}
+
+
+def test_the_sources_status_is_written_only_when_it_changes() -> None:
+    kube = FakeKube()
+    kube.add(SOURCES, source_body())
+    sharing = SourceSharing(kube)
+    a = campaign("a")
+    report(sharing, a)
+    sharing.run(served(a), T0)
+    report(sharing, campaign("a", share=120.0))
+    sharing.run(served(a), T0 + dt.timedelta(seconds=5))
+    assert len(kube.writes_to("sources")) == 1
+
+
+def test_a_wait_one_campaign_was_told_is_every_campaigns_on_the_source() -> None:
+    kube = FakeKube()
+    kube.add(SOURCES, source_body())
+    sharing = SourceSharing(kube)
+    until = T0 + dt.timedelta(seconds=30)
+    told = campaign("a")
+    told.current_status.source_cooldowns = [SourceCooldown(source="llm", until=until, shard="a-1")]
+    other = campaign("b")
+    report(sharing, told, other)
+    sharing.run(served(told, other), T0)
+    assert {s: c.until for s, c in sharing.cooldowns_for("team-a", "b", T0).items()} == {"llm": until}
+    assert sharing.cooldowns_for("team-a", "b", until) == {}, "over once it has passed"
+
+
+def test_a_sources_endpoint_and_key_reach_the_campaign_a_cluster_sources_key_does_not() -> None:
+    kube = FakeKube()
+    kube.add(SOURCES, source_body(apiKeySecret={"name": "team-key"}))
+    cluster = source_body(name="vllm", namespace="", namespaces=["*"], apiKeySecret={"name": "operator-key"})
+    cluster["kind"] = "ClusterSource"
+    del cluster["metadata"]["namespace"]
+    kube.add(CLUSTER_SOURCES, cluster)
+    sharing = SourceSharing(kube)
+    ours, shared = campaign("a"), campaign("b", ref={"kind": "ClusterSource", "name": "vllm"})
+    report(sharing, ours, shared)
+    sharing.run(served(ours, shared), T0)
+    (entry,) = sharing.shares_for("team-a", "a", [], T0)
+    assert (entry.base_url, entry.model) == ("http://upstream/v1", "m")
+    assert entry.api_key_secret is not None and entry.api_key_secret.name == "team-key"
+    (entry,) = sharing.shares_for("team-a", "b", [], T0)
+    assert entry.base_url == "http://upstream/v1"
+    assert entry.api_key_secret is None, "a Secret of the operator's namespace is no pod's to read"
+
+
+def test_three_429s_across_campaigns_open_the_sources_breaker_for_all_with_one_prober() -> None:
+    kube = FakeKube()
+    kube.add(SOURCES, source_body(cooldownSeconds=120))
+    sharing = SourceSharing(kube)
+    names = ("a", "b", "c")
+    campaigns = []
+    for name in names:
+        c = campaign(name)
+        c.current_status.breakers = [BreakerStatus(source="llm", consecutive_failures=1)]
+        campaigns.append(c)
+    report(sharing, *campaigns)
+    sharing.run(served(*campaigns), T0)
+    breaker = kube.obj(SOURCES, "team-a", "team-openai")["status"]["breaker"]  # type: ignore[index]
+    assert breaker["state"] == "Open"
+    after_cooldown = T0 + dt.timedelta(seconds=120)
+    states = {}
+    for c in campaigns:
+        folded: dict[str, SourceBreaker] = {"llm": CLOSED_BREAKER}
+        sharing.adopt_breakers(c.namespace, c.name, folded, c.spec)
+        states[c.name] = effective(folded["llm"], after_cooldown, cooldown_of(c.spec, "llm"))
+    assert states == {"a": BreakerState.HALF_OPEN, "b": BreakerState.OPEN, "c": BreakerState.OPEN}
