@@ -7,9 +7,9 @@ import datetime as dt
 from typing import Any
 
 from shardops.api.campaign import BreakerStatus, Campaign, SourceCooldown
-from shardops.api.enums import BreakerState
+from shardops.api.enums import BreakerState, ConditionReason
 from shardops.api.names import API_GROUP_VERSION
-from shardops.k8s.api import CLUSTER_SOURCES, SOURCES
+from shardops.k8s.api import CLUSTER_SOURCES, SOURCES, ApiError
 from shardops.logic.breaker import CLOSED_BREAKER, SourceBreaker, effective
 from shardops.logic.shares import SETTLE_MARGIN
 from shardops.scheduler.sources import SourceSharing
@@ -224,3 +224,45 @@ def test_three_429s_across_campaigns_open_the_sources_breaker_for_all_with_one_p
         sharing.adopt_breakers(c.namespace, c.name, folded, c.spec)
         states[c.name] = effective(folded["llm"], after_cooldown, cooldown_of(c.spec, "llm"))
     assert states == {"a": BreakerState.HALF_OPEN, "b": BreakerState.OPEN, "c": BreakerState.OPEN}
+
+
+def test_a_missing_source_is_named_with_its_field_and_fix_until_it_appears() -> None:
+    kube = FakeKube()
+    sharing = SourceSharing(kube)
+    a = campaign("a")
+    report(sharing, a)
+    sharing.run(served(a), T0)
+    problem = sharing.problems_for(a.namespace, a.name, a.spec)["llm"]
+    assert (problem.index, problem.reason) == (0, ConditionReason.SOURCE_NOT_FOUND)
+    assert "no Source team-openai in namespace team-a" in problem.fix
+    kube.add(SOURCES, source_body())
+    sharing.run(served(a), T0 + dt.timedelta(seconds=5))
+    assert sharing.problems_for(a.namespace, a.name, a.spec) == {}
+
+
+def test_a_cluster_source_not_listing_the_namespace_is_named_for_that_campaign_only() -> None:
+    kube = FakeKube()
+    body = source_body(name="vllm", namespace="", namespaces=["team-a"])
+    body["kind"] = "ClusterSource"
+    del body["metadata"]["namespace"]
+    kube.add(CLUSTER_SOURCES, body)
+    sharing = SourceSharing(kube)
+    ref = {"kind": "ClusterSource", "name": "vllm"}
+    ours, theirs = campaign("a", ref=ref), campaign("b", namespace="team-b", ref=ref)
+    report(sharing, ours, theirs)
+    sharing.run(served(ours, theirs), T0)
+    assert sharing.problems_for(ours.namespace, ours.name, ours.spec) == {}
+    problem = sharing.problems_for(theirs.namespace, theirs.name, theirs.spec)["llm"]
+    assert problem.reason is ConditionReason.SOURCE_NOT_ALLOWED
+    assert "does not serve namespace team-b" in problem.fix and "spec.namespaces" in problem.fix
+
+
+def test_a_failed_read_keeps_what_was_known_of_the_source() -> None:
+    kube = FakeKube()
+    sharing = SourceSharing(kube)
+    a = campaign("a")
+    report(sharing, a)
+    sharing.run(served(a), T0)
+    kube.fail = lambda call: ApiError(503, "Unavailable", "down") if call.method == "GET" else None
+    sharing.run(served(a), T0 + dt.timedelta(seconds=5))
+    assert set(sharing.problems_for(a.namespace, a.name, a.spec)) == {"llm"}

@@ -139,6 +139,7 @@ class ConditionType(StrEnum):
     WORKERS_FAILING = "WorkersFailing"
     ERROR_THRESHOLD = "ErrorThreshold"
     WAITING_FOR_QUOTA = "WaitingForQuota"
+    SOURCE_UNRESOLVED = "SourceUnresolved"
 
 
 class ConditionReason(StrEnum):
@@ -204,3 +205,8 @@ class ConditionReason(StrEnum):
     NO_WORKER_QUEUED = "NoWorkerQueued"
     QUEUED_BY_KUEUE = "QueuedByKueue"
     LOCAL_QUEUE_NOT_FOUND = "LocalQueueNotFound"
+    # SourceUnresolved (spec.sources[].sourceRef): every Source named exists and serves the campaign's
+    # namespace; or one does not exist; or a ClusterSource does not list the namespace.
+    SOURCES_RESOLVED = "SourcesResolved"
+    SOURCE_NOT_FOUND = "SourceNotFound"
+    SOURCE_NOT_ALLOWED = "SourceNotAllowed"

@@ -35,7 +35,7 @@ from pydantic import ValidationError
 
 from shardops.api.campaign import CampaignSpec, SourceCooldown, SourceShare
 from shardops.api.common import JSON
-from shardops.api.enums import BreakerState, SourceKind
+from shardops.api.enums import BreakerState, ConditionReason, SourceKind
 from shardops.api.shared_sources import (
     CampaignShare,
     ClusterSharedSource,
@@ -54,6 +54,7 @@ from shardops.logic.breaker import (
     holds,
     shared_state,
 )
+from shardops.logic.conditions import SourceProblem
 from shardops.logic.shares import Granted, Rates, fair_shares, hand_over, serving_order, settle_time
 from shardops.state.breakers import cooldown_of
 from shardops.state.sources import Endpoint, SourceClaim, SourceKey, share_entries
@@ -79,6 +80,9 @@ class SourceSharing:
         self._holding: dict[SourceKey, set[str]] = {}
         # A wait one campaign was told (Retry-After) is every campaign's on that Source.
         self._cooling: dict[CampaignKey, dict[str, SourceCooldown]] = {}
+        # Per campaign and source name: why its sourceRef names no Source that serves it (a Source
+        # missing, a ClusterSource not listing its namespace), for its SourceUnresolved condition.
+        self._problems: dict[CampaignKey, dict[str, Unresolved]] = {}
         # Campaigns that reported since this process started: raises wait until every one served has.
         self._reported: set[CampaignKey] = set()
 
@@ -100,7 +104,14 @@ class SourceSharing:
 
     def _drop(self, key: CampaignKey) -> None:
         """What is kept of a campaign (the lock held)."""
-        for kept in (self._claims, self._decided, self._endpoints, self._breakers, self._cooling):
+        for kept in (
+            self._claims,
+            self._decided,
+            self._endpoints,
+            self._breakers,
+            self._cooling,
+            self._problems,
+        ):
             kept.pop(key, None)
 
     def shares_for(
@@ -111,6 +122,17 @@ class SourceSharing:
             decided = dict(self._decided.get((namespace, name), {}))
             endpoints = dict(self._endpoints.get((namespace, name), {}))
         return share_entries(previous, decided, now, endpoints)
+
+    def problems_for(self, namespace: str, name: str, spec: CampaignSpec) -> dict[str, SourceProblem]:
+        """Why each of the campaign's sourceRefs serves it no Source, by source name (none: all do)."""
+        with self._lock:
+            unresolved = dict(self._problems.get((namespace, name), {}))
+        index = {source.name: i for i, source in enumerate(spec.sources or [])}
+        return {
+            source: SourceProblem(index[source], problem.reason, problem.fix)
+            for source, problem in unresolved.items()
+            if source in index
+        }
 
     def adopt_breakers(
         self, namespace: str, name: str, states: dict[str, SourceBreaker], spec: CampaignSpec
@@ -137,6 +159,7 @@ class SourceSharing:
         with self._lock:
             claims = {key: list(value) for key, value in self._claims.items()}
             decided = {key: dict(value) for key, value in self._decided.items()}
+            problems = {key: dict(value) for key, value in self._problems.items()}
             warm = set(served) <= self._reported
         by_source: dict[SourceKey, list[SourceClaim]] = {}
         for campaign_claims in claims.values():
@@ -146,6 +169,7 @@ class SourceSharing:
         new_endpoints: dict[CampaignKey, dict[str, Endpoint]] = {}
         new_breakers: dict[CampaignKey, dict[str, BreakerVerdict]] = {}
         new_cooling: dict[CampaignKey, dict[str, SourceCooldown]] = {}
+        new_problems: dict[CampaignKey, dict[str, Unresolved]] = {}
         for source_key in sorted(by_source):
             waits = [
                 c.cooling_until for c in by_source[source_key] if c.cooling_until and c.cooling_until > now
@@ -159,15 +183,23 @@ class SourceSharing:
                     )
             endpoint: Endpoint | None = None
             verdicts: dict[str, BreakerVerdict] = {}
+            unresolved: dict[str, Unresolved] | None
             try:
-                decisions, endpoint, verdicts = self._share(
+                decisions, endpoint, verdicts, unresolved = self._share(
                     source_key, by_source[source_key], decided, warm, now
                 )
             except ApiError as error:
                 log.warning("%s: shares not handed out this pass: %s", source_key.describe(), error)
-                decisions = {}
+                decisions, unresolved = {}, None  # not read: what was known of it stands
             for claim in by_source[source_key]:
                 namespace, name = claim.claimant.campaign.split("/", 1)
+                problem = (
+                    problems.get((namespace, name), {}).get(claim.source)
+                    if unresolved is None
+                    else unresolved.get(claim.claimant.campaign)
+                )
+                if problem is not None:
+                    new_problems.setdefault((namespace, name), {})[claim.source] = problem
                 if claim.claimant.campaign in decisions:
                     new_decisions.setdefault((namespace, name), {})[claim.source] = decisions[
                         claim.claimant.campaign
@@ -185,6 +217,7 @@ class SourceSharing:
                     self._endpoints[key] = new_endpoints.get(key, {})
                     self._breakers[key] = new_breakers.get(key, {})
                     self._cooling[key] = new_cooling.get(key, {})
+                    self._problems[key] = new_problems.get(key, {})
 
     def _share(
         self,
@@ -193,12 +226,18 @@ class SourceSharing:
         decided: Mapping[CampaignKey, Mapping[str, Rates]],
         warm: bool,
         now: dt.datetime,
-    ) -> tuple[dict[str, Rates], Endpoint | None, dict[str, BreakerVerdict]]:
+    ) -> tuple[dict[str, Rates], Endpoint | None, dict[str, BreakerVerdict], dict[str, Unresolved]]:
         body = self._read(source_key)
         if body is None:
             # No such Source: nobody gets a share of it (its campaigns' workers wait for one).
             zero = Rates(0.0, 0.0)
-            return {claim.claimant.campaign: zero for claim in source_claims}, None, {}
+            missing = Unresolved(ConditionReason.SOURCE_NOT_FOUND, _not_found(source_key))
+            return (
+                {claim.claimant.campaign: zero for claim in source_claims},
+                None,
+                {},
+                {claim.claimant.campaign: missing for claim in source_claims},
+            )
         resource, status = self._parse(source_key, body)
         spec = resource.spec
         # A ClusterSource's key Secret is in the operator's namespace, which a worker pod cannot read
@@ -220,6 +259,15 @@ class SourceSharing:
             if not isinstance(resource, ClusterSharedSource)
             or resource.spec.serves(claim.claimant.campaign.split("/", 1)[0])
         ]
+        unresolved = {
+            claim.claimant.campaign: Unresolved(
+                ConditionReason.SOURCE_NOT_ALLOWED,
+                _not_allowed(source_key, claim.claimant.campaign.split("/", 1)[0]),
+            )
+            for claim in source_claims
+            if isinstance(resource, ClusterSharedSource)
+            and not resource.spec.serves(claim.claimant.campaign.split("/", 1)[0])
+        }
         targets = fair_shares(limits, [claim.claimant for claim in eligible])
         granted: dict[str, Granted] = {}
         for claim in source_claims:
@@ -262,7 +310,7 @@ class SourceSharing:
         )
         if new_status != status:
             self._write_status(source_key, new_status)
-        return {campaign: g.rates for campaign, g in shares.items()}, endpoint, verdicts
+        return {campaign: g.rates for campaign, g in shares.items()}, endpoint, verdicts, unresolved
 
     def _breaker(
         self,
@@ -349,6 +397,35 @@ class SourceSharing:
             {"status": status.to_dict()},
             subresource="status",
         )
+
+
+@dataclass(frozen=True)
+class Unresolved:
+    """Why a Source serves no share to a campaign that names it, and what to do."""
+
+    reason: ConditionReason
+    fix: str
+
+
+def _not_found(source_key: SourceKey) -> str:
+    if source_key.kind is SourceKind.SOURCE:
+        return (
+            f"no Source {source_key.name} in namespace {source_key.namespace}: create a Source named "
+            f"{source_key.name} there (kubectl apply -n {source_key.namespace} -f source.yaml), or name "
+            "one that exists (kubectl get sources)"
+        )
+    return (
+        f"no ClusterSource {source_key.name}: ask an administrator to create it, or name a Source "
+        "that exists (kubectl get sources,clustersources)"
+    )
+
+
+def _not_allowed(source_key: SourceKey, namespace: str) -> str:
+    return (
+        f"ClusterSource {source_key.name} does not serve namespace {namespace}: an administrator adds "
+        f"{namespace} to its spec.namespaces (kubectl edit clustersource {source_key.name}), or name "
+        "another Source"
+    )
 
 
 @dataclass(frozen=True)
