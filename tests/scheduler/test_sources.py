@@ -9,7 +9,7 @@ from typing import Any
 from shardops.api.campaign import BreakerStatus, Campaign, SourceCooldown
 from shardops.api.enums import BreakerState, ConditionReason
 from shardops.api.names import API_GROUP_VERSION
-from shardops.k8s.api import CLUSTER_SOURCES, SOURCES, ApiError
+from shardops.k8s.api import CLUSTER_SOURCES, SECRETS, SOURCES, ApiError
 from shardops.logic.breaker import CLOSED_BREAKER, SourceBreaker, effective
 from shardops.logic.shares import SETTLE_MARGIN
 from shardops.scheduler.sources import SourceSharing
@@ -266,3 +266,53 @@ def test_a_failed_read_keeps_what_was_known_of_the_source() -> None:
     kube.fail = lambda call: ApiError(503, "Unavailable", "down") if call.method == "GET" else None
     sharing.run(served(a), T0 + dt.timedelta(seconds=5))
     assert set(sharing.problems_for(a.namespace, a.name, a.spec)) == {"llm"}
+
+
+def _ready(
+    kube: FakeKube, resource: Any = SOURCES, namespace: str = "team-a", name: str = "team-openai"
+) -> Any:
+    conditions = kube.obj(resource, namespace, name)["status"]["conditions"]  # type: ignore[index]
+    return next((c["status"], c["reason"], c["message"]) for c in conditions if c["type"] == "Ready")
+
+
+def test_a_sources_missing_key_secret_makes_it_not_ready_naming_the_fix_and_is_written_once() -> None:
+    kube = FakeKube()
+    kube.add(SOURCES, source_body(apiKeySecret={"name": "openai", "key": "api-key"}))
+    sharing = SourceSharing(kube)
+    a = campaign("a")
+    report(sharing, a)
+    sharing.run(served(a), T0)
+    status, reason, message = _ready(kube)
+    assert (status, reason) == ("False", "KeySecretMissing")
+    assert "spec.apiKeySecret: no Secret openai in namespace team-a" in message
+    assert "kubectl -n team-a create secret generic openai --from-literal=api-key=" in message
+    writes = len(kube.writes_to("sources"))
+    sharing.run(served(a), T0 + dt.timedelta(seconds=5))
+    assert len(kube.writes_to("sources")) == writes, "unchanged: not written again"
+    kube.add(
+        SECRETS,
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "openai", "namespace": "team-a"},
+            "data": {"api-key": "eA=="},
+        },
+    )
+    sharing.run(served(a), T0 + dt.timedelta(seconds=10))
+    assert _ready(kube)[:2] == ("True", "SourceUsable")
+
+
+def test_a_cluster_source_listing_no_namespace_is_not_ready() -> None:
+    kube = FakeKube()
+    body = source_body(name="vllm", namespace="")
+    body["kind"] = "ClusterSource"
+    del body["metadata"]["namespace"]
+    kube.add(CLUSTER_SOURCES, body)
+    sharing = SourceSharing(kube)
+    a = campaign("a", ref={"kind": "ClusterSource", "name": "vllm"})
+    report(sharing, a)
+    sharing.run(served(a), T0)
+    assert _ready(kube, CLUSTER_SOURCES, "", "vllm")[:2] == ("False", "NoNamespaces")
+    assert (
+        sharing.problems_for(a.namespace, a.name, a.spec)["llm"].reason is ConditionReason.SOURCE_NOT_ALLOWED
+    )

@@ -210,3 +210,8 @@ class ConditionReason(StrEnum):
     SOURCES_RESOLVED = "SourcesResolved"
     SOURCE_NOT_FOUND = "SourceNotFound"
     SOURCE_NOT_ALLOWED = "SourceNotAllowed"
+    # Ready of a Source or ClusterSource: usable; its key Secret (or the key in it) is missing; a
+    # ClusterSource that lists no namespace serves nobody.
+    SOURCE_USABLE = "SourceUsable"
+    KEY_SECRET_MISSING = "KeySecretMissing"
+    NO_NAMESPACES = "NoNamespaces"

@@ -35,7 +35,8 @@ from pydantic import ValidationError
 
 from shardops.api.campaign import CampaignSpec, SourceCooldown, SourceShare
 from shardops.api.common import JSON
-from shardops.api.enums import BreakerState, ConditionReason, SourceKind
+from shardops.api.enums import BreakerState, ConditionReason, ConditionStatus, ConditionType, SourceKind
+from shardops.api.llm import SecretKeyRef
 from shardops.api.shared_sources import (
     CampaignShare,
     ClusterSharedSource,
@@ -44,7 +45,7 @@ from shardops.api.shared_sources import (
     SharedSourceStatus,
     SourceBreakerStatus,
 )
-from shardops.k8s.api import CLUSTER_SOURCES, SOURCES, ApiError, KubeClient, NotFound
+from shardops.k8s.api import CLUSTER_SOURCES, SECRETS, SOURCES, ApiError, Forbidden, KubeClient, NotFound
 from shardops.logic.breaker import (
     CLOSED_BREAKER,
     BreakerPolicy,
@@ -54,8 +55,9 @@ from shardops.logic.breaker import (
     holds,
     shared_state,
 )
-from shardops.logic.conditions import SourceProblem
+from shardops.logic.conditions import DesiredCondition, SourceProblem
 from shardops.logic.shares import Granted, Rates, fair_shares, hand_over, serving_order, settle_time
+from shardops.scheduler.builders import merge_conditions
 from shardops.state.breakers import cooldown_of
 from shardops.state.sources import Endpoint, SourceClaim, SourceKey, share_entries
 
@@ -288,6 +290,7 @@ class SourceSharing:
         lowered_at = max([*lowered, *([status.lowered_at] if status.lowered_at else [])], default=None)
         by_campaign = {claim.claimant.campaign: claim.claimant for claim in source_claims}
         breaker, verdicts = self._breaker(source_key, spec, status, eligible, now)
+        ready = merge_conditions(status.conditions, [self._ready(resource)], now, resource.generation)
         new_status = status.model_copy(
             update={
                 "observed_generation": resource.generation,
@@ -296,6 +299,7 @@ class SourceSharing:
                 "granted_tokens_per_minute": _total(shares.values(), 1),
                 "lowered_at": lowered_at,
                 "breaker": breaker,
+                "conditions": ready,
                 "shares": [
                     CampaignShare(
                         campaign=campaign,
@@ -369,6 +373,34 @@ class SourceSharing:
             verdicts,
         )
 
+    def _ready(self, resource: SharedSource | ClusterSharedSource) -> DesiredCondition:
+        """Ready of the Source: False naming the fix when a ClusterSource lists no namespace or a
+        Source's key Secret (or the key in it) is missing. One GET of that Secret per sharing pass;
+        an operator not allowed to read it takes the Secret as there (its workers' pods would say)."""
+        if isinstance(resource, ClusterSharedSource):
+            if not resource.spec.namespaces:
+                return DesiredCondition(
+                    ConditionType.READY,
+                    ConditionStatus.FALSE,
+                    ConditionReason.NO_NAMESPACES,
+                    f"spec.namespaces lists none, so it serves no campaign: list them (or '*') with "
+                    f"kubectl edit clustersource {resource.name}",
+                )
+            return _usable()
+        secret = resource.spec.api_key_secret
+        if secret is None:
+            return _usable()
+        namespace = resource.namespace
+        try:
+            body = self.kube.get(SECRETS, namespace, secret.name)
+        except Forbidden:
+            return _usable()
+        except NotFound:
+            return _key_missing(f"no Secret {secret.name} in namespace {namespace}", namespace, secret)
+        if secret.key not in (body.get("data") or {}) and secret.key not in (body.get("stringData") or {}):
+            return _key_missing(f"Secret {secret.name} has no key {secret.key}", namespace, secret)
+        return _usable()
+
     def _read(self, source_key: SourceKey) -> JSON | None:
         resource = SOURCES if source_key.kind is SourceKind.SOURCE else CLUSTER_SOURCES
         try:
@@ -397,6 +429,25 @@ class SourceSharing:
             {"status": status.to_dict()},
             subresource="status",
         )
+
+
+def _usable() -> DesiredCondition:
+    return DesiredCondition(
+        ConditionType.READY,
+        ConditionStatus.TRUE,
+        ConditionReason.SOURCE_USABLE,
+        "campaigns that name it get a share of its limits",
+    )
+
+
+def _key_missing(what: str, namespace: str, secret: SecretKeyRef) -> DesiredCondition:
+    return DesiredCondition(
+        ConditionType.READY,
+        ConditionStatus.FALSE,
+        ConditionReason.KEY_SECRET_MISSING,
+        f"spec.apiKeySecret: {what}, so its workers cannot call it: kubectl -n {namespace} create secret "
+        f"generic {secret.name} --from-literal={secret.key}=<api key>",
+    )
 
 
 @dataclass(frozen=True)
