@@ -36,6 +36,13 @@ def source_body(name: str = "team-openai", namespace: str = "team-a", **spec: An
     }
 
 
+def cluster_source_body(**spec: Any) -> dict[str, Any]:
+    body = source_body(name="vllm", **spec)
+    body["kind"] = "ClusterSource"
+    del body["metadata"]["namespace"]
+    return body
+
+
 def campaign(
     name: str,
     share: float | None = None,
@@ -137,10 +144,7 @@ def test_no_raise_after_a_restart_until_every_campaign_reported() -> None:
 
 def test_a_cluster_source_shares_only_with_the_namespaces_it_lists() -> None:
     kube = FakeKube()
-    body = source_body(name="vllm", namespace="", namespaces=["team-a"])
-    body["kind"] = "ClusterSource"
-    del body["metadata"]["namespace"]
-    kube.add(CLUSTER_SOURCES, body)
+    kube.add(CLUSTER_SOURCES, cluster_source_body(namespaces=["team-a"]))
     sharing = SourceSharing(kube)
     ref = {"kind": "ClusterSource", "name": "vllm"}
     ours, theirs = campaign("a", ref=ref), campaign("b", namespace="team-b", ref=ref)
@@ -148,6 +152,10 @@ def test_a_cluster_source_shares_only_with_the_namespaces_it_lists() -> None:
     sharing.run(served(ours, theirs), T0)
     assert shares(sharing, ours) == {"llm": 120.0}
     assert shares(sharing, theirs) == {}, "not listed: no share, its workers do not call"
+    assert sharing.problems_for(ours.namespace, ours.name, ours.spec) == {}
+    problem = sharing.problems_for(theirs.namespace, theirs.name, theirs.spec)["llm"]
+    assert problem.reason is ConditionReason.SOURCE_NOT_ALLOWED
+    assert "does not serve namespace team-b" in problem.fix and "spec.namespaces" in problem.fix
 
 
 def test_a_missing_source_gives_no_share() -> None:
@@ -235,37 +243,13 @@ def test_a_missing_source_is_named_with_its_field_and_fix_until_it_appears() -> 
     problem = sharing.problems_for(a.namespace, a.name, a.spec)["llm"]
     assert (problem.index, problem.reason) == (0, ConditionReason.SOURCE_NOT_FOUND)
     assert "no Source team-openai in namespace team-a" in problem.fix
-    kube.add(SOURCES, source_body())
-    sharing.run(served(a), T0 + dt.timedelta(seconds=5))
-    assert sharing.problems_for(a.namespace, a.name, a.spec) == {}
-
-
-def test_a_cluster_source_not_listing_the_namespace_is_named_for_that_campaign_only() -> None:
-    kube = FakeKube()
-    body = source_body(name="vllm", namespace="", namespaces=["team-a"])
-    body["kind"] = "ClusterSource"
-    del body["metadata"]["namespace"]
-    kube.add(CLUSTER_SOURCES, body)
-    sharing = SourceSharing(kube)
-    ref = {"kind": "ClusterSource", "name": "vllm"}
-    ours, theirs = campaign("a", ref=ref), campaign("b", namespace="team-b", ref=ref)
-    report(sharing, ours, theirs)
-    sharing.run(served(ours, theirs), T0)
-    assert sharing.problems_for(ours.namespace, ours.name, ours.spec) == {}
-    problem = sharing.problems_for(theirs.namespace, theirs.name, theirs.spec)["llm"]
-    assert problem.reason is ConditionReason.SOURCE_NOT_ALLOWED
-    assert "does not serve namespace team-b" in problem.fix and "spec.namespaces" in problem.fix
-
-
-def test_a_failed_read_keeps_what_was_known_of_the_source() -> None:
-    kube = FakeKube()
-    sharing = SourceSharing(kube)
-    a = campaign("a")
-    report(sharing, a)
-    sharing.run(served(a), T0)
     kube.fail = lambda call: ApiError(503, "Unavailable", "down") if call.method == "GET" else None
     sharing.run(served(a), T0 + dt.timedelta(seconds=5))
-    assert set(sharing.problems_for(a.namespace, a.name, a.spec)) == {"llm"}
+    assert set(sharing.problems_for(a.namespace, a.name, a.spec)) == {"llm"}, "not read: it stands"
+    kube.fail = lambda call: None
+    kube.add(SOURCES, source_body())
+    sharing.run(served(a), T0 + dt.timedelta(seconds=10))
+    assert sharing.problems_for(a.namespace, a.name, a.spec) == {}
 
 
 def _ready(
@@ -304,10 +288,7 @@ def test_a_sources_missing_key_secret_makes_it_not_ready_naming_the_fix_and_is_w
 
 def test_a_cluster_source_listing_no_namespace_is_not_ready() -> None:
     kube = FakeKube()
-    body = source_body(name="vllm", namespace="")
-    body["kind"] = "ClusterSource"
-    del body["metadata"]["namespace"]
-    kube.add(CLUSTER_SOURCES, body)
+    kube.add(CLUSTER_SOURCES, cluster_source_body())
     sharing = SourceSharing(kube)
     a = campaign("a", ref={"kind": "ClusterSource", "name": "vllm"})
     report(sharing, a)
