@@ -299,7 +299,7 @@ def source_unresolved(problems: Sequence[SourceProblem]) -> DesiredCondition:
             ConditionType.SOURCE_UNRESOLVED,
             ConditionStatus.FALSE,
             ConditionReason.SOURCES_RESOLVED,
-            "every Source named in spec.sources[].sourceRef serves this campaign",
+            "no Source named in spec.sources[].sourceRef is missing or refuses this namespace",
         )
     ordered = sorted(problems, key=lambda p: p.index)
     message = "; ".join(f"spec.sources[{p.index}].sourceRef: {p.fix}" for p in ordered)
