@@ -6,7 +6,10 @@ feeds them. A campaign's pass reports its claims (`report`) and writes the share
 into its own status (`shares_for`): that status is what its workers read and what a restarted
 operator starts from. The sharing pass, every `interval` seconds on the leader:
 
-* reads each referenced Source or ClusterSource (one GET each: reads, no writes);
+* reads each referenced Source or ClusterSource (one GET each, and one of a Source's key Secret for
+  its Ready condition: reads, no writes);
+* names, per campaign, a sourceRef whose Source does not exist or whose ClusterSource does not list
+  the campaign's namespace (`problems_for`: its pass sets the SourceUnresolved condition);
 * takes as granted, per campaign, the larger of what its status says and what was last decided for
   it (a decided raise may be written already though not reported yet), and, for campaigns the
   Source's status lists that have not reported since this process started, what the Source lists;
