@@ -15,7 +15,7 @@ from testbed.upstream import Behaviour, llm_server
 
 from e2e.test_llm_worker import API_KEY, SECRET, SOURCE, llm_campaign, most_in_a_window, pod_of, secret
 from shardops.api.common import JSON
-from shardops.k8s.api import SOURCES, Kube
+from shardops.k8s.api import JOBS, SOURCES, Kube
 
 pytestmark = pytest.mark.usefixtures("crds_installed", "local_cluster")
 
@@ -129,3 +129,47 @@ def test_three_campaigns_share_one_sources_limit(bed: Bed) -> None:
         assert abs(by_campaign[name] / total - expected) <= 0.1 * expected + 0.02, (name, by_campaign)
     assert after["shared-b"] == 0, "a suspended campaign sends nothing once its share is given away"
     assert after["shared-c"] > after["shared-a"] > 0
+
+
+def source_unresolved(bed: Bed, name: str) -> JSON | None:
+    conditions = (bed.get_campaign(name).get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c["type"] == "SourceUnresolved"), None)
+
+
+def test_a_campaign_naming_a_missing_source_says_so_until_it_exists(bed: Bed) -> None:
+    kube = bed.kube
+    secret(kube, bed.namespace, SECRET, API_KEY)
+    with llm_server(Behaviour(api_key=API_KEY)) as server, bed.operator():
+        bed.create_campaign(
+            llm_campaign(
+                "unresolved",
+                [{"q": f"q {n}"} for n in range(2)],
+                server.base_url,
+                sources=[{"name": SOURCE, "sourceRef": {"name": "later"}}],
+            )
+        )
+        missing = wait_for(
+            "SourceUnresolved to be True",
+            lambda: (c := source_unresolved(bed, "unresolved")) and c["status"] == "True" and c,
+            timeout=60,
+            interval=1,
+        )
+        assert missing["reason"] == "SourceNotFound"
+        assert missing["message"].startswith(
+            f"spec.sources[0].sourceRef: no Source later in namespace {bed.namespace}"
+        )
+        [event] = bed.wait_campaign_events("unresolved", "SourceNotFound", 1)
+        assert "spec.sources[0].sourceRef" in event["note"]
+        assert kube.list(JOBS, bed.namespace) == [], "no worker before the Source exists"
+        body = source("later")
+        body["spec"]["baseUrl"] = server.base_url
+        body["spec"]["apiKeySecret"] = {"name": SECRET}
+        kube.request("POST", f"/apis/shardops.dev/v1alpha1/namespaces/{bed.namespace}/sources", body=body)
+        resolved = wait_for(
+            "SourceUnresolved to clear",
+            lambda: (c := source_unresolved(bed, "unresolved")) and c["status"] == "False" and c,
+            timeout=60,
+            interval=1,
+        )
+        assert resolved["reason"] == "SourcesResolved"
+        bed.patch_spec("unresolved", {"suspend": True})

@@ -301,3 +301,32 @@ def test_the_plan_names_a_job_kueue_holds_as_waiting_for_quota_not_a_full_cluste
     )
     assert "0 stuck Pending, 1 held by Kueue for quota" in text
     assert "ClusterFull" not in text and "WorkersFailing" not in text
+
+
+def test_the_plan_names_a_source_that_does_not_exist_as_its_limit() -> None:
+    llm = {
+        "baseUrl": "http://own/v1",
+        "model": "m",
+        "messages": [{"role": "user", "content": "{{ item.n }}"}],
+    }
+    fix = "spec.sources[0].sourceRef: no Source team in namespace ns: create a Source named team there"
+    condition = {
+        "type": "SourceUnresolved",
+        "status": "True",
+        "reason": "SourceNotFound",
+        "message": f"{fix}; its workers wait until then",
+        "lastTransitionTime": t(60),
+    }
+    campaign = Campaign.parse(
+        campaign_body(
+            items=2,
+            sources=[{"name": "team", "sourceRef": {"name": "team"}}],
+            worker={"image": "img", "command": ["shardops", "llm"], "llm": llm},
+            status={"conditions": [condition]},
+        )
+    )
+    shards = parse_shards([shard_body("papers", i, "Pending") for i in range(2)])
+    view = plan_view(campaign, shards, [], [], {}, NOW, 2)
+    assert view.plan.reason is LimitReason.SOURCE_UNRESOLVED and view.plan.start_workers == ()
+    limited = next(line for line in render_plan(view).splitlines() if line.startswith("Limited by:"))
+    assert limited.startswith(f"Limited by: SourceUnresolved: {fix}")

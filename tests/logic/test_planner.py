@@ -541,3 +541,11 @@ def test_a_queue_that_does_not_exist_comes_before_waiting_for_quota() -> None:
     plan = plan_dispatch(missing)
     assert plan.reason is LimitReason.QUEUE_NOT_FOUND and len(plan.start_workers) == 0
     assert plan.message.startswith("spec.worker.queueName nope: no LocalQueue nope")
+
+
+def test_a_source_that_does_not_serve_the_campaign_starts_no_worker_and_says_the_fix() -> None:
+    fix = "spec.sources[0].sourceRef: no Source team in namespace a: create it"
+    held = replace(inputs(pending(2), alive_jobs=0, running_pods=0), source_unresolved=fix)
+    plan = plan_dispatch(held)
+    assert plan.reason is LimitReason.SOURCE_UNRESOLVED and len(plan.start_workers) == 0
+    assert plan.message.startswith(fix)

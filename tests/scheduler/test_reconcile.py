@@ -7,6 +7,7 @@ from shardops.k8s.api import (
     JOBS,
     PODS,
     SHARDS,
+    SOURCES,
 )
 from tests.schedulerkit import (
     NAMESPACE,
@@ -257,3 +258,38 @@ def test_a_worker_pod_that_cannot_start_turns_workers_failing_with_its_reason(
     assert "camp-worker-1-x" in failing["message"]
     assert condition(status_of(kube), "ClusterFull")["status"] == "False"
     assert names(kube, JOBS) == ["camp-worker-1"]
+
+
+# --- shared Sources -------------------------------------------------------------------------------------
+
+
+def test_a_source_ref_naming_no_source_is_a_condition_and_an_event_until_it_is_created(
+    kube: OperatorKube, clock: Clock
+) -> None:
+    put_campaign(kube, campaign(sources=[{"name": "llm", "sourceRef": {"name": "team-openai"}}]))
+    operator = reconciler(kube, clock)
+    operator.reconcile(NAMESPACE, "camp")  # reports its claim
+    operator.sharing.run({(NAMESPACE, "camp")}, clock.now)
+    operator.reconcile(NAMESPACE, "camp")
+    unresolved = condition(status_of(kube), "SourceUnresolved")
+    assert (unresolved["status"], unresolved["reason"]) == ("True", "SourceNotFound")
+    assert unresolved["message"].startswith(
+        f"spec.sources[0].sourceRef: no Source team-openai in namespace {NAMESPACE}"
+    )
+    events = [e for (plural, _, _), e in kube.objects.items() if plural == "events"]
+    assert [(e["reason"], e["type"]) for e in events] == [("SourceNotFound", "Warning")]
+    assert "spec.sources[0].sourceRef" in events[0]["note"]
+    kube.put(
+        SOURCES,
+        NAMESPACE,
+        {
+            "apiVersion": "shardops.dev/v1alpha1",
+            "kind": "Source",
+            "metadata": {"name": "team-openai"},
+            "spec": {"baseUrl": "http://upstream/v1", "model": "m"},
+        },
+    )
+    operator.sharing.run({(NAMESPACE, "camp")}, clock.now)
+    operator.reconcile(NAMESPACE, "camp")
+    resolved = condition(status_of(kube), "SourceUnresolved")
+    assert (resolved["status"], resolved["reason"]) == ("False", "SourcesResolved")

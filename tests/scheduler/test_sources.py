@@ -7,9 +7,9 @@ import datetime as dt
 from typing import Any
 
 from shardops.api.campaign import BreakerStatus, Campaign, SourceCooldown
-from shardops.api.enums import BreakerState
+from shardops.api.enums import BreakerState, ConditionReason
 from shardops.api.names import API_GROUP_VERSION
-from shardops.k8s.api import CLUSTER_SOURCES, SOURCES
+from shardops.k8s.api import CLUSTER_SOURCES, SECRETS, SOURCES, ApiError
 from shardops.logic.breaker import CLOSED_BREAKER, SourceBreaker, effective
 from shardops.logic.shares import SETTLE_MARGIN
 from shardops.scheduler.sources import SourceSharing
@@ -34,6 +34,13 @@ def source_body(name: str = "team-openai", namespace: str = "team-a", **spec: An
             **spec,
         },
     }
+
+
+def cluster_source_body(**spec: Any) -> dict[str, Any]:
+    body = source_body(name="vllm", **spec)
+    body["kind"] = "ClusterSource"
+    del body["metadata"]["namespace"]
+    return body
 
 
 def campaign(
@@ -137,10 +144,7 @@ def test_no_raise_after_a_restart_until_every_campaign_reported() -> None:
 
 def test_a_cluster_source_shares_only_with_the_namespaces_it_lists() -> None:
     kube = FakeKube()
-    body = source_body(name="vllm", namespace="", namespaces=["team-a"])
-    body["kind"] = "ClusterSource"
-    del body["metadata"]["namespace"]
-    kube.add(CLUSTER_SOURCES, body)
+    kube.add(CLUSTER_SOURCES, cluster_source_body(namespaces=["team-a"]))
     sharing = SourceSharing(kube)
     ref = {"kind": "ClusterSource", "name": "vllm"}
     ours, theirs = campaign("a", ref=ref), campaign("b", namespace="team-b", ref=ref)
@@ -148,6 +152,10 @@ def test_a_cluster_source_shares_only_with_the_namespaces_it_lists() -> None:
     sharing.run(served(ours, theirs), T0)
     assert shares(sharing, ours) == {"llm": 120.0}
     assert shares(sharing, theirs) == {}, "not listed: no share, its workers do not call"
+    assert sharing.problems_for(ours.namespace, ours.name, ours.spec) == {}
+    problem = sharing.problems_for(theirs.namespace, theirs.name, theirs.spec)["llm"]
+    assert problem.reason is ConditionReason.SOURCE_NOT_ALLOWED
+    assert "does not serve namespace team-b" in problem.fix and "spec.namespaces" in problem.fix
 
 
 def test_a_missing_source_gives_no_share() -> None:
@@ -224,3 +232,68 @@ def test_three_429s_across_campaigns_open_the_sources_breaker_for_all_with_one_p
         sharing.adopt_breakers(c.namespace, c.name, folded, c.spec)
         states[c.name] = effective(folded["llm"], after_cooldown, cooldown_of(c.spec, "llm"))
     assert states == {"a": BreakerState.HALF_OPEN, "b": BreakerState.OPEN, "c": BreakerState.OPEN}
+
+
+def test_a_missing_source_is_named_with_its_field_and_fix_until_it_appears() -> None:
+    kube = FakeKube()
+    sharing = SourceSharing(kube)
+    a = campaign("a")
+    report(sharing, a)
+    sharing.run(served(a), T0)
+    problem = sharing.problems_for(a.namespace, a.name, a.spec)["llm"]
+    assert (problem.index, problem.reason) == (0, ConditionReason.SOURCE_NOT_FOUND)
+    assert "no Source team-openai in namespace team-a" in problem.fix
+    kube.fail = lambda call: ApiError(503, "Unavailable", "down") if call.method == "GET" else None
+    sharing.run(served(a), T0 + dt.timedelta(seconds=5))
+    assert set(sharing.problems_for(a.namespace, a.name, a.spec)) == {"llm"}, "not read: it stands"
+    kube.fail = lambda call: None
+    kube.add(SOURCES, source_body())
+    sharing.run(served(a), T0 + dt.timedelta(seconds=10))
+    assert sharing.problems_for(a.namespace, a.name, a.spec) == {}
+
+
+def _ready(
+    kube: FakeKube, resource: Any = SOURCES, namespace: str = "team-a", name: str = "team-openai"
+) -> Any:
+    conditions = kube.obj(resource, namespace, name)["status"]["conditions"]  # type: ignore[index]
+    return next((c["status"], c["reason"], c["message"]) for c in conditions if c["type"] == "Ready")
+
+
+def test_a_sources_missing_key_secret_makes_it_not_ready_naming_the_fix_and_is_written_once() -> None:
+    kube = FakeKube()
+    kube.add(SOURCES, source_body(apiKeySecret={"name": "openai", "key": "api-key"}))
+    sharing = SourceSharing(kube)
+    a = campaign("a")
+    report(sharing, a)
+    sharing.run(served(a), T0)
+    status, reason, message = _ready(kube)
+    assert (status, reason) == ("False", "KeySecretMissing")
+    assert "spec.apiKeySecret: no Secret openai in namespace team-a" in message
+    assert "kubectl -n team-a create secret generic openai --from-literal=api-key=" in message
+    writes = len(kube.writes_to("sources"))
+    sharing.run(served(a), T0 + dt.timedelta(seconds=5))
+    assert len(kube.writes_to("sources")) == writes, "unchanged: not written again"
+    kube.add(
+        SECRETS,
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "openai", "namespace": "team-a"},
+            "data": {"api-key": "eA=="},
+        },
+    )
+    sharing.run(served(a), T0 + dt.timedelta(seconds=10))
+    assert _ready(kube)[:2] == ("True", "SourceUsable")
+
+
+def test_a_cluster_source_listing_no_namespace_is_not_ready() -> None:
+    kube = FakeKube()
+    kube.add(CLUSTER_SOURCES, cluster_source_body())
+    sharing = SourceSharing(kube)
+    a = campaign("a", ref={"kind": "ClusterSource", "name": "vllm"})
+    report(sharing, a)
+    sharing.run(served(a), T0)
+    assert _ready(kube, CLUSTER_SOURCES, "", "vllm")[:2] == ("False", "NoNamespaces")
+    assert (
+        sharing.problems_for(a.namespace, a.name, a.spec)["llm"].reason is ConditionReason.SOURCE_NOT_ALLOWED
+    )

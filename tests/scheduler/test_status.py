@@ -9,6 +9,7 @@ from shardops.api.campaign import Campaign, FoldedShards
 from shardops.api.common import Condition
 from shardops.api.enums import CampaignPhase, ConditionReason, ShardPhase
 from shardops.api.shard import Shard
+from shardops.logic.conditions import SourceProblem
 from shardops.logic.planner import plan_dispatch
 from shardops.scheduler.history import fold_history
 from shardops.scheduler.observed import Observed
@@ -115,3 +116,30 @@ def test_a_loud_condition_is_news_when_it_turns_true_and_only_then() -> None:
     assert turned([_condition("WaitingForQuota", "False")], [queued]) == []
     missing = _condition("WaitingForQuota", "True", str(ConditionReason.LOCAL_QUEUE_NOT_FOUND))
     assert turned([_condition("WaitingForQuota", "False")], [missing]) == [missing]
+
+
+def _source_condition(seen: Observed, **overrides: object) -> Condition | None:
+    return desired_status(seen, _decided(seen, **overrides), NOW).status.condition("SourceUnresolved")
+
+
+def test_a_source_ref_naming_no_source_is_a_condition_naming_the_field_and_the_fix() -> None:
+    sources = [{"name": "plain"}, {"name": "llm", "sourceRef": {"name": "team"}}]
+    seen = _seen(_pending(0), sources=sources)
+    fix = "no Source team in namespace default: create a Source named team there"
+    problem = SourceProblem(1, ConditionReason.SOURCE_NOT_FOUND, fix)
+    missing = _source_condition(seen, source_problems={"llm": problem})
+    assert missing is not None
+    assert (missing.status, missing.reason) == ("True", "SourceNotFound")
+    assert missing.message.startswith(f"spec.sources[1].sourceRef: {fix}")
+    resolved = _source_condition(seen)
+    assert resolved is not None and (resolved.status, resolved.reason) == ("False", "SourcesResolved")
+    assert _source_condition(_seen(_pending(0))) is None, "no sourceRef: no such condition"
+
+
+def test_a_source_that_cannot_serve_the_campaign_is_news_with_each_reason() -> None:
+    resolved = _condition("SourceUnresolved", "False", str(ConditionReason.SOURCES_RESOLVED))
+    missing = _condition("SourceUnresolved", "True", str(ConditionReason.SOURCE_NOT_FOUND))
+    refused = _condition("SourceUnresolved", "True", str(ConditionReason.SOURCE_NOT_ALLOWED))
+    assert turned([resolved], [missing]) == [missing]
+    assert turned([missing], [refused]) == [refused]
+    assert turned([missing], [missing]) == []

@@ -139,6 +139,7 @@ class ConditionType(StrEnum):
     WORKERS_FAILING = "WorkersFailing"
     ERROR_THRESHOLD = "ErrorThreshold"
     WAITING_FOR_QUOTA = "WaitingForQuota"
+    SOURCE_UNRESOLVED = "SourceUnresolved"
 
 
 class ConditionReason(StrEnum):
@@ -204,3 +205,13 @@ class ConditionReason(StrEnum):
     NO_WORKER_QUEUED = "NoWorkerQueued"
     QUEUED_BY_KUEUE = "QueuedByKueue"
     LOCAL_QUEUE_NOT_FOUND = "LocalQueueNotFound"
+    # SourceUnresolved (spec.sources[].sourceRef): every Source named exists and serves the campaign's
+    # namespace; or one does not exist; or a ClusterSource does not list the namespace.
+    SOURCES_RESOLVED = "SourcesResolved"
+    SOURCE_NOT_FOUND = "SourceNotFound"
+    SOURCE_NOT_ALLOWED = "SourceNotAllowed"
+    # Ready of a Source or ClusterSource: usable; its key Secret (or the key in it) is missing; a
+    # ClusterSource that lists no namespace serves nobody.
+    SOURCE_USABLE = "SourceUsable"
+    KEY_SECRET_MISSING = "KeySecretMissing"
+    NO_NAMESPACES = "NoNamespaces"

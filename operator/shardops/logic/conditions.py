@@ -282,6 +282,35 @@ def waiting_for_quota(queue_missing: str | None, waiting: str | None) -> Desired
     )
 
 
+@dataclass(frozen=True)
+class SourceProblem:
+    """Why a campaign's source cannot use the shared Source its sourceRef names."""
+
+    index: int  # in spec.sources
+    reason: ConditionReason  # SourceNotFound or SourceNotAllowed
+    fix: str  # what is wrong and what to do
+
+
+def source_unresolved(problems: Sequence[SourceProblem]) -> DesiredCondition:
+    """True while a sourceRef names a Source that does not exist or a ClusterSource that does not serve
+    the campaign's namespace: that source's workers wait (nothing is lost) until it is fixed."""
+    if not problems:
+        return DesiredCondition(
+            ConditionType.SOURCE_UNRESOLVED,
+            ConditionStatus.FALSE,
+            ConditionReason.SOURCES_RESOLVED,
+            "no Source named in spec.sources[].sourceRef is missing or refuses this namespace",
+        )
+    ordered = sorted(problems, key=lambda p: p.index)
+    message = "; ".join(f"spec.sources[{p.index}].sourceRef: {p.fix}" for p in ordered)
+    return DesiredCondition(
+        ConditionType.SOURCE_UNRESOLVED,
+        ConditionStatus.TRUE,
+        ordered[0].reason,
+        f"{message}; its workers wait until then",
+    )
+
+
 def error_threshold(trip_message: str | None) -> DesiredCondition:
     """True (claims held) with the threshold, the class and an example shard; see logic.error_threshold."""
     if trip_message is None:

@@ -74,6 +74,8 @@ class LimitReason(StrEnum):
     QUEUE_NOT_FOUND = "QueueNotFound"
     # Kueue holds a worker Job suspended until its ClusterQueue has quota for it.
     WAITING_FOR_QUOTA = "WaitingForQuota"
+    # A shared Source named in spec.sources[].sourceRef does not exist or does not serve the namespace.
+    SOURCE_UNRESOLVED = "SourceUnresolved"
 
 
 # When several limits apply, the plan's `reason` is the first of these: the one a person would
@@ -82,6 +84,7 @@ _PRECEDENCE = (
     LimitReason.SUSPENDED,
     LimitReason.BUDGET,
     LimitReason.WORKERS_FAILING,
+    LimitReason.SOURCE_UNRESOLVED,
     LimitReason.QUEUE_NOT_FOUND,
     LimitReason.WAITING_FOR_QUOTA,
     LimitReason.CLUSTER_FULL,
@@ -160,6 +163,9 @@ class DispatchInputs:
     cooldowns: Mapping[str, datetime] = field(default_factory=dict)
     # Why `suspended` holds when it is not spec.suspend (the error threshold), for the texts.
     hold: str | None = None
+    # A sourceRef whose Source does not exist or does not serve the namespace, with the fix (the
+    # campaign's SourceUnresolved condition), when its workers need the Source to start.
+    source_unresolved: str | None = None
 
 
 @dataclass(frozen=True)
@@ -512,6 +518,8 @@ def _plan_workers(
         return (), Limit(LimitReason.WORKERS_FAILING, w.recent_failures.describe())
     # A Job Kueue holds says its queue has no room: another would wait behind it. Said whether or
     # not a Job is wanted now, as ClusterFull is: the campaign waits for quota either way.
+    if inputs.source_unresolved is not None:
+        return (), Limit(LimitReason.SOURCE_UNRESOLVED, inputs.source_unresolved)
     if w.queue_missing is not None:
         return (), Limit(LimitReason.QUEUE_NOT_FOUND, f"{w.queue_missing}; no new workers until it exists")
     if w.queued_jobs:

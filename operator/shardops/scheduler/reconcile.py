@@ -279,6 +279,7 @@ class Reconciler:
             folded=folded,
             identity=self.settings.identity,
             renewing=self.renewing(),
+            source_problems=self.sharing.problems_for(namespace, name, campaign.spec),
         )
         desired = desired_status(seen, decided, now)
         # The shares of shared Sources the sharing pass decided (scheduler/sources.py), and the waits

@@ -6,7 +6,10 @@ feeds them. A campaign's pass reports its claims (`report`) and writes the share
 into its own status (`shares_for`): that status is what its workers read and what a restarted
 operator starts from. The sharing pass, every `interval` seconds on the leader:
 
-* reads each referenced Source or ClusterSource (one GET each: reads, no writes);
+* reads each referenced Source or ClusterSource (one GET each, and one of a Source's key Secret for
+  its Ready condition: reads, no writes);
+* names, per campaign, a sourceRef whose Source does not exist or whose ClusterSource does not list
+  the campaign's namespace (`problems_for`: its pass sets the SourceUnresolved condition);
 * takes as granted, per campaign, the larger of what its status says and what was last decided for
   it (a decided raise may be written already though not reported yet), and, for campaigns the
   Source's status lists that have not reported since this process started, what the Source lists;
@@ -35,7 +38,8 @@ from pydantic import ValidationError
 
 from shardops.api.campaign import CampaignSpec, SourceCooldown, SourceShare
 from shardops.api.common import JSON
-from shardops.api.enums import BreakerState, SourceKind
+from shardops.api.enums import BreakerState, ConditionReason, ConditionStatus, ConditionType, SourceKind
+from shardops.api.llm import SecretKeyRef
 from shardops.api.shared_sources import (
     CampaignShare,
     ClusterSharedSource,
@@ -44,7 +48,7 @@ from shardops.api.shared_sources import (
     SharedSourceStatus,
     SourceBreakerStatus,
 )
-from shardops.k8s.api import CLUSTER_SOURCES, SOURCES, ApiError, KubeClient, NotFound
+from shardops.k8s.api import CLUSTER_SOURCES, SECRETS, SOURCES, ApiError, Forbidden, KubeClient, NotFound
 from shardops.logic.breaker import (
     CLOSED_BREAKER,
     BreakerPolicy,
@@ -54,7 +58,9 @@ from shardops.logic.breaker import (
     holds,
     shared_state,
 )
+from shardops.logic.conditions import DesiredCondition, SourceProblem
 from shardops.logic.shares import Granted, Rates, fair_shares, hand_over, serving_order, settle_time
+from shardops.scheduler.builders import merge_conditions
 from shardops.state.breakers import cooldown_of
 from shardops.state.sources import Endpoint, SourceClaim, SourceKey, share_entries
 
@@ -79,6 +85,9 @@ class SourceSharing:
         self._holding: dict[SourceKey, set[str]] = {}
         # A wait one campaign was told (Retry-After) is every campaign's on that Source.
         self._cooling: dict[CampaignKey, dict[str, SourceCooldown]] = {}
+        # Per campaign and source name: why its sourceRef names no Source that serves it (a Source
+        # missing, a ClusterSource not listing its namespace), for its SourceUnresolved condition.
+        self._problems: dict[CampaignKey, dict[str, Unresolved]] = {}
         # Campaigns that reported since this process started: raises wait until every one served has.
         self._reported: set[CampaignKey] = set()
 
@@ -100,7 +109,14 @@ class SourceSharing:
 
     def _drop(self, key: CampaignKey) -> None:
         """What is kept of a campaign (the lock held)."""
-        for kept in (self._claims, self._decided, self._endpoints, self._breakers, self._cooling):
+        for kept in (
+            self._claims,
+            self._decided,
+            self._endpoints,
+            self._breakers,
+            self._cooling,
+            self._problems,
+        ):
             kept.pop(key, None)
 
     def shares_for(
@@ -111,6 +127,17 @@ class SourceSharing:
             decided = dict(self._decided.get((namespace, name), {}))
             endpoints = dict(self._endpoints.get((namespace, name), {}))
         return share_entries(previous, decided, now, endpoints)
+
+    def problems_for(self, namespace: str, name: str, spec: CampaignSpec) -> dict[str, SourceProblem]:
+        """Why each of the campaign's sourceRefs serves it no Source, by source name (none: all do)."""
+        with self._lock:
+            unresolved = dict(self._problems.get((namespace, name), {}))
+        index = {source.name: i for i, source in enumerate(spec.sources or [])}
+        return {
+            source: SourceProblem(index[source], problem.reason, problem.fix)
+            for source, problem in unresolved.items()
+            if source in index
+        }
 
     def adopt_breakers(
         self, namespace: str, name: str, states: dict[str, SourceBreaker], spec: CampaignSpec
@@ -137,6 +164,7 @@ class SourceSharing:
         with self._lock:
             claims = {key: list(value) for key, value in self._claims.items()}
             decided = {key: dict(value) for key, value in self._decided.items()}
+            problems = {key: dict(value) for key, value in self._problems.items()}
             warm = set(served) <= self._reported
         by_source: dict[SourceKey, list[SourceClaim]] = {}
         for campaign_claims in claims.values():
@@ -146,6 +174,7 @@ class SourceSharing:
         new_endpoints: dict[CampaignKey, dict[str, Endpoint]] = {}
         new_breakers: dict[CampaignKey, dict[str, BreakerVerdict]] = {}
         new_cooling: dict[CampaignKey, dict[str, SourceCooldown]] = {}
+        new_problems: dict[CampaignKey, dict[str, Unresolved]] = {}
         for source_key in sorted(by_source):
             waits = [
                 c.cooling_until for c in by_source[source_key] if c.cooling_until and c.cooling_until > now
@@ -159,15 +188,23 @@ class SourceSharing:
                     )
             endpoint: Endpoint | None = None
             verdicts: dict[str, BreakerVerdict] = {}
+            unresolved: dict[str, Unresolved] | None
             try:
-                decisions, endpoint, verdicts = self._share(
+                decisions, endpoint, verdicts, unresolved = self._share(
                     source_key, by_source[source_key], decided, warm, now
                 )
             except ApiError as error:
                 log.warning("%s: shares not handed out this pass: %s", source_key.describe(), error)
-                decisions = {}
+                decisions, unresolved = {}, None  # not read: what was known of it stands
             for claim in by_source[source_key]:
                 namespace, name = claim.claimant.campaign.split("/", 1)
+                problem = (
+                    problems.get((namespace, name), {}).get(claim.source)
+                    if unresolved is None
+                    else unresolved.get(claim.claimant.campaign)
+                )
+                if problem is not None:
+                    new_problems.setdefault((namespace, name), {})[claim.source] = problem
                 if claim.claimant.campaign in decisions:
                     new_decisions.setdefault((namespace, name), {})[claim.source] = decisions[
                         claim.claimant.campaign
@@ -185,6 +222,7 @@ class SourceSharing:
                     self._endpoints[key] = new_endpoints.get(key, {})
                     self._breakers[key] = new_breakers.get(key, {})
                     self._cooling[key] = new_cooling.get(key, {})
+                    self._problems[key] = new_problems.get(key, {})
 
     def _share(
         self,
@@ -193,12 +231,18 @@ class SourceSharing:
         decided: Mapping[CampaignKey, Mapping[str, Rates]],
         warm: bool,
         now: dt.datetime,
-    ) -> tuple[dict[str, Rates], Endpoint | None, dict[str, BreakerVerdict]]:
+    ) -> tuple[dict[str, Rates], Endpoint | None, dict[str, BreakerVerdict], dict[str, Unresolved]]:
         body = self._read(source_key)
         if body is None:
             # No such Source: nobody gets a share of it (its campaigns' workers wait for one).
             zero = Rates(0.0, 0.0)
-            return {claim.claimant.campaign: zero for claim in source_claims}, None, {}
+            missing = Unresolved(ConditionReason.SOURCE_NOT_FOUND, _not_found(source_key))
+            return (
+                {claim.claimant.campaign: zero for claim in source_claims},
+                None,
+                {},
+                {claim.claimant.campaign: missing for claim in source_claims},
+            )
         resource, status = self._parse(source_key, body)
         spec = resource.spec
         # A ClusterSource's key Secret is in the operator's namespace, which a worker pod cannot read
@@ -220,6 +264,15 @@ class SourceSharing:
             if not isinstance(resource, ClusterSharedSource)
             or resource.spec.serves(claim.claimant.campaign.split("/", 1)[0])
         ]
+        unresolved = {
+            claim.claimant.campaign: Unresolved(
+                ConditionReason.SOURCE_NOT_ALLOWED,
+                _not_allowed(source_key, claim.claimant.campaign.split("/", 1)[0]),
+            )
+            for claim in source_claims
+            if isinstance(resource, ClusterSharedSource)
+            and not resource.spec.serves(claim.claimant.campaign.split("/", 1)[0])
+        }
         targets = fair_shares(limits, [claim.claimant for claim in eligible])
         granted: dict[str, Granted] = {}
         for claim in source_claims:
@@ -240,6 +293,7 @@ class SourceSharing:
         lowered_at = max([*lowered, *([status.lowered_at] if status.lowered_at else [])], default=None)
         by_campaign = {claim.claimant.campaign: claim.claimant for claim in source_claims}
         breaker, verdicts = self._breaker(source_key, spec, status, eligible, now)
+        ready = merge_conditions(status.conditions, [self._ready(resource)], now, resource.generation)
         new_status = status.model_copy(
             update={
                 "observed_generation": resource.generation,
@@ -248,6 +302,7 @@ class SourceSharing:
                 "granted_tokens_per_minute": _total(shares.values(), 1),
                 "lowered_at": lowered_at,
                 "breaker": breaker,
+                "conditions": ready,
                 "shares": [
                     CampaignShare(
                         campaign=campaign,
@@ -262,7 +317,7 @@ class SourceSharing:
         )
         if new_status != status:
             self._write_status(source_key, new_status)
-        return {campaign: g.rates for campaign, g in shares.items()}, endpoint, verdicts
+        return {campaign: g.rates for campaign, g in shares.items()}, endpoint, verdicts, unresolved
 
     def _breaker(
         self,
@@ -321,6 +376,34 @@ class SourceSharing:
             verdicts,
         )
 
+    def _ready(self, resource: SharedSource | ClusterSharedSource) -> DesiredCondition:
+        """Ready of the Source: False naming the fix when a ClusterSource lists no namespace or a
+        Source's key Secret (or the key in it) is missing. One GET of that Secret per sharing pass;
+        an operator not allowed to read it takes the Secret as there (its workers' pods would say)."""
+        if isinstance(resource, ClusterSharedSource):
+            if not resource.spec.namespaces:
+                return DesiredCondition(
+                    ConditionType.READY,
+                    ConditionStatus.FALSE,
+                    ConditionReason.NO_NAMESPACES,
+                    f"spec.namespaces lists none, so it serves no campaign: list them (or '*') with "
+                    f"kubectl edit clustersource {resource.name}",
+                )
+            return _usable()
+        secret = resource.spec.api_key_secret
+        if secret is None:
+            return _usable()
+        namespace = resource.namespace
+        try:
+            body = self.kube.get(SECRETS, namespace, secret.name)
+        except Forbidden:
+            return _usable()
+        except NotFound:
+            return _key_missing(f"no Secret {secret.name} in namespace {namespace}", namespace, secret)
+        if secret.key not in (body.get("data") or {}) and secret.key not in (body.get("stringData") or {}):
+            return _key_missing(f"Secret {secret.name} has no key {secret.key}", namespace, secret)
+        return _usable()
+
     def _read(self, source_key: SourceKey) -> JSON | None:
         resource = SOURCES if source_key.kind is SourceKind.SOURCE else CLUSTER_SOURCES
         try:
@@ -349,6 +432,54 @@ class SourceSharing:
             {"status": status.to_dict()},
             subresource="status",
         )
+
+
+def _usable() -> DesiredCondition:
+    return DesiredCondition(
+        ConditionType.READY,
+        ConditionStatus.TRUE,
+        ConditionReason.SOURCE_USABLE,
+        "campaigns that name it get a share of its limits",
+    )
+
+
+def _key_missing(what: str, namespace: str, secret: SecretKeyRef) -> DesiredCondition:
+    return DesiredCondition(
+        ConditionType.READY,
+        ConditionStatus.FALSE,
+        ConditionReason.KEY_SECRET_MISSING,
+        f"spec.apiKeySecret: {what}, so its workers cannot call it: kubectl -n {namespace} create secret "
+        f"generic {secret.name} --from-literal={secret.key}=<api key>",
+    )
+
+
+@dataclass(frozen=True)
+class Unresolved:
+    """Why a Source serves no share to a campaign that names it, and what to do."""
+
+    reason: ConditionReason
+    fix: str
+
+
+def _not_found(source_key: SourceKey) -> str:
+    if source_key.kind is SourceKind.SOURCE:
+        return (
+            f"no Source {source_key.name} in namespace {source_key.namespace}: create a Source named "
+            f"{source_key.name} there (kubectl apply -n {source_key.namespace} -f source.yaml), or name "
+            "one that exists (kubectl get sources)"
+        )
+    return (
+        f"no ClusterSource {source_key.name}: ask an administrator to create it, or name a Source "
+        "that exists (kubectl get sources,clustersources)"
+    )
+
+
+def _not_allowed(source_key: SourceKey, namespace: str) -> str:
+    return (
+        f"ClusterSource {source_key.name} does not serve namespace {namespace}: an administrator adds "
+        f"{namespace} to its spec.namespaces (kubectl edit clustersource {source_key.name}), or name "
+        "another Source"
+    )
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,9 @@ turned conditions a person should hear about (`turned`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from pydantic import ValidationError
@@ -54,6 +55,8 @@ class Decided:
     # Which operator schedules the campaign, and whether its leadership is being renewed.
     identity: str
     renewing: bool
+    # What keeps a source of it from its shared Source (scheduler/sources.py), by source name.
+    source_problems: Mapping[str, conditions.SourceProblem] = dataclasses.field(default_factory=dict)
 
 
 def desired_status(seen: Observed, decided: Decided, now: dt.datetime) -> Desired:
@@ -88,6 +91,8 @@ def desired_status(seen: Observed, decided: Decided, now: dt.datetime) -> Desire
         ),
         error_threshold.error_threshold_condition(campaign, seen.shards.values()),
     ]
+    if any(source.source_ref is not None for source in spec.sources or []):
+        desired.append(conditions.source_unresolved(list(decided.source_problems.values())))
     merged = builders.merge_conditions(previous.conditions, desired, now, campaign.generation)
     retry_generation = decided.retry_generation
     new = builders.campaign_status(
@@ -170,10 +175,13 @@ _LOUD = frozenset(
 # ReservedByRunning clears itself as running shards finish); it usually comes after
 # ReservedByRunning, True all along, hence "takes the reason" rather than "turns True".
 # WaitingForQuota: only when the LocalQueue named does not exist (waiting for quota is what a queue is for).
+# SourceUnresolved: each reason it takes (a Source missing, or not serving the namespace), both fixes.
 _LOUD_REASONS = frozenset(
     {
         (str(ConditionType.BUDGET_HELD), str(ConditionReason.NO_ROOM_FOR_SHARD)),
         (str(ConditionType.WAITING_FOR_QUOTA), str(ConditionReason.LOCAL_QUEUE_NOT_FOUND)),
+        (str(ConditionType.SOURCE_UNRESOLVED), str(ConditionReason.SOURCE_NOT_FOUND)),
+        (str(ConditionType.SOURCE_UNRESOLVED), str(ConditionReason.SOURCE_NOT_ALLOWED)),
     }
 )
 

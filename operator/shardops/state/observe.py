@@ -20,7 +20,7 @@ from decimal import Decimal
 
 from shardops.api.campaign import Budget, Campaign, CampaignSpec, FoldedShards
 from shardops.api.common import JSON
-from shardops.api.enums import ShardClass, ShardPhase
+from shardops.api.enums import ConditionStatus, ConditionType, ShardClass, ShardPhase
 from shardops.api.shard import Shard
 from shardops.logic.aggregate import CampaignFacts
 from shardops.logic.breaker import SourceBreaker
@@ -170,7 +170,19 @@ def dispatch_inputs(
         now=now,
         cooldowns=cooldowns.until_by_source(cooldowns.source_cooldowns(campaign, shards, now)),
         hold=None if spec.suspend else error_threshold.hold_text(campaign),
+        source_unresolved=_source_unresolved(campaign),
     )
+
+
+def _source_unresolved(campaign: Campaign) -> str | None:
+    """The SourceUnresolved condition's message while it is True and the workers need the Source to
+    start (a `shardops llm` worker: state.sources.waiting_for_sources); None otherwise."""
+    if campaign.spec.worker.llm is None:
+        return None
+    condition = campaign.current_status.condition(str(ConditionType.SOURCE_UNRESOLVED))
+    if condition is None or condition.status != str(ConditionStatus.TRUE):
+        return None
+    return condition.message
 
 
 def claim_inputs(campaign: Campaign, shards: Iterable[Shard], now: dt.datetime) -> DispatchInputs:
