@@ -107,7 +107,7 @@ def test_a_result_line_holds_line_and_paragraph_separators_escaped_so_no_line_re
 def test_failed_lists_the_items_of_gave_up_shards_folded_into_the_ledger() -> None:
     """Folded Failed/Blocked shards are gone from the API: `--failed` streams them from the ledger,
     each folded index once (a repeated segment), never a Done line or an index no longer folded."""
-    from shardops.api.campaign import FoldedShards, IndexRange
+    from shardops.api.folded import FoldedShards, IndexRange
     from shardops.cli.campaign_results import folded_failed_lines
 
     items = [{"id": i} for i in range(8)]

@@ -164,6 +164,7 @@ def test_every_condition_type_has_a_builder_that_uses_it() -> None:
         conditions.workers_failing(None).type,
         conditions.error_threshold(None).type,
         conditions.waiting_for_quota(None, None).type,
+        conditions.source_unresolved([]).type,
     }
     assert built == set(ConditionType)
 

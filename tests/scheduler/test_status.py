@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import datetime as dt
 
-from shardops.api.campaign import Campaign, FoldedShards
+from shardops.api.campaign import Campaign
 from shardops.api.common import Condition
 from shardops.api.enums import CampaignPhase, ConditionReason, ShardPhase
+from shardops.api.folded import FoldedShards
 from shardops.api.shard import Shard
 from shardops.logic.conditions import SourceProblem
 from shardops.logic.planner import plan_dispatch

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import datetime as dt
 
-from shardops.api.campaign import Campaign, FoldedShards
+from shardops.api.campaign import Campaign
 from shardops.api.enums import CampaignPhase, ShardPhase
+from shardops.api.folded import FoldedShards
 from shardops.api.shard import Shard
 from shardops.logic import ranges
 from shardops.logic.aggregate import aggregate

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import tracemalloc
 
-from shardops.api.campaign import Campaign, FoldedShards, IndexRange
+from shardops.api.campaign import Campaign
 from shardops.api.enums import StoreType
+from shardops.api.folded import FoldedShards, IndexRange
 from shardops.api.store import ResultStoreStatus
 from shardops.state import results
 from shardops.store.s3 import S3Store

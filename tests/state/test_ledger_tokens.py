@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from shardops.api.campaign import FoldedShards
 from shardops.api.common import TokenCounts
+from shardops.api.folded import FoldedShards
 from shardops.api.shard import Shard
 from shardops.k8s.api import SHARDS
 from shardops.scheduler.metrics import Metrics

@@ -15,9 +15,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 
-from shardops.api.campaign import Campaign, FoldedShards
+from shardops.api.campaign import Campaign
 from shardops.api.common import JSON, TokenCounts
 from shardops.api.enums import ShardPhase
+from shardops.api.folded import FoldedShards
 from shardops.api.money import money_text
 from shardops.api.names import SHARDOPS_FIELD_MANAGERS
 from shardops.api.shard import Shard

@@ -21,9 +21,10 @@ from contextlib import ExitStack
 from typing import TextIO
 
 from shardops.api import openai_batch
-from shardops.api.campaign import Campaign, FoldedShards
+from shardops.api.campaign import Campaign
 from shardops.api.common import JSON, Item
 from shardops.api.enums import LlmRequestFormat, ShardPhase, StoreType
+from shardops.api.folded import FoldedShards
 from shardops.api.item_errors import item_error_of
 from shardops.api.shard import Shard
 from shardops.api.store import ResultStoreStatus

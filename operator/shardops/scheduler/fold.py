@@ -13,8 +13,8 @@ import datetime as dt
 import logging
 from collections.abc import Sequence
 
-from shardops.api.campaign import FoldedShards
 from shardops.api.enums import ShardPhase
+from shardops.api.folded import FoldedShards
 from shardops.api.shard import Shard
 from shardops.k8s import campaigns, events
 from shardops.k8s.api import LEASES, SHARDS, ApiError, KubeClient, NotFound

@@ -20,8 +20,8 @@ import datetime as dt
 import logging
 from dataclasses import dataclass
 
-from shardops.api.campaign import FoldedShards, RetryWalk
 from shardops.api.enums import ShardPhase
+from shardops.api.folded import FoldedShards, RetryWalk
 from shardops.api.shard import ShardResult
 from shardops.k8s import campaigns, leases
 from shardops.k8s.api import KubeClient

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
-from shardops.api.campaign import CampaignStatus, FoldedShards
+from shardops.api.campaign import CampaignStatus
 from shardops.api.common import JSON, Condition
 from shardops.api.enums import BreakerState, CampaignPhase, ConditionReason, ConditionStatus, ConditionType
+from shardops.api.folded import FoldedShards
 from shardops.api.shard import Shard
 from shardops.logic import conditions
 from shardops.logic.breaker import effective

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from shardops.api.campaign import MAX_LISTED_SHARDS, FoldedFailure, FoldedShards, IndexRange
+from shardops.api.campaign import MAX_LISTED_SHARDS
 from shardops.api.common import JSON, NO_TOKENS, TokenCounts
 from shardops.api.enums import ShardClass, ShardPhase
+from shardops.api.folded import FoldedFailure, FoldedShards, IndexRange
 from shardops.api.money import money_text
 from shardops.api.names import API_GROUP_VERSION, SHARD_KIND
 from shardops.api.shard import Shard

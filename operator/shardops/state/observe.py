@@ -18,9 +18,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 
-from shardops.api.campaign import Budget, Campaign, CampaignSpec, FoldedShards
+from shardops.api.campaign import Budget, Campaign, CampaignSpec
 from shardops.api.common import JSON
 from shardops.api.enums import ConditionStatus, ConditionType, ShardClass, ShardPhase
+from shardops.api.folded import FoldedShards
 from shardops.api.shard import Shard
 from shardops.logic.aggregate import CampaignFacts
 from shardops.logic.breaker import SourceBreaker

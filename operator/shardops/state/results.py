@@ -14,9 +14,10 @@ import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from shardops.api.campaign import Campaign, FoldedShards
+from shardops.api.campaign import Campaign
 from shardops.api.common import JSON, Item
 from shardops.api.enums import ShardClass, ShardPhase
+from shardops.api.folded import FoldedShards
 from shardops.api.money import JsonNumber, money_text, parse_money
 from shardops.api.shard import Shard
 from shardops.logic import ranges

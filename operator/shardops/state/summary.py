@@ -10,8 +10,9 @@ import datetime as dt
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from shardops.api.campaign import Campaign, FoldedShards
+from shardops.api.campaign import Campaign
 from shardops.api.enums import ShardClass, ShardPhase
+from shardops.api.folded import FoldedShards
 from shardops.api.shard import Shard
 from shardops.logic.aggregate import Aggregate, CampaignFacts, aggregate
 from shardops.logic.shardview import ShardView
