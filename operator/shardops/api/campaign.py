@@ -37,6 +37,7 @@ from shardops.api.common import (
     cel_rules,
     find_condition,
     keeping_first,
+    keyed_list,
     schema_default,
     set_condition,
     truncating,
@@ -548,13 +549,13 @@ class CampaignStatus(StatusModel):
     breakers: list[BreakerStatus] = Field(
         default_factory=list,
         max_length=MAX_SOURCES,
-        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["source"]},
+        json_schema_extra=keyed_list("source"),
         description="Circuit breaker of each source that has one.",
     )
     source_shares: list[SourceShare] = Field(
         default_factory=list,
         max_length=MAX_SOURCES,
-        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["source"]},
+        json_schema_extra=keyed_list("source"),
         description=(
             "For each source that refers to a shared Source or ClusterSource: the part of its limits "
             "this campaign may use. A source listed with no share (0) is not called until it gets one."
@@ -563,7 +564,7 @@ class CampaignStatus(StatusModel):
     source_cooldowns: list[SourceCooldown] = Field(
         default_factory=list,
         max_length=MAX_SOURCES,
-        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["source"]},
+        json_schema_extra=keyed_list("source"),
         description=(
             "Sources told to wait by a rate-limited answer (Retry-After) and not yet past it: workers "
             "claim none of their shards and running ones pause their calls to them until then."
@@ -576,7 +577,7 @@ class CampaignStatus(StatusModel):
     )
     conditions: list[Condition] = Field(
         default_factory=list,
-        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+        json_schema_extra=keyed_list("type"),
         description="Latest observations of the campaign's state, for example Ready, Stalled, BudgetWarning.",
     )
     blocked_shards: ShardNames = Field(

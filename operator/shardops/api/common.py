@@ -174,6 +174,12 @@ def schema_default(model: type[ApiModel]) -> dict[str, Any]:
     return {"default": model().to_dict()}
 
 
+def keyed_list(key: str) -> dict[str, Any]:
+    """`json_schema_extra` of a list whose entries are one per `key` (listType map): the API server
+    merges them by it and refuses two entries with the same key."""
+    return {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": [key]}
+
+
 def cel_rules(*rules: CelRule) -> dict[str, Any]:
     """`json_schema_extra` that carries CEL rules into the generated CRD next to this model."""
     return {"x-kubernetes-validations": [rule.schema() for rule in rules]}

@@ -21,6 +21,7 @@ from shardops.api.common import (
     ResourceModel,
     StatusModel,
     keeping_first,
+    keyed_list,
 )
 from shardops.api.enums import BreakerState
 from shardops.api.llm import MODEL_NAME_MAX, URL_MAX, SecretKeyRef, TokenPrice
@@ -161,7 +162,7 @@ class SharedSourceStatus(StatusModel):
     )
     conditions: list[Condition] = Field(
         default_factory=list,
-        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+        json_schema_extra=keyed_list("type"),
         description="Latest observations, for example Ready (the key Secret and the limits are usable).",
     )
 
