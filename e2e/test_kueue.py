@@ -91,6 +91,11 @@ def test_a_labelled_job_is_suspended_until_its_queue_has_quota(bed: Bed) -> None
             timeout=90,
         )
     finally:
+        # Its Jobs go with it: the namespace is deleted in the background, and a still-admitted Job
+        # would hold a Workload in the cluster-wide watch of the next test.
+        bed.cluster.kubectl(
+            "delete", "job", "first", "second", "-n", bed.namespace, "--ignore-not-found", "--wait=false"
+        )
         kueuekit.delete(bed.cluster, queue, cluster_queue)
 
 
@@ -114,12 +119,14 @@ def _campaign(
     return body
 
 
-def _admitted(workloads: dict[str, dict[str, Any]]) -> set[str]:
-    """Workloads holding quota now: admitted and not finished (a finished one gave its quota back)."""
+def _admitted(workloads: dict[str, dict[str, Any]], cluster_queue: str) -> set[str]:
+    """Workloads holding quota of `cluster_queue` now: admitted to it and not finished (a finished one
+    gave its quota back). The recorder watches every namespace, so Workloads of other tests' queues are
+    there too (the smoke test's still-running Job while its namespace is deleted in the background)."""
     return {
         name
         for name, workload in workloads.items()
-        if kueuekit.admitted(workload)
+        if kueuekit.admitted(workload, cluster_queue)
         and (kueuekit.condition(workload, "Finished") or {}).get("status") != "True"
     }
 
@@ -175,7 +182,8 @@ def test_two_namespaces_share_four_worker_pods_and_the_waiting_campaign_says_it_
             lambda: (
                 len(
                     _admitted(
-                        {w["metadata"]["name"]: w for w in kueuekit.workloads(bed.cluster, bed.namespace)}
+                        {w["metadata"]["name"]: w for w in kueuekit.workloads(bed.cluster, bed.namespace)},
+                        cq_name,
                     )
                 )
                 == QUOTA_PODS
@@ -217,7 +225,7 @@ def test_two_namespaces_share_four_worker_pods_and_the_waiting_campaign_says_it_
         b_admitted_first: int | None = None
         a_finished_first: int | None = None
         for index, (seen, workloads) in enumerate(recorder.states()):
-            held = _admitted(workloads)
+            held = _admitted(workloads, cq_name)
             most = max(most, len(held))
             namespace = seen.obj["metadata"]["namespace"]
             if namespace == team_b.namespace and b_admitted_first is None and seen.name in held:

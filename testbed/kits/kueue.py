@@ -71,6 +71,11 @@ def condition(workload: dict[str, Any], kind: str) -> dict[str, Any] | None:
     return None
 
 
-def admitted(workload: dict[str, Any]) -> bool:
+def admitted(workload: dict[str, Any], cluster_queue: str | None = None) -> bool:
+    """Admitted now (to `cluster_queue` when given: a Workload of another ClusterQueue, such as a
+    finished test's Job in a namespace still being deleted, holds none of its quota)."""
     found = condition(workload, "Admitted")
-    return found is not None and found.get("status") == "True"
+    if found is None or found.get("status") != "True":
+        return False
+    admission = (workload.get("status") or {}).get("admission") or {}
+    return cluster_queue is None or admission.get("clusterQueue") == cluster_queue
