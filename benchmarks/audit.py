@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,19 +34,23 @@ SHARDOPS_WRITERS = frozenset({"operator", "worker"})
 
 def load(path: Path | None, namespaces: Iterable[str]) -> list[JSON]:
     """The audit entries of `namespaces` (one pass over the log)."""
+    return list(entries(path, namespaces))
+
+
+def entries(path: Path | None, namespaces: Iterable[str]) -> Iterator[JSON]:
+    """The audit entries of `namespaces` one by one (one pass over the log): for a run whose
+    entries would not fit in memory at once (the million-item run's are millions)."""
     if path is None or not path.exists():
-        return []
+        return
     wanted = set(namespaces)
     needles = [f'"namespace":"{n}"' for n in wanted]
-    found = []
     with path.open(errors="replace") as handle:
         for line in handle:
             if not any(needle in line for needle in needles):
                 continue
             entry = json.loads(line)
             if (entry.get("objectRef") or {}).get("namespace") in wanted:
-                found.append(entry)
-    return found
+                yield entry
 
 
 def writer(entry: JSON) -> str:
@@ -106,7 +110,7 @@ class Cost:
 
 
 def cost(
-    entries: Sequence[JSON],
+    entries: Iterable[JSON],
     namespace: str,
     window: tuple[float, float],
     units: int,

@@ -27,6 +27,7 @@ from benchmarks.lanes import Lanes
 from benchmarks.target import ProcessStat, Target, process_stat
 from shardops.api.names import API_GROUP_VERSION, CAMPAIGN_LABEL
 from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS, EVENTS, JOBS, LEASES, PODS, SHARDS, NotFound, Resource
+from shardops.k8s.jobs import list_worker_pods
 from shardops.logic.timefmt import parse_rfc3339
 
 JSON = dict[str, Any]
@@ -66,6 +67,10 @@ class Sample:
     cpu: dict[str, float] = field(default_factory=dict)
     # The Campaign object's size in bytes as the API server returned it (when the run measures it).
     campaign_bytes: int | None = None
+    # The largest RSS of the campaign's worker processes (one per worker pod; when the run measures
+    # them, local control plane only) and how many were running.
+    worker_rss: int | None = None
+    workers: int | None = None
 
 
 def object_bytes(obj: JSON) -> int:
@@ -218,7 +223,9 @@ class Sampler:
     operator's memory and CPU (when its pid is known) and, when `count_cpu`, the machine's CPU by
     kind of process (both on the local control plane only, whose processes are all on this
     machine; the CPU by kind reads every process's /proc files, so only the runs that report it
-    pay for it) and, when `campaign` is named, that Campaign object's size (one GET)."""
+    pay for it) and, when `campaign` is named, that Campaign object's size (one GET) and, when
+    `workers` names a Campaign, the RSS of its worker pods' processes (one list of its worker pods, at most
+    maxConcurrency of them)."""
 
     def __init__(
         self,
@@ -230,9 +237,11 @@ class Sampler:
         operator: schedulerkit.Operator | None,
         count_cpu: bool = False,
         campaign: str | None = None,
+        workers: str | None = None,
     ) -> None:
         self.target = target
         self.campaign = campaign
+        self.workers = workers
         self.namespace = namespace
         self.interval = interval
         self.count = count
@@ -252,6 +261,21 @@ class Sampler:
                 return process_stat(pid)
         return None
 
+    def _worker_stats(self) -> list[ProcessStat]:
+        """The campaign's running worker processes (the process-kubelet's containerID is the pid)."""
+        if self.workers is None or self.target.local is None:
+            return []
+        found = []
+        with contextlib.suppress(Exception):
+            for pod in list_worker_pods(self.target.kube, self.namespace, self.workers):
+                for status in (pod.get("status") or {}).get("containerStatuses") or []:
+                    container = str(status.get("containerID") or "")
+                    if (status.get("state") or {}).get("running") and container.startswith("process://"):
+                        stat = process_stat(int(container.removeprefix("process://")))
+                        if stat is not None:
+                            found.append(stat)
+        return found
+
     def sample(self) -> None:
         counts: dict[str, int] = {}
         if self.count:
@@ -266,6 +290,7 @@ class Sampler:
         if stat is not None:
             self.peak_rss = max(self.peak_rss or 0, stat.peak_rss_bytes)
             self.last_cpu = stat.cpu_seconds
+        workers = self._worker_stats()
         self.samples.append(
             Sample(
                 time.time(),
@@ -274,6 +299,8 @@ class Sampler:
                 stat.cpu_seconds if stat else None,
                 self.cpu.read() if self.cpu is not None else {},
                 campaign_bytes,
+                max((w.rss_bytes for w in workers), default=None),
+                len(workers) if self.workers is not None and self.target.local is not None else None,
             )
         )
 
@@ -359,6 +386,7 @@ def run_campaign(
     count_objects: bool = False,
     count_cpu: bool = False,
     measure_campaign: bool = False,
+    measure_workers: bool = False,
     on_start: Callable[[], None] | None = None,
 ) -> Run:
     name = manifest["metadata"]["name"]
@@ -372,6 +400,7 @@ def run_campaign(
             operator=operator,
             count_cpu=count_cpu,
             campaign=name if measure_campaign else None,
+            workers=name if measure_workers else None,
         )
         if sample_every
         else None

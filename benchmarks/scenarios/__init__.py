@@ -12,5 +12,6 @@ reported with how far it got, and marked as missing its target. Lowest first:
     many.py       many campaigns at once under one operator
     scale.py      the scale curve: cost per shard by decile, objects over time
     failing.py    a campaign with one shard in ten failing: objects alive and the Campaign's size
+    million.py    a million items end to end: deciles, memory, objects, the S3 store, API writes
     profiles.py   the py-spy profiles taken during the others, as tables
 """

@@ -5,14 +5,15 @@ ledger with the Done shards (issue 31: "500,000 items with 10 % failing")."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from benchmarks.model import Section, Table, fmt, meets
 from benchmarks.plan import Failing
-from benchmarks.runs import Run, Sample, campaign_manifest, object_bytes, peak_counts, run_campaign
+from benchmarks.runs import Run, Sample, object_bytes, peak_counts
+from benchmarks.scenarios import scale
 from benchmarks.scenarios.context import Context
-from benchmarks.scenarios.scale import BACKLOG_RATIO, compact_items, jsonl
+from benchmarks.scenarios.scale import compact_items, jsonl
 from shardops.api.common import JSON
 from shardops.api.items import MAX_CONFIGMAP_ITEMS
 from shardops.k8s.api import CAMPAIGNS, CONFIGMAPS, EVENTS, KubeClient
@@ -48,7 +49,7 @@ def failing_items(count: int, shard_size: int, fail_every: int) -> list[JSON]:
 def window_bound(max_concurrency: int) -> int:
     """Objects of one kind a campaign may keep alive: its pending backlog, its running shards and
     the newest gave-up shards the operator keeps for a person to look at (the rest are folded)."""
-    return BACKLOG_RATIO * max_concurrency + max_concurrency + GAVE_UP_TAIL
+    return scale.window_bound(max_concurrency) + GAVE_UP_TAIL
 
 
 def over_time(samples: Sequence[Sample], rows: int = OVER_TIME_ROWS) -> list[Sample]:
@@ -84,9 +85,7 @@ def failing(ctx: Context) -> Section:
         expected = len(failing_shards(shards, case.fail_every))
         bound = window_bound(case.max_concurrency)
         peaks = peak_counts(run.samples)
-        over = {kind: count for kind, count in peaks.items() if count > bound}
-        sizes = [s.campaign_bytes for s in run.samples if s.campaign_bytes is not None]
-        largest = max(sizes, default=None)
+        largest = largest_campaign(run.samples)
         counts = result["counts"]
         failed, done = int(counts.get("failed", 0)), int(counts.get("done", 0))
         stopped = "" if run.finished else f" (stopped at {done + failed}/{shards})"
@@ -98,8 +97,8 @@ def failing(ctx: Context) -> Section:
                 fmt((done + failed) / run.seconds if run.seconds > 0 else None),
                 ", ".join(f"{kind} {count}" for kind, count in peaks.items()),
                 str(bound),
-                _kib(largest),
-                _kib(result["final_bytes"]),
+                kib(largest),
+                kib(result["final_bytes"]),
                 f"{result['folded'].get('shards', 0)} done, {result['folded'].get('failed', 0)} failed",
                 _mib(result["etcd_before"]) + " -> " + _mib(result["etcd_after"]),
                 ", ".join(
@@ -108,7 +107,7 @@ def failing(ctx: Context) -> Section:
                 ),
             ]
         )
-        section.tables.append(_over_time_table(case.label, run))
+        section.tables.append(over_time_table(case.label, run))
         section.data[case.key] = {
             "shards": shards,
             "failed": failed,
@@ -124,19 +123,7 @@ def failing(ctx: Context) -> Section:
                 for s in run.samples
             ],
         }
-        section.check(
-            f"every kind alive <= the window bound, 10 % failing ({case.label})",
-            (", ".join(f"{k} {v}" for k, v in over.items()) or f"all kinds <= {bound}") + stopped,
-            f"<= {bound} per kind at every sample",
-            _so_far(not over if run.samples else None, run.finished),
-        )
-        section.check(
-            f"Campaign object's size, largest sample ({case.label})",
-            _kib(largest, " KiB") + stopped,
-            f"<= {CAMPAIGN_TARGET_BYTES // 1024} KiB",
-            _so_far(meets(largest, CAMPAIGN_TARGET_BYTES, at_least=False), run.finished),
-            largest / 1024 if largest is not None else None,
-        )
+        check_bounds(section, run, bound, ", 10 % failing", case.label, stopped)
         section.check(
             f"Failed shards at the end ({case.label})",
             f"{failed} of {shards}" + stopped,
@@ -169,19 +156,44 @@ def failing(ctx: Context) -> Section:
     return section
 
 
-def _so_far(met: bool | None, finished: bool) -> bool | None:
+def largest_campaign(samples: Sequence[Sample]) -> int | None:
+    """The Campaign object's largest sampled size in bytes."""
+    return max((s.campaign_bytes for s in samples if s.campaign_bytes is not None), default=None)
+
+
+def check_bounds(section: Section, run: Run, bound: int, kind_note: str, label: str, stopped: str) -> None:
+    """The two bounds a campaign at scale is held to, as checks of `section`: every kind alive at or
+    under `bound` at every sample, and the Campaign object's size under CAMPAIGN_TARGET_BYTES."""
+    over = {kind: count for kind, count in peak_counts(run.samples).items() if count > bound}
+    largest = largest_campaign(run.samples)
+    section.check(
+        f"every kind alive <= the window bound{kind_note} ({label})",
+        (", ".join(f"{k} {v}" for k, v in over.items()) or f"all kinds <= {bound}") + stopped,
+        f"<= {bound} per kind at every sample",
+        so_far(not over if run.samples else None, run.finished),
+    )
+    section.check(
+        f"Campaign object's size, largest sample ({label})",
+        kib(largest, " KiB") + stopped,
+        f"<= {CAMPAIGN_TARGET_BYTES // 1024} KiB",
+        so_far(meets(largest, CAMPAIGN_TARGET_BYTES, at_least=False), run.finished),
+        largest / 1024 if largest is not None else None,
+    )
+
+
+def so_far(met: bool | None, finished: bool) -> bool | None:
     """A bound kept by a run stopped at its budget is not measured yet (the rest of the campaign
     might break it); one broken is broken."""
     return met if finished or met is False else None
 
 
-def _over_time_table(label: str, run: Run) -> Table:
+def over_time_table(label: str, run: Run) -> Table:
     rows = [
         [
             # The first sample is taken just before the create call.
             f"{max(sample.at - run.started, 0):.0f}",
             *(str(sample.counts.get(kind, "n/a")) for kind in ("Shards", "Leases", "Events", "Pods")),
-            _kib(sample.campaign_bytes),
+            kib(sample.campaign_bytes),
         ]
         for sample in over_time(run.samples)
     ]
@@ -192,7 +204,7 @@ def _over_time_table(label: str, run: Run) -> Table:
     )
 
 
-def _kib(value: int | None, unit: str = "") -> str:
+def kib(value: int | None, unit: str = "") -> str:
     return fmt(value / 1024 if value is not None else None, 1, unit)
 
 
@@ -200,21 +212,22 @@ def _mib(value: int | None) -> str:
     return fmt(value / 2**20 if value is not None else None, 1)
 
 
-def _items_source(ctx: Context, namespace: str, name: str, items: list[JSON]) -> JSON:
-    """The campaign's items as an object in the S3 store (the namespace's own area), or a ConfigMap
-    on a cluster without one (at most MAX_CONFIGMAP_ITEMS items)."""
+def items_source(ctx: Context, namespace: str, name: str, items: Iterable[JSON], count: int) -> JSON:
+    """The campaign's `count` items as an object in the S3 store (the namespace's own area), or a
+    ConfigMap on a cluster without one (at most MAX_CONFIGMAP_ITEMS items). `items` may be a
+    generator: a million of them are not held as objects, only as their JSONL text."""
     target = ctx.target
     store = target.cluster.object_store
+    if store is None and count > MAX_CONFIGMAP_ITEMS:
+        raise ValueError(
+            f"{count:,} items need the S3 store (a ConfigMap holds {MAX_CONFIGMAP_ITEMS:,}): "
+            "set SHARDOPS_S3_* for this cluster"
+        )
     body = jsonl(items)
     if store is not None:
         key = f"{target.store_prefix(namespace)}/{namespace}/{name}-items.jsonl"
         store.client().put_object(Bucket=store.bucket, Key=key, Body=body.encode())
         return {"items_from": {"object": {"key": key}}}
-    if len(items) > MAX_CONFIGMAP_ITEMS:
-        raise ValueError(
-            f"{len(items):,} items need the S3 store (a ConfigMap holds {MAX_CONFIGMAP_ITEMS:,}): "
-            "set SHARDOPS_S3_* for this cluster"
-        )
     target.kube.create(
         CONFIGMAPS, namespace, {"metadata": {"name": f"{name}-items"}, "data": {"items.jsonl": body}}
     )
@@ -236,33 +249,18 @@ def events_by_reason(kube: KubeClient, namespace: str) -> dict[str, list[int]]:
 
 
 def _failing_case(ctx: Context, case: Failing, budget: float) -> dict[str, Any]:
-    target, plan = ctx.target, ctx.plan
+    target = ctx.target
     namespace = target.namespace(f"bench-failing-{case.key.lower()}")
     name = f"failing-{case.key.lower()}"
     shards = -(-case.items // case.shard_size)
     etcd_before = target.etcd_bytes()
     with target.operator(namespace) as operator:
-        source = _items_source(
-            ctx, namespace, name, failing_items(case.items, case.shard_size, case.fail_every)
+        source = items_source(
+            ctx, namespace, name, failing_items(case.items, case.shard_size, case.fail_every), case.items
         )
-        manifest = campaign_manifest(
-            name,
-            image=target.image,
-            shard_size=case.shard_size,
-            max_concurrency=case.max_concurrency,
-            errorThreshold={"consecutive": 0},
-            **source,
-        )
-        run = run_campaign(
-            target,
-            namespace,
-            manifest,
-            expected_shards=shards,
-            budget=budget,
-            operator=operator,
-            sample_every=plan.sample_every,
-            count_objects=True,
-            measure_campaign=True,
+        spec = {"errorThreshold": {"consecutive": 0}}
+        run = scale.run_sized(
+            ctx, namespace, name, case, operator, budget, source, spec, measure_campaign=True
         )
         final = target.kube.get(CAMPAIGNS, namespace, name)
         # At the end, when the Events of the whole run are alive (the API server keeps them an hour).

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from typing import Any
+
+from testbed.kits import scheduler as schedulerkit
 
 from benchmarks import cpu, profiling, stats
 from benchmarks.model import Section, Table, fmt, meets
-from benchmarks.plan import Scale
+from benchmarks.plan import Failing, Scale
 from benchmarks.runs import (
     Run,
     campaign_manifest,
@@ -24,6 +27,19 @@ from shardops.api.common import JSON
 from shardops.k8s.api import CONFIGMAPS
 
 BACKLOG_RATIO = int(CampaignSpec.model_fields["backlog_ratio"].default)
+# The operator's memory a campaign of many items may take (the scale work's target).
+OPERATOR_RSS_TARGET_MIB = 200
+
+
+def window_bound(max_concurrency: int) -> int:
+    """Objects of one kind a campaign without failures may keep alive: its pending backlog and its
+    running shards (backlogRatio x maxConcurrency + maxConcurrency)."""
+    return BACKLOG_RATIO * max_concurrency + max_concurrency
+
+
+def compact_item(number: int, shard_size: int) -> JSON:
+    """Item `number` of `compact_items`: its index when it starts a shard, else its position in it."""
+    return {"": number if number % shard_size == 0 else number % shard_size}
 
 
 def compact_items(count: int, shard_size: int) -> list[JSON]:
@@ -31,10 +47,10 @@ def compact_items(count: int, shard_size: int) -> list[JSON]:
     each shard carries the item's index, the others their position in the shard. Every shard's
     item list differs (so every shard has its own idempotency key) and no shard holds two equal
     items (so every item runs)."""
-    return [{"": n if n % shard_size == 0 else n % shard_size} for n in range(count)]
+    return [compact_item(n, shard_size) for n in range(count)]
 
 
-def jsonl(items: list[JSON]) -> str:
+def jsonl(items: Iterable[JSON]) -> str:
     """Items as JSONL, compactly (no spaces): what a ConfigMap or an S3 object of items holds."""
     return "\n".join(json.dumps(item, separators=(",", ":")) for item in items)
 
@@ -58,7 +74,7 @@ def scale(ctx: Context) -> Section:
     zero = ctx.versus_runs.get("zero")
     if zero:
         first = zero[0][0]
-        bound = BACKLOG_RATIO * first.max_concurrency + first.max_concurrency
+        bound = window_bound(first.max_concurrency)
         label = f"{first.total} one-item shards (the zero-work run against the Indexed Job)"
         entries.append((label, first, bound, {}, None))
     for index, case in enumerate(plan.scale):
@@ -105,8 +121,8 @@ def scale(ctx: Context) -> Section:
                 f"operator peak RSS ({label})",
                 fmt(rss, 0, " MiB")
                 + (f" (stopped at {run.completed}/{run.total} shards)" if stopped else ""),
-                "<= 200 MiB",
-                meets(rss, 200, at_least=False),
+                f"<= {OPERATOR_RSS_TARGET_MIB} MiB",
+                meets(rss, OPERATOR_RSS_TARGET_MIB, at_least=False),
                 rss,
             )
         section.check(
@@ -171,11 +187,46 @@ def _mib(value: int | None) -> str:
     return fmt(value / 2**20 if value is not None else None, 1)
 
 
+def run_sized(
+    ctx: Context,
+    namespace: str,
+    name: str,
+    case: Scale | Failing,
+    operator: schedulerkit.Operator,
+    budget: float,
+    source: JSON,
+    spec: JSON | None = None,
+    **measure: bool,
+) -> Run:
+    """A zero-work campaign of `case`'s size and maxConcurrency, its items from `source`, `spec` added
+    to its spec, run to its end or `budget` under `operator` and sampled every plan.sample_every
+    seconds with its objects counted; `measure`: run_campaign's other measures (count_cpu,
+    measure_campaign, measure_workers)."""
+    manifest = campaign_manifest(
+        name,
+        image=ctx.target.image,
+        shard_size=case.shard_size,
+        max_concurrency=case.max_concurrency,
+        **source,
+        **(spec or {}),
+    )
+    return run_campaign(
+        ctx.target,
+        namespace,
+        manifest,
+        expected_shards=-(-case.items // case.shard_size),
+        budget=budget,
+        operator=operator,
+        sample_every=ctx.plan.sample_every,
+        count_objects=True,
+        **measure,
+    )
+
+
 def _scale_case(ctx: Context, case: Scale, section: Section, budget: float) -> dict[str, Any]:
     target, plan = ctx.target, ctx.plan
     namespace = target.namespace(f"bench-scale-{case.key.lower()}")
     name = f"scale-{case.key.lower()}"
-    shards = -(-case.items // case.shard_size)
     etcd_before = target.etcd_bytes()
     with target.operator(namespace) as operator:
         if case.items > 10000 or case.shard_size > 1:
@@ -186,13 +237,6 @@ def _scale_case(ctx: Context, case: Scale, section: Section, budget: float) -> d
             source: JSON = {"items_from": {"configMapName": f"{name}-items", "key": "items.jsonl"}}
         else:
             source = {"items": numbered_items(case.items)}
-        manifest = campaign_manifest(
-            name,
-            image=target.image,
-            shard_size=case.shard_size,
-            max_concurrency=case.max_concurrency,
-            **source,
-        )
         profile = None
         if target.local and case is plan.scale[0]:
             delay = plan.operator_profile_delay
@@ -203,17 +247,8 @@ def _scale_case(ctx: Context, case: Scale, section: Section, budget: float) -> d
                 seconds=plan.profile_seconds,
                 out=ctx.files / f"profile-operator-{name}.txt",
             )
-        run = run_campaign(
-            target,
-            namespace,
-            manifest,
-            expected_shards=shards,
-            budget=budget,
-            operator=operator,
-            sample_every=plan.sample_every,
-            count_objects=True,
-            count_cpu=True,  # its table per decile (_cpu_by_decile)
-        )
+        # count_cpu: its table per decile (_cpu_by_decile)
+        run = run_sized(ctx, namespace, name, case, operator, budget, source, count_cpu=True)
         if profile is not None:
             result = profile.wait(plan.profile_seconds + 60)
             if result is not None:
@@ -223,7 +258,7 @@ def _scale_case(ctx: Context, case: Scale, section: Section, budget: float) -> d
     # next scenario. The campaign is suspended and its operator gone; the namespace goes at the end.
     return {
         "run": run,
-        "bound": BACKLOG_RATIO * case.max_concurrency + case.max_concurrency,
+        "bound": window_bound(case.max_concurrency),
         "etcd_before": etcd_before,
         "etcd_after": etcd_after,
     }
