@@ -4,6 +4,7 @@ test upstream (testbed/upstream.py, real HTTP; no cluster)."""
 from __future__ import annotations
 
 import datetime as dt
+import io
 import itertools
 import json
 import sys
@@ -766,3 +767,40 @@ def test_a_shared_sources_endpoint_key_and_price_reach_the_command_and_the_pod()
         "key": "api-key",
         "optional": True,
     }
+
+
+def test_a_persistent_process_serves_shard_after_shard(server: LlmServer, tmp_path: Path) -> None:
+    """spec.worker.persistent (on by default for this command): one process, a request line per
+    shard with that shard's own files, an answer line each, 0 at the end of input."""
+    base = {
+        CONFIG_ENV: json.dumps({"llm": llm_block(server.base_url), "maxConcurrency": 1, "rateLimits": {}}),
+        "SHARDOPS_LLM_API_KEY": "right",
+        "POD_NAME": f"unit-{tmp_path.name}",
+        "SHARDOPS_PERSISTENT": "1",
+    }
+    requests = []
+    for shard, question in (("s1", "one"), ("s2", "two")):
+        folder = tmp_path / shard
+        folder.mkdir()
+        (folder / "items.jsonl").write_text(
+            json.dumps({"key": "k", "index": 0, "item": {"q": question}}) + "\n"
+        )
+        env = {
+            f"SHARDOPS_{name}_FILE": str(folder / f"{name.lower()}.jsonl") for name in ("ITEMS", "RESULTS")
+        }
+        requests.append(
+            json.dumps({"shard": shard, "env": {**env, "SHARDOPS_ERROR_FILE": str(folder / "e")}})
+        )
+    stdout = io.StringIO()
+    code = llm_main.serve(base, io.StringIO("\n".join(requests) + "\n"), stdout, io.StringIO())
+    assert code == 0
+    assert [json.loads(line) for line in stdout.getvalue().splitlines()] == [
+        {"shard": "s1", "exit": 0},
+        {"shard": "s2", "exit": 0},
+    ]
+    for shard, question in (("s1", "one"), ("s2", "two")):
+        (result,) = [json.loads(x) for x in (tmp_path / shard / "results.jsonl").read_text().splitlines()]
+        assert result["result"]["content"] == f"answer: {question[::-1]} :Q"
+    assert (
+        llm_main.serve(base, io.StringIO("not json\n"), io.StringIO(), io.StringIO()) == llm_main.EXIT_FAILED
+    )
