@@ -338,6 +338,29 @@ def test_provider_headers_tighten_the_pace() -> None:
     assert pacer.wait() == 131.0
 
 
+def test_a_retry_after_holds_every_slot_of_the_pod_each_keeping_its_own_spacing(tmp_path: Path) -> None:
+    """Slots of one pod (spec.worker.slots) share the pace file: a Retry-After one is told holds the
+    other too, even one already asleep for its own spacing; plain spacing stays each slot's own."""
+    clock = FakeClock()
+    share = Share.of(requests_per_minute=60, tokens_per_minute=None, workers=1)  # 1 s apart
+    told, other = (Pacer(share, tmp_path / "pace.json", clock=clock, sleep=clock.sleep) for _ in range(2))
+    told.spent(told.wait(), 0)
+    assert other.wait() == 100.0  # the first slot's spacing is not the second's
+    other.spent(100.0, 0)
+    told.hold_pod_until(130.0)  # a 429 with Retry-After 30 s
+    assert other.wait() == 130.0 and told.wait() == 130.0
+
+    def told_while_asleep(seconds: float) -> None:
+        clock.sleep(seconds)
+        if clock.now < 150.0:
+            told.hold_pod_until(150.0)  # another 429 arrives while `other` sleeps for its spacing
+
+    other.spent(130.0, 0)
+    asleep = Pacer(share, tmp_path / "pace.json", clock=clock, sleep=told_while_asleep)
+    asleep.next_at = other.next_at
+    assert asleep.wait() == 150.0
+
+
 def test_pace_files_are_per_pod_campaign_and_source() -> None:
     assert state_path("p1", "c", "a") != state_path("p2", "c", "a") != state_path("p1", "c", "b")
 

@@ -273,7 +273,7 @@ class Call:
             reply = self.upstream.post(path, body, utcnow())
         except CallFailure as error:
             if error.retry_after is not None:
-                self.pacer.hold_until(self.pacer.clock() + jittered(error.retry_after, self.rng.random()))
+                self.pacer.hold_pod_until(self.pacer.clock() + jittered(error.retry_after, self.rng.random()))
             raise
         self.pacer.spent(started, reply_tokens(reply))
         return reply
