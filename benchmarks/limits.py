@@ -147,12 +147,12 @@ def _heartbeat(sections: Sequence[Section]) -> str:
 def _pending(ctx: Context) -> str:
     return (
         "Workers wake on a watched change (a shard became Pending, a running one stopped), not on a "
-        "poll, and a claim is a Lease create and a status patch. But idle capacity here means running "
-        "< maxConcurrency, and in the zero-work run the 2 cores are the limit (see the CPU above): "
-        "running stays far below the cap while every worker is busy with its own shard or still "
-        "starting (a worker process costs the imports above, and a new campaign starts all of its "
-        "workers at once), so a Pending shard waits for a worker, not for a slot. What would close "
-        "it: less CPU per shard (the API server's share, the worker's and the command's process starts)"
+        "poll, and a claim is a Lease create and a status patch. The figure counts from the shard's "
+        "turn (a slot free for it), so what is left is a free slot's claim: on this machine mostly a "
+        "campaign's start, when a new worker pod's slots make their first claims one after another "
+        "while their persistent commands start on the same 2 cores (the table's cold row and the "
+        "first claims of the slot steps above). What would close it: less CPU per claim and per "
+        "worker start (the worker's imports, the API server's share of a claim)"
     )
 
 

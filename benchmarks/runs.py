@@ -39,8 +39,13 @@ AGENT = "shardops-example-agent"
 # process-per-shard mode instead.
 PERSISTENT = os.environ.get("SHARDOPS_BENCH_PERSISTENT", "1") != "0"
 # Shards each worker pod runs at once (spec.worker.slots): one process's start, client and watches
-# serve that many, as a user after throughput sets it. SHARDOPS_BENCH_SLOTS=1: a pod per slot.
+# serve that many, as a user after throughput sets it. SHARDOPS_BENCH_SLOTS=1: a pod per slot;
+# SHARDOPS_BENCH_SLOTS=0: left unset, the product's default from what the work is (with
+# SHARDOPS_BENCH_PERSISTENT=0: a Campaign as a user who tunes nothing writes it).
 SLOTS = int(os.environ.get("SHARDOPS_BENCH_SLOTS", "10"))
+# spec.worker.workload, the hint the defaults follow (IOBound: the example agent's work is a wait);
+# unset unless SHARDOPS_BENCH_WORKLOAD names it.
+WORKLOAD = os.environ.get("SHARDOPS_BENCH_WORKLOAD") or None
 # The kinds whose live count a scale run samples: what one campaign keeps on the API server.
 COUNTED: dict[str, Resource] = {
     "Shards": SHARDS,
@@ -152,15 +157,19 @@ def campaign_manifest(
     ledger: Path | None = None,
     persistent: bool = PERSISTENT,
     slots: int = SLOTS,
+    workload: str | None = WORKLOAD,
     **spec: Any,
 ) -> JSON:
     """A Campaign as a user writes it: everything not given keeps the product's default, except
-    `spec.worker.persistent` (PERSISTENT) and `spec.worker.slots` (SLOTS)."""
+    `spec.worker.persistent` (PERSISTENT), `spec.worker.slots` (SLOTS; 0: unset) and
+    `spec.worker.workload` (WORKLOAD)."""
     worker: JSON = {"image": image, "command": [AGENT], "env": agent_env(work_seconds, ledger)}
     if persistent:
         worker["persistent"] = True
-    if slots > 1:
+    if slots >= 1:
         worker["slots"] = slots
+    if workload is not None:
+        worker["workload"] = workload
     body: JSON = {"shardSize": shard_size, "maxConcurrency": max_concurrency, "worker": worker, **spec}
     if items_from is not None:
         body["itemsFrom"] = items_from

@@ -6,6 +6,7 @@ check each one exactly.
 
 from __future__ import annotations
 
+import bisect
 import math
 import statistics
 from collections.abc import Sequence
@@ -103,6 +104,53 @@ def steady_window(
 def open_at(intervals: Sequence[tuple[float, float]], moment: float) -> int:
     """How many intervals [start, end) contain `moment`."""
     return sum(1 for a, b in intervals if a <= moment < b)
+
+
+def slot_turns(
+    pending_to_running: Sequence[tuple[float, float]],
+    running: Sequence[tuple[float, float]],
+    cap: int,
+) -> list[tuple[float, float]]:
+    """(its turn, its claim) of every shard that got a free slot while it was Pending: its turn is
+    the first moment the Running shards and the Pending ones cut before it (ties: listed before it)
+    left a slot of `cap` free for it. Waiting behind other Pending shards is waiting for a slot, not
+    for a claim: a shard cut while Running < cap behind 80 Pending ones with 5 s of work each waits
+    ~20 s for its turn, however fast a free slot claims. A shard claimed before its turn (out of cut
+    order: it took an earlier shard's turn, which counts that one's wait) is left out.
+    `pending_to_running`: (Pending since, first Running) per shard; `running`: the Running intervals.
+    One sweep over the events; each looks at most `cap` Pending shards, and the queue holds the Pending
+    ones (the backlog window): O(events x (cap + window))."""
+    order = sorted(range(len(pending_to_running)), key=lambda i: (pending_to_running[i][0], i))
+    events: list[tuple[float, int, int]] = []  # (at, kind, what): kinds in the order they apply at one moment
+    for position, shard in enumerate(order):
+        pending, claimed = pending_to_running[shard]
+        events.append((pending, 0, position))
+        events.append((claimed, 1, position))
+    for start, end in running:
+        events.append((start, 2, +1))
+        events.append((end, 2, -1))
+    events.sort()
+    queue: list[int] = []  # positions in cut order of the Pending shards, kept sorted
+    turn: dict[int, float] = {}
+    found: list[tuple[float, float]] = []
+    busy = 0
+    index = 0
+    while index < len(events):
+        moment = events[index][0]
+        while index < len(events) and events[index][0] == moment:
+            _, kind, what = events[index]
+            if kind == 0:
+                bisect.insort(queue, what)
+            elif kind == 1:
+                queue.remove(what)
+                if what in turn:
+                    found.append((turn.pop(what), moment))
+            else:
+                busy += what
+            index += 1
+        for position in queue[: max(cap - busy, 0)]:
+            turn.setdefault(position, moment)
+    return found
 
 
 def ratio(numerator: float | None, denominator: float | None) -> float | None:

@@ -38,6 +38,9 @@ RETRY_AFTER = 2.0
 # How long after a 429 was recorded a worker that listed the shards just before may still write its
 # claim of a shard of the same source: a Lease create, a read and a status patch.
 CLAIM_SLACK = 2.0
+# A request of another slot of the pod, sent before the 429's slot wrote the pod's hold: the 429's
+# way back, a file write, and the other request's way there, on a loaded 2-core machine.
+IN_FLIGHT_SLACK = 0.5
 USER_AGENT_POD = re.compile(r"\((?P<pod>[^)]+)\)$")
 
 
@@ -135,14 +138,18 @@ def test_429s_are_waited_out_all_done_and_spent_is_tokens_times_price(bed: Bed) 
     assert sorted({e.content for e in answered}) == sorted(i["q"] for i in items)
 
     # No request before the Retry-After elapsed: not for the item that got the 429 (its shard's
-    # notBefore), and not from the pod that got it (its pace, kept across shards).
+    # notBefore), and not from the pod that got it (its pace, kept across shards, and held for all
+    # its slots: the LLM worker runs 8 a pod by default). Another slot's request already on its way
+    # when the 429 came back (it had looked at the pod's hold before the 429's slot wrote it) reaches
+    # the upstream within IN_FLIGHT_SLACK of the 429.
     early = []
     for rejected in limited:
         until = rejected.monotonic + RETRY_AFTER
         for later in log:
-            if rejected.monotonic < later.monotonic < until and (
-                later.content == rejected.content or pod_of(later) == pod_of(rejected)
-            ):
+            if not rejected.monotonic < later.monotonic < until:
+                continue
+            in_flight = later.monotonic < rejected.monotonic + IN_FLIGHT_SLACK
+            if later.content == rejected.content or (pod_of(later) == pod_of(rejected) and not in_flight):
                 early.append((rejected, later))
     assert not early, f"{len(early)} request(s) inside a Retry-After, first: {early[0]}"
 

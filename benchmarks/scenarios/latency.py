@@ -32,10 +32,12 @@ def latency(ctx: Context) -> Section:
     section = Section(
         "latency",
         "Latency: claim, zombie detection, restart, failover",
-        "Pending->Running: from each shard's Materialized to its Claimed history entry, in the runs "
-        "above, for shards that became Pending while fewer than maxConcurrency shards were Running "
-        "(idle capacity); 'cold' ones became Pending before the run's first claim (the worker pods "
-        "were still starting). Zombie: a worker's process group is SIGKILLed mid-shard; the time "
+        "Pending->Running with a slot free: from each shard's turn to its Claimed history entry, in "
+        "the runs above; its turn is the first moment, after its Materialized entry, at which the "
+        "Running shards and the Pending ones cut before it left one of maxConcurrency free for it (a "
+        "shard waiting behind other Pending ones waits for a slot, not for a claim; a shard claimed "
+        "before its turn is left out). 'cold' ones had their turn before the run's first claim (the "
+        "worker pods were still starting). Zombie: a worker's process group is SIGKILLed mid-shard; the time "
         "until its shard is claimable again (LeaseExpired by the operator, or a worker's takeover). "
         "Restart: the single operator's process group is SIGKILLed; the time until the restarted "
         "process's first reconcile (its /metrics reconcile count); it takes over from its dead "
@@ -111,33 +113,45 @@ def _guard(section: Section, what: str, measure: Callable[[], list[float]]) -> l
 def _pending_to_running(ctx: Context, section: Section) -> None:
     warm: list[float] = []
     cold: list[float] = []
+    cut_while_below_cap: list[float] = []  # the definition before issue 36, for comparison
     for pairs in ctx.versus_runs.values():
         for ours, _ in pairs:
             if not ours.pending_to_running:
                 continue
             first_claim = min(c for _, c in ours.pending_to_running)
-            for pending, claimed in ours.pending_to_running:
-                if stats.open_at(ours.running, pending) >= ours.max_concurrency:
-                    continue  # no idle capacity: it waited for a slot
-                (cold if pending < first_claim else warm).append(claimed - pending)
+            for turn, claimed in stats.slot_turns(
+                ours.pending_to_running, ours.running, ours.max_concurrency
+            ):
+                (cold if turn < first_claim else warm).append(claimed - turn)
+            cut_while_below_cap.extend(
+                claimed - pending
+                for pending, claimed in ours.pending_to_running
+                if pending >= first_claim and stats.open_at(ours.running, pending) < ours.max_concurrency
+            )
     p50, p99 = stats.percentile(warm, 0.5), stats.percentile(warm, 0.99)
     section.tables.append(
         Table(
-            "Pending -> Running with idle capacity",
+            "Pending -> Running with a slot free",
             ["shards", "samples", "p50 s", "p99 s"],
             [
-                ["after the first claim (workers up)", str(len(warm)), fmt(p50), fmt(p99)],
+                ["from its turn, after the first claim (workers up)", str(len(warm)), fmt(p50), fmt(p99)],
                 [
-                    "cold (worker pods still starting)",
+                    "from its turn, cold (worker pods still starting)",
                     str(len(cold)),
                     fmt(stats.percentile(cold, 0.5)),
                     fmt(stats.percentile(cold, 0.99)),
+                ],
+                [
+                    "from its cut while Running < maxConcurrency (includes its wait behind Pending ones)",
+                    str(len(cut_while_below_cap)),
+                    fmt(stats.percentile(cut_while_below_cap, 0.5)),
+                    fmt(stats.percentile(cut_while_below_cap, 0.99)),
                 ],
             ],
         )
     )
     section.check(
-        "Pending->Running p99 with idle capacity (workers up)",
+        "Pending->Running p99 with a slot free (workers up)",
         f"p50 {fmt(p50)} s, p99 {fmt(p99)} s",
         "p99 <= 2 s",
         meets(p99, 2, at_least=False),

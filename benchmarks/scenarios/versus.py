@@ -94,7 +94,10 @@ def versus(ctx: Context) -> Section:
             "SHARDOPS_BENCH_SLOTS), so one process start serves that many slots. "
             if runs.SLOTS > 1
             else "Each worker pod runs one shard at a time (SHARDOPS_BENCH_SLOTS=1). "
+            if runs.SLOTS == 1
+            else "spec.worker.slots is unset: the product's default (SHARDOPS_BENCH_SLOTS=0). "
         )
+        + (f"spec.worker.workload: {runs.WORKLOAD} (SHARDOPS_BENCH_WORKLOAD). " if runs.WORKLOAD else "")
         + "Time: from the create "
         "call to the first poll (every 0.25 s) that sees the Campaign Succeeded / the Job Complete. "
         "The order alternates between repeats (Job first, then shardops first, ...); each run starts "

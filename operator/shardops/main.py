@@ -42,9 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _run_llm(_: argparse.Namespace) -> int:
-    from shardops.llm.main import run
+    from shardops.llm.main import main as llm_main
 
-    return run()
+    return llm_main()
 
 
 def _run_worker(args: argparse.Namespace) -> int:

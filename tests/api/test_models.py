@@ -32,9 +32,10 @@ from shardops.api import (
     rules,
 )
 from shardops.api.common import ResourceModel
+from shardops.api.enums import Workload
 from shardops.api.names import API_GROUP_VERSION
 from shardops.api.shared_sources import ClusterSharedSource, SharedSource
-from shardops.api.worker import MAX_WORKER_SLOTS
+from shardops.api.worker import IO_BOUND_DEFAULT_SLOTS, MAX_WORKER_SLOTS
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = sorted((ROOT / "crds" / "samples").glob("*.yaml"))
@@ -314,6 +315,40 @@ def test_slots_are_spec_worker_s_alone_unset_by_default_and_bounded() -> None:
             spec(worker={**WORKER, "slots": wrong})
     with pytest.raises(ValidationError, match=r"finalize\.slots"):
         spec(finalize={**WORKER, "slots": 2})
+
+
+def test_the_built_in_llm_worker_defaults_to_slots_and_a_persistent_process() -> None:
+    """Unset, what the work is decides: the built-in LLM worker's shards wait on HTTP (8 slots a pod,
+    unless resources were sized, which the docs size per command) and its command speaks the
+    persistent protocol; any other command keeps one slot and a process per shard. Set, the field wins."""
+    llm = {"baseUrl": "http://llm/v1", "model": "m", "messages": [{"role": "user", "content": "{{ item }}"}]}
+    built_in = {**WORKER, "command": ["shardops", "llm"], "llm": llm}
+    worker = spec(worker=built_in).worker
+    assert (worker.slots_per_pod(), worker.runs_persistent()) == (IO_BOUND_DEFAULT_SLOTS, True)
+    assert "slots" not in spec(worker=built_in).to_dict()["worker"]  # a default, not written
+    sized = spec(worker={**built_in, "resources": {"limits": {"memory": "256Mi"}}}).worker
+    assert sized.slots_per_pod() == 1 and sized.runs_persistent()
+    chosen = spec(worker={**built_in, "slots": 2, "persistent": False}).worker
+    assert (chosen.slots_per_pod(), chosen.runs_persistent()) == (2, False)
+    wrapped = spec(worker={**built_in, "args": ["--verbose"]}).worker  # not the built-in command as is
+    assert not wrapped.runs_persistent()
+    own = spec().worker
+    assert (own.slots_per_pod(), own.runs_persistent()) == (1, False)
+    assert own.work_kind() is Workload.CPU_BOUND and worker.work_kind() is Workload.IO_BOUND
+
+
+def test_a_declared_workload_decides_the_default_slots() -> None:
+    """workload: IOBound gives any command the I/O-bound slots (resources unset); CPUBound keeps an
+    LLM worker at one slot a pod; slots set win over both. Finalize has no such field."""
+    waits = spec(worker={**WORKER, "workload": "IOBound"}).worker
+    assert waits.slots_per_pod() == IO_BOUND_DEFAULT_SLOTS and not waits.runs_persistent()
+    assert spec(worker={**WORKER, "workload": "IOBound", "slots": 3}).worker.slots_per_pod() == 3
+    assert spec(worker={**WORKER, "workload": "CPUBound"}).worker.slots_per_pod() == 1
+    assert "workload" not in spec().to_dict()["worker"]
+    with pytest.raises(ValidationError, match=r"worker\.workload"):
+        spec(worker={**WORKER, "workload": "Quick"})
+    with pytest.raises(ValidationError, match=r"finalize\.workload"):
+        spec(finalize={**WORKER, "workload": "IOBound"})
 
 
 def test_expected_shards_and_inline_counts() -> None:

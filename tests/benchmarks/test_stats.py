@@ -172,3 +172,19 @@ def test_a_lanes_steps_are_read_from_its_workers_log_lines() -> None:
     table = lanes.table("case", [read])
     assert table is not None and "0.25 claim races lost per shard" in table.title
     assert lanes.table("case", [lanes.read({}, 0.0)]) is None
+
+
+def test_slot_turns_count_from_a_free_slot_not_from_the_cut() -> None:
+    # Cap 2. Shards a and b are cut at 0 and run [1, 6) and [1, 11); c is cut at 0.5, while fewer
+    # than 2 run, but behind a and b: its turn is when a slot frees (6), not its cut.
+    cut_claim = [(0.0, 1.0), (0.0, 1.0), (0.5, 6.5)]
+    running = [(1.0, 6.0), (1.0, 11.0), (6.5, 8.0)]
+    assert stats.slot_turns(cut_claim, running, 2) == [(0.0, 1.0), (0.0, 1.0), (6.0, 6.5)]
+
+
+def test_slot_turns_follow_cut_order_and_leave_out_a_shard_claimed_before_its_turn() -> None:
+    # Cap 1: x is cut first, y after; y is claimed first (out of order) while x waits. x's turn is
+    # when the cap had room for it (0: nothing ran); y never had a turn before its claim.
+    cut_claim = [(0.0, 3.0), (1.0, 1.5)]
+    running = [(1.5, 2.5), (3.0, 4.0)]
+    assert stats.slot_turns(cut_claim, running, 1) == [(0.0, 3.0)]

@@ -4,6 +4,7 @@ test upstream (testbed/upstream.py, real HTTP; no cluster)."""
 from __future__ import annotations
 
 import datetime as dt
+import io
 import itertools
 import json
 import sys
@@ -335,6 +336,29 @@ def test_provider_headers_tighten_the_pace() -> None:
     assert pacer.wait() == 101.0
     pacer.tighten(remaining=0, reset_seconds=30, workers=2)
     assert pacer.wait() == 131.0
+
+
+def test_a_retry_after_holds_every_slot_of_the_pod_each_keeping_its_own_spacing(tmp_path: Path) -> None:
+    """Slots of one pod (spec.worker.slots) share the pace file: a Retry-After one is told holds the
+    other too, even one already asleep for its own spacing; plain spacing stays each slot's own."""
+    clock = FakeClock()
+    share = Share.of(requests_per_minute=60, tokens_per_minute=None, workers=1)  # 1 s apart
+    told, other = (Pacer(share, tmp_path / "pace.json", clock=clock, sleep=clock.sleep) for _ in range(2))
+    told.spent(told.wait(), 0)
+    assert other.wait() == 100.0  # the first slot's spacing is not the second's
+    other.spent(100.0, 0)
+    told.hold_pod_until(130.0)  # a 429 with Retry-After 30 s
+    assert other.wait() == 130.0 and told.wait() == 130.0
+
+    def told_while_asleep(seconds: float) -> None:
+        clock.sleep(seconds)
+        if clock.now < 150.0:
+            told.hold_pod_until(150.0)  # another 429 arrives while `other` sleeps for its spacing
+
+    other.spent(130.0, 0)
+    asleep = Pacer(share, tmp_path / "pace.json", clock=clock, sleep=told_while_asleep)
+    asleep.next_at = other.next_at
+    assert asleep.wait() == 150.0
 
 
 def test_pace_files_are_per_pod_campaign_and_source() -> None:
@@ -766,3 +790,40 @@ def test_a_shared_sources_endpoint_key_and_price_reach_the_command_and_the_pod()
         "key": "api-key",
         "optional": True,
     }
+
+
+def test_a_persistent_process_serves_shard_after_shard(server: LlmServer, tmp_path: Path) -> None:
+    """spec.worker.persistent (on by default for this command): one process, a request line per
+    shard with that shard's own files, an answer line each, 0 at the end of input."""
+    base = {
+        CONFIG_ENV: json.dumps({"llm": llm_block(server.base_url), "maxConcurrency": 1, "rateLimits": {}}),
+        "SHARDOPS_LLM_API_KEY": "right",
+        "POD_NAME": f"unit-{tmp_path.name}",
+        "SHARDOPS_PERSISTENT": "1",
+    }
+    requests = []
+    for shard, question in (("s1", "one"), ("s2", "two")):
+        folder = tmp_path / shard
+        folder.mkdir()
+        (folder / "items.jsonl").write_text(
+            json.dumps({"key": "k", "index": 0, "item": {"q": question}}) + "\n"
+        )
+        env = {
+            f"SHARDOPS_{name}_FILE": str(folder / f"{name.lower()}.jsonl") for name in ("ITEMS", "RESULTS")
+        }
+        requests.append(
+            json.dumps({"shard": shard, "env": {**env, "SHARDOPS_ERROR_FILE": str(folder / "e")}})
+        )
+    stdout = io.StringIO()
+    code = llm_main.serve(base, io.StringIO("\n".join(requests) + "\n"), stdout, io.StringIO())
+    assert code == 0
+    assert [json.loads(line) for line in stdout.getvalue().splitlines()] == [
+        {"shard": "s1", "exit": 0},
+        {"shard": "s2", "exit": 0},
+    ]
+    for shard, question in (("s1", "one"), ("s2", "two")):
+        (result,) = [json.loads(x) for x in (tmp_path / shard / "results.jsonl").read_text().splitlines()]
+        assert result["result"]["content"] == f"answer: {question[::-1]} :Q"
+    assert (
+        llm_main.serve(base, io.StringIO("not json\n"), io.StringIO(), io.StringIO()) == llm_main.EXIT_FAILED
+    )

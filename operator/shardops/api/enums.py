@@ -78,6 +78,15 @@ RETRYABLE_ERROR_CLASSES = frozenset(
 ITEM_ERROR_CLASSES = frozenset({ErrorClass.INVALID_INPUT, ErrorClass.BAD_OUTPUT})
 
 
+class Workload(StrEnum):
+    """What a worker's shards mostly do (spec.worker.workload): the hint its slots default from."""
+
+    # Waiting on other systems (HTTP and LLM calls, object storage): a fraction of a core each.
+    IO_BOUND = "IOBound"
+    # Computing: a core each, or an unknown share of one.
+    CPU_BOUND = "CPUBound"
+
+
 class LlmRequestFormat(StrEnum):
     """How the built-in LLM worker turns an item into a request (spec.worker.llm.format)."""
 

@@ -14,6 +14,7 @@ from shardops.api.common import (
     Quantity,
     SpecModel,
 )
+from shardops.api.enums import Workload
 from shardops.api.llm import LlmSpec
 from shardops.api.names import DNS_LABEL_MAX
 
@@ -24,6 +25,20 @@ DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 # The most slots (shards at once) of one worker pod: its threads share one process's GIL, so past a
 # few dozen they add waiting, not throughput.
 MAX_WORKER_SLOTS = 64
+# The command of the built-in LLM worker (spec.worker.llm), as the Campaign spells it.
+LLM_COMMAND = ("shardops", "llm")
+# In a persistent command's environment from its start: it reads its shards' requests from stdin
+# (spec.worker.persistent's protocol; `shardops llm` speaks it too).
+PERSISTENT_ENV = "SHARDOPS_PERSISTENT"
+# Slots a pod of I/O-bound work (spec.worker.workload IOBound, the built-in LLM worker's default)
+# gets when spec.worker.slots and spec.worker.resources are both unset. Its shards wait on other
+# systems (a fraction of a core each), so one pod's start, API client and watches serve 8 of them,
+# and pods stay few on any cluster (spreading an I/O-bound call over nodes buys it nothing). Not
+# when resources are set: those were sized for one command per pod (the documented rule is "what
+# one command needs x slots"), and 8 commands could outgrow them. CPU-bound (or undeclared) work
+# keeps one slot a pod: on a cluster of many nodes its pods spread over them; packed 8 to a pod
+# without requests they would crowd one node.
+IO_BOUND_DEFAULT_SLOTS = 8
 
 
 class EnvVar(SpecModel):
@@ -257,8 +272,10 @@ class ItemsWorkerSpec(WorkerSpec):
             'writes one line {"shard": <its name>, "exit": <the exit code such a run would have>} to '
             "stdout (its logs go to stderr); end of input ends it. A crash or a stop (stall, lost lease, "
             "cost cap, shutdown) ends the process, and the next shard starts a new one. Not part of the "
-            "idempotency key: it changes how the command runs, not its results. Default: unset, a process "
-            "per shard."
+            "idempotency key: it changes how the command runs, not its results. Default: unset, which is "
+            "on for the built-in LLM worker (command [shardops, llm] without args, which speaks the "
+            "protocol: an interpreter start per shard would cost more than most requests) and a process "
+            "per shard for any other command (shardops cannot know whether it speaks the protocol)."
         ),
     )
     # Unset by default, for the reason persistent is.
@@ -274,10 +291,42 @@ class ItemsWorkerSpec(WorkerSpec):
             "core with more slots. maxConcurrency still caps the running shards of the campaign; the "
             "operator starts ceil(slots wanted / slots) pods. resources are per pod: size them for "
             "`slots` commands at once. The pod exits when none of its slots found a claimable shard "
-            "for idleSeconds. Not part of the idempotency key. Default: unset, one slot per pod."
+            "for idleSeconds. Not part of the idempotency key. Default: unset, which is 8 when workload is "
+            "IOBound and resources are unset (shards that mostly wait need a fraction of a core each) "
+            "and 1 otherwise (CPU-bound work spreads over the nodes one pod each; resources set were "
+            "sized for one command)."
         ),
     )
 
+    # Unset by default, for the reason persistent is.
+    workload: Workload | None = Field(
+        default=None,
+        description=(
+            "What the shards mostly do, the hint slots default from: IOBound (waiting on other systems: "
+            "HTTP and LLM calls, object storage) or CPUBound (computing). Only defaults follow from it; "
+            "slots set explicitly win. Not part of the idempotency key. Default: unset, which is IOBound "
+            "for the built-in LLM worker (spec.worker.llm) and CPUBound for any other command."
+        ),
+    )
+
+    def work_kind(self) -> Workload:
+        """spec.worker.workload; unset, IOBound for the built-in LLM worker, else CPUBound."""
+        if self.workload is not None:
+            return self.workload
+        return Workload.IO_BOUND if self.llm is not None else Workload.CPU_BOUND
+
     def slots_per_pod(self) -> int:
-        """spec.worker.slots, 1 when unset."""
-        return self.slots or 1
+        """spec.worker.slots; unset, what the work is decides (IO_BOUND_DEFAULT_SLOTS, else 1)."""
+        if self.slots is not None:
+            return self.slots
+        sized = bool(self.resources.requests or self.resources.limits)
+        if self.work_kind() is Workload.IO_BOUND and not sized:
+            return IO_BOUND_DEFAULT_SLOTS
+        return 1
+
+    def runs_persistent(self) -> bool:
+        """spec.worker.persistent; unset, on for the built-in LLM worker's own command (it speaks the
+        protocol), off for any other (whether it does is not shardops's to guess)."""
+        if self.persistent is not None:
+            return self.persistent
+        return tuple(self.full_command()) == LLM_COMMAND

@@ -4,6 +4,8 @@ It runs under `shardops worker` like any user command (the JSONL protocol: $SHAR
 one line per item appended to $SHARDOPS_RESULTS_FILE, $SHARDOPS_ERROR_FILE on failure) and reads its
 settings from $SHARDOPS_LLM_CONFIG, which the runtime fills from the Campaign's spec.worker.llm.
 Calls are sequential: a shard is one request at a time, so maxConcurrency is the concurrency.
+With SHARDOPS_PERSISTENT=1 (spec.worker.persistent, on by default for this command) one process
+serves shard after shard (`serve`): one interpreter start and its imports per worker slot, not per shard.
 
 With format chat a result is {content, finishReason, model, usage} (and json, the parsed content,
 when responseFormat asks for JSON); with format openai-batch it is the upstream's answer as it came
@@ -44,6 +46,7 @@ from shardops.api.llm import (
 )
 from shardops.api.money import money_text
 from shardops.api.openai_batch import BATCH_ENDPOINTS, batch_line_problem, batch_result
+from shardops.api.worker import PERSISTENT_ENV
 from shardops.clock import utcnow
 from shardops.llm.pacing import Pacer, Share, cooldown_until, jittered, share_in, state_path
 from shardops.llm.render import RenderError, RequestTemplate
@@ -270,7 +273,7 @@ class Call:
             reply = self.upstream.post(path, body, utcnow())
         except CallFailure as error:
             if error.retry_after is not None:
-                self.pacer.hold_until(self.pacer.clock() + jittered(error.retry_after, self.rng.random()))
+                self.pacer.hold_pod_until(self.pacer.clock() + jittered(error.retry_after, self.rng.random()))
             raise
         self.pacer.spent(started, reply_tokens(reply))
         return reply
@@ -353,3 +356,36 @@ def run(env: Mapping[str, str] | None = None, stderr: TextIO = sys.stderr) -> in
         print(f"shardops llm: {failure.error_class}: {failure.message}", file=stderr)
         return EXIT_TEMPFAIL if failure.error_class.retryable else EXIT_FAILED
     return 0
+
+
+def serve(
+    env: Mapping[str, str],
+    stdin: TextIO = sys.stdin,
+    stdout: TextIO = sys.stdout,
+    stderr: TextIO = sys.stderr,
+) -> int:
+    """The persistent protocol (spec.worker.persistent): one request line {shard, env} from stdin per
+    shard, run as `run` would run it with the process's environment plus the request's, answered with
+    {shard, exit} on stdout; 0 at the end of input. A request line that cannot be read ends the process
+    with EXIT_FAILED: the runtime fails that shard naming the command's exit."""
+    for line in iter(stdin.readline, ""):
+        if not line.strip():
+            continue
+        try:
+            request = json.loads(line)
+            shard_env = {**env, **request["env"]}
+        except (ValueError, KeyError, TypeError) as error:
+            print(f"shardops llm: bad request line {line[:80]!r}: {error!r}", file=stderr)
+            return EXIT_FAILED
+        code = run(shard_env, stderr)
+        stdout.write(json.dumps({"shard": request.get("shard"), "exit": code}) + "\n")
+        stdout.flush()
+    return 0
+
+
+def main(env: Mapping[str, str] | None = None) -> int:
+    """`shardops llm`: a persistent process when the runtime starts it as one, else one shard."""
+    env = os.environ if env is None else env
+    if env.get(PERSISTENT_ENV) == "1":
+        return serve(dict(env))
+    return run(env)

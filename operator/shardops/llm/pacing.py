@@ -17,7 +17,10 @@ command reads before each request. No share yet, or a share of 0, means no reque
 
 `shardops llm` runs once per shard attempt, so the pace outlives the process in a small file
 under the worker pod's temporary directory, keyed by pod, campaign and source: a worker's next
-shard continues the spacing (and a Retry-After) instead of starting with a burst.
+shard continues the spacing (and a Retry-After) instead of starting with a burst. A pod of several
+slots (spec.worker.slots) runs one such process per slot: each keeps its own spacing, and a
+Retry-After any of them is told holds them all (`hold_pod_until`: its own small file next to the
+pace, read before each request), since the upstream asked the pod, not one of its slots, to wait.
 """
 
 from __future__ import annotations
@@ -123,12 +126,40 @@ class Pacer:
                 self.next_at = float(json.loads(self.path.read_text(encoding="utf-8"))["nextAt"])
 
     def wait(self) -> float:
-        """Sleeps until the next request may go; returns the time it goes."""
+        """Sleeps until the next request may go (its own spacing, and any hold of its pod); returns
+        the time it goes."""
         now = self.clock()
-        if self.next_at > now:
-            self.sleep(self.next_at - now)
-            now = max(self.clock(), self.next_at)
-        return now
+        while True:
+            # Looked at again after each sleep: another slot may have been told to wait meanwhile.
+            until = max(self.next_at, self._pod_hold())
+            if until <= now:
+                return now
+            self.sleep(until - now)
+            now = max(self.clock(), until)
+
+    def hold_pod_until(self, moment: float) -> None:
+        """No request before `moment` from this worker nor from the other slots of its pod (a
+        Retry-After: the upstream asked the pod to wait)."""
+        self.hold_until(moment)
+        hold = self._hold_path()
+        if hold is None or moment <= self._pod_hold():
+            return
+        temporary = hold.with_suffix(f".{os.getpid()}.tmp")
+        with contextlib.suppress(OSError):
+            temporary.write_text(json.dumps({"holdUntil": moment}), encoding="utf-8")
+            temporary.replace(hold)
+
+    def _hold_path(self) -> Path | None:
+        return self.path.with_suffix(".hold") if self.path is not None else None
+
+    def _pod_hold(self) -> float:
+        """The pod's hold (monotonic; 0 without one): a read of a few bytes, once per request."""
+        hold = self._hold_path()
+        if hold is None:
+            return 0.0
+        with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
+            return float(json.loads(hold.read_text(encoding="utf-8"))["holdUntil"])
+        return 0.0
 
     def spent(self, started: float, tokens: int) -> None:
         """A request went at `started` and used `tokens`: the next one waits for the share."""

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from shardops.api.enums import ErrorClass
+from shardops.api.worker import PERSISTENT_ENV
 from shardops.worker.runner import (
     SNIPPET,
     CommandFailure,
@@ -38,8 +39,6 @@ from shardops.worker.runner import (
     wait_readable,
 )
 
-# In a persistent command's environment from its start: it reads its shards' requests from stdin.
-PERSISTENT_ENV = "SHARDOPS_PERSISTENT"
 # The most a persistent command may write to stdout without a newline: an answer is a few bytes.
 _ANSWER_MAX = 64 * 1024
 _READ_SIZE = 64 * 1024

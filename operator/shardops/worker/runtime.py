@@ -374,7 +374,7 @@ class Worker:
             return
         self._started_ahead = True
         worker_spec = campaign.spec.worker
-        if worker_spec.persistent is not True:
+        if not worker_spec.runs_persistent():
             return
         env = command_env(os.environ, campaign_variables(campaign, worker_spec), worker_spec.env_dict())
         try:

@@ -135,7 +135,7 @@ class ShardRun(Holding):
     @property
     def persistent(self) -> bool:
         """Run by the worker's persistent command: spec.worker's choice, for work shards only."""
-        return not self.finalize and self.campaign.spec.worker.persistent is True
+        return not self.finalize and self.campaign.spec.worker.runs_persistent()
 
     def write_campaign_results(self, path: Path) -> tuple[ErrorClass, str] | None:
         """The finalize shard's input: every finished item of the campaign, one JSON line each in
