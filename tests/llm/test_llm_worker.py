@@ -19,6 +19,7 @@ from testbed.upstream import ANSWER_SCHEMA_FORMAT, Behaviour, LlmServer, llm_ser
 from shardops.api import rules
 from shardops.api.campaign import Campaign, CampaignStatus, SourceShare
 from shardops.api.enums import ErrorClass
+from shardops.api.item_errors import item_error_of
 from shardops.api.llm import (
     CONFIG_ENV,
     COOLDOWN_FILE_SHARE_KEY,
@@ -29,14 +30,18 @@ from shardops.api.llm import (
 )
 from shardops.api.money import money_text
 from shardops.api.shard import Shard
+from shardops.k8s import leases
 from shardops.k8s.api import SHARDS
+from shardops.k8s.shards import TransitionRequest, planned_status
 from shardops.llm import main as llm_main
 from shardops.llm.pacing import Pacer, Share, share_in, state_path
 from shardops.llm.render import RenderError, RequestTemplate
 from shardops.llm.upstream import classify_status, parse_duration, provider_error, rate_limit_wait
 from shardops.logic.backoff import retry_not_before
 from shardops.logic.failures import EXIT_TEMPFAIL, MAX_RETRY_AFTER_SECONDS, classify_failure
+from shardops.logic.transitions import Action
 from shardops.scheduler.builders import worker_job_body
+from shardops.store.configmap import read_ref
 from shardops.worker.runtime import Worker
 from shardops.worker.settings import WorkerSettings
 from tests.fakekube import FakeKube
@@ -766,3 +771,63 @@ def test_a_shared_sources_endpoint_key_and_price_reach_the_command_and_the_pod()
         "key": "api-key",
         "optional": True,
     }
+
+
+def test_a_retry_of_the_errored_items_runs_just_them_and_keeps_the_others_results(
+    server: LlmServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kubectl campaign retry --errored on a live Done shard: back to Pending with rerunErrored (what
+    the operator writes), the upstream fixed: one request (the errored line's), and the shard's
+    result holds all three items, none errored, its cost the first attempt's plus that one call."""
+    monkeypatch.setenv("SHARDOPS_LLM_API_KEY", "right")
+    lines = [batch_line("a", "one"), batch_line("b", "FAULT:400"), batch_line("c", "two")]
+    block = {**batch_block(server.base_url), "apiKeySecret": SECRET}
+    body = campaign_body(
+        items=lines, worker={"image": "x", "command": LLM_COMMAND, "llm": block}, shardSize=3
+    )
+    kube = FakeKube()
+    (shard,) = add_campaign(kube, body)
+
+    def run_worker() -> Shard:
+        settings = WorkerSettings(
+            namespace=NAMESPACE,
+            pod_name="w",
+            tick_seconds=0.01,
+            poll_seconds=0.01,
+            idle_seconds=0,
+            work_dir=tmp_path,
+            max_shards=1,
+        )
+        worker = Worker(kube=kube, settings=settings, namespace=NAMESPACE, campaign_name="camp")  # type: ignore[arg-type]
+        assert worker.run() == 0
+        found = kube.obj(SHARDS, NAMESPACE, shard.name)
+        assert found is not None
+        return Shard.parse(found)
+
+    first = run_worker()
+    assert first.current_status.errored_items == 1 and len(server.requests()) == 3
+    request = TransitionRequest(
+        Action.RETRY_ERRORED, "retry --errored", updates={"retry_generation": 1, "rerun_errored": True}
+    )
+    stored = kube.obj(SHARDS, NAMESPACE, shard.name)
+    assert stored is not None
+    stored["status"] = planned_status(first, request, dt.datetime.now(dt.UTC), None).to_dict()
+    kube.put(SHARDS, NAMESPACE, stored)
+    lease = leases.read(kube, NAMESPACE, first.lease_name)  # type: ignore[arg-type]
+    assert lease is not None and leases.revoke(kube, lease), "the operator frees a Done shard's Lease"  # type: ignore[arg-type]
+    server.behaviour.faults_fixed = True
+
+    again = run_worker().current_status
+    assert again.phase == "Done" and again.attempt == 1
+    assert [r.content for r in server.requests()[3:]] == ["FAULT:400"], "only the errored line again"
+    assert again.errored_items == 0 and again.last_error is None
+    assert again.result is not None and again.result.ref != first.current_status.result.ref  # type: ignore[union-attr]
+    document = json.loads(read_ref(kube, NAMESPACE, again.result.ref, first.spec.idempotency_key).text)  # type: ignore[arg-type]
+    assert [row["key"] for row in document["items"]] == [row["key"] for row in _items_of(kube, first)]
+    assert [item_error_of(row["result"]) for row in document["items"]] == [None, None, None]
+    assert again.cost > first.current_status.cost, "the rerun's call is paid on top of the first attempt"
+
+
+def _items_of(kube: FakeKube, shard: Shard) -> list[dict[str, Any]]:
+    ref = shard.current_status.result.ref  # type: ignore[union-attr]
+    return json.loads(read_ref(kube, NAMESPACE, ref, shard.spec.idempotency_key).text)["items"]  # type: ignore[arg-type,no-any-return]

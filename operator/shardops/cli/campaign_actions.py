@@ -24,7 +24,7 @@ from shardops.cli.command import Context, load, parse_campaign
 from shardops.cli.text import names_text
 from shardops.k8s.api import Conflict
 from shardops.logic.timefmt import rfc3339
-from shardops.state import error_threshold
+from shardops.state import error_threshold, ledger
 
 # What `kubectl campaign cancel` writes on a Campaign: when it was cancelled.
 CANCELLED_ANNOTATION = "shardops.dev/cancelled"
@@ -82,10 +82,7 @@ class RetrySelection:
     everything: bool
 
 
-def select_retry(
-    campaign: Campaign, shards: Sequence[Shard], *, blocked: bool, failed: bool, names: Sequence[str]
-) -> RetrySelection:
-    """Which shards a retry covers: --blocked and/or --failed (neither: both), narrowed to --shard names."""
+def _refuse_while_waiting(campaign: Campaign) -> None:
     if campaign.retry_requested:
         raise ActionRefused(
             EXIT_BAD_STATE,
@@ -93,6 +90,13 @@ def select_retry(
             f"(status.lastRetryGeneration is {campaign.current_status.last_retry_generation}); "
             "wait until it acted (kubectl campaign status) before asking again",
         )
+
+
+def select_retry(
+    campaign: Campaign, shards: Sequence[Shard], *, blocked: bool, failed: bool, names: Sequence[str]
+) -> RetrySelection:
+    """Which shards a retry covers: --blocked and/or --failed (neither: both), narrowed to --shard names."""
+    _refuse_while_waiting(campaign)
     phases = {p for p, wanted in ((ShardPhase.BLOCKED, blocked), (ShardPhase.FAILED, failed)) if wanted}
     if not phases:
         phases = set(GAVE_UP)
@@ -134,7 +138,23 @@ def retry_patch(campaign: Campaign, selection: RetrySelection) -> JSON:
             "retry them all (no --shard), or in smaller groups one after the other",
         )
     shards = None if selection.everything else list(selection.shards)
-    return {"spec": {"retry": {"generation": campaign.spec.retry.generation + 1, "shards": shards}}}
+    retry: JSON = {"generation": campaign.spec.retry.generation + 1, "shards": shards}
+    if campaign.spec.retry.errored:
+        retry["errored"] = None  # the previous request was for the errored items: this one is not
+    return {"spec": {"retry": retry}}
+
+
+def errored_retry_patch(campaign: Campaign, shards: Sequence[Shard]) -> tuple[JSON, int]:
+    """`retry --errored`: the patch asking the operator to run again the errored items of the Done
+    shards (spec.retry.errored with the next generation, no shard list), and how many items errored;
+    refused while an earlier request waits, or when no item errored."""
+    _refuse_while_waiting(campaign)
+    folded = campaign.current_status.folded
+    errored = ledger.campaign_errored_items(folded, ledger.unfolded(shards, folded))
+    if not errored:
+        raise ActionRefused(EXIT_BAD_STATE, f"nothing to retry: campaign {campaign.name} has no errored item")
+    retry: JSON = {"generation": campaign.spec.retry.generation + 1, "shards": None, "errored": True}
+    return {"spec": {"retry": retry}}, errored
 
 
 # --- the outcome and its text -------------------------------------------------------------------------
@@ -276,6 +296,8 @@ def run_resume(ctx: Context) -> int:
 
 def run_retry(ctx: Context) -> int:
     args = ctx.args
+    if args.errored:
+        return _run_errored_retry(ctx)
     for _ in range(CONFLICT_ROUNDS):
         _, campaign, _, shards = load(ctx, args.name)
         selection = select_retry(campaign, shards, blocked=args.blocked, failed=args.failed, names=args.shard)
@@ -301,6 +323,40 @@ def run_retry(ctx: Context) -> int:
                 message=(
                     f"retry requested (spec.retry.generation={generation}): {count} shard(s), {scope}: "
                     f"{names}; the operator sends them back to Pending with attempts reset"
+                ),
+                patch=patch,
+            ),
+        )
+    raise bad_state(f"campaign {args.name} kept changing while recording the retry; try again")
+
+
+def _run_errored_retry(ctx: Context) -> int:
+    args = ctx.args
+    if args.blocked or args.failed or args.shard:
+        raise bad_state(
+            "--errored reruns the errored items of all Done shards; it takes no --blocked, --failed, --shard"
+        )
+    for _ in range(CONFLICT_ROUNDS):
+        _, campaign, _, shards = load(ctx, args.name)
+        patch, errored = errored_retry_patch(campaign, shards)
+        try:
+            patched = ctx.client.patch_campaign(
+                campaign.namespace, campaign.name, patch, resource_version=campaign.metadata.resource_version
+            )
+        except Conflict:
+            continue  # changed since we read it: read again and decide again
+        generation = campaign.spec.retry.generation + 1
+        return _finish(
+            ctx,
+            _record(
+                ctx,
+                "retry",
+                patched,
+                reason=RETRY_REQUESTED,
+                note=f"spec.retry.generation={generation}: {errored} errored item(s) to run again",
+                message=(
+                    f"retry requested (spec.retry.generation={generation}): the {errored} errored item(s) "
+                    "run again, same keys; the other items keep their results"
                 ),
                 patch=patch,
             ),
