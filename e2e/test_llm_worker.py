@@ -439,7 +439,12 @@ def test_an_openai_batch_file_runs_as_is_and_three_refused_lines_are_its_errors(
             "url": "/v1/chat/completions",
             "body": {
                 "model": "gpt-4o-mini",
-                "messages": [{"role": "user", "content": "FAULT:400" if n in REFUSED else f"question {n}"}],
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": f"FAULT:400 question {n}" if n in REFUSED else f"question {n}",
+                    }
+                ],
                 "max_tokens": 16,
             },
         }
@@ -489,7 +494,9 @@ def test_an_openai_batch_file_runs_as_is_and_three_refused_lines_are_its_errors(
     assert status["itemsErrored"] == len(REFUSED)
     # One request per line, each sent with the source's model.
     assert len(log) == BATCH_LINES and {e.model for e in log} == {"test-model"}
-    assert sorted(e.content for e in log if e.status == 400) == ["FAULT:400"] * len(REFUSED)
+    assert sorted(e.content for e in log if e.status == 400) == sorted(
+        f"FAULT:400 question {n}" for n in REFUSED
+    )
 
     assert answer.returncode == 0, answer.stderr[-2000:]
     written = [json.loads(text) for text in output.read_text().splitlines()]
@@ -514,19 +521,34 @@ def test_an_openai_batch_file_runs_as_is_and_three_refused_lines_are_its_errors(
         f"{len(refused)} error lines, {len(log)} upstream requests"
     )
 
-    # retry --errored: exactly the three refused lines were requested again (the upstream's log),
-    # and the results are every line's answer, no error; the campaign's counts and spent exact.
-    assert sorted(e.content for e in rerun) == ["FAULT:400"] * len(REFUSED), [e.content for e in rerun]
+    # retry --errored: exactly the three refused lines were requested again (the upstream's log, by
+    # their bodies), and the results are the 1,997 answers kept as they were plus the three the
+    # upstream now gives, no error line; the campaign's counts and spent exact.
+    assert sorted(e.content for e in rerun) == sorted(f"FAULT:400 question {n}" for n in REFUSED), [
+        e.content for e in rerun
+    ]
     assert {e.status for e in rerun} == {200}
     assert answer_after.returncode == 0, answer_after.stderr[-2000:]
     after = [json.loads(text) for text in output_after.read_text().splitlines()]
     assert len(after) == BATCH_LINES and not errors_after.read_text().strip()
-    assert {line["custom_id"] for line in after} == {f"task-{n}" for n in range(BATCH_LINES)}
+    kept = [line for line in after if line["custom_id"] not in {f"task-{n}" for n in REFUSED}]
+    assert sorted(kept, key=lambda line: line["custom_id"]) == sorted(
+        written, key=lambda line: line["custom_id"]
+    )
+    answered = {line["custom_id"]: line for line in after if line not in kept}
+    assert set(answered) == {f"task-{n}" for n in REFUSED}
+    for custom_id, line in answered.items():
+        assert line["error"] is None and line["response"]["status_code"] == 200
+        content = ChatCompletion.model_validate(line["response"]["body"]).choices[0].message.content
+        assert content == f"answer: {('FAULT:400 question ' + custom_id.removeprefix('task-'))[::-1]}"
     assert (retried["status"]["counts"]["done"], retried["status"]["counts"]["failed"]) == (shards, 0)
     assert Decimal(str(retried["status"]["spent"])) > Decimal(str(status["spent"])), (
         "the three calls are paid"
     )
-    print(f"retry --errored: {len(rerun)} upstream requests, {len(after)} output lines, 0 error lines")
+    print(
+        f"retry --errored: {len(rerun)} upstream requests ({', '.join(sorted(answered))}), "
+        f"{len(kept)} + {len(answered)} output lines, 0 error lines"
+    )
 
 
 def openai_results(bed: Bed, output: Path, errors: Path) -> subprocess.CompletedProcess[str]:

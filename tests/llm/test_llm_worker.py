@@ -44,6 +44,7 @@ from shardops.scheduler.builders import worker_job_body
 from shardops.store.configmap import read_ref
 from shardops.worker.runtime import Worker
 from shardops.worker.settings import WorkerSettings
+from tests import workerkit
 from tests.fakekube import FakeKube
 from tests.workerkit import NAMESPACE, add_campaign, campaign_body
 
@@ -789,17 +790,7 @@ def test_a_retry_of_the_errored_items_runs_just_them_and_keeps_the_others_result
     (shard,) = add_campaign(kube, body)
 
     def run_worker() -> Shard:
-        settings = WorkerSettings(
-            namespace=NAMESPACE,
-            pod_name="w",
-            tick_seconds=0.01,
-            poll_seconds=0.01,
-            idle_seconds=0,
-            work_dir=tmp_path,
-            max_shards=1,
-        )
-        worker = Worker(kube=kube, settings=settings, namespace=NAMESPACE, campaign_name="camp")  # type: ignore[arg-type]
-        assert worker.run() == 0
+        assert workerkit.worker(kube, tmp_path, max_shards=1).run() == 0
         found = kube.obj(SHARDS, NAMESPACE, shard.name)
         assert found is not None
         return Shard.parse(found)
