@@ -11,7 +11,7 @@ text are pure; the `run_*` functions do the reads and writes.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from shardops.api.campaign import MAX_RETRY_SHARDS, Campaign
@@ -298,36 +298,20 @@ def run_retry(ctx: Context) -> int:
     args = ctx.args
     if args.errored:
         return _run_errored_retry(ctx)
-    for _ in range(CONFLICT_ROUNDS):
-        _, campaign, _, shards = load(ctx, args.name)
+
+    def decide(campaign: Campaign, shards: Sequence[Shard], generation: int) -> tuple[JSON, str, str]:
         selection = select_retry(campaign, shards, blocked=args.blocked, failed=args.failed, names=args.shard)
-        patch = retry_patch(campaign, selection)
-        try:
-            patched = ctx.client.patch_campaign(
-                campaign.namespace, campaign.name, patch, resource_version=campaign.metadata.resource_version
-            )
-        except Conflict:
-            continue  # changed since we read it: read again and decide again
-        generation = campaign.spec.retry.generation + 1
         scope = "every Blocked and Failed shard" if selection.everything else "only these shards"
         names = names_text(list(selection.shards), limit=20)
         count = len(selection.shards)
-        return _finish(
-            ctx,
-            _record(
-                ctx,
-                "retry",
-                patched,
-                reason=RETRY_REQUESTED,
-                note=f"spec.retry.generation={generation}: {count} shard(s) to retry ({scope}): {names}",
-                message=(
-                    f"retry requested (spec.retry.generation={generation}): {count} shard(s), {scope}: "
-                    f"{names}; the operator sends them back to Pending with attempts reset"
-                ),
-                patch=patch,
-            ),
+        return (
+            retry_patch(campaign, selection),
+            f"spec.retry.generation={generation}: {count} shard(s) to retry ({scope}): {names}",
+            f"retry requested (spec.retry.generation={generation}): {count} shard(s), {scope}: "
+            f"{names}; the operator sends them back to Pending with attempts reset",
         )
-    raise bad_state(f"campaign {args.name} kept changing while recording the retry; try again")
+
+    return _request_retry(ctx, decide)
 
 
 def _run_errored_retry(ctx: Context) -> int:
@@ -336,32 +320,38 @@ def _run_errored_retry(ctx: Context) -> int:
         raise bad_state(
             "--errored reruns the errored items of all Done shards; it takes no --blocked, --failed, --shard"
         )
-    for _ in range(CONFLICT_ROUNDS):
-        _, campaign, _, shards = load(ctx, args.name)
+
+    def decide(campaign: Campaign, shards: Sequence[Shard], generation: int) -> tuple[JSON, str, str]:
         patch, errored = errored_retry_patch(campaign, shards)
+        return (
+            patch,
+            f"spec.retry.generation={generation}: {errored} errored item(s) to run again",
+            f"retry requested (spec.retry.generation={generation}): the {errored} errored item(s) "
+            "run again, same keys; the other items keep their results",
+        )
+
+    return _request_retry(ctx, decide)
+
+
+def _request_retry(
+    ctx: Context, decide: Callable[[Campaign, Sequence[Shard], int], tuple[JSON, str, str]]
+) -> int:
+    """Record a retry request: read the campaign, `decide` its patch, note and message for the next
+    retry generation, and write it at the version read; on a conflict read and decide again."""
+    for _ in range(CONFLICT_ROUNDS):
+        _, campaign, _, shards = load(ctx, ctx.args.name)
+        patch, note, message = decide(campaign, shards, campaign.spec.retry.generation + 1)
         try:
             patched = ctx.client.patch_campaign(
                 campaign.namespace, campaign.name, patch, resource_version=campaign.metadata.resource_version
             )
         except Conflict:
             continue  # changed since we read it: read again and decide again
-        generation = campaign.spec.retry.generation + 1
         return _finish(
             ctx,
-            _record(
-                ctx,
-                "retry",
-                patched,
-                reason=RETRY_REQUESTED,
-                note=f"spec.retry.generation={generation}: {errored} errored item(s) to run again",
-                message=(
-                    f"retry requested (spec.retry.generation={generation}): the {errored} errored item(s) "
-                    "run again, same keys; the other items keep their results"
-                ),
-                patch=patch,
-            ),
+            _record(ctx, "retry", patched, reason=RETRY_REQUESTED, note=note, message=message, patch=patch),
         )
-    raise bad_state(f"campaign {args.name} kept changing while recording the retry; try again")
+    raise bad_state(f"campaign {ctx.args.name} kept changing while recording the retry; try again")
 
 
 def run_cancel(ctx: Context) -> int:
