@@ -651,9 +651,10 @@ def test_a_batch_lines_url_picks_the_endpoint(server: LlmServer, tmp_path: Path)
     assert results[0]["tokens"] == {"input": 3, "cachedInput": 0, "output": 0}
 
 
-def test_under_the_runtime_a_shard_with_a_refused_line_is_done_with_it_counted_as_errored(
-    server: LlmServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _a_shard_with_a_refused_line(
+    server: LlmServer, monkeypatch: pytest.MonkeyPatch
+) -> tuple[FakeKube, Shard]:
+    """One Pending shard of three OpenAI batch lines, the second one the upstream refuses (400)."""
     monkeypatch.setenv("SHARDOPS_LLM_API_KEY", "right")
     lines = [batch_line("a", "one"), batch_line("b", "FAULT:400"), batch_line("c", "two")]
     block = {**batch_block(server.base_url), "apiKeySecret": SECRET}
@@ -662,6 +663,13 @@ def test_under_the_runtime_a_shard_with_a_refused_line_is_done_with_it_counted_a
     )
     kube = FakeKube()
     (shard,) = add_campaign(kube, body)
+    return kube, shard
+
+
+def test_under_the_runtime_a_shard_with_a_refused_line_is_done_with_it_counted_as_errored(
+    server: LlmServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kube, shard = _a_shard_with_a_refused_line(server, monkeypatch)
     settings = WorkerSettings(
         namespace=NAMESPACE,
         pod_name="w",
@@ -780,14 +788,7 @@ def test_a_retry_of_the_errored_items_runs_just_them_and_keeps_the_others_result
     """kubectl campaign retry --errored on a live Done shard: back to Pending with rerunErrored (what
     the operator writes), the upstream fixed: one request (the errored line's), and the shard's
     result holds all three items, none errored, its cost the first attempt's plus that one call."""
-    monkeypatch.setenv("SHARDOPS_LLM_API_KEY", "right")
-    lines = [batch_line("a", "one"), batch_line("b", "FAULT:400"), batch_line("c", "two")]
-    block = {**batch_block(server.base_url), "apiKeySecret": SECRET}
-    body = campaign_body(
-        items=lines, worker={"image": "x", "command": LLM_COMMAND, "llm": block}, shardSize=3
-    )
-    kube = FakeKube()
-    (shard,) = add_campaign(kube, body)
+    kube, shard = _a_shard_with_a_refused_line(server, monkeypatch)
 
     def run_worker() -> Shard:
         assert workerkit.worker(kube, tmp_path, max_shards=1).run() == 0
