@@ -9,6 +9,7 @@ import base64
 import json
 import os
 import re
+import subprocess
 from collections import defaultdict
 from decimal import Decimal
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 
 import pytest
 from testbed.bed import Bed
+from testbed.harness import wait_for
 from testbed.kits.worker import attempt_configmaps
 from testbed.upstream import ANSWER_SCHEMA_FORMAT, Behaviour, LoggedRequest, llm_server
 
@@ -444,7 +446,12 @@ def test_an_openai_batch_file_runs_as_is_and_three_refused_lines_are_its_errors(
             "url": "/v1/chat/completions",
             "body": {
                 "model": "gpt-4o-mini",
-                "messages": [{"role": "user", "content": "FAULT:400" if n in REFUSED else f"question {n}"}],
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": f"FAULT:400 question {n}" if n in REFUSED else f"question {n}",
+                    }
+                ],
                 "max_tokens": 16,
             },
         }
@@ -463,6 +470,25 @@ def test_an_openai_batch_file_runs_as_is_and_three_refused_lines_are_its_errors(
         bed.create_campaign(body)
         done = bed.wait_phase("batch", {"Succeeded", "Completed"}, timeout=300)
         log = server.requests()
+        output, errors = tmp_path / "output.jsonl", tmp_path / "errors.jsonl"
+        answer = openai_results(bed, output, errors)
+        # The upstream fixed, `retry --errored` runs the three refused lines again, and only them.
+        server.behaviour.faults_fixed = True
+        asked = kc(bed.cluster, "retry", "batch", "--errored", "-n", bed.namespace)
+        assert asked.returncode == 0, asked.stderr[-2000:]
+        retried = wait_for(
+            "the errored lines' retry to finish",
+            lambda: (
+                (c := bed.get_campaign("batch"))["status"].get("lastRetryGeneration") == 1
+                and c["status"]["phase"] == "Succeeded"
+                and not c["status"].get("itemsErrored")
+                and c
+            ),
+            timeout=180,
+        )
+        rerun = server.requests()[len(log) :]
+        output_after, errors_after = tmp_path / "output-after.jsonl", tmp_path / "errors-after.jsonl"
+        answer_after = openai_results(bed, output_after, errors_after)
 
     status = done["status"]
     shards = -(-BATCH_LINES // BATCH_SHARD_SIZE)
@@ -475,22 +501,10 @@ def test_an_openai_batch_file_runs_as_is_and_three_refused_lines_are_its_errors(
     assert status["itemsErrored"] == len(REFUSED)
     # One request per line, each sent with the source's model.
     assert len(log) == BATCH_LINES and {e.model for e in log} == {"test-model"}
-    assert sorted(e.content for e in log if e.status == 400) == ["FAULT:400"] * len(REFUSED)
-
-    output, errors = tmp_path / "output.jsonl", tmp_path / "errors.jsonl"
-    answer = kc(
-        bed.cluster,
-        "results",
-        "batch",
-        "-n",
-        bed.namespace,
-        "--format",
-        "openai",
-        "-o",
-        str(output),
-        "--error-file",
-        str(errors),
+    assert sorted(e.content for e in log if e.status == 400) == sorted(
+        f"FAULT:400 question {n}" for n in REFUSED
     )
+
     assert answer.returncode == 0, answer.stderr[-2000:]
     written = [json.loads(text) for text in output.read_text().splitlines()]
     refused = [json.loads(text) for text in errors.read_text().splitlines()]
@@ -512,4 +526,50 @@ def test_an_openai_batch_file_runs_as_is_and_three_refused_lines_are_its_errors(
     print(
         f"\n{BATCH_LINES} OpenAI batch lines in {shards} shards: {len(written)} output lines, "
         f"{len(refused)} error lines, {len(log)} upstream requests"
+    )
+
+    # retry --errored: exactly the three refused lines were requested again (the upstream's log, by
+    # their bodies), and the results are the 1,997 answers kept as they were plus the three the
+    # upstream now gives, no error line; the campaign's counts and spent exact.
+    assert sorted(e.content for e in rerun) == sorted(f"FAULT:400 question {n}" for n in REFUSED), [
+        e.content for e in rerun
+    ]
+    assert {e.status for e in rerun} == {200}
+    assert answer_after.returncode == 0, answer_after.stderr[-2000:]
+    after = [json.loads(text) for text in output_after.read_text().splitlines()]
+    assert len(after) == BATCH_LINES and not errors_after.read_text().strip()
+    kept = [line for line in after if line["custom_id"] not in {f"task-{n}" for n in REFUSED}]
+    assert sorted(kept, key=lambda line: line["custom_id"]) == sorted(
+        written, key=lambda line: line["custom_id"]
+    )
+    answered = {line["custom_id"]: line for line in after if line not in kept}
+    assert set(answered) == {f"task-{n}" for n in REFUSED}
+    for custom_id, line in answered.items():
+        assert line["error"] is None and line["response"]["status_code"] == 200
+        content = ChatCompletion.model_validate(line["response"]["body"]).choices[0].message.content
+        assert content == f"answer: {('FAULT:400 question ' + custom_id.removeprefix('task-'))[::-1]}"
+    assert (retried["status"]["counts"]["done"], retried["status"]["counts"]["failed"]) == (shards, 0)
+    assert Decimal(str(retried["status"]["spent"])) > Decimal(str(status["spent"])), (
+        "the three calls are paid"
+    )
+    print(
+        f"retry --errored: {len(rerun)} upstream requests ({', '.join(sorted(answered))}), "
+        f"{len(kept)} + {len(answered)} output lines, 0 error lines"
+    )
+
+
+def openai_results(bed: Bed, output: Path, errors: Path) -> subprocess.CompletedProcess[str]:
+    """`kubectl campaign results batch --format openai`: OpenAI's output and error files."""
+    return kc(
+        bed.cluster,
+        "results",
+        "batch",
+        "-n",
+        bed.namespace,
+        "--format",
+        "openai",
+        "-o",
+        str(output),
+        "--error-file",
+        str(errors),
     )

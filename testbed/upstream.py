@@ -18,8 +18,9 @@ request: a user message containing `FAULT:<name>` gets
 | `notjson` | 200 whose content is not JSON |
 | `schema` | 200 whose content is JSON missing the schema's required field |
 
-Every request is logged (`requests()`): monotonic and wall time, status, model, user agent, the
-user message, the usage it was charged and the Retry-After it was told.
+`behaviour.faults_fixed` turns those faults off (the upstream fixed). Every request is logged
+(`requests()`): monotonic and wall time, status, model, user agent, the user message, the usage it
+was charged and the Retry-After it was told.
 
 Run alone: `python -m testbed.upstream` (prints its base URL; port chosen free), for trying `shardops llm`.
 """
@@ -50,6 +51,9 @@ class Behaviour:
     slow_seconds: float = 5.0
     cached_tokens: int = 0  # reported as usage.prompt_tokens_details.cached_tokens (<= prompt tokens)
     seed: int = 1
+    # The fault fixed: `FAULT:<name>` requests are answered like any other (a retry of the errored
+    # items then succeeds, and the log shows how many requests it made).
+    faults_fixed: bool = False
 
 
 @dataclass(frozen=True)
@@ -154,7 +158,7 @@ class LlmServer:
                 started, wall, 400, None, agent, "", _error("invalid JSON body", "invalid_request_error")
             )
         user = next((str(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), "")
-        fault = user.split("FAULT:", 1)[1].split()[0] if "FAULT:" in user else None
+        fault = user.split("FAULT:", 1)[1].split()[0] if "FAULT:" in user and not b.faults_fixed else None
 
         def reply(status: int, body: Any, extra: dict[str, str] | None = None, **usage: int) -> Any:
             return self._reply(started, wall, status, model, agent, user, body, extra or {}, **usage)

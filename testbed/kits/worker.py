@@ -285,7 +285,9 @@ def get_shard(kube: Kube, namespace: str, name: str) -> Shard:
 
 
 def delete_campaign(kube: Kube, namespace: str, campaign: str, timeout: float = 60) -> None:
-    """Delete the Campaign and wait for the garbage collector to remove its shards (and Leases)."""
+    """Delete the Campaign and wait for the garbage collector to remove its shards. Their Leases may
+    outlive them a moment: a claimer of a re-applied campaign's Shard takes over a Lease held for an
+    earlier Shard of the name (k8s.leases.owned_by_an_earlier)."""
     kube.delete(CAMPAIGNS, namespace, campaign)
     wait_for(
         f"shards of {campaign} to be garbage-collected",

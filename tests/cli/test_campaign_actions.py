@@ -162,3 +162,25 @@ def test_select_retry_of_everything_goes_ahead_when_only_folded_shards_gave_up()
     assert selection.shards == () and selection.everything is True
     with pytest.raises(actions.ActionRefused, match="has no Blocked shard"):
         actions.select_retry(folded, shards, blocked=True, failed=False, names=[])
+
+
+def test_retry_of_the_errored_items_asks_for_them_and_is_refused_without_any() -> None:
+    """`retry --errored`: spec.retry.errored with the next generation and no shard list, counting
+    the live Done shards' errored items and the folded ones'; nothing errored: nothing to retry."""
+    live = parse_shards(
+        [shard_body("papers", 0, "Done", status={"progress": {"done": 2, "total": 2, "errored": 1}})]
+    )
+    campaign = _campaign(
+        items=4, retry={"generation": 2}, status={"lastRetryGeneration": 2, "folded": {"erroredItems": 2}}
+    )
+    patch, errored = actions.errored_retry_patch(campaign, live)
+    assert patch == {"spec": {"retry": {"generation": 3, "shards": None, "errored": True}}}
+    assert errored == 3
+    merged = _campaign(retry=patch["spec"]["retry"], status={"lastRetryGeneration": 2})
+    assert merged.spec.retry.errored and merged.retry_requested
+    with pytest.raises(actions.ActionRefused, match="has no errored item"):
+        actions.errored_retry_patch(_campaign(items=2), parse_shards([shard_body("papers", 0, "Done")]))
+    # A later retry of the gave-up shards drops the errored request.
+    after = _campaign(retry={"generation": 3, "errored": True}, status={"lastRetryGeneration": 3})
+    again = actions.retry_patch(after, actions.RetrySelection(("papers-00001",), everything=True))
+    assert again["spec"]["retry"]["errored"] is None

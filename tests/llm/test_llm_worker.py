@@ -20,6 +20,7 @@ from testbed.upstream import ANSWER_SCHEMA_FORMAT, Behaviour, LlmServer, llm_ser
 from shardops.api import rules
 from shardops.api.campaign import Campaign, CampaignStatus, SourceShare
 from shardops.api.enums import ErrorClass
+from shardops.api.item_errors import item_error_of
 from shardops.api.llm import (
     CONFIG_ENV,
     COOLDOWN_FILE_SHARE_KEY,
@@ -30,16 +31,21 @@ from shardops.api.llm import (
 )
 from shardops.api.money import money_text
 from shardops.api.shard import Shard
+from shardops.k8s import leases
 from shardops.k8s.api import SHARDS
+from shardops.k8s.shards import TransitionRequest, planned_status
 from shardops.llm import main as llm_main
 from shardops.llm.pacing import Pacer, Share, share_in, state_path
 from shardops.llm.render import RenderError, RequestTemplate
 from shardops.llm.upstream import classify_status, parse_duration, provider_error, rate_limit_wait
 from shardops.logic.backoff import retry_not_before
 from shardops.logic.failures import EXIT_TEMPFAIL, MAX_RETRY_AFTER_SECONDS, classify_failure
+from shardops.logic.transitions import Action
 from shardops.scheduler.builders import worker_job_body
+from shardops.store.configmap import read_ref
 from shardops.worker.runtime import Worker
 from shardops.worker.settings import WorkerSettings
+from tests import workerkit
 from tests.fakekube import FakeKube
 from tests.workerkit import NAMESPACE, add_campaign, campaign_body
 
@@ -669,9 +675,10 @@ def test_a_batch_lines_url_picks_the_endpoint(server: LlmServer, tmp_path: Path)
     assert results[0]["tokens"] == {"input": 3, "cachedInput": 0, "output": 0}
 
 
-def test_under_the_runtime_a_shard_with_a_refused_line_is_done_with_it_counted_as_errored(
-    server: LlmServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _a_shard_with_a_refused_line(
+    server: LlmServer, monkeypatch: pytest.MonkeyPatch
+) -> tuple[FakeKube, Shard]:
+    """One Pending shard of three OpenAI batch lines, the second one the upstream refuses (400)."""
     monkeypatch.setenv("SHARDOPS_LLM_API_KEY", "right")
     lines = [batch_line("a", "one"), batch_line("b", "FAULT:400"), batch_line("c", "two")]
     block = {**batch_block(server.base_url), "apiKeySecret": SECRET}
@@ -680,6 +687,13 @@ def test_under_the_runtime_a_shard_with_a_refused_line_is_done_with_it_counted_a
     )
     kube = FakeKube()
     (shard,) = add_campaign(kube, body)
+    return kube, shard
+
+
+def test_under_the_runtime_a_shard_with_a_refused_line_is_done_with_it_counted_as_errored(
+    server: LlmServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kube, shard = _a_shard_with_a_refused_line(server, monkeypatch)
     settings = WorkerSettings(
         namespace=NAMESPACE,
         pod_name="w",
@@ -827,3 +841,46 @@ def test_a_persistent_process_serves_shard_after_shard(server: LlmServer, tmp_pa
     assert (
         llm_main.serve(base, io.StringIO("not json\n"), io.StringIO(), io.StringIO()) == llm_main.EXIT_FAILED
     )
+
+
+def test_a_retry_of_the_errored_items_runs_just_them_and_keeps_the_others_results(
+    server: LlmServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kubectl campaign retry --errored on a live Done shard: back to Pending with rerunErrored (what
+    the operator writes), the upstream fixed: one request (the errored line's), and the shard's
+    result holds all three items, none errored, its cost the first attempt's plus that one call."""
+    kube, shard = _a_shard_with_a_refused_line(server, monkeypatch)
+
+    def run_worker() -> Shard:
+        assert workerkit.worker(kube, tmp_path, max_shards=1).run() == 0
+        found = kube.obj(SHARDS, NAMESPACE, shard.name)
+        assert found is not None
+        return Shard.parse(found)
+
+    first = run_worker()
+    assert first.current_status.errored_items == 1 and len(server.requests()) == 3
+    request = TransitionRequest(
+        Action.RETRY_ERRORED, "retry --errored", updates={"retry_generation": 1, "rerun_errored": True}
+    )
+    stored = kube.obj(SHARDS, NAMESPACE, shard.name)
+    assert stored is not None
+    stored["status"] = planned_status(first, request, dt.datetime.now(dt.UTC), None).to_dict()
+    kube.put(SHARDS, NAMESPACE, stored)
+    lease = leases.read(kube, NAMESPACE, first.lease_name)  # type: ignore[arg-type]
+    assert lease is not None and leases.revoke(kube, lease), "the operator frees a Done shard's Lease"  # type: ignore[arg-type]
+    server.behaviour.faults_fixed = True
+
+    again = run_worker().current_status
+    assert again.phase == "Done" and again.attempt == 1
+    assert [r.content for r in server.requests()[3:]] == ["FAULT:400"], "only the errored line again"
+    assert again.errored_items == 0 and again.last_error is None
+    assert again.result is not None and again.result.ref != first.current_status.result.ref  # type: ignore[union-attr]
+    document = json.loads(read_ref(kube, NAMESPACE, again.result.ref, first.spec.idempotency_key).text)  # type: ignore[arg-type]
+    assert [row["key"] for row in document["items"]] == [row["key"] for row in _items_of(kube, first)]
+    assert [item_error_of(row["result"]) for row in document["items"]] == [None, None, None]
+    assert again.cost > first.current_status.cost, "the rerun's call is paid on top of the first attempt"
+
+
+def _items_of(kube: FakeKube, shard: Shard) -> list[dict[str, Any]]:
+    ref = shard.current_status.result.ref  # type: ignore[union-attr]
+    return json.loads(read_ref(kube, NAMESPACE, ref, shard.spec.idempotency_key).text)["items"]  # type: ignore[arg-type,no-any-return]

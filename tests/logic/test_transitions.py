@@ -35,6 +35,7 @@ LEGAL = [
     (P.PAUSED, Action.RESUME, P.PENDING),
     (P.BLOCKED, Action.RETRY, P.PENDING),
     (P.FAILED, Action.RETRY, P.PENDING),
+    (P.DONE, Action.RETRY_ERRORED, P.PENDING),
 ]
 
 
@@ -53,11 +54,11 @@ def test_everything_else_is_illegal() -> None:
                     transition(current, action)
 
 
-def test_done_is_final_and_terminal_phases_leave_only_by_retry() -> None:
+def test_done_leaves_only_to_rerun_its_errored_items_and_terminal_phases_only_by_retry() -> None:
     for action, rule in TRANSITIONS.items():
-        assert P.DONE not in rule.sources
+        assert (P.DONE in rule.sources) == (action is Action.RETRY_ERRORED)
         if any(p.terminal for p in rule.sources):
-            assert action is Action.RETRY
+            assert action in (Action.RETRY, Action.RETRY_ERRORED)
 
 
 def test_every_action_has_an_event_reason_and_type() -> None:
@@ -77,6 +78,7 @@ def test_every_action_has_an_event_reason_and_type() -> None:
         (Action.RELEASE, 2),
         (Action.CLAIM, 2),
         (Action.RETRY, 1),
+        (Action.RETRY_ERRORED, 1),
     ],
 )
 def test_attempt_accounting(action: Action, after: int) -> None:
@@ -93,6 +95,5 @@ def test_random_sequences_leave_terminal_only_by_retry(start: ShardPhase, action
         except IllegalTransition:
             continue
         if phase.terminal:
-            assert action is Action.RETRY
-            assert phase is not P.DONE
+            assert action is (Action.RETRY_ERRORED if phase is P.DONE else Action.RETRY)
         phase = nxt

@@ -313,3 +313,56 @@ def test_a_retry_of_every_gave_up_shard_cuts_the_folded_ones_again_within_the_ba
     # The live ones went back to Pending at once (as before); the folded ones came 2 (backlogRatio 2
     # of no running shard) a pass, never all 7 at once.
     assert pending_per_pass[0] == GAVE_UP_TAIL and pending_per_pass[1:5] == [2, 2, 2, 1], pending_per_pass
+
+
+def test_a_retry_of_the_errored_items_cuts_the_folded_done_shards_with_errors_again_and_counts_stay_exact(
+    kube: OperatorKube, clock: Clock
+) -> None:
+    """`kubectl campaign retry --errored` (spec.retry.errored): the folded Done shards with errored
+    items are cut again from their ledger lines within the backlog bound, each with
+    status.rerunErrored and the result its items errored in (what the worker reads the others'
+    from); the ones without errors stay folded; itemsErrored and the done counts stay exact."""
+    from shardops.k8s.api import CAMPAIGNS
+
+    count = 6
+    put_campaign(kube, campaign(items=[{"id": i} for i in range(count)], backlogRatio=2))
+    operator, _ = _s3_reconciler(kube, clock)
+    erred = {"ref": "attempts/x/t1.json", "fingerprint": "sha256:" + "1" * 64, "bytes": 10}
+    fine = {"ref": "attempts/x/t2.json", "fingerprint": "sha256:" + "2" * 64, "bytes": 10}
+    errored_indices = {1, 2, 4}
+    for index in range(count):
+        progress = {"done": 1, "total": 1, **({"errored": 1} if index in errored_indices else {})}
+        result = erred if index in errored_indices else fine
+        put_shard(kube, shard("camp", index, "Done", result=result, progress=progress))
+    operator.reconcile(NAMESPACE, "camp")
+    assert not kube.list(SHARDS, NAMESPACE), "all Done: all folded"
+    assert status_of(kube)["itemsErrored"] == 3
+    body = kube.obj(CAMPAIGNS, NAMESPACE, "camp")
+    assert body is not None
+    body["spec"]["retry"] = {"generation": 1, "errored": True}
+    body["metadata"]["generation"] = 2
+    kube.put(CAMPAIGNS, NAMESPACE, body)
+    cut_again: list[int] = []
+    for _ in range(20):
+        clock.advance(1)
+        operator.reconcile(NAMESPACE, "camp")
+        status = status_of(kube)
+        assert status["counts"]["done"] + status["counts"].get("pending", 0) == count, status["counts"]
+        pending = [
+            s for s in kube.list(SHARDS, NAMESPACE) if (s.get("status") or {}).get("phase") == "Pending"
+        ]
+        assert len(pending) <= 2, "within the backlog bound"
+        for s in pending:
+            assert s["status"]["rerunErrored"] is True and s["status"]["result"] == erred
+            cut_again.append(s["spec"]["index"])
+            # The worker reruns the errored item: Done, none errored, a new result.
+            put_shard(
+                kube, shard("camp", s["spec"]["index"], "Done", result=fine, progress={"done": 1, "total": 1})
+            )
+        if status["counts"]["done"] == count and not status["folded"].get("retryWalk") and not pending:
+            break
+    status = status_of(kube)
+    assert sorted(cut_again) == sorted(errored_indices), "just the shards with errored items, each once"
+    assert status["counts"]["done"] == count and not status.get("itemsErrored")
+    assert status["folded"]["items"] == count and status["folded"].get("erroredItems", 0) == 0
+    assert status["lastRetryGeneration"] == 1

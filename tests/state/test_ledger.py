@@ -152,3 +152,18 @@ def test_shards_folded_past_a_status_that_never_recorded_their_cut_are_never_cut
     after = Campaign.parse(body)
     assert observe.item_progress(after, [], 10).cut_items == 5
     assert observe.item_progress(after, [], 10).uncut_shards == 5
+
+
+def test_a_rerun_of_errored_items_replaces_its_first_done_record_and_unfold_takes_its_counts_out() -> None:
+    folded = FoldedShards(
+        shards=2, items=4, errored_items=1, done_ranges=[{"start": 0, "end": 2}], sequence=2
+    )  # type: ignore[list-item]
+    erred = {"index": 0, "phase": "Done", "items": 2, "errored": 1, "n": "erred"}
+    repeat = {"index": 0, "phase": "Done", "items": 2, "errored": 1, "n": "repeat"}
+    rerun = {"index": 0, "phase": "Done", "items": 2, "errored": 0, "retryGeneration": 3, "n": "rerun"}
+    assert ledger.first_records([erred, repeat], folded)[0]["n"] == "erred", "a repeat of the fold"
+    assert ledger.first_records([erred, rerun, repeat], folded)[0]["n"] == "rerun"
+    after = ledger.unfold(folded, [erred])
+    assert (after.shards, after.items, after.errored_items) == (1, 2, 0)
+    assert after.ranges() == [(1, 2)]
+    assert ledger.errored_items({"index": 1, "phase": "Failed", "errored": 4}) == 0

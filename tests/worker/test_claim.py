@@ -7,10 +7,13 @@ import math
 import random
 from typing import Any
 
+import pytest
+
 from shardops.api.campaign import Campaign
 from shardops.api.enums import ShardPhase
 from shardops.api.shard import Shard
 from shardops.k8s import leases
+from shardops.k8s.api import LEASES
 from shardops.logic.leases import Renewals
 from shardops.logic.planner import plan_dispatch
 from shardops.state import observe
@@ -20,6 +23,7 @@ from shardops.worker.claim import (
     exit_reason,
     expected_shards,
     is_zombie,
+    lease_owner_reference,
     progress_of,
     stop_reason,
     uncut_shards,
@@ -305,6 +309,31 @@ def test_a_lease_left_by_a_claimer_that_crashed_before_its_claim_write_is_read_a
     monotonic[0] = 30.0
     taken = leases.acquire(kube, NAMESPACE, name, "w2", 30, much_later, seen=w2, may_exist=True)  # type: ignore[arg-type]
     assert taken is not None and (taken.holder, taken.fencing_token) == ("w2", 2)
+
+
+def test_a_lease_held_for_an_earlier_shard_of_its_name_is_taken_over_at_once() -> None:
+    """A Campaign deleted and applied again: the deleted Done shard's Lease (left held) is still
+    there, owned by the old uid, until the garbage collector gets to it. The new shard's claimer takes
+    it over at its first read, re-points it and moves the token on (the old holder is fenced); a
+    Lease held for the shard itself, or judged without an owner, stays held."""
+    kube = FakeKube()
+    (shard,) = add_campaign(kube, campaign_body(items=[{"id": 0}], shardSize=1))
+    name, now_owner = shard.lease_name, lease_owner_reference(shard)
+    earlier_owner = {**now_owner, "uid": "uid-of-the-deleted-shard"}
+    done_worker = leases.acquire(
+        kube, NAMESPACE, name, "done", 30, NOW, earlier_owner, seen=Renewals(lambda: 0.0)
+    )  # type: ignore[arg-type]
+    assert done_worker is not None
+    seen = Renewals(lambda: 0.0)
+    assert leases.acquire(kube, NAMESPACE, name, "w2", 30, NOW, earlier_owner, seen=seen) is None  # type: ignore[arg-type]
+    assert leases.acquire(kube, NAMESPACE, name, "w2", 30, NOW, None, seen=seen) is None  # type: ignore[arg-type]
+    taken = leases.acquire(kube, NAMESPACE, name, "w2", 30, NOW, now_owner, seen=seen)  # type: ignore[arg-type]
+    assert taken is not None and (taken.holder, taken.fencing_token) == ("w2", 2)
+    assert kube.get(LEASES, NAMESPACE, name)["metadata"]["ownerReferences"] == [now_owner]
+    with pytest.raises(leases.LeaseLost):
+        leases.renew(kube, done_worker, NOW)  # type: ignore[arg-type]
+    # Held for the shard now: the next claimer waits as for any live claim.
+    assert leases.acquire(kube, NAMESPACE, name, "w3", 30, NOW, now_owner, seen=Renewals(lambda: 0.0)) is None  # type: ignore[arg-type]
 
 
 def test_a_shard_claimed_before_counts_as_having_a_lease() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import sys
+import threading
 import time
 from decimal import Decimal
 from pathlib import Path
@@ -32,9 +33,11 @@ from shardops.store.configmap import (
     store_result,
 )
 from shardops.store.records import ItemRecord, ResultMeta, encode_result
+from shardops.worker import runtime
+from shardops.worker.claim import lease_owner_reference
 from tests import workerkit
 from tests.fakekube import FakeKube
-from tests.workerkit import NAMESPACE, ShiftedClock, add_campaign, campaign_body, watching_worker, worker
+from tests.workerkit import NAMESPACE, T0, ShiftedClock, add_campaign, campaign_body, watching_worker, worker
 
 AGENT = [sys.executable, "-m", "shardops_example_agent.agent"]
 
@@ -344,6 +347,35 @@ def test_a_deleted_campaigns_shards_are_never_claimed_by_the_new_one(tmp_path: P
     kube.calls.clear()
     assert workerkit.worker(kube, tmp_path).run() == 0
     assert [w for w in kube.write_log() if w[1] in ("shards", "leases")] == []
+
+
+def test_a_lease_left_held_by_the_deleted_campaigns_done_shard_does_not_strand_the_new_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Deleted and applied again before the garbage collector removed the old Done shard's Lease
+    (left held, owned by the old Shard's uid): the first claim's create meets it and loses. The worker
+    does not go idle on a shard it only passed by as lost; once the window has passed it reads the
+    Lease, takes it over as one held for an earlier Shard, and runs the shard (as the e2e
+    test_worker_idempotency re-apply saw: every worker gone after its idle 3 s, shards left Pending)."""
+    monkeypatch.setattr(runtime, "LOST_CLAIM_SECONDS", 0.2)
+    kube = FakeKube()
+    (shard,) = add_campaign(kube, _agent_campaign([{"id": 1}]))
+    earlier = {**lease_owner_reference(shard), "uid": "uid-of-the-deleted-shard"}
+    left = leases.acquire(
+        kube, NAMESPACE, shard.lease_name, "done-worker", 10, T0, earlier, seen=Renewals(time.monotonic)
+    )  # type: ignore[arg-type]
+    assert left is not None
+    stop = threading.Event()
+    worker = workerkit.worker(kube, tmp_path, stop=stop)
+    running = threading.Thread(target=worker.run)
+    running.start()
+    # Bounded well inside the Lease's 10 s: without the takeover the claimer waits for those to pass.
+    running.join(timeout=8)
+    stop.set()
+    running.join()
+    assert _shard(kube, shard.name).phase == "Done"
+    lease = kube.obj(LEASES, NAMESPACE, shard.lease_name)
+    assert lease is not None and lease["spec"]["leaseTransitions"] == 2
 
 
 def test_a_worker_of_a_deleted_campaign_leaves_the_new_one_alone(tmp_path: Path) -> None:

@@ -11,9 +11,9 @@ from shardops.api.enums import ErrorClass
 from shardops.api.item_errors import errored_result
 from shardops.api.shard import Progress
 from shardops.logic.idempotency import item_subkey
-from shardops.store.records import ItemRecord
+from shardops.store.records import ItemRecord, encode_result
 from shardops.worker.runner import CommandFailure, ResultLine
-from shardops.worker.tally import Tally
+from shardops.worker.tally import Tally, succeeded_items
 
 A, B, C = {"n": 1}, {"n": 2}, {"n": 3}
 KA, KB, KC = (item_subkey(item) for item in (A, B, C))
@@ -76,3 +76,20 @@ def test_stored_results_move_out_of_fresh_and_entries_follow_the_item_order() ->
     tally.mark_stored()
     assert tally.fresh == {} and set(tally.stored) == {KA, KB}
     assert tally.entries() == ([(0, KB, "b"), (1, KA, "a")], {KB: Decimal("0.25"), KA: Decimal("0.5")})
+
+
+def test_a_rerun_of_the_errored_items_runs_just_them_and_keeps_the_others_with_their_costs() -> None:
+    """status.rerunErrored: the items that succeeded in the shard's result count as stored (their
+    cost kept), the errored ones, stored or in the result, run again."""
+    refused = errored_result(ErrorClass.INVALID_INPUT, "400")
+    document = encode_result(
+        "key", [(0, KA, "a"), (1, KB, refused), (2, KC, "c")], {KA: Decimal("0.5"), KB: Decimal("0.1")}
+    )
+    tally = Tally([A, B, C], {KB: ItemRecord(refused)})
+    tally.rerun_errored(document)
+    assert [w.key for w in tally.remaining()] == [KB]
+    assert tally.stored[KA] == ItemRecord("a", Decimal("0.5")) and tally.stored[KC].cost == 0
+    assert succeeded_items("not a result") == {}
+    without = Tally([A, B], {KA: ItemRecord(refused)})
+    without.rerun_errored(None)
+    assert [w.key for w in without.remaining()] == [KA, KB]

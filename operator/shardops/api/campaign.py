@@ -152,6 +152,15 @@ class RetryRequest(SpecModel):
             "Written by kubectl campaign retry --shard/--blocked/--failed together with the generation."
         ),
     )
+    errored: bool | None = Field(
+        default=None,
+        description=(
+            "With this generation, run again the items of Done shards that errored on their own "
+            "(status.itemsErrored) instead of retrying the gave-up shards: each such shard, live or "
+            "folded, runs just its errored items (same keys) and keeps its other items' results. "
+            "Written by kubectl campaign retry --errored."
+        ),
+    )
 
 
 class CampaignSpec(SpecModel):

@@ -45,6 +45,13 @@ class RetryWalk(StatusModel):
             "done and folded anew is never cut a second time."
         ),
     )
+    errored: bool | None = Field(
+        default=None,
+        description=(
+            "A retry of the errored items (spec.retry.errored): the walk cuts again the folded Done "
+            "shards with errored items, to run just those, instead of the gave-up shards."
+        ),
+    )
 
 
 class FoldedShards(StatusModel):

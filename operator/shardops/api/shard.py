@@ -319,6 +319,14 @@ class ShardStatus(StatusModel):
             "that applied it is repeated (a lost status write, a new leader)."
         ),
     )
+    rerun_errored: bool | None = Field(
+        default=None,
+        description=(
+            "Set with the transition back to Pending by a retry of the errored items (kubectl campaign "
+            "retry --errored): the attempts run again the items that errored on their own and keep "
+            "the stored results of the others, instead of reusing the shard's stored result."
+        ),
+    )
     observed_generation: int | None = Field(
         default=None, ge=0, description="The metadata.generation this status was computed from."
     )

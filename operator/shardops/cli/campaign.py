@@ -281,6 +281,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SHARD",
         help="only this shard (repeatable); it must be Blocked or Failed",
     )
+    retry.add_argument(
+        "--errored",
+        action="store_true",
+        help="instead: rerun just the items that errored in Done shards (same keys; the others stay)",
+    )
 
     cancel = command(
         "cancel",

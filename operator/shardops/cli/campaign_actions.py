@@ -11,7 +11,7 @@ text are pure; the `run_*` functions do the reads and writes.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from shardops.api.campaign import MAX_RETRY_SHARDS, Campaign
@@ -24,7 +24,7 @@ from shardops.cli.command import Context, load, parse_campaign
 from shardops.cli.text import names_text
 from shardops.k8s.api import Conflict
 from shardops.logic.timefmt import rfc3339
-from shardops.state import error_threshold
+from shardops.state import error_threshold, ledger
 
 # What `kubectl campaign cancel` writes on a Campaign: when it was cancelled.
 CANCELLED_ANNOTATION = "shardops.dev/cancelled"
@@ -82,10 +82,7 @@ class RetrySelection:
     everything: bool
 
 
-def select_retry(
-    campaign: Campaign, shards: Sequence[Shard], *, blocked: bool, failed: bool, names: Sequence[str]
-) -> RetrySelection:
-    """Which shards a retry covers: --blocked and/or --failed (neither: both), narrowed to --shard names."""
+def _refuse_while_waiting(campaign: Campaign) -> None:
     if campaign.retry_requested:
         raise ActionRefused(
             EXIT_BAD_STATE,
@@ -93,6 +90,13 @@ def select_retry(
             f"(status.lastRetryGeneration is {campaign.current_status.last_retry_generation}); "
             "wait until it acted (kubectl campaign status) before asking again",
         )
+
+
+def select_retry(
+    campaign: Campaign, shards: Sequence[Shard], *, blocked: bool, failed: bool, names: Sequence[str]
+) -> RetrySelection:
+    """Which shards a retry covers: --blocked and/or --failed (neither: both), narrowed to --shard names."""
+    _refuse_while_waiting(campaign)
     phases = {p for p, wanted in ((ShardPhase.BLOCKED, blocked), (ShardPhase.FAILED, failed)) if wanted}
     if not phases:
         phases = set(GAVE_UP)
@@ -134,7 +138,23 @@ def retry_patch(campaign: Campaign, selection: RetrySelection) -> JSON:
             "retry them all (no --shard), or in smaller groups one after the other",
         )
     shards = None if selection.everything else list(selection.shards)
-    return {"spec": {"retry": {"generation": campaign.spec.retry.generation + 1, "shards": shards}}}
+    retry: JSON = {"generation": campaign.spec.retry.generation + 1, "shards": shards}
+    if campaign.spec.retry.errored:
+        retry["errored"] = None  # the previous request was for the errored items: this one is not
+    return {"spec": {"retry": retry}}
+
+
+def errored_retry_patch(campaign: Campaign, shards: Sequence[Shard]) -> tuple[JSON, int]:
+    """`retry --errored`: the patch asking the operator to run again the errored items of the Done
+    shards (spec.retry.errored with the next generation, no shard list), and how many items errored;
+    refused while an earlier request waits, or when no item errored."""
+    _refuse_while_waiting(campaign)
+    folded = campaign.current_status.folded
+    errored = ledger.campaign_errored_items(folded, ledger.unfolded(shards, folded))
+    if not errored:
+        raise ActionRefused(EXIT_BAD_STATE, f"nothing to retry: campaign {campaign.name} has no errored item")
+    retry: JSON = {"generation": campaign.spec.retry.generation + 1, "shards": None, "errored": True}
+    return {"spec": {"retry": retry}}, errored
 
 
 # --- the outcome and its text -------------------------------------------------------------------------
@@ -276,36 +296,62 @@ def run_resume(ctx: Context) -> int:
 
 def run_retry(ctx: Context) -> int:
     args = ctx.args
-    for _ in range(CONFLICT_ROUNDS):
-        _, campaign, _, shards = load(ctx, args.name)
+    if args.errored:
+        return _run_errored_retry(ctx)
+
+    def decide(campaign: Campaign, shards: Sequence[Shard], generation: int) -> tuple[JSON, str, str]:
         selection = select_retry(campaign, shards, blocked=args.blocked, failed=args.failed, names=args.shard)
-        patch = retry_patch(campaign, selection)
+        scope = "every Blocked and Failed shard" if selection.everything else "only these shards"
+        names = names_text(list(selection.shards), limit=20)
+        count = len(selection.shards)
+        return (
+            retry_patch(campaign, selection),
+            f"spec.retry.generation={generation}: {count} shard(s) to retry ({scope}): {names}",
+            f"retry requested (spec.retry.generation={generation}): {count} shard(s), {scope}: "
+            f"{names}; the operator sends them back to Pending with attempts reset",
+        )
+
+    return _request_retry(ctx, decide)
+
+
+def _run_errored_retry(ctx: Context) -> int:
+    args = ctx.args
+    if args.blocked or args.failed or args.shard:
+        raise bad_state(
+            "--errored reruns the errored items of all Done shards; it takes no --blocked, --failed, --shard"
+        )
+
+    def decide(campaign: Campaign, shards: Sequence[Shard], generation: int) -> tuple[JSON, str, str]:
+        patch, errored = errored_retry_patch(campaign, shards)
+        return (
+            patch,
+            f"spec.retry.generation={generation}: {errored} errored item(s) to run again",
+            f"retry requested (spec.retry.generation={generation}): the {errored} errored item(s) "
+            "run again, same keys; the other items keep their results",
+        )
+
+    return _request_retry(ctx, decide)
+
+
+def _request_retry(
+    ctx: Context, decide: Callable[[Campaign, Sequence[Shard], int], tuple[JSON, str, str]]
+) -> int:
+    """Record a retry request: read the campaign, `decide` its patch, note and message for the next
+    retry generation, and write it at the version read; on a conflict read and decide again."""
+    for _ in range(CONFLICT_ROUNDS):
+        _, campaign, _, shards = load(ctx, ctx.args.name)
+        patch, note, message = decide(campaign, shards, campaign.spec.retry.generation + 1)
         try:
             patched = ctx.client.patch_campaign(
                 campaign.namespace, campaign.name, patch, resource_version=campaign.metadata.resource_version
             )
         except Conflict:
             continue  # changed since we read it: read again and decide again
-        generation = campaign.spec.retry.generation + 1
-        scope = "every Blocked and Failed shard" if selection.everything else "only these shards"
-        names = names_text(list(selection.shards), limit=20)
-        count = len(selection.shards)
         return _finish(
             ctx,
-            _record(
-                ctx,
-                "retry",
-                patched,
-                reason=RETRY_REQUESTED,
-                note=f"spec.retry.generation={generation}: {count} shard(s) to retry ({scope}): {names}",
-                message=(
-                    f"retry requested (spec.retry.generation={generation}): {count} shard(s), {scope}: "
-                    f"{names}; the operator sends them back to Pending with attempts reset"
-                ),
-                patch=patch,
-            ),
+            _record(ctx, "retry", patched, reason=RETRY_REQUESTED, note=note, message=message, patch=patch),
         )
-    raise bad_state(f"campaign {args.name} kept changing while recording the retry; try again")
+    raise bad_state(f"campaign {ctx.args.name} kept changing while recording the retry; try again")
 
 
 def run_cancel(ctx: Context) -> int:

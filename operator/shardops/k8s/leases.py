@@ -65,6 +65,18 @@ def is_free(lease: JSON, seen: Renewals) -> bool:
     return is_expired(silent, int(spec.get("leaseDurationSeconds") or 0))
 
 
+def owned_by_an_earlier(lease: JSON, owner: JSON | None) -> bool:
+    """Whether `lease` belongs to an earlier object of the name `owner` has: its owner references
+    name none with `owner`'s uid. The Shard it was held for is gone (a Campaign deleted and applied
+    again; a Done shard's Lease is left held, worker/holding.py), so its holder claims nothing that
+    still exists: the Lease is free for the new Shard's claimer at once, not after the garbage
+    collector or a lease duration. Taking it over moves the fencing token on, so that holder, were it
+    still running, is fenced at its next write."""
+    uid = (owner or {}).get("uid")
+    references = (lease.get("metadata") or {}).get("ownerReferences") or []
+    return bool(uid) and bool(references) and all(ref.get("uid") != uid for ref in references)
+
+
 def _lease_body(
     name: str, holder: str, duration: int, transitions: int, now: dt.datetime, owner: JSON | None
 ) -> JSON:
@@ -111,7 +123,8 @@ def acquire(
     seen: Renewals,
     may_exist: bool = True,
 ) -> Claim | None:
-    """Take the Lease if it is free; None when someone else holds it or won the race.
+    """Take the Lease if it is free, or held for an earlier Shard of its name (`owned_by_an_earlier`,
+    `owner` naming the shard claimed); None when someone else holds it or won the race.
 
     `seen`: this process's record of renewals (`is_free`); `now` only stamps the new claim.
 
@@ -149,21 +162,22 @@ def acquire(
         current = kube.get(LEASES, namespace, name)
     except NotFound:
         return create()
-    if not is_free(current, seen):
+    if not is_free(current, seen) and not owned_by_an_earlier(current, owner):
         return None
     transitions = int((current.get("spec") or {}).get("leaseTransitions") or 0) + 1
     body = _lease_body(name, holder, duration_seconds, transitions, now, None)
     body["metadata"] = {**current["metadata"]}
     if owner:
         # A Campaign deleted and re-applied leaves a Lease owned by the old Shard until the garbage
-        # collector gets to it; the new holder re-points it, or the collector deletes it under us.
+        # collector gets to it (`owned_by_an_earlier`); the new holder re-points it, or the
+        # collector deletes it under us.
         body["metadata"]["ownerReferences"] = [owner]
     try:
         updated = write_recognised(
             lambda: kube.replace(LEASES, namespace, name, body), ours(transitions), f"takeover of {name}"
         )
-    except Conflict:
-        return None
+    except (Conflict, NotFound):
+        return None  # changed, or deleted by the garbage collector: the next observation tries again
     return _claim_from(updated, namespace, now)
 
 

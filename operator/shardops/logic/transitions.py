@@ -24,6 +24,7 @@ class Action(StrEnum):
     PAUSE = "Pause"
     RESUME = "Resume"
     RETRY = "Retry"
+    RETRY_ERRORED = "RetryErrored"
     REVOKE = "Revoke"
 
 
@@ -41,6 +42,7 @@ class EventReason(StrEnum):
     PAUSED = "Paused"
     RESUMED = "Resumed"
     RETRIED = "Retried"
+    ERRORED_RETRIED = "ErroredRetried"
     REVOKED = "Revoked"
     # Not a transition: emitted when a lease is classified STUCK and the stall policy only reports.
     STALLED = "Stalled"
@@ -96,6 +98,11 @@ TRANSITIONS: dict[Action, Rule] = {
     # Done is never retried: its result is stored under the idempotency key and would just be returned.
     Action.RETRY: Rule(
         frozenset({_P.FAILED, _P.BLOCKED}), _P.PENDING, EventReason.RETRIED, _N, _RESET, _LOUD
+    ),
+    # A Done shard with errored items runs just those again (status.rerunErrored): its result is the
+    # one they errored in, read for the others' results, never returned as the new one.
+    Action.RETRY_ERRORED: Rule(
+        frozenset({_P.DONE}), _P.PENDING, EventReason.ERRORED_RETRIED, _N, _RESET, _LOUD
     ),
     Action.REVOKE: Rule(_RUNNING, _P.PENDING, EventReason.REVOKED, _W, _CHARGE, _LOUD),
 }

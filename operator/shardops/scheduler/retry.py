@@ -7,7 +7,12 @@ shards folded into it are cut again from their ledger lines, one segment a pass 
 the backlog bound leaves room for, so a retry of 50,000 folded shards never creates them at once.
 A shard cut again leaves status.folded (its index, its phase's count) in the status write of the
 pass that cut it; a pass whose write is lost leaves a Shard the next pass deletes as folded, and
-the walk cuts it again."""
+the walk cuts it again.
+
+A request for the errored items (spec.retry.errored) does the same for the Done shards with items
+that errored on their own: a live one goes back to Pending, a folded one is cut again from its
+ledger line, each with status.rerunErrored and its result (the one its items errored in), so the
+worker runs just the errored items and keeps the others' results (worker/tally.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +22,8 @@ from dataclasses import dataclass
 
 from shardops.api.enums import ShardPhase
 from shardops.api.folded import FoldedShards, RetryWalk
-from shardops.k8s import campaigns
+from shardops.api.shard import ShardResult
+from shardops.k8s import campaigns, leases
 from shardops.k8s.api import KubeClient
 from shardops.k8s.shards import TransitionRequest
 from shardops.logic import backpressure, conditions, ranges
@@ -62,6 +68,8 @@ class Retry:
         campaign = seen.campaign
         if not campaign.retry_requested:
             return None
+        if campaign.spec.retry.errored:
+            return self.act_errored(seen, now)
         wanted = campaign.spec.retry.generation
         listed = campaign.spec.retry.shards
         applied = {
@@ -96,11 +104,67 @@ class Retry:
         )
         return RetryResult(wanted, note)
 
+    def act_errored(self, seen: Observed, now: dt.datetime) -> RetryResult:
+        """spec.retry.errored: every live Done shard with errored items back to Pending to run just
+        those (status.rerunErrored), once per generation (status.retryGeneration, as for `act`)."""
+        campaign = seen.campaign
+        wanted = campaign.spec.retry.generation
+        retried: list[str] = []
+        for name in sorted(seen.shards):
+            shard = seen.shards[name]
+            status = shard.current_status
+            if shardview.phase_of(shard) is not ShardPhase.DONE or not status.errored_items:
+                continue
+            if (status.retry_generation or 0) >= wanted:
+                continue  # rerun by this request already
+            # A Done shard keeps its Lease held (its holder never writes again): freed, so a worker
+            # can claim the shard back (one read and one write per such shard, within the window).
+            lease = leases.read(self.kube, shard.namespace, shard.lease_name)
+            if (
+                lease is not None
+                and leases.holder_and_token(lease)[0]
+                and not leases.revoke(self.kube, lease)
+            ):
+                continue  # changed since read: the next pass tries again
+            request = TransitionRequest(
+                Action.RETRY_ERRORED,
+                f"its {status.errored_items} errored item(s) run again by spec.retry.generation={wanted}",
+                updates={
+                    "not_before": None,
+                    "owner": None,
+                    "lease_until": None,
+                    "retry_generation": wanted,
+                    "rerun_errored": True,
+                },
+            )
+            if self.writes.transition(seen, shard, request, now):
+                retried.append(name)
+        folded = campaign.current_status.folded.errored_items
+        note = (
+            f"spec.retry.generation={wanted} (errored items): {len(retried)} Done shard(s) back to Pending "
+            "to run their errored items"
+            + conditions.listing(retried)
+            + (
+                f"; {folded} errored item(s) of folded shards are cut again as the backlog leaves room"
+                if folded
+                else ""
+            )
+        )
+        return RetryResult(wanted, note)
+
     def start_walk(self, seen: Observed, retried: RetryResult | None) -> FoldedShards:
         """status.folded with a walk of the ledger started when `retried` is a request for every
-        gave-up shard and some are folded (recorded by the status write that records the request)."""
+        gave-up shard and some are folded, or for the errored items and some folded Done shard has
+        any (recorded by the status write that records the request)."""
         folded = seen.campaign.current_status.folded
-        if retried is None or seen.campaign.spec.retry.shards is not None or not folded.gave_up:
+        if retried is None:
+            return folded
+        if seen.campaign.spec.retry.errored:
+            if not folded.errored_items:
+                return folded
+            walk = RetryWalk(generation=retried.generation, next=1, until=folded.sequence, errored=True)
+            return folded.model_copy(update={"retry_walk": walk})
+        if seen.campaign.spec.retry.shards is not None or not folded.gave_up:
             return folded
         walk = RetryWalk(generation=retried.generation, next=1, until=folded.sequence)
         return folded.model_copy(update={"retry_walk": walk})
@@ -124,15 +188,16 @@ class Retry:
             log.warning("campaign %s: ledger not readable, retrying later: %s", campaign.name, error)
             return folded
         spans = folded.ranges()
-        # One segment's gave-up lines (at most a few MAX_FOLD), each index once, in index order:
+        # One segment's lines to cut again (at most a few MAX_FOLD), each index once, in index order:
+        # the gave-up ones, or the Done ones with errored items for a walk of the errored items.
         # `walk.handled` counts the ones already dealt with, so one cut again and folded anew since
         # is not cut twice.
-        gave_up: dict[int, dict[str, object]] = {}
+        wanted: dict[int, dict[str, object]] = {}
         for line in lines:
             index = line.get("index")
-            if isinstance(index, int) and ledger.record_phase(line) in ledger.GAVE_UP:
-                gave_up.setdefault(index, line)
-        todo = [gave_up[index] for index in sorted(gave_up)][walk.handled :]
+            if isinstance(index, int) and _to_cut_again(line, bool(walk.errored)):
+                wanted.setdefault(index, line)
+        todo = [wanted[index] for index in sorted(wanted)][walk.handled :]
         cut: list[dict[str, object]] = []
         handled = walk.handled
         for line in todo:
@@ -145,8 +210,12 @@ class Retry:
                     break
                 request = TransitionRequest(
                     Action.MATERIALIZE,
-                    f"cut again from the ledger by spec.retry.generation={walk.generation}",
-                    updates={"retry_generation": walk.generation},
+                    f"cut again from the ledger by spec.retry.generation={walk.generation}"
+                    + (" to run its errored items" if walk.errored else ""),
+                    updates={
+                        "retry_generation": walk.generation,
+                        **(_rerun_updates(line) if walk.errored else {}),
+                    },
                 )
                 self.writes.transition(seen, shard, request, now)
                 cut.append(line)
@@ -155,7 +224,7 @@ class Retry:
         if handled < walk.handled + len(todo):  # the rest of this segment waits for room
             return unfolded.model_copy(update={"retry_walk": walk.model_copy(update={"handled": handled})})
         following = walk.next + 1
-        after = RetryWalk(generation=walk.generation, next=following, until=walk.until)
+        after = RetryWalk(generation=walk.generation, next=following, until=walk.until, errored=walk.errored)
         return unfolded.model_copy(update={"retry_walk": after if following <= walk.until else None})
 
     def announce(self, seen: Observed, retried: RetryResult | None, now: dt.datetime) -> None:
@@ -165,3 +234,21 @@ class Retry:
         campaigns.record_event(
             self.kube, seen.body, reason=RETRY_STARTED, note=retried.note, actor=self.writes.actor, now=now
         )
+
+
+def _to_cut_again(line: dict[str, object], errored: bool) -> bool:
+    """Whether a walk cuts this ledger line's shard again: a Done one with errored items for a walk
+    of the errored items, else a gave-up one."""
+    if errored:
+        return ledger.errored_items(line) > 0
+    return ledger.record_phase(line) in ledger.GAVE_UP
+
+
+def _rerun_updates(line: dict[str, object]) -> dict[str, object]:
+    """The status a folded Done shard is cut again with to run its errored items: rerunErrored, and
+    the result they errored in (the worker reads the other items' results from it)."""
+    result = line.get("result")
+    return {
+        "rerun_errored": True,
+        **({"result": ShardResult.model_validate(result)} if isinstance(result, dict) else {}),
+    }

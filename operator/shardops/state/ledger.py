@@ -77,6 +77,10 @@ def record(shard: Shard) -> JSON:
         "phase": str(shard.phase),
         "itemRange": item_range.to_dict() if item_range is not None else None,
         "items": shard.spec.item_count,
+        # A Done shard's items that errored on their own (progress.errored): `retry --errored` reruns
+        # them, and takes them out of the folded counts when it cuts the shard again.
+        "errored": status.errored_items if shard.phase is ShardPhase.DONE else 0,
+        "retryGeneration": status.retry_generation,
         "idempotencyKey": shard.spec.idempotency_key,
         "source": status.source or shard.spec.source,
         "result": status.result.to_dict() if status.result is not None else None,
@@ -160,15 +164,37 @@ def fold(folded: FoldedShards, shards: Sequence[Shard], keep_completions: int = 
     )
 
 
+def _reran(line: JSON, known: JSON) -> bool:
+    """Whether Done record `line` is of a later retry of its errored items than Done record `known`."""
+    return record_phase(line) is ShardPhase.DONE and _generation(line) > _generation(known)
+
+
+def _generation(line: JSON) -> int:
+    generation = line.get("retryGeneration")
+    return generation if isinstance(generation, int) else 0
+
+
+def errored_items(line: JSON) -> int:
+    """The errored items a ledger line's Done shard counted (0 for a line written before they were
+    recorded, or a gave-up shard)."""
+    count = line.get("errored")
+    return count if isinstance(count, int) and record_phase(line) is ShardPhase.DONE else 0
+
+
 def unfold(folded: FoldedShards, lines: Sequence[JSON]) -> FoldedShards:
-    """`folded` without the gave-up shards of these ledger lines (cut again by a retry): their
-    indices leave the ranges, their phases' counts go down. Their cost, tokens and attempts stay
-    counted (spent is spent; the new Shard starts from none)."""
+    """`folded` without the shards of these ledger lines (cut again by a retry, the gave-up ones, or
+    the Done ones with errored items by a retry of those): their indices leave the ranges, their
+    phases' counts go down (a Done shard's items and errored items with them). Their cost, tokens
+    and attempts stay counted (spent is spent; the new Shard starts from none)."""
     if not lines:
         return folded
     phases = [record_phase(line) for line in lines]
+    done = [line for line, phase in zip(lines, phases, strict=True) if phase is ShardPhase.DONE]
     return folded.model_copy(
         update={
+            "shards": folded.shards - len(done),
+            "items": folded.items - sum(int(line.get("items") or 0) for line in done),
+            "errored_items": folded.errored_items - sum(errored_items(line) for line in done),
             "failed": folded.failed - phases.count(ShardPhase.FAILED),
             "blocked": folded.blocked - phases.count(ShardPhase.BLOCKED),
             "done_ranges": [
@@ -235,7 +261,8 @@ def shard_body(record: JSON, namespace: str, campaign: str) -> JSON:
 def first_records(lines: Iterable[JSON], folded: FoldedShards) -> dict[int, JSON]:
     """The ledger's records by shard index, of each index that is folded: its Done record when it has
     one (the first: a segment written by a fold whose status write then failed may repeat or precede
-    the counted one), else its newest gave-up record (a retried shard that gave up again)."""
+    the counted one; but a Done record of a later retry of its errored items, by its retryGeneration,
+    replaces an earlier one), else its newest gave-up record (a retried shard that gave up again)."""
     spans = folded.ranges()
     found: dict[int, JSON] = {}
     for line in lines:
@@ -243,6 +270,6 @@ def first_records(lines: Iterable[JSON], folded: FoldedShards) -> dict[int, JSON
         if not isinstance(index, int) or not ranges.contains(spans, index):
             continue
         known = found.get(index)
-        if known is None or record_phase(known) is not ShardPhase.DONE:
+        if known is None or record_phase(known) is not ShardPhase.DONE or _reran(line, known):
             found[index] = line
     return found

@@ -41,10 +41,12 @@ class ResultStore(Protocol):
         """After the claim's fenced Done write: make `stored` the key's result for later reuse."""
         ...
 
-    def find_result(self, key: str, token: int | None) -> StoredResult | None:
+    def find_result(self, key: str, token: int | None, *, committed: bool = True) -> StoredResult | None:
         """The key's result, or the whole result the claim with fencing token `token` stored before
         its Done write was lost, verified; None when there is neither. At most two reads (O(1) per
-        shard); StoreCorrupt when one is present but does not verify."""
+        shard); StoreCorrupt when one is present but does not verify. `committed=False`: only the
+        claim's own (the key's committed result is one this claim must not finish with: a rerun
+        of its errored items, status.rerunErrored)."""
         ...
 
     def read_ref(self, ref: str, key: str) -> StoredResult:

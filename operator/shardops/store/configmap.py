@@ -256,12 +256,14 @@ def read_result(kube: KubeClient, namespace: str, key: str) -> StoredResult | No
     return check_committed(configmap, key, lambda ref: read_ref(kube, namespace, ref, key))
 
 
-def find_result(kube: KubeClient, namespace: str, key: str, token: int | None) -> StoredResult | None:
-    """The key's committed result, else the claim `token`'s own attempt (stored whole before its Done
-    write; committed only after it), verified. At most two reads."""
-    committed = read_result(kube, namespace, key)
-    if committed is not None or token is None:
-        return committed
+def find_result(
+    kube: KubeClient, namespace: str, key: str, token: int | None, *, committed: bool = True
+) -> StoredResult | None:
+    """The key's committed result (unless `committed` is False), else the claim `token`'s own attempt
+    (stored whole before its Done write; committed only after it), verified. At most two reads."""
+    found = read_result(kube, namespace, key) if committed else None
+    if found is not None or token is None:
+        return found
     try:
         configmap = kube.get(CONFIGMAPS, namespace, attempt_name(key, token))
     except NotFound:
@@ -426,8 +428,8 @@ class ConfigMapStore:
         except (ApiError, urllib3.exceptions.HTTPError, OSError) as error:
             raise StoreUnavailable(f"committing ConfigMap {result_name(key)}: {error}") from error
 
-    def find_result(self, key: str, token: int | None) -> StoredResult | None:
-        return find_result(self.kube, self.namespace, key, token)
+    def find_result(self, key: str, token: int | None, *, committed: bool = True) -> StoredResult | None:
+        return find_result(self.kube, self.namespace, key, token, committed=committed)
 
     def read_ref(self, ref: str, key: str) -> StoredResult:
         return read_ref(self.kube, self.namespace, ref, key)

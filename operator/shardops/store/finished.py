@@ -24,9 +24,16 @@ log = logging.getLogger(__name__)
 def stored_result_of(store: ResultStore, shard: Shard) -> StoredResult | None:
     """The verified result of the shard's key, or of its current claim (status.fencingToken); None
     when there is none, or when it does not verify (then it is computed again). StoreUnavailable
-    propagates: the caller decides later, not without looking."""
+    propagates: the caller decides later, not without looking.
+
+    A shard rerunning its errored items (status.rerunErrored) is finished only by its claim's own
+    result: the key's committed one is the result those items errored in (a commit never replaces
+    it), and completing the zombie with it would drop the rerun."""
+    status = shard.current_status
     try:
-        return store.find_result(shard.spec.idempotency_key, shard.current_status.fencing_token)
+        return store.find_result(
+            shard.spec.idempotency_key, status.fencing_token, committed=not status.rerun_errored
+        )
     except StoreCorrupt as corrupt:
         log.warning("%s: the stored result does not verify (%s); it is computed again", shard.name, corrupt)
         return None

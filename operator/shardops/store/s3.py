@@ -363,12 +363,12 @@ class S3Store:
         where = f"object {self.pointer_name(key)}"
         return follow_pointer(pointer[0], where, lambda ref: self.read_ref(ref, key))
 
-    def find_result(self, key: str, token: int | None) -> StoredResult | None:
-        """The key's committed result, else the claim `token`'s own object (written whole, before its
-        Done write; committed only after it), verified."""
-        committed = self.read_result(key)
-        if committed is not None or token is None:
-            return committed
+    def find_result(self, key: str, token: int | None, *, committed: bool = True) -> StoredResult | None:
+        """The key's committed result (unless `committed` is False), else the claim `token`'s own
+        object (written whole, before its Done write; committed only after it), verified."""
+        result = self.read_result(key) if committed else None
+        if result is not None or token is None:
+            return result
         name = self.attempt_name(key, token)
         found = self._get(name)
         return None if found is None else self._verified(name, *found, key)

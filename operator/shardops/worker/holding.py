@@ -300,6 +300,8 @@ class Holding:
         updates = {
             **self._leaving(),
             **({"last_error": self._errored_items_error(*errored)} if errored is not None else {}),
+            # A rerun of the errored items none of which errored again: its errored lastError is gone.
+            **({"last_error": None} if errored is None and self.shard.current_status.rerun_errored else {}),
             "progress": self.tally.complete(),
             "result": ShardResult(ref=existing.name, fingerprint=existing.fingerprint, bytes=existing.bytes),
             "last_heartbeat": self.clock.now(),
@@ -423,6 +425,8 @@ class Holding:
         (one read). Trouble reading it counts as none."""
         if self.stored_result is not None:
             return self.stored_result
+        if self.shard.current_status.rerun_errored:
+            return None  # the key's stored result is the one whose errored items this attempt reruns
         try:
             return self.store.read_result(self.key)
         except StoreCorrupt:

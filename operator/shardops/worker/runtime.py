@@ -87,6 +87,12 @@ class Worker:
     # The campaign had items not yet cut into shards when last observed: the operator cuts more as soon
     # as the backlog has room, so a worker waits for them instead of going idle.
     _more_coming: bool = False
+    # The last observation passed claimable shards by only because their claim was lost a moment ago
+    # (`_lost_recently`): work that is still there, not idleness. A lost race's winner usually shows
+    # Running soon, but the Lease it lost on may be a claimer's that crashed before its claim write, or
+    # one left held for an earlier Shard of the name (k8s.leases.owned_by_an_earlier); the slot tries
+    # it again once the window has passed instead of leaving it Pending with nobody to take it.
+    _passed_by: bool = False
     # How the slot observes the campaign and its unfinished shards (worker.observed); None: a read
     # per observation.
     observer: Observer | None = None
@@ -192,12 +198,12 @@ class Worker:
                 # after a random part of the spread, not at once and not only at the next change.
                 self.wait(self.rng.random() * self._spread)
                 continue
-            if self._more_coming or self.shared.busy:
+            if self._more_coming or self.shared.busy or self._passed_by:
                 # A slot of a busy process waits on: the pod goes when all its slots are idle.
                 idle_since = self.clock.monotonic()
             idle = self._idle_seconds()
             waited = self.clock.monotonic() - idle_since
-            if waited >= idle:
+            if waited >= idle and not self._passed_by:
                 if not self._observed_fresh:
                     # Leaving is not taken back, and the watched copy may lag: by the event of this
                     # slot's own last Done write, or of a shard made Pending a moment ago. The next
@@ -207,7 +213,8 @@ class Worker:
                 emit("exiting", reason=f"no claimable shard for {waited:.0f}s", shards=finished)
                 return 0
             # Jitter so workers that went idle together do not poll in lockstep.
-            self.wait_for_work(min(self.settings.poll_seconds * (0.5 + self.rng.random()), idle - waited))
+            pause = self.settings.poll_seconds * (0.5 + self.rng.random())
+            self.wait_for_work(pause if self._passed_by else min(pause, idle - waited))
         emit("exiting", reason="stop requested (SIGTERM)", shards=finished)
         return 0
 
@@ -293,6 +300,7 @@ class Worker:
         silent = self._silences(shards)
         chosen = choose(campaign, shards, self.clock.now(), self.settings.claim_candidates, self.rng, silent)
         candidates = [candidate for candidate in chosen if not self._lost_recently(candidate.shard)]
+        self._passed_by = len(candidates) < len(chosen)
         self._lost_last = False
         if not candidates:
             self.metrics.observe_claim(ClaimOutcome.NONE)

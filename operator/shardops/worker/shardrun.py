@@ -113,13 +113,20 @@ class ShardRun(Holding):
             return Outcome.ABANDONED
 
     def _execute(self) -> Outcome:
-        try:
-            existing = self.with_store("reading the stored result", lambda: self.store.read_result(self.key))
-        except StoreCorrupt as corrupt:
-            log.warning("%s: stored result does not verify (%s); recomputing", self.name, corrupt)
-            existing = None
-        if existing is not None:
-            return self.complete(existing, reused=True)
+        if self.shard.current_status.rerun_errored:
+            # A retry of the errored items: the shard's result (the one they errored in) is not
+            # reused, only read for the others' results.
+            self.tally.rerun_errored(self._erred_result())
+        else:
+            try:
+                existing = self.with_store(
+                    "reading the stored result", lambda: self.store.read_result(self.key)
+                )
+            except StoreCorrupt as corrupt:
+                log.warning("%s: stored result does not verify (%s); recomputing", self.name, corrupt)
+                existing = None
+            if existing is not None:
+                return self.complete(existing, reused=True)
         if self.slot.stop.is_set():
             return self.release()
         work = self.tally.remaining()
@@ -127,6 +134,20 @@ class ShardRun(Holding):
         if not work and not self.finalize:
             return self.complete(None, reused=False)
         return self.run_command(work)
+
+    def _erred_result(self) -> str | None:
+        """The text of the result a shard rerunning its errored items had (status.result), None when
+        it has none or it does not verify (then every item without a stored result runs again)."""
+        result = self.shard.current_status.result
+        if result is None:
+            return None
+        try:
+            return self.with_store(
+                "reading the result", lambda: self.store.read_ref(result.ref, self.key)
+            ).text
+        except StoreCorrupt as corrupt:
+            log.warning("%s: its result does not verify (%s); running its items again", self.name, corrupt)
+            return None
 
     @property
     def finalize(self) -> bool:

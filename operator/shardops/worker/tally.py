@@ -8,9 +8,10 @@ into the shard; ShardRun feeds the command's result lines in (`absorb`) and runs
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from shardops.api.common import NO_TOKENS, Item, TokenCounts
@@ -46,6 +47,16 @@ class Tally:
 
     def known(self) -> dict[str, ItemRecord]:
         return {**self.stored, **self.fresh}
+
+    def rerun_errored(self, shard_result: str | None) -> None:
+        """For a retry of the errored items (status.rerunErrored): the items that succeeded in the
+        shard's stored result (`shard_result`, its text) count as stored, each with the cost it had,
+        and every errored item's stored result is forgotten, so `remaining()` runs just those again.
+        Bounded by the shard's items."""
+        if shard_result is not None:
+            for key, record in succeeded_items(shard_result).items():
+                self.stored.setdefault(key, record)
+        self.stored = {key: r for key, r in self.stored.items() if item_error_of(r.result) is None}
 
     def progress(self) -> Progress:
         known = self.known()
@@ -117,3 +128,24 @@ class Tally:
         known = self.known()
         entries = [(index, key, known[key].result) for index, key in enumerate(self.keys)]
         return entries, {key: known[key].cost for key in self.keys}
+
+
+def succeeded_items(shard_result: str) -> dict[str, ItemRecord]:
+    """The items of a shard result document (store.records.encode_result) that did not error, by
+    sub-key, with what each cost; {} for a document that is not one."""
+    try:
+        rows = json.loads(shard_result).get("items")
+    except (ValueError, AttributeError):
+        return {}
+    found: dict[str, ItemRecord] = {}
+    for row in rows if isinstance(rows, list) else []:
+        if not isinstance(row, Mapping) or not isinstance(row.get("key"), str):
+            continue
+        if item_error_of(row.get("result")) is not None:
+            continue
+        try:
+            cost = Decimal(str(row.get("cost") or 0))
+        except InvalidOperation:
+            cost = Decimal(0)
+        found[row["key"]] = ItemRecord(row.get("result"), cost)
+    return found
