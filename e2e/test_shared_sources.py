@@ -4,9 +4,15 @@ from the upstream's request log (which pod, hence which campaign, sent each requ
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import os
+import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 from testbed.bed import Bed
@@ -15,7 +21,8 @@ from testbed.upstream import Behaviour, llm_server
 
 from e2e.test_llm_worker import API_KEY, SECRET, SOURCE, llm_campaign, most_in_a_window, pod_of, secret
 from shardops.api.common import JSON
-from shardops.k8s.api import JOBS, SOURCES, Kube
+from shardops.k8s import events
+from shardops.k8s.api import JOBS, SOURCES, ApiError, Kube
 
 pytestmark = pytest.mark.usefixtures("crds_installed", "local_cluster")
 
@@ -35,17 +42,24 @@ AFTER_GIVEN = 30.0
 ITEMS = 400
 
 
-def source(name: str) -> JSON:
+def source(name: str, base_url: str = "http://unused/v1", **spec: Any) -> JSON:
+    """A Source body of the test model, keyed by the test Secret; `spec` adds to or overrides it."""
     return {
         "apiVersion": "shardops.dev/v1alpha1",
         "kind": "Source",
         "metadata": {"name": name},
         "spec": {
-            "baseUrl": "http://unused/v1",
+            "baseUrl": base_url,
             "model": "test-model",
+            "apiKeySecret": {"name": SECRET},
             "rateLimit": {"requestsPerMinute": RPM},
+            **spec,
         },
     }
+
+
+def create_source(kube: Kube, namespace: str, body: JSON) -> None:
+    kube.request("POST", f"/apis/shardops.dev/v1alpha1/namespaces/{namespace}/sources", body=body)
 
 
 def redistributed(kube: Kube, namespace: str) -> dict[str, float] | None:
@@ -63,7 +77,9 @@ def redistributed(kube: Kube, namespace: str) -> dict[str, float] | None:
 
 
 def campaign_of(pod: str) -> str:
-    return next(name for name in WEIGHTS if pod.startswith(f"{name}-worker-"))
+    """The campaign whose worker the pod is (its name is `<campaign>-worker-...`)."""
+    campaign, _, _ = pod.partition("-worker-")
+    return campaign
 
 
 @pytest.mark.long
@@ -71,10 +87,7 @@ def test_three_campaigns_share_one_sources_limit(bed: Bed) -> None:
     kube = bed.kube
     secret(kube, bed.namespace, SECRET, API_KEY)
     with llm_server(Behaviour(api_key=API_KEY)) as server, bed.operator():
-        body = source("team-llm")
-        body["spec"]["baseUrl"] = server.base_url
-        body["spec"]["apiKeySecret"] = {"name": SECRET}
-        kube.request("POST", f"/apis/shardops.dev/v1alpha1/namespaces/{bed.namespace}/sources", body=body)
+        create_source(kube, bed.namespace, source("team-llm", server.base_url))
         started = time.monotonic()
         for number, (name, weight) in enumerate(WEIGHTS.items()):
             if number:
@@ -161,10 +174,7 @@ def test_a_campaign_naming_a_missing_source_says_so_until_it_exists(bed: Bed) ->
         [event] = bed.wait_campaign_events("unresolved", "SourceNotFound", 1)
         assert "spec.sources[0].sourceRef" in event["note"]
         assert kube.list(JOBS, bed.namespace) == [], "no worker before the Source exists"
-        body = source("later")
-        body["spec"]["baseUrl"] = server.base_url
-        body["spec"]["apiKeySecret"] = {"name": SECRET}
-        kube.request("POST", f"/apis/shardops.dev/v1alpha1/namespaces/{bed.namespace}/sources", body=body)
+        create_source(kube, bed.namespace, source("later", server.base_url))
         resolved = wait_for(
             "SourceUnresolved to clear",
             lambda: (c := source_unresolved(bed, "unresolved")) and c["status"] == "False" and c,
@@ -173,3 +183,140 @@ def test_a_campaign_naming_a_missing_source_says_so_until_it_exists(bed: Bed) ->
         )
         assert resolved["reason"] == "SourcesResolved"
         bed.patch_spec("unresolved", {"suspend": True})
+
+
+# --- a Source that answers 429 to everything ---------------------------------------------------------
+
+FLOODED_CAMPAIGNS = ("flooded-a", "flooded-b", "flooded-c")
+COOLDOWN = 20
+# How long the breaker is watched once every campaign holds it open: three cooldowns and a half, so
+# at least two probes are due.
+OBSERVE_OPEN = 3.5 * COOLDOWN
+# The fallback is the campaign's own source, paced so that the campaigns stay busy for the run.
+FALLBACK_RPM = 30
+
+
+@dataclass
+class BreakerWatch:
+    """The Source's status.breaker every half second, on a thread, while the test runs."""
+
+    kube: Kube
+    namespace: str
+    name: str
+    seen: list[tuple[float, JSON]] = field(default_factory=list)
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[BreakerWatch]:
+        stop = threading.Event()
+        thread = threading.Thread(target=self._run, args=(stop,), name="breaker-watch", daemon=True)
+        thread.start()
+        try:
+            yield self
+        finally:
+            stop.set()
+            thread.join()
+
+    def _run(self, stop: threading.Event) -> None:
+        while not stop.wait(0.5):
+            with contextlib.suppress(ApiError, OSError):
+                status = self.kube.get(SOURCES, self.namespace, self.name).get("status") or {}
+                self.seen.append((time.monotonic(), status.get("breaker") or {}))
+
+    def states(self) -> list[str]:
+        """The states seen, each run of the same one once (HalfOpen is Open whose cooldown passed)."""
+        states = [b.get("state", "Closed") for _, b in self.seen]
+        return [s for i, s in enumerate(states) if i == 0 or states[i - 1] != s]
+
+
+def breaker_of(campaign: JSON, source: str) -> JSON:
+    return next(
+        (b for b in (campaign.get("status") or {}).get("breakers") or [] if b["source"] == source), {}
+    )
+
+
+@pytest.mark.long
+def test_a_source_answering_429_opens_one_breaker_moves_all_to_fallbacks_and_is_probed_once_per_cooldown(
+    bed: Bed,
+) -> None:
+    kube = bed.kube
+    secret(kube, bed.namespace, SECRET, API_KEY)
+    watch = BreakerWatch(kube, bed.namespace, "flooded")
+    limited = Behaviour(api_key=API_KEY, rate_limited_share=1.0, retry_after="1")
+    with (
+        llm_server(limited) as flooded,
+        llm_server(Behaviour(api_key=API_KEY)) as steady,
+        bed.operator(),
+        watch.running(),
+    ):
+        create_source(
+            kube,
+            bed.namespace,
+            source("flooded", flooded.base_url, breakerThreshold=3, cooldownSeconds=COOLDOWN),
+        )
+        for name in FLOODED_CAMPAIGNS:
+            bed.create_campaign(
+                llm_campaign(
+                    name,
+                    [{"q": f"{name} {n}"} for n in range(ITEMS)],
+                    steady.base_url,
+                    shardSize=2,
+                    maxConcurrency=2,
+                    maxAttempts=20,
+                    leaseSeconds=LEASE_SECONDS,
+                    defaultSource="flooded",
+                    sources=[
+                        {"name": "flooded", "sourceRef": {"name": "flooded"}, "fallback": SOURCE},
+                        {"name": SOURCE, "rateLimit": {"requestsPerMinute": FALLBACK_RPM}},
+                    ],
+                )
+            )
+        wait_for(
+            "every campaign to hold the Source's open breaker",
+            lambda: all(
+                breaker_of(bed.get_campaign(n), "flooded").get("state") in ("Open", "HalfOpen")
+                for n in FLOODED_CAMPAIGNS
+            ),
+            timeout=120,
+            interval=0.5,
+        )
+        all_holding = time.monotonic()
+        wait_for(
+            "every campaign's items at the fallback",
+            lambda: (
+                set(FLOODED_CAMPAIGNS)
+                <= {campaign_of(pod_of(e)) for e in steady.requests() if e.status == 200}
+            ),
+            timeout=60,
+            interval=1,
+        )
+        time.sleep(max(0.0, all_holding + OBSERVE_OPEN - time.monotonic()))
+        flooded_log, steady_log = flooded.requests(), steady.requests()
+        opened_events = {n: bed.campaign_events(n, "BreakerOpened") for n in FLOODED_CAMPAIGNS}
+        for name in FLOODED_CAMPAIGNS:
+            bed.patch_spec(name, {"suspend": True})
+
+    states = watch.states()
+    openings = sum(
+        1 for before, after in itertools.pairwise(states) if before == "Closed" and after != "Closed"
+    )
+    before_holding = [e for e in flooded_log if e.monotonic <= all_holding]
+    probes = [e for e in flooded_log if e.monotonic > all_holding]
+    gaps = [b.monotonic - a.monotonic for a, b in itertools.pairwise(probes)]
+    at_fallback = Counter(campaign_of(pod_of(e)) for e in steady_log if e.status == 200)
+    print(
+        f"\nSource answering 429 to all, breakerThreshold 3, cooldown {COOLDOWN} s, "
+        f"{len(FLOODED_CAMPAIGNS)} campaigns x 2 workers: Source breaker states seen {states} "
+        f"({openings} opening); {len(before_holding)} requests (all 429) before every campaign held it; "
+        f"then in {OBSERVE_OPEN:.0f} s: {len(probes)} probe(s) from "
+        f"{sorted({campaign_of(pod_of(e)) for e in probes})}, gaps {[round(g, 1) for g in gaps]} s; "
+        f"answered by the fallbacks: {dict(at_fallback)}; BreakerOpened Events per campaign: "
+        f"{ {n: sum(events.occurrences(e) for e in found) for n, found in opened_events.items()} }"
+    )
+    assert {e.status for e in flooded_log} == {429}
+    assert openings == 1 and states[-1] != "Closed", states
+    assert set(at_fallback) == set(FLOODED_CAMPAIGNS), at_fallback
+    # One probe per cooldown across the cluster (each campaign probing would make three).
+    assert 1 <= len(probes) <= OBSERVE_OPEN // COOLDOWN + 1, [
+        round(e.monotonic - all_holding) for e in probes
+    ]
+    assert all(gap >= 0.9 * COOLDOWN for gap in gaps), gaps
