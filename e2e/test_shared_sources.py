@@ -144,6 +144,80 @@ def test_three_campaigns_share_one_sources_limit(bed: Bed) -> None:
     assert after["shared-c"] > after["shared-a"] > 0
 
 
+# --- 10,000 tokens a minute --------------------------------------------------------------------------
+
+TPM = 10_000
+TOKEN_WEIGHTS = {"tokens-a": 1, "tokens-b": 1, "tokens-c": 2}
+# Two workers each: the Source admits a campaign while maxConcurrency x 1,000 tokens/minute fit
+# (logic/shares.py), and fewer workers keep the overshoot bound below small.
+TOKEN_WORKERS = 2
+# Words of each question: with the system message it is a prompt of 3 + 5 + 42 tokens and an answer
+# of 43 (testbed/upstream.py counts words), 93 tokens a request, about 110 requests a minute in all.
+FILLER_WORDS = 40
+
+
+def token_items(name: str) -> list[JSON]:
+    return [{"q": f"{name} {n} " + " ".join(["word"] * FILLER_WORDS)} for n in range(ITEMS)]
+
+
+@pytest.mark.long
+def test_three_campaigns_share_one_sources_tokens_per_minute(bed: Bed) -> None:
+    """A worker learns a request's tokens from its answer, so it charges them after the fact: the next
+    request waits tokens x 60 x maxConcurrency / share seconds (llm/pacing.py). In any 60 s window a
+    worker's requests but its last fit its share, so the Source's window holds at most the limit plus
+    one request per worker (6 x 93 tokens here, under 6 %), while shares change too (logic/shares.py)."""
+    kube = bed.kube
+    secret(kube, bed.namespace, SECRET, API_KEY)
+    with llm_server(Behaviour(api_key=API_KEY)) as server, bed.operator():
+        create_source(
+            kube, bed.namespace, source("team-tokens", server.base_url, rateLimit={"tokensPerMinute": TPM})
+        )
+        started = time.monotonic()
+        for number, (name, weight) in enumerate(TOKEN_WEIGHTS.items()):
+            if number:
+                time.sleep(max(0.0, started + number * START_GAP - time.monotonic()))
+            bed.create_campaign(
+                llm_campaign(
+                    name,
+                    token_items(name),
+                    server.base_url,
+                    shardSize=4,
+                    maxConcurrency=TOKEN_WORKERS,
+                    leaseSeconds=LEASE_SECONDS,
+                    sources=[{"name": SOURCE, "sourceRef": {"name": "team-tokens"}, "weight": weight}],
+                )
+            )
+        time.sleep(max(0.0, started + ALL_RUN_FROM + MEASURE - time.monotonic()))
+        log = server.requests()
+        for name in TOKEN_WEIGHTS:
+            bed.patch_spec(name, {"suspend": True})
+
+    answered = [e for e in log if e.status == 200]
+    tokens = [e.prompt_tokens + e.completion_tokens for e in answered]
+    peak = most_in_a_window([e.monotonic for e in answered], 60.0, tokens)
+    overshoot_bound = len(TOKEN_WEIGHTS) * TOKEN_WORKERS * max(tokens)
+    window = [e for e in answered if started + ALL_RUN_FROM <= e.monotonic < started + ALL_RUN_FROM + MEASURE]
+    by_campaign: Counter[str] = Counter()
+    for e in window:
+        by_campaign[campaign_of(pod_of(e))] += e.prompt_tokens + e.completion_tokens
+    total = sum(by_campaign.values())
+    times = [e.monotonic for e in log]
+    print(
+        f"\nSource {TPM} tokens/min, 3 campaigns x {TOKEN_WORKERS} workers, weights {TOKEN_WEIGHTS}: "
+        f"{len(log)} requests, {sum(tokens)} tokens (the upstream's usage) over "
+        f"{max(times) - min(times):.0f} s; "
+        f"most tokens in any 60 s window {peak} (limit + 10 % = {TPM * 1.1:.0f}; bound limit + one request "
+        f"per worker = {TPM + overshoot_bound}); 429s {len(log) - len(answered)}; "
+        f"tokens while all ran ({MEASURE:.0f} s): {dict(by_campaign)}"
+    )
+    assert peak <= TPM * 1.1, peak
+    assert len(answered) == len(log)
+    weight_total = sum(TOKEN_WEIGHTS.values())
+    for name, weight in TOKEN_WEIGHTS.items():
+        expected = weight / weight_total
+        assert abs(by_campaign[name] / total - expected) <= 0.1 * expected + 0.02, (name, by_campaign)
+
+
 def source_unresolved(bed: Bed, name: str) -> JSON | None:
     conditions = (bed.get_campaign(name).get("status") or {}).get("conditions") or []
     return next((c for c in conditions if c["type"] == "SourceUnresolved"), None)
