@@ -64,14 +64,27 @@ def create_source(kube: Kube, namespace: str, body: JSON) -> None:
 
 def redistributed(kube: Kube, namespace: str) -> dict[str, float] | None:
     """The Source's shares by campaign once shared-b's is 0 and the others hold it (40 and 80)."""
-    status = kube.get(SOURCES, namespace, "team-llm").get("status") or {}
-    shares = {
-        s["campaign"].split("/", 1)[1]: s.get("requestsPerMinute") or 0.0 for s in status.get("shares", [])
-    }
+    shares = shares_of(kube, namespace, "team-llm")
     wanted = {"shared-a": RPM / 3, "shared-c": 2 * RPM / 3}
     if shares.get("shared-b", 0.0) == 0 and all(
         abs(shares.get(n, 0.0) - v) < 1e-6 for n, v in wanted.items()
     ):
+        return shares
+    return None
+
+
+def shares_of(kube: Kube, namespace: str, name: str) -> dict[str, float]:
+    """The Source's requests/minute shares by campaign name, as its status lists them."""
+    status = kube.get(SOURCES, namespace, name).get("status") or {}
+    return {
+        s["campaign"].split("/", 1)[1]: s.get("requestsPerMinute") or 0.0 for s in status.get("shares", [])
+    }
+
+
+def holding(kube: Kube, namespace: str, name: str, wanted: dict[str, float]) -> dict[str, float] | None:
+    """The Source's shares once they are `wanted` (and no other campaign holds any)."""
+    shares = {n: v for n, v in shares_of(kube, namespace, name).items() if v}
+    if shares.keys() == wanted.keys() and all(abs(shares[n] - v) < 1e-6 for n, v in wanted.items()):
         return shares
     return None
 
@@ -216,6 +229,81 @@ def test_three_campaigns_share_one_sources_tokens_per_minute(bed: Bed) -> None:
     for name, weight in TOKEN_WEIGHTS.items():
         expected = weight / weight_total
         assert abs(by_campaign[name] / total - expected) <= 0.1 * expected + 0.02, (name, by_campaign)
+
+
+# --- the operator killed mid-run ---------------------------------------------------------------------
+
+# How long the three are run once restart-c holds its share after the restart.
+AFTER_RESTART = 60.0
+
+
+@pytest.mark.long
+def test_a_sources_limit_holds_while_the_operator_is_killed_and_a_campaign_starts_meanwhile(bed: Bed) -> None:
+    """restart-a and restart-b share 120 requests/minute; the operator is SIGKILLed and restart-c
+    (weight 2) is created while it is down. The restarted operator starts from the shares written
+    in the statuses: it lowers a and b and raises c only once the lowering is in force at the
+    workers (logic/shares.py), so no 60 s window around the restart passes the limit."""
+    kube = bed.kube
+    secret(kube, bed.namespace, SECRET, API_KEY)
+    with llm_server(Behaviour(api_key=API_KEY)) as server, bed.operator() as operator:
+        create_source(kube, bed.namespace, source("team-restart", server.base_url))
+
+        def create(name: str, weight: int) -> None:
+            bed.create_campaign(
+                llm_campaign(
+                    name,
+                    [{"q": f"{name} {n}"} for n in range(ITEMS)],
+                    server.base_url,
+                    shardSize=4,
+                    maxConcurrency=WORKERS,
+                    leaseSeconds=LEASE_SECONDS,
+                    sources=[{"name": SOURCE, "sourceRef": {"name": "team-restart"}, "weight": weight}],
+                )
+            )
+
+        create("restart-a", 1)
+        time.sleep(START_GAP)
+        create("restart-b", 1)
+        halves = {"restart-a": RPM / 2, "restart-b": RPM / 2}
+        wait_for(
+            "restart-a and restart-b to hold half each",
+            lambda: holding(kube, bed.namespace, "team-restart", halves),
+            timeout=120,
+            interval=1,
+        )
+        (pod, pid), *_ = operator.running_pids().items()
+        killed = time.monotonic()
+        bed.kill_group(pid)
+        create("restart-c", 2)
+        wait_for("the operator container to restart", lambda: operator.restarts() >= 1, timeout=60)
+        wanted = {"restart-a": RPM / 4, "restart-b": RPM / 4, "restart-c": RPM / 2}
+        wait_for(
+            "restart-c to hold its share after the restart",
+            lambda: holding(kube, bed.namespace, "team-restart", wanted),
+            timeout=150,
+            interval=1,
+        )
+        given = time.monotonic()
+        time.sleep(AFTER_RESTART)
+        log = server.requests()
+        for name in ("restart-a", "restart-b", "restart-c"):
+            bed.patch_spec(name, {"suspend": True})
+
+    times = [e.monotonic for e in log]
+    peak = most_in_a_window(times, 60.0)
+    around = most_in_a_window([t for t in times if killed - 60 <= t < given + 60], 60.0)
+    throttled = sum(1 for e in log if e.status == 429)
+    after = Counter(campaign_of(pod_of(e)) for e in log if e.monotonic >= given)
+    print(
+        f"\nSource {RPM}/min, operator {pod} SIGKILLed {killed - min(times):.0f} s into the run, restart-c "
+        f"created while it was down and given its share {given - killed:.0f} s after the kill: "
+        f"{len(log)} requests over {max(times) - min(times):.0f} s; most in any 60 s window {peak} "
+        f"(from 60 s before the kill to 60 s after restart-c's share: {around}; limit + 10 % = "
+        f"{RPM * 1.1:.0f}); 429s {throttled}; in the {AFTER_RESTART:.0f} s after: {dict(after)}"
+    )
+    assert peak <= RPM * 1.1, peak
+    assert throttled == 0
+    assert after["restart-c"] > max(after["restart-a"], after["restart-b"]) > 0, after
 
 
 def source_unresolved(bed: Bed, name: str) -> JSON | None:
