@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from testbed.bed import Bed
 from testbed.harness import wait_for
-from testbed.upstream import Behaviour, llm_server
+from testbed.upstream import Behaviour, LoggedRequest, llm_server
 
 from e2e.test_llm_worker import API_KEY, SECRET, SOURCE, llm_campaign, most_in_a_window, pod_of, secret
 from shardops.api.common import JSON
@@ -95,27 +95,39 @@ def campaign_of(pod: str) -> str:
     return campaign
 
 
+def sharing_campaign(name: str, base_url: str, on: str, weight: int, workers: int, words: str = "") -> JSON:
+    """A campaign of more items than it can send in the run, on Source `on` with `weight`; each
+    question is its name, its number and `words`."""
+    return llm_campaign(
+        name,
+        [{"q": f"{name} {n} {words}".rstrip()} for n in range(ITEMS)],
+        base_url,
+        shardSize=4,
+        maxConcurrency=workers,
+        leaseSeconds=LEASE_SECONDS,
+        sources=[{"name": SOURCE, "sourceRef": {"name": on}, "weight": weight}],
+    )
+
+
+def start_apart(bed: Bed, campaigns: list[JSON]) -> float:
+    """Creates the campaigns START_GAP apart; returns when the first was created (monotonic)."""
+    started = time.monotonic()
+    for number, body in enumerate(campaigns):
+        time.sleep(max(0.0, started + number * START_GAP - time.monotonic()))
+        bed.create_campaign(body)
+    return started
+
+
 @pytest.mark.long
 def test_three_campaigns_share_one_sources_limit(bed: Bed) -> None:
     kube = bed.kube
     secret(kube, bed.namespace, SECRET, API_KEY)
     with llm_server(Behaviour(api_key=API_KEY)) as server, bed.operator():
         create_source(kube, bed.namespace, source("team-llm", server.base_url))
-        started = time.monotonic()
-        for number, (name, weight) in enumerate(WEIGHTS.items()):
-            if number:
-                time.sleep(max(0.0, started + number * START_GAP - time.monotonic()))
-            bed.create_campaign(
-                llm_campaign(
-                    name,
-                    [{"q": f"{name} {n}"} for n in range(ITEMS)],
-                    server.base_url,
-                    shardSize=4,
-                    maxConcurrency=WORKERS,
-                    leaseSeconds=LEASE_SECONDS,
-                    sources=[{"name": SOURCE, "sourceRef": {"name": "team-llm"}, "weight": weight}],
-                )
-            )
+        started = start_apart(
+            bed,
+            [sharing_campaign(n, server.base_url, "team-llm", w, WORKERS) for n, w in WEIGHTS.items()],
+        )
         time.sleep(max(0.0, started + ALL_RUN_FROM + MEASURE - time.monotonic()))
         stopped = time.monotonic()
         bed.patch_spec("shared-b", {"suspend": True})
@@ -157,73 +169,86 @@ def test_three_campaigns_share_one_sources_limit(bed: Bed) -> None:
     assert after["shared-c"] > after["shared-a"] > 0
 
 
-# --- 10,000 tokens a minute --------------------------------------------------------------------------
+# --- 10,000 tokens a minute (and completion tokens apart) -------------------------------------------
 
-TPM = 10_000
 TOKEN_WEIGHTS = {"tokens-a": 1, "tokens-b": 1, "tokens-c": 2}
 # Two workers each: the Source admits a campaign while maxConcurrency x 1,000 tokens/minute fit
-# (logic/shares.py), and fewer workers keep the overshoot bound below small.
+# (logic/shares.py), and fewer workers keep the overshoot bound small.
 TOKEN_WORKERS = 2
-# Words of each question: with the system message it is a prompt of 3 + 5 + 42 tokens and an answer
-# of 43 (testbed/upstream.py counts words), 93 tokens a request, about 110 requests a minute in all.
-FILLER_WORDS = 40
 
 
-def token_items(name: str) -> list[JSON]:
-    return [{"q": f"{name} {n} " + " ".join(["word"] * FILLER_WORDS)} for n in range(ITEMS)]
+@dataclass(frozen=True)
+class TokenLimit:
+    """A Source's token limit under test, the words of each question that make a request's size, and
+    the tokens of a logged request it counts."""
+
+    field: str
+    per_minute: int
+    filler_words: int
+
+    def counted(self, entry: LoggedRequest) -> int:
+        if self.field == "outputTokensPerMinute":
+            return entry.completion_tokens
+        return entry.prompt_tokens + entry.completion_tokens
+
+
+TOKEN_LIMITS = [
+    # A prompt of 3 + 5 (the system message) + 42 tokens and an answer of 43 (testbed/upstream.py
+    # counts words): 93 tokens a request, about 110 requests a minute in all.
+    TokenLimit("tokensPerMinute", 10_000, 40),
+    # An answer of 83 tokens: about 72 requests a minute; 6 x 1,000 per worker fit the limit.
+    TokenLimit("outputTokensPerMinute", 6_000, 80),
+]
 
 
 @pytest.mark.long
-def test_three_campaigns_share_one_sources_tokens_per_minute(bed: Bed) -> None:
+@pytest.mark.parametrize("limit", TOKEN_LIMITS, ids=[t.field for t in TOKEN_LIMITS])
+def test_three_campaigns_share_one_sources_tokens_per_minute(bed: Bed, limit: TokenLimit) -> None:
     """A worker learns a request's tokens from its answer, so it charges them after the fact: the next
     request waits tokens x 60 x maxConcurrency / share seconds (llm/pacing.py). In any 60 s window a
     worker's requests but its last fit its share, so the Source's window holds at most the limit plus
-    one request per worker (6 x 93 tokens here, under 6 %), while shares change too (logic/shares.py)."""
+    one request per worker (6 x 93 tokens, under 6 % of 10,000 a minute; 6 x 83 completion tokens,
+    under 9 % of 6,000), while shares change too (logic/shares.py)."""
     kube = bed.kube
     secret(kube, bed.namespace, SECRET, API_KEY)
+    filler = " ".join(["word"] * limit.filler_words)
     with llm_server(Behaviour(api_key=API_KEY)) as server, bed.operator():
         create_source(
-            kube, bed.namespace, source("team-tokens", server.base_url, rateLimit={"tokensPerMinute": TPM})
+            kube,
+            bed.namespace,
+            source("team-tokens", server.base_url, rateLimit={limit.field: limit.per_minute}),
         )
-        started = time.monotonic()
-        for number, (name, weight) in enumerate(TOKEN_WEIGHTS.items()):
-            if number:
-                time.sleep(max(0.0, started + number * START_GAP - time.monotonic()))
-            bed.create_campaign(
-                llm_campaign(
-                    name,
-                    token_items(name),
-                    server.base_url,
-                    shardSize=4,
-                    maxConcurrency=TOKEN_WORKERS,
-                    leaseSeconds=LEASE_SECONDS,
-                    sources=[{"name": SOURCE, "sourceRef": {"name": "team-tokens"}, "weight": weight}],
-                )
-            )
+        started = start_apart(
+            bed,
+            [
+                sharing_campaign(n, server.base_url, "team-tokens", w, TOKEN_WORKERS, filler)
+                for n, w in TOKEN_WEIGHTS.items()
+            ],
+        )
         time.sleep(max(0.0, started + ALL_RUN_FROM + MEASURE - time.monotonic()))
         log = server.requests()
         for name in TOKEN_WEIGHTS:
             bed.patch_spec(name, {"suspend": True})
 
     answered = [e for e in log if e.status == 200]
-    tokens = [e.prompt_tokens + e.completion_tokens for e in answered]
+    tokens = [limit.counted(e) for e in answered]
     peak = most_in_a_window([e.monotonic for e in answered], 60.0, tokens)
     overshoot_bound = len(TOKEN_WEIGHTS) * TOKEN_WORKERS * max(tokens)
     window = [e for e in answered if started + ALL_RUN_FROM <= e.monotonic < started + ALL_RUN_FROM + MEASURE]
     by_campaign: Counter[str] = Counter()
     for e in window:
-        by_campaign[campaign_of(pod_of(e))] += e.prompt_tokens + e.completion_tokens
+        by_campaign[campaign_of(pod_of(e))] += limit.counted(e)
     total = sum(by_campaign.values())
     times = [e.monotonic for e in log]
     print(
-        f"\nSource {TPM} tokens/min, 3 campaigns x {TOKEN_WORKERS} workers, weights {TOKEN_WEIGHTS}: "
-        f"{len(log)} requests, {sum(tokens)} tokens (the upstream's usage) over "
-        f"{max(times) - min(times):.0f} s; "
-        f"most tokens in any 60 s window {peak} (limit + 10 % = {TPM * 1.1:.0f}; bound limit + one request "
-        f"per worker = {TPM + overshoot_bound}); 429s {len(log) - len(answered)}; "
-        f"tokens while all ran ({MEASURE:.0f} s): {dict(by_campaign)}"
+        f"\nSource {limit.field} {limit.per_minute}, 3 campaigns x {TOKEN_WORKERS} workers, weights "
+        f"{TOKEN_WEIGHTS}: {len(log)} requests, {sum(tokens)} such tokens (the upstream's usage) over "
+        f"{max(times) - min(times):.0f} s; most in any 60 s window {peak} (limit + 10 % = "
+        f"{limit.per_minute * 1.1:.0f}; bound limit + one request per worker = "
+        f"{limit.per_minute + overshoot_bound}); 429s {len(log) - len(answered)}; "
+        f"while all ran ({MEASURE:.0f} s): {dict(by_campaign)}"
     )
-    assert peak <= TPM * 1.1, peak
+    assert peak <= limit.per_minute * 1.1, peak
     assert len(answered) == len(log)
     weight_total = sum(TOKEN_WEIGHTS.values())
     for name, weight in TOKEN_WEIGHTS.items():
@@ -248,22 +273,10 @@ def test_a_sources_limit_holds_while_the_operator_is_killed_and_a_campaign_start
     with llm_server(Behaviour(api_key=API_KEY)) as server, bed.operator() as operator:
         create_source(kube, bed.namespace, source("team-restart", server.base_url))
 
-        def create(name: str, weight: int) -> None:
-            bed.create_campaign(
-                llm_campaign(
-                    name,
-                    [{"q": f"{name} {n}"} for n in range(ITEMS)],
-                    server.base_url,
-                    shardSize=4,
-                    maxConcurrency=WORKERS,
-                    leaseSeconds=LEASE_SECONDS,
-                    sources=[{"name": SOURCE, "sourceRef": {"name": "team-restart"}, "weight": weight}],
-                )
-            )
+        def on_source(name: str, weight: int) -> JSON:
+            return sharing_campaign(name, server.base_url, "team-restart", weight, WORKERS)
 
-        create("restart-a", 1)
-        time.sleep(START_GAP)
-        create("restart-b", 1)
+        start_apart(bed, [on_source("restart-a", 1), on_source("restart-b", 1)])
         halves = {"restart-a": RPM / 2, "restart-b": RPM / 2}
         wait_for(
             "restart-a and restart-b to hold half each",
@@ -274,7 +287,7 @@ def test_a_sources_limit_holds_while_the_operator_is_killed_and_a_campaign_start
         (pod, pid), *_ = operator.running_pids().items()
         killed = time.monotonic()
         bed.kill_group(pid)
-        create("restart-c", 2)
+        bed.create_campaign(on_source("restart-c", 2))
         wait_for("the operator container to restart", lambda: operator.restarts() >= 1, timeout=60)
         wanted = {"restart-a": RPM / 4, "restart-b": RPM / 4, "restart-c": RPM / 2}
         wait_for(

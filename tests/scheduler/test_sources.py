@@ -252,6 +252,14 @@ def test_a_missing_source_is_named_with_its_field_and_fix_until_it_appears() -> 
     assert sharing.problems_for(a.namespace, a.name, a.spec) == {}
 
 
+KEY_SECRET = {
+    "apiVersion": "v1",
+    "kind": "Secret",
+    "metadata": {"name": "openai", "namespace": "team-a"},
+    "data": {"api-key": "eA=="},
+}
+
+
 def _ready(
     kube: FakeKube, resource: Any = SOURCES, namespace: str = "team-a", name: str = "team-openai"
 ) -> Any:
@@ -273,15 +281,7 @@ def test_a_sources_missing_key_secret_makes_it_not_ready_naming_the_fix_and_is_w
     writes = len(kube.writes_to("sources"))
     sharing.run(served(a), T0 + dt.timedelta(seconds=5))
     assert len(kube.writes_to("sources")) == writes, "unchanged: not written again"
-    kube.add(
-        SECRETS,
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": "openai", "namespace": "team-a"},
-            "data": {"api-key": "eA=="},
-        },
-    )
+    kube.add(SECRETS, KEY_SECRET)
     sharing.run(served(a), T0 + dt.timedelta(seconds=10))
     assert _ready(kube)[:2] == ("True", "SourceUsable")
 
@@ -289,15 +289,7 @@ def test_a_sources_missing_key_secret_makes_it_not_ready_naming_the_fix_and_is_w
 def test_a_found_key_secret_is_read_again_only_when_the_source_changes_or_a_recheck_is_due() -> None:
     kube = FakeKube()
     kube.add(SOURCES, source_body(apiKeySecret={"name": "openai", "key": "api-key"}))
-    kube.add(
-        SECRETS,
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": "openai", "namespace": "team-a"},
-            "data": {"api-key": "eA=="},
-        },
-    )
+    kube.add(SECRETS, KEY_SECRET)
     sharing = SourceSharing(kube)
     a = campaign("a")
     report(sharing, a)

@@ -267,6 +267,8 @@ class SourceSharing:
         limits = Rates(
             limits_spec.requests_per_minute if limits_spec else None,
             limits_spec.tokens_per_minute if limits_spec else None,
+            limits_spec.input_tokens_per_minute if limits_spec else None,
+            limits_spec.output_tokens_per_minute if limits_spec else None,
         )
         eligible = [
             claim
@@ -294,7 +296,12 @@ class SourceSharing:
         for listed in status.shares:
             if listed.campaign not in reporting:
                 granted[listed.campaign] = Granted(
-                    Rates(listed.requests_per_minute, listed.tokens_per_minute)
+                    Rates(
+                        listed.requests_per_minute,
+                        listed.tokens_per_minute,
+                        listed.input_tokens_per_minute,
+                        listed.output_tokens_per_minute,
+                    )
                 )
         settle = settle_time(claim.heartbeat_seconds for claim in source_claims)
         held_until = status.lowered_at if warm else now
@@ -322,6 +329,8 @@ class SourceSharing:
                         priority=by_campaign[campaign].priority if campaign in by_campaign else 0,
                         requests_per_minute=g.rates.requests_per_minute,
                         tokens_per_minute=g.rates.tokens_per_minute,
+                        input_tokens_per_minute=g.rates.input_tokens_per_minute,
+                        output_tokens_per_minute=g.rates.output_tokens_per_minute,
                     )
                     for campaign, g in shares.items()
                 ],
