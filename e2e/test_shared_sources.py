@@ -454,6 +454,20 @@ def test_a_source_answering_429_opens_one_breaker_moves_all_to_fallbacks_and_is_
             timeout=120,
             interval=0.5,
         )
+        # Shards claimed on the Source before its breaker was held still send their request (a
+        # worker pod starting on a busy machine takes seconds): probes are counted once none runs.
+        wait_for(
+            "no shard running on the Source claimed before its breaker opened",
+            lambda: (
+                not [
+                    s
+                    for s in bed.shards()
+                    if bed.phase_of(s) == "Running" and (s.get("status") or {}).get("source") == "flooded"
+                ]
+            ),
+            timeout=60,
+            interval=0.5,
+        )
         all_holding = time.monotonic()
         wait_for(
             "every campaign's items at the fallback",
@@ -481,7 +495,8 @@ def test_a_source_answering_429_opens_one_breaker_moves_all_to_fallbacks_and_is_
     print(
         f"\nSource answering 429 to all, breakerThreshold 3, cooldown {COOLDOWN} s, "
         f"{len(FLOODED_CAMPAIGNS)} campaigns x 2 workers: Source breaker states seen {states} "
-        f"({openings} opening); {len(before_holding)} requests (all 429) before every campaign held it; "
+        f"({openings} opening); {len(before_holding)} requests (all 429) before every campaign held it "
+        "and none ran on it; "
         f"then in {OBSERVE_OPEN:.0f} s: {len(probes)} probe(s) from "
         f"{sorted({campaign_of(pod_of(e)) for e in probes})}, gaps {[round(g, 1) for g in gaps]} s; "
         f"answered by the fallbacks: {dict(at_fallback)}; BreakerOpened Events per campaign: "
