@@ -323,15 +323,17 @@ RATE_ITEMS = int(os.environ.get("SHARDOPS_E2E_LLM_RATE_ITEMS", "144"))
 RATE_SHARD_SIZE = 4
 
 
-def most_in_a_window(times: list[float], window: float) -> int:
-    """The most requests in any `window` seconds (each window starting at a request: the maximum is
-    always reached at one)."""
-    times = sorted(times)
-    best, end = 0, 0
-    for start, at in enumerate(times):
-        while end < len(times) and times[end] < at + window:
+def most_in_a_window(times: list[float], window: float, weights: list[int] | None = None) -> int:
+    """The most requests (or, with `weights`, the most of their weights: tokens) in any `window`
+    seconds, each window starting at a request: the maximum is always reached at one."""
+    points = sorted(zip(times, weights or [1] * len(times), strict=True))
+    best, end, inside = 0, 0, 0
+    for start, (at, _) in enumerate(points):
+        while end < len(points) and points[end][0] < at + window:
+            inside += points[end][1]
             end += 1
-        best = max(best, end - start)
+        best = max(best, inside)
+        inside -= points[start][1]
     return best
 
 

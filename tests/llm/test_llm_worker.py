@@ -335,6 +335,19 @@ def test_tokens_per_minute_space_requests_by_their_size() -> None:
     assert pacer.wait() == started + 2.0
 
 
+def test_prompt_and_completion_tokens_per_minute_space_requests_by_the_tighter_of_them() -> None:
+    clock = FakeClock()
+    share = Share.of(None, None, 2, input_tokens_per_minute=12000, output_tokens_per_minute=3000)
+    pacer = Pacer(share, None, clock=clock, sleep=clock.sleep)
+    started = pacer.wait()
+    # 200 prompt tokens of a 6000-per-minute share: 2 s; 100 completion tokens of 1500: 4 s.
+    pacer.spent(started, tokens=300, prompt_tokens=200, completion_tokens=100)
+    assert pacer.wait() == started + 4.0
+    started = pacer.wait()
+    pacer.spent(started, tokens=610, prompt_tokens=600, completion_tokens=10)
+    assert pacer.wait() == started + 6.0
+
+
 def test_provider_headers_tighten_the_pace() -> None:
     clock = FakeClock()
     pacer = Pacer(Share(), None, clock=clock, sleep=clock.sleep)
@@ -737,7 +750,11 @@ def test_share_in_reads_the_share_the_runtime_wrote(tmp_path: Path) -> None:
     path.write_text(json.dumps({"until": 5.0}))
     assert share_in(path) is None, "a cooldown alone is no share"
     path.write_text(json.dumps({COOLDOWN_FILE_SHARE_KEY: {"requestsPerMinute": 30, "tokensPerMinute": None}}))
-    assert share_in(path) == (30.0, None)
+    assert share_in(path) == (30.0, None, None, None)
+    path.write_text(
+        json.dumps({COOLDOWN_FILE_SHARE_KEY: {"inputTokensPerMinute": 600, "outputTokensPerMinute": 300}})
+    )
+    assert share_in(path) == (None, None, 600.0, 300.0)
     path.write_text(json.dumps({COOLDOWN_FILE_SHARE_KEY: {"requestsPerMinute": "many"}}))
     assert share_in(path) is None
 

@@ -161,6 +161,37 @@ def test_every_campaign_adopts_an_open_source_and_only_the_prober_turns_half_ope
     assert not holds(CLOSED_BREAKER, asked_prober)
 
 
+def test_with_a_longer_own_cooldown_the_failure_that_opened_the_source_is_not_held_as_the_campaigns_own() -> (
+    None
+):
+    """The campaign whose own breaker opened the Source (or whose failed probe re-opened it) still
+    turns HalfOpen one Source cooldown later, not after its own longer cooldown (e2e: no probe came)."""
+    own_cooldown = timedelta(seconds=300)
+    for opened_at in (S0, S0 + timedelta(seconds=130)):  # the opening, then a failed probe's
+        own = SourceBreaker(BreakerState.OPEN, 3, opened_at)
+        source = shared_state(
+            SharedBreaker(BreakerState.OPEN, opened_at=S0),
+            {"a": own},
+            {"a": S0},
+            {"a"},
+            SHARED_POLICY,
+            opened_at,
+        )
+        assert source.opened_at == opened_at
+        prober, asked = adopted(own, source, SHARED_POLICY, own_cooldown, prober=True)
+        half_open_at = opened_at + SHARED_POLICY.cooldown
+        assert effective(prober, half_open_at - timedelta(seconds=1), own_cooldown) is BreakerState.OPEN
+        assert effective(prober, half_open_at, own_cooldown) is BreakerState.HALF_OPEN
+        assert holds(prober, asked)
+    newer = SourceBreaker(BreakerState.OPEN, 4, S0 + timedelta(seconds=1))
+    assert (
+        adopted(
+            newer, SharedBreaker(BreakerState.OPEN, opened_at=S0), SHARED_POLICY, own_cooldown, prober=True
+        )[0]
+        == newer
+    ), "a failure after the opening is news the Source follows"
+
+
 def test_a_probe_that_succeeds_closes_the_source_one_that_fails_restarts_its_cooldown() -> None:
     source = SharedBreaker(BreakerState.OPEN, opened_at=S0)
     asked = {"a": S0, "b": S0 + SHARED_POLICY.cooldown}

@@ -43,6 +43,22 @@ def test_active_campaigns_share_in_proportion_to_their_weights() -> None:
     assert all(s.tokens_per_minute is None for s in shares.values()), "no token limit, no token share"
 
 
+def test_prompt_and_completion_token_limits_are_shared_by_weight_like_the_others() -> None:
+    limits = Rates(None, None, input_tokens_per_minute=30_000.0, output_tokens_per_minute=9_000.0)
+    shares = fair_shares(limits, [claimant("a", 1), claimant("b", 2)])
+    assert shares == {"a": Rates(None, None, 10_000.0, 3_000.0), "b": Rates(None, None, 20_000.0, 6_000.0)}
+    # A third campaign gets its share of each only once the others' lowering of each is in force.
+    granted = {name: Granted(rates) for name, rates in shares.items()}
+    targets = fair_shares(limits, [claimant("a", 1), claimant("b", 2), claimant("c", 3)])
+    now = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    settle = dt.timedelta(seconds=15)
+    first = hand_over(limits, targets, granted, now, settle)
+    assert first["c"].rates == Rates(None, None, 0.0, 0.0)
+    assert first["b"].rates == Rates(None, None, 10_000.0, 3_000.0) and first["b"].lowered_at == now
+    later = hand_over(limits, targets, first, now + settle, settle)
+    assert later["c"].rates == Rates(None, None, 15_000.0, 4_500.0)
+
+
 def test_an_idle_campaigns_share_goes_to_the_others() -> None:
     shares = fair_shares(LIMITS, [claimant("a"), claimant("b", active=False), claimant("c")])
     assert requests(shares) == {"a": 60.0, "b": 0.0, "c": 60.0}

@@ -12,7 +12,7 @@ from shardops.api.names import API_GROUP_VERSION
 from shardops.k8s.api import CLUSTER_SOURCES, SECRETS, SOURCES, ApiError
 from shardops.logic.breaker import CLOSED_BREAKER, SourceBreaker, effective
 from shardops.logic.shares import SETTLE_MARGIN
-from shardops.scheduler.sources import SourceSharing
+from shardops.scheduler.sources import KEY_RECHECK, SourceSharing
 from shardops.state.breakers import cooldown_of
 from shardops.state.sources import source_claims
 from tests.fakekube import FakeKube
@@ -252,6 +252,14 @@ def test_a_missing_source_is_named_with_its_field_and_fix_until_it_appears() -> 
     assert sharing.problems_for(a.namespace, a.name, a.spec) == {}
 
 
+KEY_SECRET = {
+    "apiVersion": "v1",
+    "kind": "Secret",
+    "metadata": {"name": "openai", "namespace": "team-a"},
+    "data": {"api-key": "eA=="},
+}
+
+
 def _ready(
     kube: FakeKube, resource: Any = SOURCES, namespace: str = "team-a", name: str = "team-openai"
 ) -> Any:
@@ -273,16 +281,31 @@ def test_a_sources_missing_key_secret_makes_it_not_ready_naming_the_fix_and_is_w
     writes = len(kube.writes_to("sources"))
     sharing.run(served(a), T0 + dt.timedelta(seconds=5))
     assert len(kube.writes_to("sources")) == writes, "unchanged: not written again"
-    kube.add(
-        SECRETS,
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": "openai", "namespace": "team-a"},
-            "data": {"api-key": "eA=="},
-        },
-    )
+    kube.add(SECRETS, KEY_SECRET)
     sharing.run(served(a), T0 + dt.timedelta(seconds=10))
+    assert _ready(kube)[:2] == ("True", "SourceUsable")
+
+
+def test_a_found_key_secret_is_read_again_only_when_the_source_changes_or_a_recheck_is_due() -> None:
+    kube = FakeKube()
+    kube.add(SOURCES, source_body(apiKeySecret={"name": "openai", "key": "api-key"}))
+    kube.add(SECRETS, KEY_SECRET)
+    sharing = SourceSharing(kube)
+    a = campaign("a")
+    report(sharing, a)
+
+    def secret_reads_at(seconds: float) -> int:
+        before = sum(1 for c in kube.calls if c.method == "GET" and "/secrets/" in c.path)
+        sharing.run(served(a), T0 + dt.timedelta(seconds=seconds))
+        return sum(1 for c in kube.calls if c.method == "GET" and "/secrets/" in c.path) - before
+
+    assert secret_reads_at(0) == 1
+    assert [secret_reads_at(s) for s in (5, 10, 55)] == [0, 0, 0], "a pass every 5 s reads it no more"
+    assert secret_reads_at(KEY_RECHECK.total_seconds()) == 1, "rechecked: a deleted Secret is noticed"
+    edited = source_body(apiKeySecret={"name": "openai", "key": "api-key"})
+    edited["metadata"]["generation"] = 2
+    kube.add(SOURCES, edited)
+    assert secret_reads_at(KEY_RECHECK.total_seconds() + 5) == 1, "the Source's spec changed"
     assert _ready(kube)[:2] == ("True", "SourceUsable")
 
 

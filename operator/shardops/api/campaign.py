@@ -485,6 +485,14 @@ class SourceShare(StatusModel):
     tokens_per_minute: float | None = Field(
         default=None, ge=0, description="Tokens per minute; none when the Source has no such limit."
     )
+    input_tokens_per_minute: float | None = Field(
+        default=None, ge=0, description="Prompt tokens per minute; none when the Source has no such limit."
+    )
+    output_tokens_per_minute: float | None = Field(
+        default=None,
+        ge=0,
+        description="Completion tokens per minute; none when the Source has no such limit.",
+    )
     base_url: str | None = Field(
         default=None, max_length=URL_MAX, description="The Source's baseUrl, which the worker calls."
     )

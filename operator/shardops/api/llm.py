@@ -47,8 +47,16 @@ CONFIG_ENV = "SHARDOPS_LLM_CONFIG"
 # before each request.
 COOLDOWN_FILE_ENV = "SHARDOPS_COOLDOWN_FILE"
 # The key of that file holding the campaign's share of a shared Source ({requestsPerMinute,
-# tokensPerMinute}, per minute for all the campaign's workers), which the command paces to.
+# tokensPerMinute, inputTokensPerMinute, outputTokensPerMinute}, per minute for all the campaign's
+# workers), which the command paces to.
 COOLDOWN_FILE_SHARE_KEY = "share"
+# The rates under it, in this order (the runtime writes them, the command reads them).
+COOLDOWN_FILE_SHARE_RATES = (
+    "requestsPerMinute",
+    "tokensPerMinute",
+    "inputTokensPerMinute",
+    "outputTokensPerMinute",
+)
 TOKENS_PER_PRICE_UNIT = 1_000_000
 
 Template = Annotated[str, Field(max_length=TEMPLATE_MAX)]

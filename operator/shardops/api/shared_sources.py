@@ -44,12 +44,18 @@ class SourceLimits(RateLimit):
     input_tokens_per_minute: float | None = Field(
         default=None,
         gt=0,
-        description="Prompt tokens per minute, for a provider that limits them apart. Default: no limit.",
+        description=(
+            "Prompt tokens per minute, for a provider that limits them apart (shared out and paced like "
+            "tokensPerMinute). Default: no limit."
+        ),
     )
     output_tokens_per_minute: float | None = Field(
         default=None,
         gt=0,
-        description="Completion tokens per minute, for a provider that limits them apart. Default: no limit.",
+        description=(
+            "Completion tokens per minute, for a provider that limits them apart (shared out and paced "
+            "like tokensPerMinute). Default: no limit."
+        ),
     )
 
 
@@ -120,6 +126,16 @@ class CampaignShare(StatusModel):
         default=None,
         ge=0,
         description="Its share of tokensPerMinute; none when the Source has no such limit.",
+    )
+    input_tokens_per_minute: float | None = Field(
+        default=None,
+        ge=0,
+        description="Its share of inputTokensPerMinute; none when the Source has no such limit.",
+    )
+    output_tokens_per_minute: float | None = Field(
+        default=None,
+        ge=0,
+        description="Its share of outputTokensPerMinute; none when the Source has no such limit.",
     )
 
 

@@ -59,7 +59,7 @@ from shardops.llm.upstream import (
     parse_completion,
     parse_duration,
     parse_reply,
-    reply_tokens,
+    reply_usage,
 )
 from shardops.logic.failures import EXIT_TEMPFAIL
 
@@ -275,7 +275,8 @@ class Call:
             if error.retry_after is not None:
                 self.pacer.hold_pod_until(self.pacer.clock() + jittered(error.retry_after, self.rng.random()))
             raise
-        self.pacer.spent(started, reply_tokens(reply))
+        usage = reply_usage(reply)
+        self.pacer.spent(started, usage.total, usage.prompt, usage.completion)
         return reply
 
     def _errored(self, line: Mapping[str, Any], failure: CallFailure) -> dict[str, Any]:
@@ -297,7 +298,10 @@ class Call:
         while True:
             share = share_in(self.cooldown_path)
             if share is not None and all(rate is None or rate > 0 for rate in share):
-                self.pacer.share = Share.of(*share, self.settings.max_concurrency)
+                requests, tokens, input_tokens, output_tokens = share
+                self.pacer.share = Share.of(
+                    requests, tokens, self.settings.max_concurrency, input_tokens, output_tokens
+                )
                 return
             self.pacer.sleep(SHARE_POLL_SECONDS)
 

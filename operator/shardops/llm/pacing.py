@@ -7,8 +7,10 @@ maxConcurrency's share by raising the limit you declare, not by coordination).
 
 A worker spaces its requests at least 60 · maxConcurrency / requestsPerMinute seconds apart, and
 after a call that used T tokens waits T · 60 · maxConcurrency / tokensPerMinute (the bucket is
-charged after the fact: a completion's size is known only then). In any 60 s window one worker
-makes at most share + 1 requests, so the campaign at most limit + maxConcurrency.
+charged after the fact: a completion's size is known only then); a shared Source that limits prompt
+and completion tokens apart is paced the same way on each (the longest of the waits). In any 60 s
+window one worker makes at most share + 1 requests, so the campaign at most limit + maxConcurrency;
+and uses at most its token share plus one request's tokens.
 
 A source that refers to a shared Source (spec.sources[].sourceRef) is paced the same way, to the
 campaign's share of the Source instead of a limit of its own: the operator hands the shares out
@@ -35,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from shardops.api.llm import COOLDOWN_FILE_SHARE_KEY
+from shardops.api.llm import COOLDOWN_FILE_SHARE_KEY, COOLDOWN_FILE_SHARE_RATES
 
 SECONDS_PER_MINUTE = 60.0
 # After a wait the upstream asked for (Retry-After, here or at another worker of the campaign), each
@@ -72,17 +74,17 @@ def cooldown_until(path: Path | None) -> float | None:
     return float(until) if isinstance(until, int | float) and _number(until) else None
 
 
-def share_in(path: Path | None) -> tuple[float | None, float | None] | None:
-    """The campaign's share of a shared Source (requests, tokens per minute; None: that one is not
-    limited) the worker runtime wrote beside the cooldown, or None when it wrote none yet."""
+def share_in(path: Path | None) -> tuple[float | None, ...] | None:
+    """The campaign's share of a shared Source (requests, tokens, prompt tokens, completion tokens
+    per minute; None: that one is not limited) the worker runtime wrote beside the cooldown, or None
+    when it wrote none yet."""
     share = _cooldown_file(path).get(COOLDOWN_FILE_SHARE_KEY)
     if not isinstance(share, dict):
         return None
-    rates = [share.get("requestsPerMinute"), share.get("tokensPerMinute")]
+    rates = [share.get(name) for name in COOLDOWN_FILE_SHARE_RATES]
     if not all(r is None or _number(r) for r in rates):
         return None
-    requests, tokens = (None if r is None else float(r) for r in rates)
-    return requests, tokens
+    return tuple(None if r is None else float(r) for r in rates)
 
 
 @dataclass(frozen=True)
@@ -91,17 +93,38 @@ class Share:
 
     seconds_per_request: float = 0.0
     seconds_per_token: float = 0.0
+    seconds_per_input_token: float = 0.0
+    seconds_per_output_token: float = 0.0
 
     @classmethod
-    def of(cls, requests_per_minute: float | None, tokens_per_minute: float | None, workers: int) -> Share:
+    def of(
+        cls,
+        requests_per_minute: float | None,
+        tokens_per_minute: float | None,
+        workers: int,
+        input_tokens_per_minute: float | None = None,
+        output_tokens_per_minute: float | None = None,
+    ) -> Share:
         workers = max(workers, 1)
-        per_request = SECONDS_PER_MINUTE * workers / requests_per_minute if requests_per_minute else 0.0
-        per_token = SECONDS_PER_MINUTE * workers / tokens_per_minute if tokens_per_minute else 0.0
-        return cls(per_request, per_token)
+
+        def spacing(per_minute: float | None) -> float:
+            return SECONDS_PER_MINUTE * workers / per_minute if per_minute else 0.0
+
+        return cls(
+            spacing(requests_per_minute),
+            spacing(tokens_per_minute),
+            spacing(input_tokens_per_minute),
+            spacing(output_tokens_per_minute),
+        )
 
     @property
     def limited(self) -> bool:
-        return self.seconds_per_request > 0 or self.seconds_per_token > 0
+        return (
+            self.seconds_per_request > 0
+            or self.seconds_per_token > 0
+            or self.seconds_per_input_token > 0
+            or self.seconds_per_output_token > 0
+        )
 
 
 def state_path(pod: str, campaign: str, source: str) -> Path:
@@ -161,9 +184,16 @@ class Pacer:
             return float(json.loads(hold.read_text(encoding="utf-8"))["holdUntil"])
         return 0.0
 
-    def spent(self, started: float, tokens: int) -> None:
-        """A request went at `started` and used `tokens`: the next one waits for the share."""
-        gap = max(self.share.seconds_per_request, tokens * self.share.seconds_per_token)
+    def spent(self, started: float, tokens: int, prompt_tokens: int = 0, completion_tokens: int = 0) -> None:
+        """A request went at `started` and used `tokens` (`prompt_tokens` of them in its prompt,
+        `completion_tokens` in its answer): the next one waits for the share."""
+        share = self.share
+        gap = max(
+            share.seconds_per_request,
+            tokens * share.seconds_per_token,
+            prompt_tokens * share.seconds_per_input_token,
+            completion_tokens * share.seconds_per_output_token,
+        )
         self.hold_until(started + gap)
 
     def hold_until(self, moment: float) -> None:

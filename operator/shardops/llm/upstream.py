@@ -253,12 +253,22 @@ def parse_reply(reply: Reply) -> Completion:
     return Completion(None, None, model if isinstance(model, str) else None, usage, reply.headers)
 
 
-def reply_tokens(reply: Reply) -> int:
-    """The tokens a 200 answer used, for pacing (0 when its body says none)."""
+@dataclass(frozen=True)
+class Usage:
+    """The tokens an answer used, in all and split into prompt and completion."""
+
+    total: int = 0
+    prompt: int = 0
+    completion: int = 0
+
+
+def reply_usage(reply: Reply) -> Usage:
+    """The tokens a 200 answer used, for pacing (none when its body says none)."""
     try:
-        return parse_reply(reply).total_tokens
+        completion = parse_reply(reply)
     except CallFailure:
-        return 0
+        return Usage()
+    return Usage(completion.total_tokens, completion.prompt_tokens, completion.completion_tokens)
 
 
 @dataclass

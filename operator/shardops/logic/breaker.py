@@ -222,7 +222,15 @@ def adopted(
     assert source.opened_at is not None
     cooldowns = 1 if prober else 2
     asked = source.opened_at + cooldowns * policy.cooldown - own_cooldown
-    if own.state is not BreakerState.CLOSED and own.opened_at is not None and own.opened_at > asked:
+    # A failure is news only when it is newer than both the Source's opening and the value asked: with
+    # an own cooldown longer than the Source's, what is asked lies before the opening, and the failure
+    # that opened the Source (or that a failed probe re-opened it at, once the Source follows) is not
+    # newer; kept as its own it would hold the campaign open for its own, longer cooldown.
+    if (
+        own.state is not BreakerState.CLOSED
+        and own.opened_at is not None
+        and own.opened_at > max(asked, source.opened_at)
+    ):
         return own, asked  # its own failure, newer: the Source follows it (shared_state)
     return SourceBreaker(BreakerState.OPEN, max(own.consecutive_rate_limited, policy.threshold), asked), asked
 

@@ -44,18 +44,26 @@ SETTLE_MARGIN = dt.timedelta(seconds=5)
 
 @dataclass(frozen=True)
 class Rates:
-    """Requests and tokens per minute; None where the Source sets no such limit."""
+    """Requests, tokens, prompt tokens and completion tokens per minute; None where the Source sets
+    no such limit. Each is shared out on its own, by the same rules."""
 
     requests_per_minute: float | None = None
     tokens_per_minute: float | None = None
+    input_tokens_per_minute: float | None = None
+    output_tokens_per_minute: float | None = None
 
-    def dimensions(self) -> tuple[float | None, float | None]:
-        return (self.requests_per_minute, self.tokens_per_minute)
+    def dimensions(self) -> tuple[float | None, float | None, float | None, float | None]:
+        return (
+            self.requests_per_minute,
+            self.tokens_per_minute,
+            self.input_tokens_per_minute,
+            self.output_tokens_per_minute,
+        )
 
     @classmethod
     def of(cls, values: Iterable[float | None]) -> Rates:
-        requests, tokens = values
-        return cls(requests, tokens)
+        requests, tokens, input_tokens, output_tokens = values
+        return cls(requests, tokens, input_tokens, output_tokens)
 
 
 @dataclass(frozen=True)
@@ -91,8 +99,8 @@ def fair_shares(limits: Rates, claimants: Iterable[Claimant]) -> dict[str, Rates
     worker) of those admitted fit every limit; the first active campaign always is.
     """
     ordered = serving_order(claimants)
-    floors = (MIN_REQUESTS_PER_WORKER, MIN_TOKENS_PER_WORKER)
-    used = [0.0, 0.0]
+    floors = (MIN_REQUESTS_PER_WORKER, MIN_TOKENS_PER_WORKER, MIN_TOKENS_PER_WORKER, MIN_TOKENS_PER_WORKER)
+    used = [0.0] * len(floors)
     admitted: list[Claimant] = []
     for claimant in ordered:
         if not claimant.active:
@@ -103,7 +111,7 @@ def fair_shares(limits: Rates, claimants: Iterable[Claimant]) -> dict[str, Rates
         )
         if fits or not admitted:
             admitted.append(claimant)
-            used = [used[i] + needs[i] for i in range(2)]
+            used = [used[i] + needs[i] for i in range(len(floors))]
     total_weight = sum(c.weight for c in admitted)
     chosen = {c.campaign for c in admitted}
     return {

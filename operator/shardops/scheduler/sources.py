@@ -6,8 +6,9 @@ feeds them. A campaign's pass reports its claims (`report`) and writes the share
 into its own status (`shares_for`): that status is what its workers read and what a restarted
 operator starts from. The sharing pass, every `interval` seconds on the leader:
 
-* reads each referenced Source or ClusterSource (one GET each, and one of a Source's key Secret for
-  its Ready condition: reads, no writes);
+* reads each referenced Source or ClusterSource (one GET each: reads, no writes) and, for its Ready
+  condition, a Source's key Secret: when the Source's spec changed, while the Secret is missing (so
+  a fix shows within a pass), and otherwise once per KEY_RECHECK (a deleted Secret is noticed);
 * names, per campaign, a sourceRef whose Source does not exist or whose ClusterSource does not list
   the campaign's namespace (`problems_for`: its pass sets the SourceUnresolved condition);
 * takes as granted, per campaign, the larger of what its status says and what was last decided for
@@ -68,6 +69,11 @@ log = logging.getLogger(__name__)
 
 CampaignKey = tuple[str, str]
 
+# How often a Source whose key Secret was found is looked at again when nothing about the Source
+# changed: to notice the Secret deleted or its key removed. A sharing pass runs every few seconds; a
+# GET of each Source's Secret on each of them would be most of the loop's reads.
+KEY_RECHECK = dt.timedelta(seconds=60)
+
 
 class SourceSharing:
     def __init__(self, kube: KubeClient) -> None:
@@ -90,6 +96,9 @@ class SourceSharing:
         self._problems: dict[CampaignKey, dict[str, Unresolved]] = {}
         # Campaigns that reported since this process started: raises wait until every one served has.
         self._reported: set[CampaignKey] = set()
+        # Each referenced Source's Ready condition as its key Secret was last found: the Source's
+        # generation then, the condition and when (one entry per Source referenced this pass).
+        self._readiness: dict[SourceKey, KeyCheck] = {}
 
     # --- from the campaigns' passes -----------------------------------------------------------------
 
@@ -215,6 +224,7 @@ class SourceSharing:
                     new_breakers.setdefault((namespace, name), {})[claim.source] = verdicts[
                         claim.claimant.campaign
                     ]
+        self._readiness = {key: check for key, check in self._readiness.items() if key in by_source}
         with self._lock:
             for key in claims:
                 if key in self._claims:
@@ -257,6 +267,8 @@ class SourceSharing:
         limits = Rates(
             limits_spec.requests_per_minute if limits_spec else None,
             limits_spec.tokens_per_minute if limits_spec else None,
+            limits_spec.input_tokens_per_minute if limits_spec else None,
+            limits_spec.output_tokens_per_minute if limits_spec else None,
         )
         eligible = [
             claim
@@ -284,7 +296,12 @@ class SourceSharing:
         for listed in status.shares:
             if listed.campaign not in reporting:
                 granted[listed.campaign] = Granted(
-                    Rates(listed.requests_per_minute, listed.tokens_per_minute)
+                    Rates(
+                        listed.requests_per_minute,
+                        listed.tokens_per_minute,
+                        listed.input_tokens_per_minute,
+                        listed.output_tokens_per_minute,
+                    )
                 )
         settle = settle_time(claim.heartbeat_seconds for claim in source_claims)
         held_until = status.lowered_at if warm else now
@@ -293,7 +310,9 @@ class SourceSharing:
         lowered_at = max([*lowered, *([status.lowered_at] if status.lowered_at else [])], default=None)
         by_campaign = {claim.claimant.campaign: claim.claimant for claim in source_claims}
         breaker, verdicts = self._breaker(source_key, spec, status, eligible, now)
-        ready = merge_conditions(status.conditions, [self._ready(resource)], now, resource.generation)
+        ready = merge_conditions(
+            status.conditions, [self._ready(source_key, resource, now)], now, resource.generation
+        )
         new_status = status.model_copy(
             update={
                 "observed_generation": resource.generation,
@@ -310,6 +329,8 @@ class SourceSharing:
                         priority=by_campaign[campaign].priority if campaign in by_campaign else 0,
                         requests_per_minute=g.rates.requests_per_minute,
                         tokens_per_minute=g.rates.tokens_per_minute,
+                        input_tokens_per_minute=g.rates.input_tokens_per_minute,
+                        output_tokens_per_minute=g.rates.output_tokens_per_minute,
                     )
                     for campaign, g in shares.items()
                 ],
@@ -376,10 +397,27 @@ class SourceSharing:
             verdicts,
         )
 
-    def _ready(self, resource: SharedSource | ClusterSharedSource) -> DesiredCondition:
+    def _ready(
+        self, source_key: SourceKey, resource: SharedSource | ClusterSharedSource, now: dt.datetime
+    ) -> DesiredCondition:
         """Ready of the Source: False naming the fix when a ClusterSource lists no namespace or a
-        Source's key Secret (or the key in it) is missing. One GET of that Secret per sharing pass;
-        an operator not allowed to read it takes the Secret as there (its workers' pods would say)."""
+        Source's key Secret (or the key in it) is missing. The Secret is read again only when the
+        Source's spec changed, while it is missing, or KEY_RECHECK after it was last found."""
+        known = self._readiness.get(source_key)
+        if (
+            known is not None
+            and known.generation == resource.generation
+            and known.condition.status is ConditionStatus.TRUE
+            and now < known.at + KEY_RECHECK
+        ):
+            return known.condition
+        condition = self._check_key(resource)
+        self._readiness[source_key] = KeyCheck(resource.generation, condition, now)
+        return condition
+
+    def _check_key(self, resource: SharedSource | ClusterSharedSource) -> DesiredCondition:
+        """Ready as the resource and its key Secret say now (one GET of the Secret for a Source with
+        one); an operator not allowed to read it takes the Secret as there (its workers' pods would say)."""
         if isinstance(resource, ClusterSharedSource):
             if not resource.spec.namespaces:
                 return DesiredCondition(
@@ -451,6 +489,15 @@ def _key_missing(what: str, namespace: str, secret: SecretKeyRef) -> DesiredCond
         f"spec.apiKeySecret: {what}, so its workers cannot call it: kubectl -n {namespace} create secret "
         f"generic {secret.name} --from-literal={secret.key}=<api key>",
     )
+
+
+@dataclass(frozen=True)
+class KeyCheck:
+    """A Source's Ready condition as its key Secret was found at `at`, for its spec's `generation`."""
+
+    generation: int
+    condition: DesiredCondition
+    at: dt.datetime
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from pathlib import Path
 from shardops.api.campaign import Campaign, SourceCooldown, SourceShare
 from shardops.api.enums import ErrorClass, ShardClass
 from shardops.api.items import ItemsOverLimit
-from shardops.api.llm import COOLDOWN_FILE_ENV, COOLDOWN_FILE_SHARE_KEY
+from shardops.api.llm import COOLDOWN_FILE_ENV, COOLDOWN_FILE_SHARE_KEY, COOLDOWN_FILE_SHARE_RATES
 from shardops.k8s.api import CAMPAIGNS, Forbidden
 from shardops.k8s.campaigns import ItemsUnavailable
 from shardops.k8s.shards import list_shards
@@ -405,10 +405,13 @@ class ShardRun(Holding):
             shares = {entry.source: entry for entry in self.campaign.current_status.source_shares}
         share = shares.get(self.claimed.source or "")
         if share is not None:
-            body[COOLDOWN_FILE_SHARE_KEY] = {
-                "requestsPerMinute": share.requests_per_minute,
-                "tokensPerMinute": share.tokens_per_minute,
-            }
+            rates = (
+                share.requests_per_minute,
+                share.tokens_per_minute,
+                share.input_tokens_per_minute,
+                share.output_tokens_per_minute,
+            )
+            body[COOLDOWN_FILE_SHARE_KEY] = dict(zip(COOLDOWN_FILE_SHARE_RATES, rates, strict=True))
         temporary = self.cooldown_file.with_suffix(".tmp")
         temporary.write_text(json.dumps(body), encoding="utf-8")
         temporary.replace(self.cooldown_file)
