@@ -35,7 +35,7 @@ from shardops.k8s import leases
 from shardops.k8s.api import SHARDS
 from shardops.k8s.shards import TransitionRequest, planned_status
 from shardops.llm import main as llm_main
-from shardops.llm.pacing import Pacer, Share, share_in, state_path
+from shardops.llm.pacing import Pacer, Share, part_of_remaining, share_in, state_path
 from shardops.llm.render import RenderError, RequestTemplate
 from shardops.llm.upstream import classify_status, parse_duration, provider_error, rate_limit_wait
 from shardops.logic.backoff import retry_not_before
@@ -787,6 +787,38 @@ def test_a_shared_source_waits_for_a_share_then_keeps_to_it(tmp_path: Path) -> N
     write_share(20)
     call._heed_share()
     assert call.pacer.share.seconds_per_request == 6.0
+
+
+def test_on_a_shared_source_each_campaign_takes_its_shares_part_of_the_providers_remaining(
+    tmp_path: Path,
+) -> None:
+    """Every campaign on one key reads the same x-ratelimit-remaining from its own answers: with a
+    share of 30 of the provider's 120 a minute, a campaign takes a quarter of what is left (20 of 80
+    requests over the reset), so the campaigns together stay within it; alone on its key, all of it."""
+    cooldown = tmp_path / "cooldown.json"
+    cooldown.write_text(json.dumps({COOLDOWN_FILE_SHARE_KEY: {"requestsPerMinute": 30}}))
+    settings = llm_main.Settings(LlmSpec.model_validate(llm_block()), 2, {}, frozenset({"a"}))
+    headers = {
+        "x-ratelimit-limit-requests": "120",
+        "x-ratelimit-remaining-requests": "80",
+        "x-ratelimit-reset-requests": "40s",
+    }
+    clock = FakeClock()
+    call = llm_main.Call(settings, "a", {"SHARDOPS_COOLDOWN_FILE": str(cooldown), "POD_NAME": ""})
+    call.pacer = Pacer(Share(), None, clock=clock, sleep=clock.sleep)
+    call._heed_share()
+    call.pacer.share = Share()  # only the provider's word paces here
+    call._tighten(headers, tokens=10)
+    # 20 requests for 2 workers over 40 s: one each 4 s.
+    assert call.pacer.wait() == 104.0
+
+    alone = llm_main.Call(settings, None, {"POD_NAME": ""})
+    alone.pacer = Pacer(Share(), None, clock=clock, sleep=clock.sleep)
+    alone._tighten(headers, tokens=10)
+    start = clock.now
+    assert alone.pacer.wait() == start + 1.0, "80 for 2 workers over 40 s: one each second"
+    assert part_of_remaining(80, None, 120) == 80
+    assert part_of_remaining(80, 300, 120) == 80, "never more than what is left"
 
 
 def test_a_shared_sources_endpoint_key_and_price_reach_the_command_and_the_pod() -> None:

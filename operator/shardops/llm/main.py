@@ -48,7 +48,15 @@ from shardops.api.money import money_text
 from shardops.api.openai_batch import BATCH_ENDPOINTS, batch_line_problem, batch_result
 from shardops.api.worker import PERSISTENT_ENV
 from shardops.clock import utcnow
-from shardops.llm.pacing import Pacer, Share, cooldown_until, jittered, share_in, state_path
+from shardops.llm.pacing import (
+    Pacer,
+    Share,
+    cooldown_until,
+    jittered,
+    part_of_remaining,
+    share_in,
+    state_path,
+)
 from shardops.llm.render import RenderError, RequestTemplate
 from shardops.llm.upstream import (
     CHAT_PATH,
@@ -210,6 +218,9 @@ class Call:
         campaign = self.env.get("SHARDOPS_CAMPAIGN", "")
         path = state_path(pod, campaign, self.source or "") if share.limited or pod else None
         self.pacer = Pacer(share, path)
+        # The campaign's share of a shared Source (requests, tokens per minute) once the runtime wrote
+        # it: what part of a provider's remaining budget is this campaign's (_tighten).
+        self.share_rates: tuple[float | None, float | None] = (None, None)
         cooldown = self.env.get(COOLDOWN_FILE_ENV)
         self.cooldown_path = Path(cooldown) if cooldown else None
 
@@ -299,6 +310,7 @@ class Call:
             share = share_in(self.cooldown_path)
             if share is not None and all(rate is None or rate > 0 for rate in share):
                 requests, tokens, input_tokens, output_tokens = share
+                self.share_rates = (requests, tokens)
                 self.pacer.share = Share.of(
                     requests, tokens, self.settings.max_concurrency, input_tokens, output_tokens
                 )
@@ -318,18 +330,30 @@ class Call:
     def _tighten(self, headers: Mapping[str, str], tokens: int) -> None:
         """x-ratelimit-remaining-requests/-tokens with their resets: what is left of the provider's
         window, shared by the campaign's workers, spreads over the time to the reset. Tokens count in
-        requests the size of this one: R tokens left are R / tokens requests' worth."""
+        requests the size of this one: R tokens left are R / tokens requests' worth. On a shared
+        Source the campaigns share the key's budget too: each takes its share's part of what is left
+        (part_of_remaining), so the provider's word slows every campaign on the key, not one."""
         lower = {k.lower(): v for k, v in headers.items()}
         workers = self.settings.max_concurrency
-        self.pacer.tighten(
-            parse_duration(lower.get("x-ratelimit-remaining-requests")),
-            parse_duration(lower.get("x-ratelimit-reset-requests")),
-            workers,
-        )
+        share_requests, share_tokens = self.share_rates
+        remaining_requests = parse_duration(lower.get("x-ratelimit-remaining-requests"))
+        if remaining_requests is not None:
+            self.pacer.tighten(
+                part_of_remaining(
+                    remaining_requests,
+                    share_requests,
+                    parse_duration(lower.get("x-ratelimit-limit-requests")),
+                ),
+                parse_duration(lower.get("x-ratelimit-reset-requests")),
+                workers,
+            )
         remaining_tokens = parse_duration(lower.get("x-ratelimit-remaining-tokens"))
         if remaining_tokens is not None:
+            ours = part_of_remaining(
+                remaining_tokens, share_tokens, parse_duration(lower.get("x-ratelimit-limit-tokens"))
+            )
             self.pacer.tighten(
-                remaining_tokens / max(tokens, 1),
+                ours / max(tokens, 1),
                 parse_duration(lower.get("x-ratelimit-reset-tokens")),
                 workers,
             )

@@ -87,6 +87,18 @@ def share_in(path: Path | None) -> tuple[float | None, ...] | None:
     return tuple(None if r is None else float(r) for r in rates)
 
 
+def part_of_remaining(
+    remaining: float, share_per_minute: float | None, limit_per_minute: float | None
+) -> float:
+    """What a campaign may use of a provider budget's `remaining`, when the key is a shared Source's:
+    its share's part of the provider's limit (x-ratelimit-limit-*). Every campaign on the Source reads
+    the same remaining from its own answers, so each taking its part keeps them all within it
+    together; without either figure, the whole (a campaign alone on its key)."""
+    if share_per_minute is None or not limit_per_minute or limit_per_minute <= 0:
+        return remaining
+    return remaining * min(1.0, share_per_minute / limit_per_minute)
+
+
 @dataclass(frozen=True)
 class Share:
     """One worker's part of a source's limit, as the spacing it implies."""
