@@ -331,8 +331,25 @@ def test_tokens_per_minute_space_requests_by_their_size() -> None:
     clock = FakeClock()
     pacer = Pacer(Share.of(None, 6000, workers=2), None, clock=clock, sleep=clock.sleep)
     started = pacer.wait()
-    pacer.spent(started, tokens=100)  # 100 tokens of a 3000-per-minute share: 2 s
-    assert pacer.wait() == started + 2.0
+    # 100 tokens of a 3000-per-minute share, paid from it less the largest request (100): 60/29 s.
+    pacer.spent(started, tokens=100)
+    assert pacer.wait() == pytest.approx(started + 100 * 60 / 2900)
+
+
+def test_requests_of_one_size_stay_within_the_tokens_share_in_every_60_s_window() -> None:
+    """Tokens are charged after the answer, so a spacing of exactly the share would let each 60 s
+    window hold the share plus one more request; paying from the share less the largest request,
+    every window holds at most the share (8 minutes of 93-token requests on 1,666 a minute)."""
+    clock = FakeClock()
+    pacer = Pacer(Share.of(None, 10_000, workers=6), None, clock=clock, sleep=clock.sleep)
+    starts = []
+    while clock.now < 100 + 8 * 60:
+        started = pacer.wait()
+        starts.append(started)
+        pacer.spent(started, tokens=93)
+    most = max(sum(1 for t in starts if begin <= t < begin + 60) for begin in starts)
+    assert most * 93 <= 10_000 / 6
+    assert (most + 1) * 93 > 10_000 / 6, "and not much below it"
 
 
 def test_prompt_and_completion_tokens_per_minute_space_requests_by_the_tighter_of_them() -> None:
@@ -340,12 +357,13 @@ def test_prompt_and_completion_tokens_per_minute_space_requests_by_the_tighter_o
     share = Share.of(None, None, 2, input_tokens_per_minute=12000, output_tokens_per_minute=3000)
     pacer = Pacer(share, None, clock=clock, sleep=clock.sleep)
     started = pacer.wait()
-    # 200 prompt tokens of a 6000-per-minute share: 2 s; 100 completion tokens of 1500: 4 s.
+    # Each paid from its share less the largest request of its kind: 200 prompt tokens of 6000 a
+    # minute, 200 x 60 / 5800 s; 100 completion tokens of 1500, 100 x 60 / 1400 s (the longer).
     pacer.spent(started, tokens=300, prompt_tokens=200, completion_tokens=100)
-    assert pacer.wait() == started + 4.0
+    assert pacer.wait() == pytest.approx(started + 100 * 60 / 1400)
     started = pacer.wait()
     pacer.spent(started, tokens=610, prompt_tokens=600, completion_tokens=10)
-    assert pacer.wait() == started + 6.0
+    assert pacer.wait() == pytest.approx(started + 600 * 60 / 5400)
 
 
 def test_provider_headers_tighten_the_pace() -> None:

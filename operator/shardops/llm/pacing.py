@@ -139,6 +139,15 @@ class Share:
         )
 
 
+def _paid_from_budget_less_headroom(count: int, seconds_per_token: float, largest: int) -> float:
+    """The wait after a request of `count` tokens, for a worker whose budget is one token each
+    `seconds_per_token`, paying from that budget less `largest` tokens (capped at half of it)."""
+    if seconds_per_token <= 0:
+        return 0.0
+    budget = SECONDS_PER_MINUTE / seconds_per_token  # tokens a minute, this worker's
+    return count * SECONDS_PER_MINUTE / (budget - min(largest, budget / 2))
+
+
 def state_path(pod: str, campaign: str, source: str) -> Path:
     digest = hashlib.sha256(f"{pod}\0{campaign}\0{source}".encode()).hexdigest()[:24]
     return Path(tempfile.gettempdir()) / f"shardops-llm-pace-{digest}.json"
@@ -154,6 +163,9 @@ class Pacer:
     clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
     next_at: float = field(default=0.0)
+    # The largest request seen of each token kind (total, prompt, completion): the headroom `spent`
+    # keeps for the next request, whose tokens are known only from its answer.
+    largest: tuple[int, int, int] = (0, 0, 0)
 
     def __post_init__(self) -> None:
         if self.path is not None:
@@ -198,13 +210,27 @@ class Pacer:
 
     def spent(self, started: float, tokens: int, prompt_tokens: int = 0, completion_tokens: int = 0) -> None:
         """A request went at `started` and used `tokens` (`prompt_tokens` of them in its prompt,
-        `completion_tokens` in its answer): the next one waits for the share."""
+        `completion_tokens` in its answer): the next one waits for the share.
+
+        A request's tokens are known only from its answer, so the last request of any 60 s window
+        is one the window's budget did not pay for. The spacing therefore pays from the share less
+        the largest request seen (at most half the share): in any window the requests before the last
+        use at most that, and the last fits the headroom. Requests alike in size stay within the
+        share, not one request over it per worker."""
         share = self.share
+        used = (tokens, prompt_tokens, completion_tokens)
+        self.largest = (
+            max(self.largest[0], tokens),
+            max(self.largest[1], prompt_tokens),
+            max(self.largest[2], completion_tokens),
+        )
+        rates = (share.seconds_per_token, share.seconds_per_input_token, share.seconds_per_output_token)
         gap = max(
             share.seconds_per_request,
-            tokens * share.seconds_per_token,
-            prompt_tokens * share.seconds_per_input_token,
-            completion_tokens * share.seconds_per_output_token,
+            *(
+                _paid_from_budget_less_headroom(count, per_token, largest)
+                for count, per_token, largest in zip(used, rates, self.largest, strict=True)
+            ),
         )
         self.hold_until(started + gap)
 
