@@ -198,3 +198,46 @@ def test_cancel_records_the_cancel_as_kubectl_campaign_cancel_does(service: Runn
     assert campaign["spec"]["suspend"] is True
     assert campaign["metadata"]["annotations"][CANCELLED_ANNOTATION] == "2026-03-01T12:00:00Z"
     assert objects.BATCH_LABEL in campaign["metadata"]["labels"]
+
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "openai-batch.md"
+DOCUMENTED_BASE_URL = '"http://shardops-batch-api.shardops-system.svc/v1"'
+
+
+def test_the_documented_client_code_runs_as_written(
+    service: Running, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/openai-batch.md's client code, run as it is printed but for its base_url (the test's
+    loopback service): token.txt and requests.jsonl are read from the working directory."""
+    import threading
+    import time
+
+    text = DOC.read_text(encoding="utf-8").split("## 4. Keep your client code", 1)[1]
+    code = text.split("```python\n", 1)[1].split("```", 1)[0]
+    assert DOCUMENTED_BASE_URL in code
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "token.txt").write_text("tok-a\n")
+    _requests(tmp_path)
+    real_sleep = time.sleep
+    monkeypatch.setattr(time, "sleep", lambda _: real_sleep(0.05))  # the poll, without its 10 s waits
+
+    def operator() -> None:
+        """Finish the batch as soon as the service created its Campaign."""
+        for _ in range(400):
+            created = service.kube.list(CAMPAIGNS, TEAM_A)
+            if created:
+                _finish(service, created[0]["metadata"]["name"])
+                return
+            real_sleep(0.05)
+
+    finisher = threading.Thread(target=operator)
+    finisher.start()
+    namespace: dict[str, Any] = {}
+    exec(compile(code.replace(DOCUMENTED_BASE_URL, repr(service.base_url)), str(DOC), "exec"), namespace)
+    finisher.join()
+    assert namespace["batch"].status == "completed"
+    assert [json.loads(line)["custom_id"] for line in namespace["output"].splitlines()] == [
+        "task-0",
+        "task-2",
+    ]
+    assert [json.loads(line)["custom_id"] for line in namespace["errors"].splitlines()] == ["task-1"]

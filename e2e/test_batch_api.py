@@ -1,0 +1,249 @@
+"""The OpenAI Batch API served by shardops, driven by the official `openai` package exactly as a user
+writes it (`files.create`, `batches.create`, `retrieve`, `files.content`, `cancel`) against the
+loopback test upstream: every output line keyed by custom_id, its body parsed by the client's own
+`ChatCompletion`; request_counts match the upstream's log; cancel stops claiming; a token of one
+namespace gets 404 for another's batch and file; no token or a bad one gets 401."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from testbed.bed import Bed
+from testbed.cluster import lifecycle
+from testbed.harness import create_namespace, wait_for
+from testbed.kits.batchapi import batch_api_running, tenant_token
+from testbed.upstream import Behaviour, llm_server
+
+from e2e.test_llm_worker import API_KEY, SECRET, secret
+from shardops.api.common import JSON
+from shardops.k8s.api import CAMPAIGNS
+
+pytestmark = pytest.mark.usefixtures("crds_installed", "local_cluster")
+
+SOURCE_NAME = "batch-llm"
+LINES = 120
+REFUSED = frozenset({7, 60, 119})
+
+
+def _source(base_url: str) -> JSON:
+    return {
+        "apiVersion": "shardops.dev/v1alpha1",
+        "kind": "Source",
+        "metadata": {"name": SOURCE_NAME},
+        "spec": {
+            "baseUrl": base_url,
+            "model": "test-model",
+            "apiKeySecret": {"name": SECRET, "key": "api-key"},
+        },
+    }
+
+
+def _requests(path: Path, count: int, refused: frozenset[int] = frozenset()) -> Path:
+    with path.open("w") as handle:
+        for n in range(count):
+            line = {
+                "custom_id": f"task-{n}",
+                "method": "POST",
+                "url": "/v1/chat/completions",
+                "body": {
+                    "model": "gpt-4o-mini",
+                    "messages": [
+                        {"role": "user", "content": "FAULT:400" if n in refused else f"question {n}"}
+                    ],
+                    "max_tokens": 16,
+                },
+            }
+            handle.write(json.dumps(line) + "\n")
+    return path
+
+
+def _openai(base_url: str, token: str) -> Any:
+    import openai
+
+    return openai.OpenAI(base_url=base_url, api_key=token, max_retries=0)
+
+
+def test_the_openai_client_round_trip_and_a_token_never_reaches_another_namespace(
+    bed: Bed, object_store: lifecycle.ObjectStore, tmp_path: Path
+) -> None:
+    import openai
+    from openai.types.chat import ChatCompletion
+
+    kube = bed.kube
+    other = create_namespace(bed.cluster)
+    prefix = f"e2e-{uuid.uuid4().hex[:8]}"
+    env = bed.s3_store_env(object_store, prefix)
+    secret(kube, bed.namespace, SECRET, API_KEY)
+    token_a = tenant_token(bed.cluster, bed.namespace, "batch-user")
+    token_b = tenant_token(bed.cluster, other, "batch-user")
+    with (
+        llm_server(Behaviour(api_key=API_KEY)) as server,
+        bed.operator(env=env),
+        batch_api_running(
+            bed.cluster, bed.namespace, [bed.namespace, other], source=("Source", SOURCE_NAME), store_env=env
+        ) as service,
+    ):
+        kube.request(
+            "POST",
+            f"/apis/shardops.dev/v1alpha1/namespaces/{bed.namespace}/sources",
+            body=_source(server.base_url),
+        )
+        # --- as a user writes it -----------------------------------------------------------------
+        client = openai.OpenAI(base_url=service.base_url, api_key=token_a)
+        batch_input_file = client.files.create(
+            file=open(_requests(tmp_path / "requests.jsonl", LINES, REFUSED), "rb"),  # noqa: SIM115 (as OpenAI's guide writes it)
+            purpose="batch",
+        )
+        batch = client.batches.create(
+            input_file_id=batch_input_file.id,
+            endpoint="/v1/chat/completions",
+            completion_window="24h",
+            metadata={"description": "nightly eval job"},
+        )
+        while batch.status not in ("completed", "failed", "expired", "cancelled"):
+            time.sleep(2)
+            batch = client.batches.retrieve(batch.id)
+        output = client.files.content(batch.output_file_id).text
+        errors = client.files.content(batch.error_file_id).text
+        # ----------------------------------------------------------------------------------------
+        log = server.requests()
+        campaign = kube.get(CAMPAIGNS, bed.namespace, batch.id)
+
+        # Another namespace's token: 404 for this batch and its files, never 403; its list is empty.
+        client_b = _openai(service.base_url, token_b)
+        for call in (
+            lambda: client_b.batches.retrieve(batch.id),
+            lambda: client_b.batches.cancel(batch.id),
+            lambda: client_b.files.retrieve(batch_input_file.id),
+            lambda: client_b.files.content(batch_input_file.id),
+            lambda: client_b.files.content(batch.output_file_id),
+        ):
+            with pytest.raises(openai.NotFoundError):
+                call()
+        assert client_b.batches.list().data == []
+        # A forged token, and a real token of an account that may not create Campaigns: 401; and
+        # no token at all (the client refuses to send none, so a bare request).
+        no_rights = tenant_token(bed.cluster, bed.namespace, "reader", may_create_campaigns=False)
+        for token in ("forged-token", no_rights):
+            with pytest.raises(openai.AuthenticationError):
+                _openai(service.base_url, token).batches.retrieve(batch.id)
+        with pytest.raises(urllib.error.HTTPError) as no_token:
+            urllib.request.urlopen(f"{service.base_url}/batches/{batch.id}")
+        assert no_token.value.code == 401
+        assert json.loads(no_token.value.read())["error"]["type"] == "invalid_authentication"
+
+    assert batch.status == "completed", batch
+    assert campaign["status"]["phase"] == "Succeeded" and campaign["status"]["counts"]["failed"] == 0
+    assert campaign["spec"]["sources"][0]["sourceRef"] == {"kind": "Source", "name": SOURCE_NAME}
+    written = [json.loads(text) for text in output.splitlines()]
+    refused = [json.loads(text) for text in errors.splitlines()]
+    assert sorted(line["custom_id"] for line in written) == sorted(
+        f"task-{n}" for n in range(LINES) if n not in REFUSED
+    )
+    assert sorted(line["custom_id"] for line in refused) == sorted(f"task-{n}" for n in REFUSED)
+    for line in written:
+        completion = ChatCompletion.model_validate(line["response"]["body"])
+        question = "question " + line["custom_id"].removeprefix("task-")
+        assert completion.choices[0].message.content == f"answer: {question[::-1]}"
+    assert all(line["response"]["status_code"] == 400 for line in refused)
+    # request_counts are the upstream's log: one call per line, 200 or 400.
+    counts = batch.request_counts
+    assert counts is not None and (counts.total, counts.completed, counts.failed) == (
+        len(log),
+        sum(1 for e in log if e.status == 200),
+        sum(1 for e in log if e.status == 400),
+    )
+    assert (counts.total, counts.failed) == (LINES, len(REFUSED))
+
+
+def test_cancel_mid_run_stops_claiming(bed: Bed, object_store: lifecycle.ObjectStore, tmp_path: Path) -> None:
+    lines = 400
+    kube = bed.kube
+    prefix = f"e2e-{uuid.uuid4().hex[:8]}"
+    env = bed.s3_store_env(object_store, prefix)
+    secret(kube, bed.namespace, SECRET, API_KEY)
+    token = tenant_token(bed.cluster, bed.namespace, "batch-user")
+    with (
+        llm_server(Behaviour(api_key=API_KEY, latency_seconds=0.2)) as server,
+        bed.operator(env=env),
+        batch_api_running(
+            bed.cluster, bed.namespace, [bed.namespace], source=("Source", SOURCE_NAME), store_env=env
+        ) as service,
+    ):
+        kube.request(
+            "POST",
+            f"/apis/shardops.dev/v1alpha1/namespaces/{bed.namespace}/sources",
+            body=_source(server.base_url),
+        )
+        client = _openai(service.base_url, token)
+        uploaded = client.files.create(
+            file=open(_requests(tmp_path / "r.jsonl", lines), "rb"),  # noqa: SIM115
+            purpose="batch",
+        )
+        batch = client.batches.create(
+            input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
+        )
+        wait_for("the first answers", lambda: len(server.requests()) >= 20, timeout=180)
+        cancelling = client.batches.cancel(batch.id)
+        assert cancelling.status in ("cancelling", "cancelled")
+        final = wait_for(
+            "the running shards to finish",
+            lambda: (b := client.batches.retrieve(batch.id)).status == "cancelled" and b,
+            timeout=180,
+        )
+        settled = len(server.requests())
+        time.sleep(10)  # a window in which a claim would show as new requests
+        after = len(server.requests())
+        campaign = kube.get(CAMPAIGNS, bed.namespace, batch.id)
+
+    assert after == settled < lines, (settled, after)
+    assert (
+        campaign["spec"]["suspend"] is True and campaign["metadata"]["annotations"]["shardops.dev/cancelled"]
+    )
+    assert final.request_counts is not None and final.request_counts.completed <= settled
+    print(f"\ncancelled after {settled} of {lines} requests; none after it settled")
+
+
+@pytest.mark.long
+def test_a_hundred_thousand_lines_go_through_the_service_in_bounded_memory(
+    bed: Bed, object_store: lifecycle.ObjectStore, tmp_path: Path
+) -> None:
+    """A 100,000-line batch file (about 20 MB) uploaded through the service and read back: the
+    service's peak RSS grows by far less than the file (chunks checked and spooled to disk, pages of
+    lines streamed back), and the file comes back byte for byte."""
+    lines = 100_000
+    prefix = f"e2e-{uuid.uuid4().hex[:8]}"
+    env = bed.s3_store_env(object_store, prefix)
+    token = tenant_token(bed.cluster, bed.namespace, "batch-user")
+    requests = _requests(tmp_path / "big.jsonl", lines)
+    size = requests.stat().st_size
+    with batch_api_running(
+        bed.cluster, bed.namespace, [bed.namespace], source=("Source", SOURCE_NAME), store_env=env
+    ) as service:
+        client = _openai(service.base_url, token)
+        _openai(service.base_url, token).batches.list()  # the first request's imports and clients
+        rss_idle, _ = service.memory_kib()
+        started = time.monotonic()
+        uploaded = client.files.create(file=open(requests, "rb"), purpose="batch")  # noqa: SIM115
+        upload_seconds = time.monotonic() - started
+        _, peak_upload = service.memory_kib()
+        started = time.monotonic()
+        content = client.files.content(uploaded.id).read()
+        download_seconds = time.monotonic() - started
+        rss_after, peak = service.memory_kib()
+
+    assert content == requests.read_bytes()
+    # The custom_id set of the duplicate check is the one part that grows with the file (~100 B a line).
+    assert (peak - rss_idle) * 1024 < size, (rss_idle, peak_upload, peak, size)
+    print(
+        f"\n{lines} lines ({size / 1e6:.1f} MB): service RSS {rss_idle / 1024:.0f} MiB idle, peak "
+        f"{peak_upload / 1024:.0f} MiB after the upload ({upload_seconds:.1f} s), {peak / 1024:.0f} MiB "
+        f"after reading it back ({download_seconds:.1f} s), {rss_after / 1024:.0f} MiB at the end"
+    )
