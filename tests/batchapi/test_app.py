@@ -241,3 +241,15 @@ def test_the_documented_client_code_runs_as_written(
         "task-2",
     ]
     assert [json.loads(line)["custom_id"] for line in namespace["errors"].splitlines()] == ["task-1"]
+
+
+def test_an_upload_over_the_items_object_limit_is_refused_as_it_streams(
+    service: Running, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from shardops.batchapi import files
+
+    monkeypatch.setattr(files, "MAX_UPLOAD_BYTES", 200)
+    with pytest.raises(openai.APIStatusError) as refused:
+        _client(service).files.create(file=open(_requests(tmp_path), "rb"), purpose="batch")  # noqa: SIM115
+    assert refused.value.status_code == 413 and "over 200 bytes" in str(refused.value)
+    assert not any("/inputs/" in key for key in service.s3.objects)

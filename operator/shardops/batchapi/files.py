@@ -18,6 +18,7 @@ from typing import IO, Any
 
 from shardops.api.campaign import Campaign
 from shardops.api.common import JSON
+from shardops.api.items import MAX_ITEMS_OBJECT_BYTES
 from shardops.api.names import CAMPAIGN_LABEL
 from shardops.api.openai_batch import file_line
 from shardops.api.shard import Shard
@@ -30,6 +31,8 @@ from shardops.store.items import campaign_items
 from shardops.store.s3 import S3Store
 
 LINES_PER_PAGE = 1000  # lines read per executor call while streaming a file back
+# The largest file the operator takes as a campaign's items: a larger upload is refused as it streams.
+MAX_UPLOAD_BYTES = MAX_ITEMS_OBJECT_BYTES
 
 
 class Upload:
@@ -44,9 +47,16 @@ class Upload:
         self.spool: IO[bytes] = tempfile.TemporaryFile(dir=spool_dir)  # noqa: SIM115 (closed by close)
 
     def feed(self, chunk: bytes) -> None:
-        """The next bytes; ApiProblem 400 naming the line at the first wrong one."""
+        """The next bytes; ApiProblem 400 naming the line at the first wrong one, 413 past the size
+        a campaign's items object may have."""
         self.digest.update(chunk)
         self.size += len(chunk)
+        if self.size > MAX_UPLOAD_BYTES:
+            raise ApiProblem(
+                413,
+                f"{self.filename} is over {MAX_UPLOAD_BYTES} bytes: split it into several batches.",
+                param="file",
+            )
         self.spool.write(chunk)
         data = self._pending + chunk
         *lines, self._pending = data.split(b"\n")
