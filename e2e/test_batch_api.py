@@ -11,6 +11,9 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +21,8 @@ import pytest
 from testbed.bed import Bed
 from testbed.cluster import lifecycle
 from testbed.harness import create_namespace, wait_for
-from testbed.kits.batchapi import batch_api_running, tenant_token
-from testbed.upstream import Behaviour, llm_server
+from testbed.kits.batchapi import BatchApi, batch_api_running, tenant_token
+from testbed.upstream import Behaviour, LlmServer, llm_server
 
 from e2e.test_llm_worker import API_KEY, SECRET, secret
 from shardops.api.common import JSON
@@ -70,6 +73,51 @@ def _openai(base_url: str, token: str) -> Any:
     return openai.OpenAI(base_url=base_url, api_key=token, max_retries=0)
 
 
+@dataclass
+class Served:
+    """The upstream, the service and a tenant's token of the test's namespace, on one installation."""
+
+    server: LlmServer
+    service: BatchApi
+    token: str
+
+    def start(self, path: Path) -> Any:
+        """Upload `path` and create its batch (the client's two calls), as the tenant."""
+        client = _openai(self.service.base_url, self.token)
+        uploaded = client.files.create(file=open(path, "rb"), purpose="batch")  # noqa: SIM115
+        return client.batches.create(
+            input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
+        )
+
+
+@contextmanager
+def served(
+    bed: Bed, object_store: lifecycle.ObjectStore, behaviour: Behaviour, tenants: tuple[str, ...] = ()
+) -> Iterator[Served]:
+    """The test upstream, the operator and the Batch API (serving the test's namespace and `tenants`)
+    on the S3 store under a prefix of the test's own, with the Source every batch goes through."""
+    env = bed.s3_store_env(object_store, f"e2e-{uuid.uuid4().hex[:8]}")
+    secret(bed.kube, bed.namespace, SECRET, API_KEY)
+    token = tenant_token(bed.cluster, bed.namespace, "batch-user")
+    with (
+        llm_server(behaviour) as server,
+        bed.operator(env=env),
+        batch_api_running(
+            bed.cluster,
+            bed.namespace,
+            [bed.namespace, *tenants],
+            source=("Source", SOURCE_NAME),
+            store_env=env,
+        ) as service,
+    ):
+        bed.kube.request(
+            "POST",
+            f"/apis/shardops.dev/v1alpha1/namespaces/{bed.namespace}/sources",
+            body=_source(server.base_url),
+        )
+        yield Served(server, service, token)
+
+
 def test_the_openai_client_round_trip_and_a_token_never_reaches_another_namespace(
     bed: Bed, object_store: lifecycle.ObjectStore, tmp_path: Path
 ) -> None:
@@ -78,23 +126,9 @@ def test_the_openai_client_round_trip_and_a_token_never_reaches_another_namespac
 
     kube = bed.kube
     other = create_namespace(bed.cluster)
-    prefix = f"e2e-{uuid.uuid4().hex[:8]}"
-    env = bed.s3_store_env(object_store, prefix)
-    secret(kube, bed.namespace, SECRET, API_KEY)
-    token_a = tenant_token(bed.cluster, bed.namespace, "batch-user")
     token_b = tenant_token(bed.cluster, other, "batch-user")
-    with (
-        llm_server(Behaviour(api_key=API_KEY)) as server,
-        bed.operator(env=env),
-        batch_api_running(
-            bed.cluster, bed.namespace, [bed.namespace, other], source=("Source", SOURCE_NAME), store_env=env
-        ) as service,
-    ):
-        kube.request(
-            "POST",
-            f"/apis/shardops.dev/v1alpha1/namespaces/{bed.namespace}/sources",
-            body=_source(server.base_url),
-        )
+    with served(bed, object_store, Behaviour(api_key=API_KEY), (other,)) as up:
+        server, service, token_a = up.server, up.service, up.token
         # --- as a user writes it -----------------------------------------------------------------
         client = openai.OpenAI(base_url=service.base_url, api_key=token_a)
         batch_input_file = client.files.create(
@@ -165,31 +199,9 @@ def test_the_openai_client_round_trip_and_a_token_never_reaches_another_namespac
 
 def test_cancel_mid_run_stops_claiming(bed: Bed, object_store: lifecycle.ObjectStore, tmp_path: Path) -> None:
     lines = 400
-    kube = bed.kube
-    prefix = f"e2e-{uuid.uuid4().hex[:8]}"
-    env = bed.s3_store_env(object_store, prefix)
-    secret(kube, bed.namespace, SECRET, API_KEY)
-    token = tenant_token(bed.cluster, bed.namespace, "batch-user")
-    with (
-        llm_server(Behaviour(api_key=API_KEY, latency_seconds=0.2)) as server,
-        bed.operator(env=env),
-        batch_api_running(
-            bed.cluster, bed.namespace, [bed.namespace], source=("Source", SOURCE_NAME), store_env=env
-        ) as service,
-    ):
-        kube.request(
-            "POST",
-            f"/apis/shardops.dev/v1alpha1/namespaces/{bed.namespace}/sources",
-            body=_source(server.base_url),
-        )
-        client = _openai(service.base_url, token)
-        uploaded = client.files.create(
-            file=open(_requests(tmp_path / "r.jsonl", lines), "rb"),  # noqa: SIM115
-            purpose="batch",
-        )
-        batch = client.batches.create(
-            input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
-        )
+    with served(bed, object_store, Behaviour(api_key=API_KEY, latency_seconds=0.2)) as up:
+        server, client = up.server, _openai(up.service.base_url, up.token)
+        batch = up.start(_requests(tmp_path / "r.jsonl", lines))
         wait_for("the first answers", lambda: len(server.requests()) >= 20, timeout=180)
         cancelling = client.batches.cancel(batch.id)
         assert cancelling.status in ("cancelling", "cancelled")
@@ -201,7 +213,7 @@ def test_cancel_mid_run_stops_claiming(bed: Bed, object_store: lifecycle.ObjectS
         settled = len(server.requests())
         time.sleep(10)  # a window in which a claim would show as new requests
         after = len(server.requests())
-        campaign = kube.get(CAMPAIGNS, bed.namespace, batch.id)
+        campaign = bed.kube.get(CAMPAIGNS, bed.namespace, batch.id)
 
     assert after == settled < lines, (settled, after)
     assert (
@@ -219,31 +231,9 @@ def test_a_batch_completes_across_a_restart_of_the_service(
     from collections import Counter
 
     lines = 200
-    kube = bed.kube
-    prefix = f"e2e-{uuid.uuid4().hex[:8]}"
-    env = bed.s3_store_env(object_store, prefix)
-    secret(kube, bed.namespace, SECRET, API_KEY)
-    token = tenant_token(bed.cluster, bed.namespace, "batch-user")
-    with (
-        llm_server(Behaviour(api_key=API_KEY, latency_seconds=0.05)) as server,
-        bed.operator(env=env),
-        batch_api_running(
-            bed.cluster, bed.namespace, [bed.namespace], source=("Source", SOURCE_NAME), store_env=env
-        ) as service,
-    ):
-        kube.request(
-            "POST",
-            f"/apis/shardops.dev/v1alpha1/namespaces/{bed.namespace}/sources",
-            body=_source(server.base_url),
-        )
-        client = _openai(service.base_url, token)
-        uploaded = client.files.create(
-            file=open(_requests(tmp_path / "r.jsonl", lines), "rb"),  # noqa: SIM115
-            purpose="batch",
-        )
-        batch = client.batches.create(
-            input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
-        )
+    with served(bed, object_store, Behaviour(api_key=API_KEY, latency_seconds=0.05)) as up:
+        server, service, client = up.server, up.service, _openai(up.service.base_url, up.token)
+        batch = up.start(_requests(tmp_path / "r.jsonl", lines))
         wait_for("the first answers", lambda: len(server.requests()) >= 10, timeout=180)
         (old,) = [p.metadata.name for p in service.pods()]
         bed.cluster.kubectl("delete", "pod", old, "-n", bed.namespace, "--wait=true")
