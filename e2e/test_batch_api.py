@@ -7,6 +7,7 @@ namespace gets 404 for another's batch and file; no token or a bad one gets 401.
 from __future__ import annotations
 
 import json
+import shlex
 import time
 import urllib.error
 import urllib.request
@@ -21,6 +22,7 @@ import pytest
 from testbed.bed import Bed
 from testbed.cluster import lifecycle
 from testbed.harness import create_namespace, wait_for
+from testbed.kits import chart as chartkit
 from testbed.kits.batchapi import BatchApi, batch_api_running, tenant_token
 from testbed.upstream import Behaviour, LlmServer, llm_server
 
@@ -301,3 +303,53 @@ def test_a_hundred_thousand_lines_go_through_the_service_in_bounded_memory(
     # grows with the lines) and boto3's multipart buffers (8 MiB parts, at most 10 in flight): here
     # 42 MiB for 18 MiB. The bytes themselves go to the spool on disk.
     assert (peak_upload - warm) * 1024 < 3 * size, "an upload holds the bytes on disk, not in memory"
+
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "openai-batch.md"
+
+
+def documented_token_commands(namespace: str) -> list[list[str]]:
+    """The kubectl commands of docs/openai-batch.md's "Who may call it", for `namespace` (the docs
+    say team-a), without the prompt and the final `> token.txt`."""
+    section = DOC.read_text(encoding="utf-8").split("### Who may call it", 1)[1]
+    block = section.split("```console\n", 1)[1].split("```", 1)[0]
+    commands = []
+    for line in block.splitlines():
+        words = shlex.split(line.removeprefix("$ ").replace("team-a", namespace))
+        commands.append(words[1 : words.index(">")] if ">" in words else words[1:])
+    return commands
+
+
+def test_the_documented_commands_give_an_api_key(
+    bed: Bed, object_store: lifecycle.ObjectStore, tmp_path: Path
+) -> None:
+    """docs/openai-batch.md's three commands, run as printed (in the test's namespace): the token
+    they give is an API key the service takes, because `edit` may create Campaigns there."""
+    env = bed.s3_store_env(object_store, f"e2e-{uuid.uuid4().hex[:8]}")
+    aggregate = chartkit.render(
+        bed.namespace, chartkit.local_values(bed.namespace), show_only=["templates/rbac-aggregate.yaml"]
+    )
+    chartkit.apply_objects(bed.cluster, aggregate)
+    try:
+        *setup, token_command = documented_token_commands(bed.namespace)
+        assert [c[:2] for c in setup] == [["-n", bed.namespace]] * 2 and token_command[2:4] == [
+            "create",
+            "token",
+        ]
+        for command in setup:
+            bed.cluster.kubectl(*command)
+        with batch_api_running(
+            bed.cluster, bed.namespace, [bed.namespace], source=("Source", SOURCE_NAME), store_env=env
+        ) as service:
+
+            def accepted() -> bool:
+                token = bed.cluster.kubectl(*token_command).stdout.strip()
+                try:
+                    _openai(service.base_url, token).batches.list()
+                except Exception:  # 401 until edit has aggregated the chart's Campaign rules
+                    return False
+                return True
+
+            wait_for("the documented token to be accepted", accepted, timeout=90)
+    finally:
+        chartkit.delete_cluster_scoped(bed.cluster, aggregate)

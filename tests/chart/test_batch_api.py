@@ -137,3 +137,22 @@ def test_notes_give_the_base_url_and_how_to_get_a_token(helm_bin: Path) -> None:
     notes = result.stdout.split("NOTES:", 1)[1]
     assert "http://rel-shardops-batch-api.ops.svc/v1" in notes
     assert "kubectl -n NS create token SERVICE-ACCOUNT" in notes
+
+
+def test_the_documented_helm_command_turns_it_on(helm_bin: Path) -> None:
+    """docs/openai-batch.md's `helm upgrade ... --set` values, over an installation with the S3
+    store (what --reuse-values keeps), render the service through the ClusterSource it names."""
+    import shlex
+
+    doc = (CHART.parents[1] / "docs" / "openai-batch.md").read_text(encoding="utf-8")
+    block = doc.split("### Turning it on", 1)[1].split("```console\n", 1)[1].split("```", 1)[0]
+    words = shlex.split(block.replace("\\\n", " ").removeprefix("$ "))
+    assert words[:2] == ["helm", "upgrade"] and "--reuse-values" in words
+    sets = [words[i + 1] for i, word in enumerate(words) if word == "--set"]
+    objects = render(helm_bin, *ON[2:], *sets)
+    container = _container(objects, "batch-api")
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert (env["SHARDOPS_BATCH_API_SOURCE_KIND"], env["SHARDOPS_BATCH_API_SOURCE_NAME"]) == (
+        "ClusterSource",
+        "team-llm",
+    )
