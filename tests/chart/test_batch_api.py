@@ -119,7 +119,8 @@ def test_a_namespaced_source_is_used_through_the_namespace_bindings(helm_bin: Pa
     ("sets", "message"),
     [
         (("batchAPI.enabled=true",), "set batchAPI.sourceRef.name"),
-        (("batchAPI.enabled=true", "batchAPI.sourceRef.name=team-llm"), "set resultStore.s3.bucket"),
+        (("batchAPI.enabled=true", "batchAPI.sourceRef.name=team-llm"), "set resultStore.type=S3"),
+        ((*ON[:2], "resultStore.s3.bucket=results"), "set resultStore.type=S3 and resultStore.s3.bucket"),
         ((*ON, "batchAPI.sourceRef.kind=Cluster"), "at '/batchAPI/sourceRef/kind'"),
     ],
 )

@@ -121,8 +121,8 @@ Checks across values that the JSON schema cannot express; each failure names the
 {{- if not .Values.batchAPI.sourceRef.name -}}
 {{- fail "batchAPI.enabled needs the Source or ClusterSource every batch's requests go through: set batchAPI.sourceRef.name (and batchAPI.sourceRef.kind)" -}}
 {{- end -}}
-{{- if not .Values.resultStore.s3.bucket -}}
-{{- fail "batchAPI.enabled needs the S3 result store, where uploaded files and results live: set resultStore.s3.bucket (and resultStore.type=S3)" -}}
+{{- if or (ne .Values.resultStore.type "S3") (not .Values.resultStore.s3.bucket) -}}
+{{- fail "batchAPI.enabled needs the S3 result store, where uploaded files and batches' results live: set resultStore.type=S3 and resultStore.s3.bucket" -}}
 {{- end -}}
 {{- end -}}
 {{- if and .Values.metrics.serviceMonitor.enabled (not (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1/ServiceMonitor")) -}}
