@@ -166,3 +166,20 @@ def test_pages_go_newest_first_after_the_named_batch() -> None:
         with pytest.raises(ApiProblem):
             objects.page_limit(bad)
     assert objects.page_limit(None) == objects.DEFAULT_PAGE
+
+
+def test_a_failed_batch_says_what_its_invalid_campaign_says() -> None:
+    from openai.types import Batch
+
+    ready = {
+        "type": "Ready",
+        "status": "False",
+        "reason": "ItemsInvalid",
+        "message": "requests.jsonl line 4: custom_id 'a' is already the custom_id of line 1",
+        "lastTransitionTime": "2026-03-01T10:00:00Z",
+    }
+    failed = Batch.model_validate(objects.batch_object(_batch(phase="Invalid", conditions=[ready])))
+    assert failed.status == "failed" and failed.errors is not None and failed.errors.data is not None
+    (error,) = failed.errors.data
+    assert (error.code, error.message) == ("ItemsInvalid", ready["message"])
+    assert failed.output_file_id is None

@@ -19,8 +19,8 @@ from typing import Any
 
 from shardops import API_GROUP
 from shardops.api.campaign import Campaign
-from shardops.api.common import JSON
-from shardops.api.enums import CampaignPhase, LlmRequestFormat
+from shardops.api.common import JSON, find_condition
+from shardops.api.enums import CampaignPhase, ConditionType, LlmRequestFormat
 from shardops.api.names import CANCELLED_ANNOTATION
 from shardops.api.openai_batch import BATCH_ENDPOINTS
 
@@ -296,18 +296,15 @@ def batch_object(campaign: Campaign) -> JSON:
     finished = state in ("completed", "failed", "cancelled")
     errors = None
     if state == "failed":
-        reason = next((c for c in campaign.current_status.conditions or [] if c.status == "True"), None)
-        errors = {
-            "object": "list",
-            "data": [
-                {
-                    "code": "invalid_campaign",
-                    "message": reason.message if reason else "invalid",
-                    "line": None,
-                    "param": None,
-                }
-            ],
+        # An Invalid campaign's Ready=False condition names what is wrong (an input line, a Source).
+        ready = find_condition(list(campaign.current_status.conditions or []), ConditionType.READY)
+        problem = {
+            "code": str(ready.reason) if ready and ready.reason else "invalid",
+            "message": ready.message if ready and ready.message else "the batch's Campaign is Invalid",
+            "param": None,
+            "line": None,
         }
+        errors = {"object": "list", "data": [problem]}
     counts = request_counts(campaign)
     return {
         "id": name,
