@@ -24,6 +24,7 @@ from testbed.cluster import lifecycle
 from testbed.harness import create_namespace, wait_for
 from testbed.kits import chart as chartkit
 from testbed.kits.batchapi import BatchApi, batch_api_running, tenant_token
+from testbed.kits.scheduler import Operator
 from testbed.upstream import Behaviour, LlmServer, llm_server
 
 from e2e.test_llm_worker import API_KEY, SECRET, secret
@@ -81,6 +82,7 @@ class Served:
 
     server: LlmServer
     service: BatchApi
+    operator: Operator
     token: str
 
     def start(self, path: Path) -> Any:
@@ -94,7 +96,12 @@ class Served:
 
 @contextmanager
 def served(
-    bed: Bed, object_store: lifecycle.ObjectStore, behaviour: Behaviour, tenants: tuple[str, ...] = ()
+    bed: Bed,
+    object_store: lifecycle.ObjectStore,
+    behaviour: Behaviour,
+    tenants: tuple[str, ...] = (),
+    shard_size: int = 10,
+    max_concurrency: int = 2,
 ) -> Iterator[Served]:
     """The test upstream, the operator and the Batch API (serving the test's namespace and `tenants`)
     on the S3 store under a prefix of the test's own, with the Source every batch goes through."""
@@ -103,13 +110,15 @@ def served(
     token = tenant_token(bed.cluster, bed.namespace, "batch-user")
     with (
         llm_server(behaviour) as server,
-        bed.operator(env=env),
+        bed.operator(env=env) as operator,
         batch_api_running(
             bed.cluster,
             bed.namespace,
             [bed.namespace, *tenants],
             source=("Source", SOURCE_NAME),
             store_env=env,
+            shard_size=shard_size,
+            max_concurrency=max_concurrency,
         ) as service,
     ):
         bed.kube.request(
@@ -117,7 +126,7 @@ def served(
             f"/apis/shardops.dev/v1alpha1/namespaces/{bed.namespace}/sources",
             body=_source(server.base_url),
         )
-        yield Served(server, service, token)
+        yield Served(server, service, operator, token)
 
 
 def test_the_openai_client_round_trip_and_a_token_never_reaches_another_namespace(
@@ -353,3 +362,56 @@ def test_the_documented_commands_give_an_api_key(
             wait_for("the documented token to be accepted", accepted, timeout=90)
     finally:
         chartkit.delete_cluster_scoped(bed.cluster, aggregate)
+
+
+@pytest.mark.long
+def test_a_hundred_thousand_line_batch_completes_across_operator_and_service_restarts(
+    bed: Bed, object_store: lifecycle.ObjectStore, tmp_path: Path
+) -> None:
+    """100,000 lines as one batch: the operator's and the service's pods deleted mid-run, the batch
+    completes, every custom_id answered once (the upstream's log: nothing paid twice), and the
+    service streams the 100,000-line output file with its peak RSS measured."""
+    from collections import Counter
+
+    lines = 100_000
+    with served(bed, object_store, Behaviour(api_key=API_KEY), shard_size=500, max_concurrency=5) as up:
+        server, service, client = up.server, up.service, _openai(up.service.base_url, up.token)
+        started = time.monotonic()
+        batch = up.start(_requests(tmp_path / "big.jsonl", lines))
+        wait_for(
+            "a fifth of the answers", lambda: len(server.requests()) >= lines // 5, timeout=900, interval=2
+        )
+        for pod in up.operator.pods():
+            bed.cluster.kubectl("delete", "pod", str(pod.metadata.name), "-n", bed.namespace, "--wait=true")
+        (old,) = [str(p.metadata.name) for p in service.pods()]
+        bed.cluster.kubectl("delete", "pod", old, "-n", bed.namespace, "--wait=true")
+        restarted_at = len(server.requests())
+        wait_for("a new Batch API pod", lambda: service.pods() and service.healthy(), timeout=120)
+        done = wait_for(
+            "the batch to complete",
+            lambda: (b := client.batches.retrieve(batch.id)).status == "completed" and b,
+            timeout=1800,
+            interval=5,
+        )
+        elapsed = time.monotonic() - started
+        _, before = service.memory_kib()
+        output = client.files.content(done.output_file_id).text
+        _, peak = service.memory_kib()
+        log = server.requests()
+
+    custom_ids = [json.loads(text)["custom_id"] for text in output.splitlines()]
+    assert len(custom_ids) == lines and len(set(custom_ids)) == lines
+    calls = Counter(entry.content for entry in log)
+    assert len(log) == lines and max(calls.values()) == 1, "one upstream call per custom_id"
+    assert done.request_counts is not None and (
+        done.request_counts.completed,
+        done.request_counts.failed,
+    ) == (
+        lines,
+        0,
+    )
+    print(
+        f"\n{lines} lines: completed in {elapsed:.0f} s, restarts after {restarted_at} answers; output file "
+        f"({len(output) / 2**20:.1f} MiB) streamed with the service's peak RSS {before / 1024:.0f} -> "
+        f"{peak / 1024:.0f} MiB"
+    )
