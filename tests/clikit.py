@@ -182,3 +182,15 @@ def cluster(*bodies: dict, **kwargs: Any) -> FakeKube:
     for body in bodies:
         kube.add(SHARDS if body["kind"] == "Shard" else CAMPAIGNS, body)
     return kube
+
+
+def chat_completion(text: str) -> JSON:
+    """A chat completion body as an upstream sends it."""
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1767225600,
+        "model": "test-model",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
+    }

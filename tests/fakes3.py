@@ -73,3 +73,16 @@ class FakeS3:
         if Bucket != self.bucket:
             raise _error("404", 404)
         return {}
+
+    def head_object(self, Bucket: str, Key: str) -> Any:
+        self._check(Bucket, "head_object")
+        if Key not in self.objects:
+            raise _error("404", 404)
+        body, metadata = self.objects[Key]
+        return {"Metadata": metadata, "ContentLength": len(body)}
+
+    def upload_fileobj(
+        self, Fileobj: Any, Bucket: str, Key: str, ExtraArgs: dict[str, Any] | None = None
+    ) -> None:
+        self._check(Bucket, "upload")
+        self.objects[Key] = (Fileobj.read(), dict((ExtraArgs or {}).get("Metadata") or {}))

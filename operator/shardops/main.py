@@ -1,4 +1,5 @@
-"""`shardops`: run the operator, run a worker, the built-in LLM worker command, generate the CRDs.
+"""`shardops`: run the operator, run a worker, the built-in LLM worker command, the Batch API
+service, generate the CRDs.
 
 The one module above every entry point (scheduler, worker, api.crdgen): it only dispatches.
 """
@@ -38,7 +39,19 @@ def build_parser() -> argparse.ArgumentParser:
         "(run by shardops worker, not by hand)",
     )
     llm.set_defaults(run=_run_llm)
+
+    batch_api = commands.add_parser(
+        "batch-api",
+        help="serve the OpenAI Batch API (files and batches) backed by Campaigns (the chart's batchAPI)",
+    )
+    batch_api.set_defaults(run=_run_batch_api)
     return parser
+
+
+def _run_batch_api(_: argparse.Namespace) -> int:
+    from shardops.batchapi.main import run
+
+    return run()
 
 
 def _run_llm(_: argparse.Namespace) -> int:

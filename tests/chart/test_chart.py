@@ -38,20 +38,6 @@ HELM_OWN_VALUES = {"global"}
 # --- helm ------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="session")
-def helm_bin() -> Path:
-    try:
-        from testbed.cluster.lifecycle import bin_dir
-
-        # Only a helm `make tools` has built: a test run never builds into the shared cache.
-        path = bin_dir(build=False) / "helm"
-    except OSError as error:
-        pytest.skip(f"no helm binary: {error}")
-    if not path.exists():
-        pytest.skip(f"no helm binary at {path}; run `make tools`")
-    return path
-
-
 def helm(helm_bin: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     # No KUBECONFIG: rendering must not depend on (or touch) a cluster.
     env = {"PATH": "/usr/bin:/bin", "HOME": str(ROOT / ".shardops" / "helm-home")}

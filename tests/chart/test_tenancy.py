@@ -13,9 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.chart.test_chart import CHART, ROOT, helm, helm_bin, only, render
-
-__all__ = ["helm_bin"]
+from tests.chart.test_chart import CHART, ROOT, helm, only, render
 
 CAMPAIGN_CRD: dict[str, Any] = yaml.safe_load((ROOT / "crds" / "shardops.dev_campaigns.yaml").read_text())
 

@@ -12,8 +12,8 @@ import pytest
 import urllib3
 import yaml
 
+from shardops.api.names import CANCELLED_ANNOTATION
 from shardops.cli import campaign as cli
-from shardops.cli.campaign_actions import CANCELLED_ANNOTATION
 from shardops.cli.campaign_client import REPORTING_CONTROLLER, Client, connect, default_namespace
 from shardops.cli.campaign_status import watch_status
 from shardops.cli.command import Context

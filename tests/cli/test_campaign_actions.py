@@ -8,6 +8,7 @@ from shardops.api.campaign import MAX_RETRY_SHARDS, Campaign
 from shardops.cli import campaign_actions as actions
 from shardops.cli.campaign_actions import CANCELLED_ANNOTATION
 from shardops.cli.campaign_summary import parse_shards
+from shardops.logic.timefmt import rfc3339
 from tests.clikit import NOW, campaign_body, shard_body
 
 CANCELLED = CANCELLED_ANNOTATION
@@ -31,7 +32,7 @@ def _shards() -> list:
 
 def test_suspend_and_cancel_patch_the_spec_and_annotation() -> None:
     assert actions.suspend_patch() == {"spec": {"suspend": True}}
-    assert actions.cancel_patch(NOW) == {
+    assert actions.cancel_patch(rfc3339(NOW)) == {
         "spec": {"suspend": True},
         "metadata": {"annotations": {CANCELLED: "2026-03-01T12:00:00Z"}},
     }

@@ -14,7 +14,7 @@ from shardops.logic.idempotency import item_subkey
 from shardops.state.results import json_line
 from shardops.store.configmap import attempt_body, attempt_name
 from shardops.store.records import ResultMeta, encode_result, sha256_of
-from tests.clikit import campaign_body, cluster, done_status, run, shard_body
+from tests.clikit import campaign_body, chat_completion, cluster, done_status, run, shard_body
 
 
 def _campaign_with_results() -> tuple[object, list[dict[str, object]]]:
@@ -148,18 +148,6 @@ def test_failed_lists_the_items_of_gave_up_shards_folded_into_the_ledger() -> No
     assert lines[0]["lastError"] == error and lines[0]["item"] == {"id": 2} and lines[2]["attempt"] == 2
 
 
-def _completion(text: str) -> dict[str, object]:
-    """A chat completion body as an upstream sends it."""
-    return {
-        "id": "chatcmpl-1",
-        "object": "chat.completion",
-        "created": 1767225600,
-        "model": "test-model",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
-    }
-
-
 def _batch_campaign() -> object:
     """Three OpenAI batch lines, each its own Done shard: two answered, the middle one refused (400)."""
     items = [
@@ -174,14 +162,14 @@ def _batch_campaign() -> object:
         "error": {"message": "too long", "type": "invalid_request_error", "code": "context_length_exceeded"}
     }
     results = [
-        batch_result(200, "up-0", _completion("zero")),
+        batch_result(200, "up-0", chat_completion("zero")),
         errored_result(
             ErrorClass.INVALID_INPUT,
             "item 0: 400 too long",
             "context_length_exceeded",
             batch_result(400, "up-1", refused),
         ),
-        batch_result(200, None, _completion("two")),
+        batch_result(200, None, chat_completion("two")),
     ]
     kube_objects: list[dict[str, object]] = []
     configmaps = []

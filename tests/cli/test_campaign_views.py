@@ -8,7 +8,7 @@ import pytest
 
 from shardops.api.campaign import Campaign
 from shardops.api.enums import BreakerState, ShardPhase
-from shardops.cli.campaign_actions import CANCELLED_ANNOTATION
+from shardops.api.names import CANCELLED_ANNOTATION
 from shardops.cli.campaign_events import timeline_view
 from shardops.cli.campaign_list import campaign_rows, seconds_between
 from shardops.cli.campaign_report import Check, ReportView, report_view

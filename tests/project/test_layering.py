@@ -254,9 +254,10 @@ def test_checker_allows(source: str) -> None:
 
 
 # --- package layering -----------------------------------------------------------------------------
-# Imports point down only: api < logic < k8s < store < state < {scheduler, worker, cli, llm}; the entry
-# packages never import each other. `shardops/__init__.py` (group and version) sits below everything;
-# `shardops/main.py`, the `shardops` command, above everything: it only dispatches to the entry points.
+# Imports point down only: api < logic < k8s < store < state < {scheduler, worker, cli, llm,
+# batchapi}; the entry packages never import each other. `shardops/__init__.py` (group and version)
+# sits below everything; `shardops/main.py`, the `shardops` command, above everything: it only
+# dispatches to the entry points.
 PACKAGE_DIR = LOGIC_DIR.parent
 PACKAGE_RANKS = {
     "api": 0,
@@ -268,6 +269,7 @@ PACKAGE_RANKS = {
     "worker": 5,
     "cli": 5,
     "llm": 5,
+    "batchapi": 5,
 }
 # clock: the wall clock and its skew settings both entry packages share; proxies: the HTTP proxy of a
 # URL from the environment (S3 and LLM clients); neither imports anything of shardops.

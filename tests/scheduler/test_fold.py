@@ -110,7 +110,7 @@ def test_nothing_folds_without_a_store_the_operator_may_write(kube: OperatorKube
     from shardops.k8s.events import EventSeries
     from shardops.scheduler.fold import LedgerFold
     from shardops.scheduler.observed import Observed
-    from shardops.scheduler.stores import Stores
+    from shardops.store.installation import Stores
 
     result = {"ref": "attempts/x/t1.json", "fingerprint": "sha256:" + "0" * 64, "bytes": 10}
     done = Shard.parse(shard("camp", 0, "Done", result=result))

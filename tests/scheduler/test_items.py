@@ -76,7 +76,7 @@ def test_items_are_read_once_per_spec_generation(kube: OperatorKube) -> None:
     from shardops.api.store import ResultStoreStatus
     from shardops.scheduler.items import Items
     from shardops.scheduler.memory import Memory
-    from shardops.scheduler.stores import Stores
+    from shardops.store.installation import Stores
 
     kube.put(CONFIGMAPS, NAMESPACE, {"metadata": {"name": "inputs"}, "data": {"items.jsonl": '{"n": 1}\n'}})
     body = campaign()

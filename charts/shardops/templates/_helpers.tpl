@@ -117,7 +117,57 @@ Checks across values that the JSON schema cannot express; each failure names the
 {{- if and .Values.workers.metrics.podMonitor.enabled (not (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1/PodMonitor")) -}}
 {{- fail "workers.metrics.podMonitor.enabled is true but this cluster has no monitoring.coreos.com/v1 PodMonitor (install the Prometheus Operator CRDs first, or with helm template pass --api-versions monitoring.coreos.com/v1/PodMonitor); or set workers.metrics.podMonitor.enabled=false" -}}
 {{- end -}}
+{{- if .Values.batchAPI.enabled -}}
+{{- if not .Values.batchAPI.sourceRef.name -}}
+{{- fail "batchAPI.enabled needs the Source or ClusterSource every batch's requests go through: set batchAPI.sourceRef.name (and batchAPI.sourceRef.kind)" -}}
+{{- end -}}
+{{- if or (ne .Values.resultStore.type "S3") (not .Values.resultStore.s3.bucket) -}}
+{{- fail "batchAPI.enabled needs the S3 result store, where uploaded files and batches' results live: set resultStore.type=S3 and resultStore.s3.bucket" -}}
+{{- end -}}
+{{- end -}}
 {{- if and .Values.metrics.serviceMonitor.enabled (not (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1/ServiceMonitor")) -}}
 {{- fail "metrics.serviceMonitor.enabled is true but this cluster has no monitoring.coreos.com/v1 ServiceMonitor (install the Prometheus Operator CRDs first, or with helm template pass --api-versions monitoring.coreos.com/v1/ServiceMonitor); or set metrics.serviceMonitor.enabled=false" -}}
 {{- end -}}
 {{- end -}}
+
+{{- /*
+The installation's result store and the keys that reach every namespace's area: the environment of
+the two processes that use them, the operator and the Batch API service (store.installation).
+*/ -}}
+{{- define "shardops.storeEnv" -}}
+- name: SHARDOPS_RESULT_STORE
+  value: {{ .Values.resultStore.type | quote }}
+- name: SHARDOPS_STORE_SECRET
+  value: {{ .Values.resultStore.namespaceSecret | quote }}
+{{- with .Values.resultStore.s3 }}
+{{- if .endpoint }}
+- name: SHARDOPS_S3_ENDPOINT
+  value: {{ .endpoint | quote }}
+{{- end }}
+{{- if .region }}
+- name: SHARDOPS_S3_REGION
+  value: {{ .region | quote }}
+{{- end }}
+{{- if .bucket }}
+- name: SHARDOPS_S3_BUCKET
+  value: {{ .bucket | quote }}
+{{- end }}
+- name: SHARDOPS_S3_PREFIX
+  value: {{ .prefix | quote }}
+{{- if .credentialsSecret }}
+# The installation's own S3 credentials (the operator checks the bucket before a campaign's first
+# shard; the Batch API stores uploads and reads results); workers get their namespace's Secret
+# (SHARDOPS_STORE_SECRET), never these.
+- name: AWS_ACCESS_KEY_ID
+  valueFrom:
+    secretKeyRef:
+      name: {{ .credentialsSecret | quote }}
+      key: AWS_ACCESS_KEY_ID
+- name: AWS_SECRET_ACCESS_KEY
+  valueFrom:
+    secretKeyRef:
+      name: {{ .credentialsSecret | quote }}
+      key: AWS_SECRET_ACCESS_KEY
+{{- end }}
+{{- end }}
+{{- end }}

@@ -7,7 +7,7 @@ spelling the strings, so a rename is one edit here plus `make manifests`.
 from __future__ import annotations
 
 import hashlib
-from typing import Final
+from typing import Any, Final
 
 from shardops import API_GROUP, API_VERSION
 
@@ -89,6 +89,16 @@ PLANNED_FROM_ANNOTATION: Final = f"{API_GROUP}/planned-from"
 # On a Campaign: when a person last resumed it (kubectl campaign resume). A campaign held by its
 # error threshold claims again once this is later than the hold, and counts only the attempts after it.
 RESUMED_ANNOTATION: Final = f"{API_GROUP}/resumed"
+
+# On a Campaign: RFC 3339 time it was cancelled (kubectl campaign cancel, the Batch API's cancel).
+CANCELLED_ANNOTATION: Final = f"{API_GROUP}/cancelled"
+
+
+def cancel_patch(cancelled_at: str) -> dict[str, Any]:
+    """The recorded cancel: suspend (no new claims; running shards finish) and say when (RFC 3339).
+    One home for both writers of it, `kubectl campaign cancel` and the Batch API's cancel."""
+    return {"spec": {"suspend": True}, "metadata": {"annotations": {CANCELLED_ANNOTATION: cancelled_at}}}
+
 
 # On the operator's leader Lease: which process holds it, as "<pod uid>/<process token>". A restarted
 # container finds its own pod's uid with another token there and knows that holder is dead (a pod

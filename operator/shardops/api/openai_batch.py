@@ -117,3 +117,20 @@ def error_line(line_id: str, custom_id: str, result: Any, request_id: str) -> di
         "response": _response(result.get("result") if isinstance(result, Mapping) else None, request_id),
         "error": {"code": error.get("code") or error.get("class"), "message": error.get("message", "")},
     }
+
+
+def file_line(line: Mapping[str, Any], field: str, batch: bool) -> dict[str, Any]:
+    """One line of OpenAI's batch output file (or, for an errored item, of its error file) for a
+    finished item's line (state.results.done_lines: index, key, item, result, shard). `batch`: the
+    campaign's items are OpenAI batch lines, whose results hold the upstream's status code and body;
+    otherwise the body is the item's result and custom_id the item's `field`. ValueError when the item
+    has no such field."""
+    item = line.get("item")
+    if not isinstance(item, Mapping) or field not in item:
+        raise ValueError(f"item {line['index']} (shard {line['shard']}) has no field {field!r} for custom_id")
+    line_id, custom_id, result = f"{line['shard']}-{line['index']}", str(item[field]), line["result"]
+    if is_error_line(result):
+        return error_line(line_id, custom_id, result, line["key"])
+    if not batch:
+        result = batch_result(200, None, result)
+    return output_line(line_id, custom_id, result, line["key"])

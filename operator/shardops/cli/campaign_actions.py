@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from shardops.api.campaign import MAX_RETRY_SHARDS, Campaign
 from shardops.api.common import JSON
 from shardops.api.enums import ShardPhase
-from shardops.api.names import RESUMED_ANNOTATION
+from shardops.api.names import CANCELLED_ANNOTATION, RESUMED_ANNOTATION, cancel_patch
 from shardops.api.shard import Shard
 from shardops.cli.campaign_client import EXIT_BAD_STATE, EXIT_NOT_FOUND, EXIT_OK, CliError, bad_state
 from shardops.cli.command import Context, load, parse_campaign
@@ -26,8 +26,6 @@ from shardops.k8s.api import Conflict
 from shardops.logic.timefmt import rfc3339
 from shardops.state import error_threshold, ledger
 
-# What `kubectl campaign cancel` writes on a Campaign: when it was cancelled.
-CANCELLED_ANNOTATION = "shardops.dev/cancelled"
 # Rounds of read, decide and write with a resourceVersion precondition before a retry gives up.
 CONFLICT_ROUNDS = 3
 
@@ -67,10 +65,6 @@ def resume_patch(campaign: Campaign, now: dt.datetime) -> JSON:
     if annotations:
         patch["metadata"] = {"annotations": annotations}
     return patch
-
-
-def cancel_patch(now: dt.datetime) -> JSON:
-    return {"spec": {"suspend": True}, "metadata": {"annotations": {CANCELLED_ANNOTATION: rfc3339(now)}}}
 
 
 @dataclass(frozen=True)
@@ -383,7 +377,7 @@ def run_cancel(ctx: Context) -> int:
             ctx, _unchanged("cancel", campaign, f"already cancelled at {already}; nothing changed")
         )
     now = ctx.clock()
-    patch = cancel_patch(now)
+    patch = cancel_patch(rfc3339(now))
     patched = ctx.client.patch_campaign(campaign.namespace, campaign.name, patch)
     return _finish(
         ctx,

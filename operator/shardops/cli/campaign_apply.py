@@ -23,14 +23,12 @@ import yaml
 from shardops.api.campaign import CampaignSpec
 from shardops.api.common import JSON
 from shardops.api.enums import LlmRequestFormat, StoreType
-from shardops.api.items import parse_item_line
-from shardops.api.openai_batch import CustomIds
 from shardops.api.store import DEFAULT_S3_PREFIX, ResultStoreStatus
 from shardops.cli.campaign_client import EXIT_OK, EXIT_USAGE, CliError, bad_state, no_access
 from shardops.cli.campaign_results import user_s3_store
 from shardops.cli.command import Context
 from shardops.k8s.api import CAMPAIGNS, AlreadyExists
-from shardops.logic.shard_items import ShardItemsSize
+from shardops.store.inputs import InputCheck
 from shardops.store.records import StoreUnavailable
 from shardops.store.s3 import S3Store
 
@@ -52,26 +50,19 @@ def check_items(path: Path, shard_size: int, batch: bool = False) -> int:
     first shard (`shard_size` items) too big for its Shard: the operator would refuse the campaign.
     `batch` (llm format openai-batch): also at the first line that is not an OpenAI batch input line
     or repeats an earlier line's custom_id (the set of them is as large as the file)."""
-    count = 0
-    sizes = ShardItemsSize(shard_size, str(path))
-    custom_ids = CustomIds() if batch else None
+    check = InputCheck(str(path), shard_size, batch)
     try:
-        for number, line in enumerate(_lines(path), start=1):
-            item = parse_item_line(line, number, str(path))
-            if item is not None:
-                if custom_ids is not None:
-                    custom_ids.check(item, number, str(path))
-                sizes.add(item)
-                count += 1
+        for line in _lines(path):
+            check.add(line)
     except ValueError as error:
         raise bad_state(f"{error}: nothing was uploaded") from None
     except (OSError, EOFError) as error:
         raise bad_state(
             f"{path}: not readable as JSONL{' (gzip)' if path.name.endswith('.gz') else ''}: {error}"
         ) from None
-    if count == 0:
+    if check.items == 0:
         raise bad_state(f"{path} holds no items: write one JSON object per line")
-    return count
+    return check.items
 
 
 def _digest(path: Path) -> str:

@@ -15,8 +15,7 @@ from shardops import API_GROUP
 from shardops.api.common import JSON
 from shardops.api.enums import ConditionReason, ConditionStatus, ConditionType
 from shardops.api.money import money_or_none, money_text, parse_money
-from shardops.api.names import CAMPAIGN_KIND
-from shardops.cli.campaign_actions import CANCELLED_ANNOTATION
+from shardops.api.names import CAMPAIGN_KIND, CANCELLED_ANNOTATION
 from shardops.cli.campaign_client import EXIT_OK
 from shardops.cli.command import Context
 from shardops.cli.text import as_json, as_yaml, duration, percent, table

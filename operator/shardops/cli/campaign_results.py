@@ -45,22 +45,13 @@ DEFAULT_CUSTOM_ID = "custom_id"
 
 
 def openai_line(line: JSON, field: str, batch: bool) -> JSON:
-    """One line of OpenAI's batch output file (or, for an errored item, of its error file) for a
-    `done_lines` line. `batch`: the campaign's items are OpenAI batch lines (llm format openai-batch),
-    whose results hold the upstream's status code and body; otherwise the body is the item's result
-    and custom_id the item's `field`."""
-    item = line.get("item")
-    if not isinstance(item, dict) or field not in item:
+    """`openai_batch.file_line`, its missing custom_id field named as the fix."""
+    try:
+        return openai_batch.file_line(line, field, batch)
+    except ValueError as missing:
         raise bad_state(
-            f"item {line['index']} (shard {line['shard']}) has no field {field!r} for custom_id: "
-            "name the item field that identifies each request with --custom-id FIELD"
-        )
-    line_id, custom_id, result = f"{line['shard']}-{line['index']}", str(item[field]), line["result"]
-    if openai_batch.is_error_line(result):
-        return openai_batch.error_line(line_id, custom_id, result, line["key"])
-    if not batch:
-        result = openai_batch.batch_result(200, None, result)
-    return openai_batch.output_line(line_id, custom_id, result, line["key"])
+            f"{missing}: name the item field that identifies each request with --custom-id FIELD"
+        ) from None
 
 
 def jsonl_line(line: JSON) -> JSON:

@@ -8,7 +8,7 @@ on the leader only. The modules, lowest first:
     metrics.py        the operator's Prometheus figures and /healthz
     memory.py         what one campaign's passes remember between passes (Memory, Progress)
     observed.py       what one pass saw (Observed): the Campaign, its items, Shards, Jobs and pods
-    stores.py         the S3 stores the operator reads and writes itself, one client each (Stores)
+    stores.py         whether a campaign's workers can reach its S3 store (its namespace's Secret)
     writes.py         a pass's writes to Shards: transitions and creates (ShardWrites)
     items.py          a campaign's items, read and checked once per spec generation (Items)
     sweep.py          the lease sweep: zombies, stalls, their Events (Sweeper, Sweep)

@@ -20,9 +20,9 @@ from shardops.k8s import campaigns, events
 from shardops.k8s.api import LEASES, SHARDS, ApiError, KubeClient, NotFound
 from shardops.k8s.shards import Actor
 from shardops.scheduler.observed import Observed
-from shardops.scheduler.stores import Stores
 from shardops.state import ledger
 from shardops.store.finished import commit_recorded
+from shardops.store.installation import Stores
 from shardops.store.records import StoreUnavailable
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ from shardops.k8s import campaigns
 from shardops.k8s.api import KubeClient
 from shardops.logic.shard_items import ShardItemsTooLarge, check_shard_items
 from shardops.scheduler.memory import Memory
-from shardops.scheduler.stores import Stores
+from shardops.store.installation import Stores
 from shardops.store.items import (
     StreamedItems,
     check_batch_lines_of,

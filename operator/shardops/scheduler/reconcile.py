@@ -61,11 +61,12 @@ from shardops.scheduler.status import (
     turned,
     validation_message,
 )
-from shardops.scheduler.stores import Stores, store_secret_problem
+from shardops.scheduler.stores import store_secret_problem
 from shardops.scheduler.sweep import Sweeper
 from shardops.scheduler.writes import CONFLICT_ROUNDS, ShardWrites
 from shardops.state import breakers, cooldowns
 from shardops.state.sources import source_claims
+from shardops.store.installation import Stores
 from shardops.store.items import pin_patch
 from shardops.store.records import StoreUnavailable
 

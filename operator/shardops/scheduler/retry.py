@@ -31,9 +31,9 @@ from shardops.logic import retry as retry_logic
 from shardops.logic.transitions import Action
 from shardops.scheduler import builders
 from shardops.scheduler.observed import Observed
-from shardops.scheduler.stores import Stores
 from shardops.scheduler.writes import ShardWrites
 from shardops.state import ledger, shardview
+from shardops.store.installation import Stores
 from shardops.store.records import StoreUnavailable
 
 log = logging.getLogger(__name__)

@@ -14,13 +14,8 @@ from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import NoDecode, SettingsConfigDict
 
 from shardops import API_GROUP
-from shardops.api.enums import StoreType
 from shardops.api.store import (
-    BUCKET_PATTERN,
-    DEFAULT_S3_PREFIX,
-    DEFAULT_STORE_SECRET,
     MAX_RETENTION_SECONDS,
-    ResultStoreStatus,
 )
 from shardops.api.worker import PullSecretReference, ResourceRequirements, Toleration
 from shardops.clock import ClockSkewSettings
@@ -30,6 +25,7 @@ from shardops.scheduler.builders import (
     WorkerPodDefaults,
 )
 from shardops.state import observe
+from shardops.store.installation import InstallationStore
 
 REPORTING_CONTROLLER = f"{API_GROUP}/operator"
 
@@ -38,7 +34,7 @@ def _hostname() -> str:
     return socket.gethostname()
 
 
-class OperatorSettings(ClockSkewSettings):
+class OperatorSettings(ClockSkewSettings, InstallationStore):
     """Defaults suit a cluster; the e2e tests shorten the tick and the leader lease through the env."""
 
     model_config = SettingsConfigDict(env_prefix="SHARDOPS_", extra="ignore", populate_by_name=True)
@@ -174,30 +170,6 @@ class OperatorSettings(ClockSkewSettings):
             "SHARDOPS_METRICS_LINGER_SECONDS); unset: the worker's default."
         ),
     )
-    result_store: StoreType = Field(
-        default=StoreType.CONFIG_MAP,
-        description=(
-            "Result store of campaigns that do not choose one (spec.resultStore.type): ConfigMap (no "
-            "dependencies, small campaigns) or S3 (the SHARDOPS_S3_* settings)."
-        ),
-    )
-    s3_endpoint: str | None = Field(
-        default=None, pattern=r"^https?://[^\s]+$", description="S3 API URL; unset: AWS S3."
-    )
-    s3_region: str | None = Field(default=None, description="Region S3 requests are signed for.")
-    s3_bucket: str | None = Field(default=None, pattern=BUCKET_PATTERN, description="Bucket of results.")
-    s3_prefix: str = Field(
-        default=DEFAULT_S3_PREFIX, description="Key prefix of every object shardops writes."
-    )
-    store_secret: str | None = Field(
-        default=DEFAULT_STORE_SECRET,
-        description=(
-            "Secret in each campaign's namespace whose AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY the "
-            "namespace's workers get: keys that reach only <bucket>/<prefix>/<namespace>/ (docs/install.md). "
-            "Empty: none, workers use the default credential chain (a workload identity per namespace). "
-            "The operator's own keys come from its environment and never reach a worker pod."
-        ),
-    )
     result_retention_seconds: int | None = Field(
         default=None,
         ge=0,
@@ -213,18 +185,6 @@ class OperatorSettings(ClockSkewSettings):
         description="How often the leader looks for results past their retention (one LIST of the records).",
     )
     log_level: str = Field(default="INFO")
-
-    def result_store_location(self) -> ResultStoreStatus:
-        """The installation's result store (with its S3 settings whatever the default type): what a
-        campaign gets for what it leaves unset."""
-        return ResultStoreStatus(
-            type=self.result_store,
-            endpoint=self.s3_endpoint,
-            region=self.s3_region,
-            bucket=self.s3_bucket,
-            prefix=self.s3_prefix,
-            credentials_secret=self.store_secret or None,
-        )
 
     def operator_namespace_problem(self, namespace: str, campaign: str) -> str | None:
         """Why the Campaign `campaign` of `namespace` is refused, or None: the operator runs no campaign

@@ -22,11 +22,11 @@ from shardops.logic.transitions import EventReason
 from shardops.scheduler.memory import Memory, Progress
 from shardops.scheduler.metrics import Metrics
 from shardops.scheduler.observed import Observed
-from shardops.scheduler.stores import Stores
 from shardops.scheduler.writes import ShardWrites
 from shardops.state import shardview
 from shardops.store import ResultStore
 from shardops.store.finished import commit_for_reuse, completion, stored_result_of
+from shardops.store.installation import Stores
 from shardops.store.records import StoredResult, StoreUnavailable
 
 log = logging.getLogger(__name__)

@@ -447,21 +447,30 @@ class S3Store:
     def input_prefix(self, campaign: str) -> str:
         return f"{self._root()}inputs/{campaign}/"
 
-    def upload_once(self, key: str, body: Any, content_type: str) -> bool:
+    def upload_once(
+        self, key: str, body: Any, content_type: str, metadata: Mapping[str, str] | None = None
+    ) -> bool:
         """Upload a file object under `key` unless an object is there (keys are content-addressed,
         so one there holds the same bytes); False when skipped. Large files go in parts."""
+        if self.head(key) is not None:
+            return False
+        extra: dict[str, Any] = {"ContentType": content_type}
+        if metadata:
+            extra["Metadata"] = dict(metadata)
+        self._call(f"PUT {key}", "upload_fileobj", Fileobj=body, Key=key, ExtraArgs=extra)
+        return True
+
+    def head(self, key: str) -> dict[str, Any] | None:
+        """The object's size (`ContentLength`) and `Metadata`; None when there is none of that key."""
         from botocore.exceptions import ClientError
 
         try:
-            self._call(f"HEAD {key}", "head_object", Key=key)
-            return False
+            answer: dict[str, Any] = self._call(f"HEAD {key}", "head_object", Key=key)
+            return answer
         except ClientError as error:
             if _code(error) not in _MISSING_CODES:
                 raise
-        self._call(
-            f"PUT {key}", "upload_fileobj", Fileobj=body, Key=key, ExtraArgs={"ContentType": content_type}
-        )
-        return True
+            return None
 
     # --- the ledger of folded shards ----------------------------------------------------------------
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from shardops.api.campaign import Campaign
 from shardops.api.enums import StoreType
 from shardops.api.store import ResultStoreStatus
-from shardops.scheduler.stores import Stores
 from shardops.store.configmap import ConfigMapStore
+from shardops.store.installation import Stores
 from shardops.store.s3 import S3Store
 from tests.fakekube import FakeKube
 from tests.fakes3 import FakeS3
