@@ -24,6 +24,7 @@ class FakeS3:
         self.page = page
         self.down = False
         self.calls: list[str] = []
+        self.transfer_configs: list[Any] = []  # the Config of each upload_fileobj
 
     def _check(self, bucket: str, call: str) -> None:
         self.calls.append(call)
@@ -82,7 +83,13 @@ class FakeS3:
         return {"Metadata": metadata, "ContentLength": len(body)}
 
     def upload_fileobj(
-        self, Fileobj: Any, Bucket: str, Key: str, ExtraArgs: dict[str, Any] | None = None
+        self,
+        Fileobj: Any,
+        Bucket: str,
+        Key: str,
+        ExtraArgs: dict[str, Any] | None = None,
+        Config: Any = None,
     ) -> None:
         self._check(Bucket, "upload")
+        self.transfer_configs.append(Config)
         self.objects[Key] = (Fileobj.read(), dict((ExtraArgs or {}).get("Metadata") or {}))

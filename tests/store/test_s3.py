@@ -4,11 +4,13 @@ name their fix."""
 
 from __future__ import annotations
 
+import io
 import json
 
 import pytest
 
 from shardops.api.enums import StoreType
+from shardops.api.items import MAX_ITEMS_OBJECT_BYTES
 from shardops.api.store import ResultStoreSpec, ResultStoreStatus, S3Location, resolve_result_store
 from shardops.store import capacity_problem
 from shardops.store.lines import NotJsonlText
@@ -20,7 +22,7 @@ from shardops.store.records import (
     StoreUnavailable,
     encode_result,
 )
-from shardops.store.s3 import S3Store
+from shardops.store.s3 import UPLOAD_PART_BYTES, UPLOAD_PARTS_IN_FLIGHT, S3Store
 from tests.fakes3 import FakeS3
 
 KEY = "sha256:" + "ab" * 32
@@ -176,3 +178,13 @@ def test_an_object_that_is_not_utf8_jsonl_or_not_its_gzip_is_named_with_the_fix(
     s3.objects[key] = (body, {})
     with pytest.raises(NotJsonlText, match=r"is not JSONL text .* upload it as UTF-8 JSONL, gzip-compressed"):
         list(store.open_lines(key))
+
+
+def test_uploads_hold_a_bounded_number_of_parts_in_memory(store: S3Store, s3: FakeS3) -> None:
+    """boto3's defaults read up to 10 parts of 8 MiB ahead; every upload_fileobj gets the bounded config."""
+    assert store.upload_once("p/ns/inputs/x/a.jsonl", io.BytesIO(b"{}\n"), "application/x-ndjson")
+    (config,) = s3.transfer_configs
+    assert config.multipart_chunksize == UPLOAD_PART_BYTES == 8 * 2**20
+    assert config.max_request_concurrency == UPLOAD_PARTS_IN_FLIGHT == 2
+    assert config.max_in_memory_upload_chunks == UPLOAD_PARTS_IN_FLIGHT
+    assert UPLOAD_PART_BYTES * 10_000 > MAX_ITEMS_OBJECT_BYTES, "S3's 10,000 parts hold the largest file"

@@ -11,7 +11,7 @@ url picks the endpoint, body is the request. The built-in worker stores each ans
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from shardops.api.common import Item
 from shardops.api.item_errors import item_error_of
@@ -47,13 +47,32 @@ def batch_line_problem(item: Any) -> str | None:
     return None
 
 
-class CustomIds:
-    """The custom_ids of an input seen so far, to refuse the second line of one: the set is as large
-    as the input read, so it is kept where the input is checked whole (the CLI, a service's upload),
-    never in the operator's per-shard path."""
+class FirstLines(Protocol):
+    """Where a duplicate check keeps the line each custom_id was first seen on."""
+
+    def first_line(self, custom_id: str, number: int) -> int:
+        """The line `custom_id` was first seen on: `number` (now recorded) when it is new."""
+        ...
+
+
+class FirstLinesInMemory:
+    """A dict as large as the input read: for inputs bounded anyway (inline or ConfigMap items)."""
 
     def __init__(self) -> None:
-        self.first_line: dict[str, int] = {}
+        self.lines: dict[str, int] = {}
+
+    def first_line(self, custom_id: str, number: int) -> int:
+        return self.lines.setdefault(custom_id, number)
+
+
+class CustomIds:
+    """The custom_ids of an input seen so far, to refuse the second line of one. What they are kept
+    in is `first_lines` (a dict unless given: store.inputs gives files one bounded in memory); the
+    check runs where an input is checked whole (the CLI, a service's upload, the operator's inline
+    and ConfigMap items), never in the operator's per-shard path."""
+
+    def __init__(self, first_lines: FirstLines | None = None) -> None:
+        self.first_lines = first_lines if first_lines is not None else FirstLinesInMemory()
 
     def check(self, item: Item, number: int, where: str) -> None:
         """ValueError naming `where`, the line and the problem (shape, or a custom_id seen before)."""
@@ -61,7 +80,7 @@ class CustomIds:
         if problem is not None:
             raise ValueError(f"{where} line {number}: {problem}")
         custom_id = str(item["custom_id"])
-        first = self.first_line.setdefault(custom_id, number)
+        first = self.first_lines.first_line(custom_id, number)
         if first != number:
             raise ValueError(
                 f"{where} line {number}: custom_id {custom_id!r} is already the custom_id of line {first}; "

@@ -2,10 +2,12 @@
 namespace's S3 area under its content's sha256; input, output and error files read back as pages of
 lines. Every function here blocks: the app runs them on its executor.
 
-Memory is bounded by one chunk and one line (`MAX_ITEM_LINE_BYTES`), plus the set of custom_ids
-seen (as large as the file's lines: duplicates must be refused naming the line). The spool is a
-file because the key is the content's digest, known only at the end, and because S3 needs the
-size (or a multipart upload) before the first byte goes.
+Memory is bounded by one chunk and one line (`MAX_ITEM_LINE_BYTES`), the duplicate check's
+custom_ids (a dict up to `store.inputs.CUSTOM_IDS_IN_MEMORY`, then a SQLite file beside the spool
+with a bounded page cache) and the S3 transfer's parts in flight (`store.s3.UPLOAD_PARTS_IN_FLIGHT`
+of `UPLOAD_PART_BYTES`): flat in the file's lines. The spool is a file because the key is the
+content's digest, known only at the end, and because S3 needs the size (or a multipart upload)
+before the first byte goes.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ class Upload:
 
     def __init__(self, filename: str, shard_size: int, spool_dir: str | None = None) -> None:
         self.filename = filename
-        self.check = InputCheck(filename, shard_size, batch=True)
+        self.check = InputCheck(filename, shard_size, batch=True, spool_dir=spool_dir)
         self.digest = hashlib.sha256()
         self.size = 0
         self._pending = b""
@@ -84,7 +86,9 @@ class Upload:
             raise ApiProblem(400, f"{error}", param="file") from None
 
     def close(self) -> None:
+        """Delete the spool and the duplicate check's file (both in the spool directory)."""
         self.spool.close()
+        self.check.close()
 
 
 def store_upload(store: S3Store, upload: Upload) -> str:

@@ -49,17 +49,18 @@ def check_items(path: Path, shard_size: int, batch: bool = False) -> int:
     """The number of items in FILE; CliError at the first line that is not a JSON object, or at the
     first shard (`shard_size` items) too big for its Shard: the operator would refuse the campaign.
     `batch` (llm format openai-batch): also at the first line that is not an OpenAI batch input line
-    or repeats an earlier line's custom_id (the set of them is as large as the file)."""
-    check = InputCheck(str(path), shard_size, batch)
-    try:
-        for line in _lines(path):
-            check.add(line)
-    except ValueError as error:
-        raise bad_state(f"{error}: nothing was uploaded") from None
-    except (OSError, EOFError) as error:
-        raise bad_state(
-            f"{path}: not readable as JSONL{' (gzip)' if path.name.endswith('.gz') else ''}: {error}"
-        ) from None
+    or repeats an earlier line's custom_id (kept in a temporary SQLite file past
+    `CUSTOM_IDS_IN_MEMORY` of them, deleted on return)."""
+    with InputCheck(str(path), shard_size, batch) as check:
+        try:
+            for line in _lines(path):
+                check.add(line)
+        except ValueError as error:
+            raise bad_state(f"{error}: nothing was uploaded") from None
+        except (OSError, EOFError) as error:
+            raise bad_state(
+                f"{path}: not readable as JSONL{' (gzip)' if path.name.endswith('.gz') else ''}: {error}"
+            ) from None
     if check.items == 0:
         raise bad_state(f"{path} holds no items: write one JSON object per line")
     return check.items

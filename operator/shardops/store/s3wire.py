@@ -327,14 +327,19 @@ class WireS3:
         return {"Errors": errors} if errors else {}
 
     def upload_fileobj(
-        self, Fileobj: Any, Bucket: str, Key: str, ExtraArgs: Mapping[str, Any] | None = None
+        self,
+        Fileobj: Any,
+        Bucket: str,
+        Key: str,
+        ExtraArgs: Mapping[str, Any] | None = None,
+        Config: Any = None,
     ) -> None:
         """Through boto3's transfer manager: an items file may be far larger than one PUT takes."""
         if self._fallback is None:
             raise EndpointConnectionError(endpoint_url=f"{self.endpoint} (no client for multipart uploads)")
         if self._boto is None:
             self._boto = self._fallback()
-        self._boto.upload_fileobj(Fileobj, Bucket, Key, ExtraArgs=dict(ExtraArgs or {}))
+        self._boto.upload_fileobj(Fileobj, Bucket, Key, ExtraArgs=dict(ExtraArgs or {}), Config=Config)
 
 
 def _metadata(headers: Mapping[str, str]) -> dict[str, str]:
