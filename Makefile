@@ -28,6 +28,11 @@ $(BENCH_STAMP): $(STAMP)
 tools: ## build (once, cached under ~/.cache/shardops) kube-apiserver, kube-controller-manager, etcd; install kubectl + helm
 	bash testbed/cluster/build.sh
 
+# Outside CI a machine without PyPI goes on without it: e2e/test_litellm.py then skips, naming why.
+litellm: ## install (once, cached under ~/.cache/shardops) the LiteLLM proxy that e2e/test_litellm.py runs against
+	bash testbed/litellm/install.sh >/dev/null \
+	  || { [ -z "$${CI:-}" ] && echo "LiteLLM not installed: e2e/test_litellm.py will skip" >&2; }
+
 image: ## the shardops image as an OCI archive, without Docker (dist/shardops-image.oci.tar; cached on its inputs)
 	bash hack/image.sh
 
@@ -56,7 +61,7 @@ unit: $(BENCH_STAMP) ## tests without a cluster (the benchmarks' own unit tests 
 # as long as one on a quiet machine). E2E_WORKERS=0: one session in this process — the default
 # against a KUBECONFIG cluster, which both sessions would share (the recorded history namespaces).
 E2E_WORKERS ?= $(if $(KUBECONFIG),0,2)
-e2e: $(BENCH_STAMP) tools image ## tests against the local control plane (or KUBECONFIG when set); two sessions (E2E_WORKERS=0: one)
+e2e: $(BENCH_STAMP) tools image litellm ## tests against the local control plane (or KUBECONFIG when set); two sessions (E2E_WORKERS=0: one)
 	$(BIN)/pytest -q --durations=30 -n $(E2E_WORKERS) --dist loadfile --no-loadscope-reorder e2e
 
 faults: $(BENCH_STAMP) tools image ## the fault scenarios at full size (>= 20 operator kills, stale writers, 20 frozen-worker runs): docs/contributing/faults-results.md
@@ -93,4 +98,4 @@ fmt: $(STAMP) ## format and autofix
 clean: ## remove the venv and local state (not the ~/.cache build)
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .shardops
 
-.PHONY: help venv tools image lint typecheck manifests unit e2e bench faults test demo cluster-up cluster-down fmt clean
+.PHONY: help venv tools litellm image lint typecheck manifests unit e2e bench faults test demo cluster-up cluster-down fmt clean

@@ -39,14 +39,14 @@ LINES = 120
 REFUSED = frozenset({7, 60, 119})
 
 
-def _source(base_url: str) -> JSON:
+def _source(base_url: str, model: str) -> JSON:
     return {
         "apiVersion": "shardops.dev/v1alpha1",
         "kind": "Source",
         "metadata": {"name": SOURCE_NAME},
         "spec": {
             "baseUrl": base_url,
-            "model": "test-model",
+            "model": model,
             "apiKeySecret": {"name": SECRET, "key": "api-key"},
         },
     }
@@ -96,21 +96,22 @@ class Served:
 
 
 @contextmanager
-def served(
+def batch_api_over(
     bed: Bed,
     object_store: lifecycle.ObjectStore,
-    behaviour: Behaviour,
+    base_url: str,
+    model: str = "test-model",
     tenants: tuple[str, ...] = (),
     shard_size: int = 10,
     max_concurrency: int = 2,
-) -> Iterator[Served]:
-    """The test upstream, the operator and the Batch API (serving the test's namespace and `tenants`)
-    on the S3 store under a prefix of the test's own, with the Source every batch goes through."""
+) -> Iterator[tuple[BatchApi, Operator, str]]:
+    """The operator and the Batch API (serving the test's namespace and `tenants`) on the S3 store
+    under a prefix of the test's own, with the Source every batch goes through: the upstream at
+    `base_url` serving `model`, called with API_KEY. Yields them and a tenant's token."""
     env = bed.s3_store_env(object_store, f"e2e-{uuid.uuid4().hex[:8]}")
     secret(bed.kube, bed.namespace, SECRET, API_KEY)
     token = tenant_token(bed.cluster, bed.namespace, "batch-user")
     with (
-        llm_server(behaviour) as server,
         bed.operator(env=env) as operator,
         batch_api_running(
             bed.cluster,
@@ -125,8 +126,32 @@ def served(
         bed.kube.request(
             "POST",
             f"/apis/shardops.dev/v1alpha1/namespaces/{bed.namespace}/sources",
-            body=_source(server.base_url),
+            body=_source(base_url, model),
         )
+        yield service, operator, token
+
+
+@contextmanager
+def served(
+    bed: Bed,
+    object_store: lifecycle.ObjectStore,
+    behaviour: Behaviour,
+    tenants: tuple[str, ...] = (),
+    shard_size: int = 10,
+    max_concurrency: int = 2,
+) -> Iterator[Served]:
+    """batch_api_over the test upstream."""
+    with (
+        llm_server(behaviour) as server,
+        batch_api_over(
+            bed,
+            object_store,
+            server.base_url,
+            tenants=tenants,
+            shard_size=shard_size,
+            max_concurrency=max_concurrency,
+        ) as (service, operator, token),
+    ):
         yield Served(server, service, operator, token)
 
 

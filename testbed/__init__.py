@@ -5,6 +5,7 @@
     cluster/      the local control plane: Go modules, build.sh (`make tools`), lifecycle, process-kubelet
     upstream.py   the OpenAI-compatible test upstream: real HTTP on loopback, faults on demand
     harness.py    the cluster under test (local or KUBECONFIG): clients, namespaces, CRDs, wait_for
+    litellm/      the LiteLLM proxy, a second upstream no one here wrote: its own venv, a mocked model
     tenants.py    provision_namespace: a namespace's S3 identity scoped to its area, and its store Secret
     faults/       the fault suite: audit-log history, its invariants, the API fault proxy, process finders
     kits/         what tests do on a cluster: the Helm chart, the operator and campaigns, workers

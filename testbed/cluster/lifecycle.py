@@ -138,7 +138,7 @@ DEFAULT_REGION = "us-east-1"
 _PR_SET_PDEATHSIG = 1
 
 
-def _parent_death_signal(sig: signal.Signals) -> Callable[[], None]:
+def parent_death_signal(sig: signal.Signals) -> Callable[[], None]:
     """preexec_fn: the child gets `sig` when the thread that started it dies (Linux)."""
 
     def apply() -> None:
@@ -331,7 +331,7 @@ class LocalCluster:
             env=self.env() if env is None else env,
             cwd=self.directory,
             # Only prctl runs between fork and exec, which is safe even with threads around.
-            preexec_fn=_parent_death_signal(death_signal),  # noqa: PLW1509
+            preexec_fn=parent_death_signal(death_signal),  # noqa: PLW1509
         )
         log.close()
 

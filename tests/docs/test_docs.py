@@ -408,3 +408,18 @@ def test_alerts_query_only_exported_metrics_and_labels() -> None:
 
 def test_the_metrics_table_is_the_generated_one() -> None:
     assert documented_table(OPERATE.read_text(encoding="utf-8")) == metrics_table(), REGENERATE
+
+
+# --- what the docs say is tested -------------------------------------------------------------------
+
+
+def test_the_litellm_version_the_docs_call_tested_is_the_pinned_one() -> None:
+    pins = (ROOT / "testbed" / "litellm" / "versions.env").read_text()
+    (pinned,) = re.findall(r"^LITELLM_VERSION=(\S+)$", pins, flags=re.MULTILINE)
+    said = {
+        (relative(path), version)
+        for path in user_docs()
+        for version in re.findall(r"LiteLLM (\d+\.\d+\.\d+)", path.read_text())
+    }
+    assert said, "the user docs no longer say which LiteLLM is tested (e2e/test_litellm.py)"
+    assert {version for _, version in said} == {pinned}, said
