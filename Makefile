@@ -61,7 +61,10 @@ unit: $(BENCH_STAMP) ## tests without a cluster (the benchmarks' own unit tests 
 # as long as one on a quiet machine). E2E_WORKERS=0: one session in this process — the default
 # against a KUBECONFIG cluster, which both sessions would share (the recorded history namespaces).
 E2E_WORKERS ?= $(if $(KUBECONFIG),0,2)
-e2e: $(BENCH_STAMP) tools image litellm ## tests against the local control plane (or KUBECONFIG when set); two sessions (E2E_WORKERS=0: one)
+# Its tools, image and LiteLLM proxy need nothing of one another: on a fresh machine they are built at
+# the same time (the LiteLLM install is mostly PyPI downloads, the tools the Go compiler's CPU).
+e2e: $(BENCH_STAMP) ## tests against the local control plane (or KUBECONFIG when set); two sessions (E2E_WORKERS=0: one)
+	$(MAKE) --no-print-directory -j3 tools image litellm
 	$(BIN)/pytest -q --durations=30 -n $(E2E_WORKERS) --dist loadfile --no-loadscope-reorder e2e
 
 faults: $(BENCH_STAMP) tools image ## the fault scenarios at full size (>= 20 operator kills, stale writers, 20 frozen-worker runs): docs/contributing/faults-results.md
