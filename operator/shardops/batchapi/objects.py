@@ -20,7 +20,7 @@ from typing import Any
 from shardops import API_GROUP
 from shardops.api.campaign import Campaign
 from shardops.api.common import JSON, find_condition
-from shardops.api.enums import CampaignPhase, ConditionType, LlmRequestFormat
+from shardops.api.enums import FINISHED_PHASES, CampaignPhase, ConditionType, LlmRequestFormat
 from shardops.api.names import CANCELLED_ANNOTATION
 from shardops.api.openai_batch import BATCH_ENDPOINTS
 
@@ -259,7 +259,7 @@ def batch_status(campaign: Campaign) -> str:
     phase = status.phase
     if phase is CampaignPhase.INVALID:
         return "failed"
-    if phase in (CampaignPhase.SUCCEEDED, CampaignPhase.COMPLETED):
+    if phase in FINISHED_PHASES:
         return "completed"
     if CANCELLED_ANNOTATION in (campaign.metadata.annotations or {}):
         return "cancelling" if status.counts.running else "cancelled"
@@ -280,7 +280,7 @@ def request_counts(campaign: Campaign) -> JSON:
     total = status.items_total or 0
     errored = status.items_errored or 0
     done_items = min(total, status.counts.done * campaign.spec.shard_size)
-    if status.phase in (CampaignPhase.SUCCEEDED, CampaignPhase.COMPLETED):
+    if status.phase in FINISHED_PHASES:
         gave_up = total - done_items
     else:
         gave_up = min(
