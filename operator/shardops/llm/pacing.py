@@ -6,11 +6,12 @@ that is alone gets no more than its share (the price of needing no shared counte
 maxConcurrency's share by raising the limit you declare, not by coordination).
 
 A worker spaces its requests at least 60 · maxConcurrency / requestsPerMinute seconds apart, and
-after a call that used T tokens waits T · 60 · maxConcurrency / tokensPerMinute (the bucket is
-charged after the fact: a completion's size is known only then); a shared Source that limits prompt
-and completion tokens apart is paced the same way on each (the longest of the waits). In any 60 s
-window one worker makes at most share + 1 requests, so the campaign at most limit + maxConcurrency;
-and uses at most its token share plus one request's tokens.
+after a call that used T tokens waits T · 60 · maxConcurrency / (tokensPerMinute - its largest T ·
+maxConcurrency) (the bucket is charged after the fact: a completion's size is known only then, so
+each worker keeps room for one more request); a shared Source that limits prompt and completion
+tokens apart is paced the same way on each (the longest of the waits). In any 60 s window one worker
+makes at most share + 1 requests, so the campaign at most limit + maxConcurrency; and, for requests
+alike in size, uses at most its token share.
 
 A source that refers to a shared Source (spec.sources[].sourceRef) is paced the same way, to the
 campaign's share of the Source instead of a limit of its own: the operator hands the shares out
@@ -191,10 +192,7 @@ class Pacer:
         hold = self._hold_path()
         if hold is None or moment <= self._pod_hold():
             return
-        temporary = hold.with_suffix(f".{os.getpid()}.tmp")
-        with contextlib.suppress(OSError):
-            temporary.write_text(json.dumps({"holdUntil": moment}), encoding="utf-8")
-            temporary.replace(hold)
+        _replace(hold, {"holdUntil": moment})
 
     def _hold_path(self) -> Path | None:
         return self.path.with_suffix(".hold") if self.path is not None else None
@@ -252,9 +250,14 @@ class Pacer:
         self.hold_until(now + reset_seconds * max(workers, 1) / remaining)
 
     def _save(self) -> None:
-        if self.path is None:
-            return
-        temporary = self.path.with_suffix(f".{os.getpid()}.tmp")
-        with contextlib.suppress(OSError):
-            temporary.write_text(json.dumps({"nextAt": self.next_at}), encoding="utf-8")
-            temporary.replace(self.path)
+        if self.path is not None:
+            _replace(self.path, {"nextAt": self.next_at})
+
+
+def _replace(path: Path, body: dict[str, float]) -> None:
+    """Write `body` to `path` whole or not at all (the other slots of the pod read it meanwhile);
+    a pace that cannot be written only costs the next process its spacing."""
+    temporary = path.with_suffix(f".{os.getpid()}.tmp")
+    with contextlib.suppress(OSError):
+        temporary.write_text(json.dumps(body), encoding="utf-8")
+        temporary.replace(path)
