@@ -32,6 +32,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 # Below this much per worker a campaign's share is not worth having: when the active campaigns'
 # floors do not all fit in a Source's limit it is scarce, and higher spec.priority is served first.
@@ -40,6 +41,19 @@ MIN_TOKENS_PER_WORKER = 1000.0
 # Added to the longest heartbeat interval of the campaigns on a Source to make its settle time: the
 # watch and file latency between the operator's write and a worker's next request.
 SETTLE_MARGIN = dt.timedelta(seconds=5)
+
+
+class PerMinute(Protocol):
+    """What names the four rates (a Source's rateLimit, a campaign's share in a status)."""
+
+    @property
+    def requests_per_minute(self) -> float | None: ...
+    @property
+    def tokens_per_minute(self) -> float | None: ...
+    @property
+    def input_tokens_per_minute(self) -> float | None: ...
+    @property
+    def output_tokens_per_minute(self) -> float | None: ...
 
 
 @dataclass(frozen=True)
@@ -64,6 +78,28 @@ class Rates:
     def of(cls, values: Iterable[float | None]) -> Rates:
         requests, tokens, input_tokens, output_tokens = values
         return cls(requests, tokens, input_tokens, output_tokens)
+
+    @classmethod
+    def from_limits(cls, limits: PerMinute | None) -> Rates:
+        """The four rates of anything that names them so (a Source's rateLimit, a share in a status);
+        none limited without one."""
+        if limits is None:
+            return cls()
+        return cls(
+            limits.requests_per_minute,
+            limits.tokens_per_minute,
+            limits.input_tokens_per_minute,
+            limits.output_tokens_per_minute,
+        )
+
+    def fields(self) -> dict[str, float | None]:
+        """The rates by the names the API's models give them (a share written to a status)."""
+        return {
+            "requests_per_minute": self.requests_per_minute,
+            "tokens_per_minute": self.tokens_per_minute,
+            "input_tokens_per_minute": self.input_tokens_per_minute,
+            "output_tokens_per_minute": self.output_tokens_per_minute,
+        }
 
 
 @dataclass(frozen=True)

@@ -263,13 +263,7 @@ class SourceSharing:
             spec.api_key_secret if isinstance(resource, SharedSource) else None,
             spec.price,
         )
-        limits_spec = spec.rate_limit
-        limits = Rates(
-            limits_spec.requests_per_minute if limits_spec else None,
-            limits_spec.tokens_per_minute if limits_spec else None,
-            limits_spec.input_tokens_per_minute if limits_spec else None,
-            limits_spec.output_tokens_per_minute if limits_spec else None,
-        )
+        limits = Rates.from_limits(spec.rate_limit)
         eligible = [
             claim
             for claim in source_claims
@@ -295,14 +289,7 @@ class SourceSharing:
         reporting = {claim.claimant.campaign for claim in source_claims}
         for listed in status.shares:
             if listed.campaign not in reporting:
-                granted[listed.campaign] = Granted(
-                    Rates(
-                        listed.requests_per_minute,
-                        listed.tokens_per_minute,
-                        listed.input_tokens_per_minute,
-                        listed.output_tokens_per_minute,
-                    )
-                )
+                granted[listed.campaign] = Granted(Rates.from_limits(listed))
         settle = settle_time(claim.heartbeat_seconds for claim in source_claims)
         held_until = status.lowered_at if warm else now
         shares = hand_over(limits, targets, granted, now, settle, held_until)
@@ -327,10 +314,7 @@ class SourceSharing:
                         campaign=campaign,
                         weight=by_campaign[campaign].weight if campaign in by_campaign else 1,
                         priority=by_campaign[campaign].priority if campaign in by_campaign else 0,
-                        requests_per_minute=g.rates.requests_per_minute,
-                        tokens_per_minute=g.rates.tokens_per_minute,
-                        input_tokens_per_minute=g.rates.input_tokens_per_minute,
-                        output_tokens_per_minute=g.rates.output_tokens_per_minute,
+                        **g.rates.fields(),
                     )
                     for campaign, g in shares.items()
                 ],

@@ -63,17 +63,8 @@ def is_active(campaign: Campaign) -> bool:
     return counts.running + counts.pending + counts.queued > 0
 
 
-def rates_of(entry: SourceShare) -> Rates:
-    return Rates(
-        entry.requests_per_minute,
-        entry.tokens_per_minute,
-        entry.input_tokens_per_minute,
-        entry.output_tokens_per_minute,
-    )
-
-
 def granted_of(entry: SourceShare) -> Granted:
-    return Granted(rates_of(entry), entry.lowered_at)
+    return Granted(Rates.from_limits(entry), entry.lowered_at)
 
 
 def source_claims(campaign: Campaign) -> list[SourceClaim]:
@@ -132,15 +123,12 @@ def share_entries(
     for source, rates in decided.items():
         old = by_source.get(source)
         lowered_at = old.lowered_at if old is not None else None
-        if old is not None and _lower(rates, rates_of(old)):
+        if old is not None and _lower(rates, Rates.from_limits(old)):
             lowered_at = now
         endpoint = endpoints.get(source)
         by_source[source] = SourceShare(
             source=source,
-            requests_per_minute=rates.requests_per_minute,
-            tokens_per_minute=rates.tokens_per_minute,
-            input_tokens_per_minute=rates.input_tokens_per_minute,
-            output_tokens_per_minute=rates.output_tokens_per_minute,
+            **rates.fields(),
             base_url=endpoint.base_url if endpoint else None,
             model=endpoint.model if endpoint else None,
             api_key_secret=endpoint.api_key_secret if endpoint else None,

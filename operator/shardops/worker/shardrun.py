@@ -23,6 +23,7 @@ from shardops.k8s.api import CAMPAIGNS, Forbidden
 from shardops.k8s.campaigns import ItemsUnavailable
 from shardops.k8s.shards import list_shards
 from shardops.logic.failures import classify_failure
+from shardops.logic.shares import Rates
 from shardops.state import cooldowns, ledger, results, shardview
 from shardops.store.items import campaign_items
 from shardops.store.lines import ItemsChanged, NotJsonlText
@@ -405,12 +406,7 @@ class ShardRun(Holding):
             shares = {entry.source: entry for entry in self.campaign.current_status.source_shares}
         share = shares.get(self.claimed.source or "")
         if share is not None:
-            rates = (
-                share.requests_per_minute,
-                share.tokens_per_minute,
-                share.input_tokens_per_minute,
-                share.output_tokens_per_minute,
-            )
+            rates = Rates.from_limits(share).dimensions()
             body[COOLDOWN_FILE_SHARE_KEY] = dict(zip(COOLDOWN_FILE_SHARE_RATES, rates, strict=True))
         temporary = self.cooldown_file.with_suffix(".tmp")
         temporary.write_text(json.dumps(body), encoding="utf-8")
