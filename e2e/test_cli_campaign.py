@@ -22,6 +22,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -170,7 +171,7 @@ def build_campaign(cluster: Cluster, namespace: str, name: str) -> Scenario:
         Action.COMPLETE,
         "1 item done",
         result=ShardResult(ref="shardops-result-x", fingerprint="sha256:" + "0" * 64, bytes=12),
-        cost=1.25,
+        cost=Decimal("1.25"),
         owner=None,
     )
 
@@ -205,7 +206,7 @@ def build_campaign(cluster: Cluster, namespace: str, name: str) -> Scenario:
         "invalid-input: not a paper",
         last_error=ShardError(error_class="invalid-input", message="not a paper", at=_now()),
         owner=None,
-        cost=0.5,
+        cost=Decimal("0.5"),
     )
     # The campaign status as the operator writes it (spent = the shards' costs).
     operator.patch(

@@ -142,10 +142,15 @@ def test_the_operator_holds_the_campaign_names_the_field_and_a_resume_lifts_it(k
     for phrase in ("5 non-retryable failures in a row", "invalid-input", "shard camp-00004", "'question'"):
         assert phrase in held["message"], held["message"]
     assert "TooManyErrors" in kube.event_reasons("camp")
+    # The pass that finds the trip acts on it at once: the unclaimed shards are Paused and nothing new
+    # is cut (item 7 has no shard), not left to workers until the condition is read back.
+    assert {shard_of(kube, f"camp-0000{i}")["status"]["phase"] for i in (5, 6)} == {"Paused"}
+    assert kube.obj(SHARDS, NAMESPACE, "camp-00007") is None
 
-    # The next pass acts on the hold: unclaimed shards are Paused, nothing new, no workers.
+    # The next pass keeps the hold: nothing new, no workers.
     reconciler(kube, clock.advance(1)).reconcile(NAMESPACE, "camp")
     assert {shard_of(kube, f"camp-0000{i}")["status"]["phase"] for i in (5, 6)} == {"Paused"}
+    assert kube.obj(SHARDS, NAMESPACE, "camp-00007") is None
     body = kube.obj(CAMPAIGNS, NAMESPACE, "camp")
     assert body is not None
     held_campaign = Campaign.parse(body)

@@ -42,7 +42,10 @@ class Dispatcher:
             max_workers=settings.reconcile_threads, thread_name_prefix="alongside"
         )
 
-    def plan(self, seen: Observed, states: dict[str, SourceBreaker], now: dt.datetime) -> DispatchPlan:
+    def plan(
+        self, seen: Observed, states: dict[str, SourceBreaker], now: dt.datetime, tripped: str | None = None
+    ) -> DispatchPlan:
+        """`tripped`: the hold text of an error-threshold trip this pass found (not yet written)."""
         grace = dt.timedelta(seconds=self.settings.worker_pending_grace_seconds)
         podless = workers.podless_jobs(seen.jobs, seen.pods, now, grace)
         inputs = observe.dispatch_inputs(
@@ -56,13 +59,15 @@ class Dispatcher:
             pending_grace=grace,
             refusals=jobs.failed_creates(self.kube, seen.campaign.namespace, podless),
             queue=kueue.queue_state(self.kube, seen.campaign.namespace, seen.jobs),
+            tripped=tripped,
         )
         return plan_dispatch(inputs)
 
-    def act(self, seen: Observed, plan: DispatchPlan, now: dt.datetime) -> None:
-        """Pause, resume and promote the shards the plan names, cut new ones, add the finalize shard."""
+    def act(self, seen: Observed, plan: DispatchPlan, now: dt.datetime, tripped: str | None = None) -> None:
+        """Pause, resume and promote the shards the plan names, cut new ones, add the finalize shard.
+        `tripped`: as for `plan`."""
         hold = "campaign suspended (spec.suspend)" if seen.campaign.spec.suspend else "budget exhausted"
-        if not seen.campaign.spec.suspend and error_threshold.held(seen.campaign):
+        if not seen.campaign.spec.suspend and (tripped is not None or error_threshold.held(seen.campaign)):
             hold = "error threshold reached (condition ErrorThreshold)"
         for name in plan.pause:
             self.writes.transition_named(seen, name, TransitionRequest(Action.PAUSE, f"paused: {hold}"), now)

@@ -64,7 +64,7 @@ from shardops.scheduler.status import (
 from shardops.scheduler.stores import store_secret_problem
 from shardops.scheduler.sweep import Sweeper
 from shardops.scheduler.writes import CONFLICT_ROUNDS, ShardWrites
-from shardops.state import breakers, cooldowns
+from shardops.state import breakers, cooldowns, error_threshold
 from shardops.state.sources import source_claims
 from shardops.store.installation import Stores
 from shardops.store.items import pin_patch
@@ -258,9 +258,14 @@ class Reconciler:
         sweep = self.sweeper.sweep(seen, memory, now)
         # Materialize, pause and resume do not depend on breakers; folding after them takes in the
         # entries this pass wrote, so the next pass has nothing new to fold (and no status to rewrite).
-        first = self.dispatch.plan(seen, breakers.breakers_from_status(status), now)
+        # The error threshold as this pass finds it: a trip holds this pass's cut and pauses the
+        # Pending shards now, not a pass later once its condition is written and read back (shards
+        # that fail at once would otherwise run a whole backlog past the threshold).
+        threshold = error_threshold.error_threshold_condition(campaign, seen.shards.values())
+        tripped = error_threshold.tripped_text(threshold)
+        first = self.dispatch.plan(seen, breakers.breakers_from_status(status), now, tripped)
         try:
-            self.dispatch.act(seen, first, now)
+            self.dispatch.act(seen, first, now, tripped)
         except campaigns.ItemsUnavailable as problem:  # a streamed input changed while shards are cut
             memory.items_key = None  # read (and compare) it again next pass
             self._invalid(body, problem.reason, problem.message, now)
@@ -268,7 +273,7 @@ class Reconciler:
         fold = history.fold_history(seen, status)
         # One breaker per shared Source: this campaign adopts it (scheduler/sources.py).
         self.sharing.adopt_breakers(namespace, name, fold.states, campaign.spec)
-        plan = self.dispatch.plan(seen, fold.states, now)
+        plan = self.dispatch.plan(seen, fold.states, now, tripped)
         self.dispatch.start_workers(seen, plan)
         to_fold, folded = self.ledger.record(seen, unfolded)
         decided = Decided(
@@ -281,6 +286,7 @@ class Reconciler:
             identity=self.settings.identity,
             renewing=self.renewing(),
             source_problems=self.sharing.problems_for(namespace, name, campaign.spec),
+            error_threshold=threshold,
         )
         desired = desired_status(seen, decided, now)
         # The shares of shared Sources the sharing pass decided (scheduler/sources.py), and the waits

@@ -58,6 +58,9 @@ class Decided:
     renewing: bool
     # What keeps a source of it from its shared Source (scheduler/sources.py), by source name.
     source_problems: Mapping[str, conditions.SourceProblem] = dataclasses.field(default_factory=dict)
+    # The ErrorThreshold condition the pass decided before it planned (`error_threshold_condition`),
+    # or None to decide it here.
+    error_threshold: conditions.DesiredCondition | None = None
 
 
 def desired_status(seen: Observed, decided: Decided, now: dt.datetime) -> Desired:
@@ -90,7 +93,7 @@ def desired_status(seen: Observed, decided: Decided, now: dt.datetime) -> Desire
         conditions.waiting_for_quota(
             limits.get(LimitReason.QUEUE_NOT_FOUND), limits.get(LimitReason.WAITING_FOR_QUOTA)
         ),
-        error_threshold.error_threshold_condition(campaign, seen.shards.values()),
+        decided.error_threshold or error_threshold.error_threshold_condition(campaign, seen.shards.values()),
     ]
     if any(source.source_ref is not None for source in spec.sources or []):
         desired.append(conditions.source_unresolved(list(decided.source_problems.values())))

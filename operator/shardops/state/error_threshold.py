@@ -17,7 +17,7 @@ import datetime as dt
 from collections.abc import Iterable
 
 from shardops.api.campaign import Campaign
-from shardops.api.enums import ConditionType
+from shardops.api.enums import ConditionStatus, ConditionType
 from shardops.api.names import RESUMED_ANNOTATION
 from shardops.api.shard import Shard
 from shardops.logic import conditions
@@ -56,7 +56,20 @@ def hold_text(campaign: Campaign) -> str | None:
         return None
     condition = campaign.current_status.condition(str(ConditionType.ERROR_THRESHOLD))
     assert condition is not None
-    return f"held by its error threshold (condition ErrorThreshold): {condition.message}"
+    return _hold(condition.message)
+
+
+def tripped_text(condition: DesiredCondition) -> str | None:
+    """The hold text of an ErrorThreshold condition a pass decided (`error_threshold_condition`)
+    before it is written: the pass that finds the trip cuts nothing and pauses its Pending shards
+    itself, rather than leaving them to workers until the next pass reads the condition back."""
+    if condition.status != ConditionStatus.TRUE:
+        return None
+    return _hold(condition.message)
+
+
+def _hold(message: str) -> str:
+    return f"held by its error threshold (condition ErrorThreshold): {message}"
 
 
 def _trip(campaign: Campaign, shards: list[Shard]) -> Trip | None:

@@ -146,6 +146,7 @@ def dispatch_inputs(
     pending_grace: dt.timedelta = DEFAULT_PENDING_GRACE,
     refusals: Mapping[str, str] | None = None,
     queue: QueueState | None = None,
+    tripped: str | None = None,
 ) -> DispatchInputs:
     """The planner's inputs for one cycle of `campaign`.
 
@@ -154,7 +155,8 @@ def dispatch_inputs(
     breakers after folding (default: `breaker_states`); `pending_grace`: how long a worker pod may
     stay Pending before the cluster counts as full; `refusals`: why pod-less Jobs got no pod
     (`k8s.jobs.failed_creates` of `state.workers.podless_jobs`); `queue`: what Kueue says of the
-    suspended worker Jobs (`k8s.kueue.queue_state`).
+    suspended worker Jobs (`k8s.kueue.queue_state`); `tripped`: the hold text of an error-threshold
+    trip the operator's pass found and has not written yet (`error_threshold.tripped_text`).
     """
     shards = list(shards)
     spec = campaign.spec
@@ -166,11 +168,11 @@ def dispatch_inputs(
         shards=views,
         breakers=planner_breakers(spec, states),
         budget=campaign_budget(campaign, views),
-        suspended=spec.suspend or error_threshold.held(campaign),
+        suspended=spec.suspend or error_threshold.held(campaign) or tripped is not None,
         workers=workers.worker_counts(jobs, pods, now, pending_grace, refusals, queue),
         now=now,
         cooldowns=cooldowns.until_by_source(cooldowns.source_cooldowns(campaign, shards, now)),
-        hold=None if spec.suspend else error_threshold.hold_text(campaign),
+        hold=None if spec.suspend else error_threshold.hold_text(campaign) or tripped,
         source_unresolved=_source_unresolved(campaign),
     )
 
