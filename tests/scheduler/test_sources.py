@@ -102,6 +102,23 @@ def test_campaigns_new_on_a_source_share_it_by_weight_at_once() -> None:
     ]
 
 
+def test_the_sources_status_totals_each_of_the_four_limits_handed_out() -> None:
+    """`kubectl get sources -o wide`: every limit beside what is handed out of it."""
+    kube = FakeKube()
+    limits = {"requestsPerMinute": 120, "inputTokensPerMinute": 80000, "outputTokensPerMinute": 20000}
+    kube.add(SOURCES, source_body(rateLimit=limits))
+    sharing = SourceSharing(kube)
+    a, b = campaign("a", weight=1), campaign("b", weight=3)
+    report(sharing, a, b)
+    sharing.run(served(a, b), T0)
+    status = kube.obj(SOURCES, "team-a", "team-openai")["status"]  # type: ignore[index]
+    granted = [
+        status.get(f"granted{k}PerMinute") for k in ("Requests", "Tokens", "InputTokens", "OutputTokens")
+    ]
+    assert granted == [120.0, None, 80000.0, 20000.0]
+    assert [s["inputTokensPerMinute"] for s in status["shares"]] == [20000.0, 60000.0]
+
+
 def test_a_new_campaign_gets_its_share_once_the_lowered_one_is_in_force() -> None:
     kube = FakeKube()
     kube.add(SOURCES, source_body())

@@ -322,6 +322,34 @@ _SOURCE_COLUMNS = [
     _column(
         "Granted TPM", ".status.grantedTokensPerMinute", "number", "Tokens per minute handed out in shares."
     ),
+    _column(
+        "Input TPM",
+        ".spec.rateLimit.inputTokensPerMinute",
+        "number",
+        "Prompt tokens per minute, all campaigns together.",
+        1,
+    ),
+    _column(
+        "Granted input TPM",
+        ".status.grantedInputTokensPerMinute",
+        "number",
+        "Prompt tokens per minute handed out in shares.",
+        1,
+    ),
+    _column(
+        "Output TPM",
+        ".spec.rateLimit.outputTokensPerMinute",
+        "number",
+        "Completion tokens per minute, all campaigns together.",
+        1,
+    ),
+    _column(
+        "Granted output TPM",
+        ".status.grantedOutputTokensPerMinute",
+        "number",
+        "Completion tokens per minute handed out in shares.",
+        1,
+    ),
     _column("Campaigns", ".status.campaigns", "integer", "Active campaigns holding a share."),
     _column(
         "Breaker", ".status.breaker.state", "string", "The Source's circuit breaker: Closed, Open, HalfOpen."

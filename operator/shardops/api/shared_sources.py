@@ -161,6 +161,16 @@ class SharedSourceStatus(StatusModel):
     granted_tokens_per_minute: float | None = Field(
         default=None, ge=0, description="Tokens per minute handed out in shares (at most the limit)."
     )
+    granted_input_tokens_per_minute: float | None = Field(
+        default=None,
+        ge=0,
+        description="Prompt tokens per minute handed out in shares (at most the limit).",
+    )
+    granted_output_tokens_per_minute: float | None = Field(
+        default=None,
+        ge=0,
+        description="Completion tokens per minute handed out in shares (at most the limit).",
+    )
     lowered_at: AwareDatetime | None = Field(
         default=None,
         description=(

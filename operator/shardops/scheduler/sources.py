@@ -306,6 +306,8 @@ class SourceSharing:
                 "campaigns": sum(1 for claim in eligible if claim.claimant.active),
                 "granted_requests_per_minute": _total(shares.values(), 0),
                 "granted_tokens_per_minute": _total(shares.values(), 1),
+                "granted_input_tokens_per_minute": _total(shares.values(), 2),
+                "granted_output_tokens_per_minute": _total(shares.values(), 3),
                 "lowered_at": lowered_at,
                 "breaker": breaker,
                 "conditions": ready,
