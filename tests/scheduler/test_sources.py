@@ -9,7 +9,8 @@ from typing import Any
 from shardops.api.campaign import BreakerStatus, Campaign, SourceCooldown
 from shardops.api.enums import BreakerState, ConditionReason
 from shardops.api.names import API_GROUP_VERSION
-from shardops.k8s.api import CLUSTER_SOURCES, SECRETS, SOURCES, ApiError
+from shardops.k8s.api import CLUSTER_SOURCES, EVENTS, SECRETS, SOURCES, ApiError
+from shardops.k8s.shards import Actor
 from shardops.logic.breaker import CLOSED_BREAKER, SourceBreaker, effective
 from shardops.logic.shares import SETTLE_MARGIN
 from shardops.scheduler.sources import KEY_RECHECK, SourceSharing
@@ -231,7 +232,7 @@ def test_a_sources_endpoint_and_key_reach_the_campaign_a_cluster_sources_key_doe
 def test_three_429s_across_campaigns_open_the_sources_breaker_for_all_with_one_prober() -> None:
     kube = FakeKube()
     kube.add(SOURCES, source_body(cooldownSeconds=120))
-    sharing = SourceSharing(kube)
+    sharing = SourceSharing(kube, Actor("shardops.dev/operator", "op-0"))
     names = ("a", "b", "c")
     campaigns = []
     for name in names:
@@ -242,6 +243,16 @@ def test_three_429s_across_campaigns_open_the_sources_breaker_for_all_with_one_p
     sharing.run(served(*campaigns), T0)
     breaker = kube.obj(SOURCES, "team-a", "team-openai")["status"]["breaker"]  # type: ignore[index]
     assert breaker["state"] == "Open"
+    # `kubectl describe source` says so once, on the Source itself.
+    (event,) = kube.list(EVENTS, "team-a")
+    assert (event["reason"], event["type"], event["regarding"]["name"]) == (
+        "BreakerOpened",
+        "Warning",
+        "team-openai",
+    )
+    assert "3 rate-limited answers in a row" in event["note"] and "fallback" in event["note"]
+    sharing.run(served(*campaigns), T0 + dt.timedelta(seconds=5))
+    assert len(kube.list(EVENTS, "team-a")) == 1, "announced once, not once a pass"
     after_cooldown = T0 + dt.timedelta(seconds=120)
     states = {}
     for c in campaigns:

@@ -224,3 +224,7 @@ class ConditionReason(StrEnum):
     SOURCE_USABLE = "SourceUsable"
     KEY_SECRET_MISSING = "KeySecretMissing"
     NO_NAMESPACES = "NoNamespaces"
+    # Events on a Source or ClusterSource: its one breaker opened (every campaign on it moves to its
+    # fallback) or closed again (a probe succeeded).
+    SOURCE_BREAKER_OPENED = "BreakerOpened"
+    SOURCE_BREAKER_CLOSED = "BreakerClosed"

@@ -108,7 +108,7 @@ class Reconciler:
         self.dispatch = Dispatcher(kube, settings, self.writes)
         self.ledger = LedgerFold(kube, self.stores, self.event_series)
         self.retry = Retry(kube, self.writes, self.stores)
-        self.sharing = SourceSharing(kube)
+        self.sharing = SourceSharing(kube, self.actor)
         self.retention = Retention(
             kube,
             settings.result_store_location(),

@@ -49,7 +49,9 @@ from shardops.api.shared_sources import (
     SharedSourceStatus,
     SourceBreakerStatus,
 )
+from shardops.k8s import events
 from shardops.k8s.api import CLUSTER_SOURCES, SECRETS, SOURCES, ApiError, Forbidden, KubeClient, NotFound
+from shardops.k8s.shards import Actor
 from shardops.logic.breaker import (
     CLOSED_BREAKER,
     BreakerPolicy,
@@ -76,8 +78,10 @@ KEY_RECHECK = dt.timedelta(seconds=60)
 
 
 class SourceSharing:
-    def __init__(self, kube: KubeClient) -> None:
+    def __init__(self, kube: KubeClient, actor: Actor | None = None) -> None:
         self.kube = kube
+        # Who reports the Source's breaker Events (None: no Events, for tests of the shares alone).
+        self.actor = actor
         self._lock = threading.Lock()
         self._claims: dict[CampaignKey, list[SourceClaim]] = {}
         self._decided: dict[CampaignKey, dict[str, Rates]] = {}
@@ -324,6 +328,7 @@ class SourceSharing:
         )
         if new_status != status:
             self._write_status(source_key, new_status)
+            self._announce_breaker(body, status.breaker, breaker, spec, now)
         return {campaign: g.rates for campaign, g in shares.items()}, endpoint, verdicts, unresolved
 
     def _breaker(
@@ -446,6 +451,49 @@ class SourceSharing:
         except ValidationError:
             status = SharedSourceStatus()
         return resource, status
+
+    def _announce_breaker(
+        self,
+        body: JSON,
+        before: SourceBreakerStatus,
+        after: SourceBreakerStatus,
+        spec: SharedSourceSpec,
+        now: dt.datetime,
+    ) -> None:
+        """An Event on the Source when its breaker opened or closed, after the status saying so was
+        written (a write that failed is retried by the next pass, and announced then, once)."""
+        if self.actor is None:
+            return
+        if before.state is BreakerState.CLOSED and after.state is not BreakerState.CLOSED:
+            reason, warning = ConditionReason.SOURCE_BREAKER_OPENED, True
+            note = (
+                f"{after.consecutive_failures} rate-limited answers in a row across its campaigns "
+                f"(breakerThreshold {spec.breaker_threshold}): every campaign on it moves to its fallback; "
+                f"one campaign probes it after cooldownSeconds {spec.cooldown_seconds}"
+            )
+        elif before.state is not BreakerState.CLOSED and after.state is BreakerState.CLOSED:
+            reason, warning = ConditionReason.SOURCE_BREAKER_CLOSED, False
+            note = "a probe succeeded: its campaigns use it again"
+        else:
+            return
+        # A ClusterSource's Events go where Kubernetes puts those of cluster-scoped objects.
+        target = {
+            **body,
+            "metadata": {**body["metadata"], "namespace": body["metadata"].get("namespace") or "default"},
+        }
+        events.record(
+            self.kube,
+            events.event_body(
+                target,
+                reason=str(reason),
+                note=note,
+                action="Breaker",
+                controller=self.actor.controller,
+                instance=self.actor.instance,
+                now=now,
+                warning=warning,
+            ),
+        )
 
     def _write_status(self, source_key: SourceKey, status: SharedSourceStatus) -> None:
         resource = SOURCES if source_key.kind is SourceKind.SOURCE else CLUSTER_SOURCES
