@@ -15,7 +15,7 @@ from shardops.logic.planner import plan_dispatch
 from shardops.scheduler.history import fold_history
 from shardops.scheduler.observed import Observed
 from shardops.scheduler.status import Decided, desired_status, invalid_status, turned
-from shardops.state import observe
+from shardops.state import error_threshold, observe
 from tests.schedulerkit import T0, campaign, entry, shard
 
 NOW = T0 + dt.timedelta(minutes=5)
@@ -42,6 +42,7 @@ def _decided(seen: Observed, **overrides: object) -> Decided:
         "folded": seen.campaign.current_status.folded,
         "identity": "op-test",
         "renewing": True,
+        "error_threshold": error_threshold.error_threshold_condition(seen.campaign, seen.shards.values()),
     }
     values.update(overrides)
     return Decided(**values)  # type: ignore[arg-type]

@@ -24,7 +24,7 @@ from shardops.scheduler import builders
 from shardops.scheduler.observed import Observed
 from shardops.scheduler.settings import OperatorSettings
 from shardops.scheduler.writes import ShardWrites
-from shardops.state import error_threshold, observe, shardview, workers
+from shardops.state import observe, shardview, workers
 from shardops.state.sources import waiting_for_sources
 
 log = logging.getLogger(__name__)
@@ -63,11 +63,12 @@ class Dispatcher:
         )
         return plan_dispatch(inputs)
 
-    def act(self, seen: Observed, plan: DispatchPlan, now: dt.datetime, tripped: str | None = None) -> None:
+    def act(self, seen: Observed, plan: DispatchPlan, now: dt.datetime, tripped: str | None) -> None:
         """Pause, resume and promote the shards the plan names, cut new ones, add the finalize shard.
-        `tripped`: as for `plan`."""
+        `tripped`: as for `plan` (set too while the written condition holds: `error_threshold_condition`
+        keeps it)."""
         hold = "campaign suspended (spec.suspend)" if seen.campaign.spec.suspend else "budget exhausted"
-        if not seen.campaign.spec.suspend and (tripped is not None or error_threshold.held(seen.campaign)):
+        if not seen.campaign.spec.suspend and tripped is not None:
             hold = "error threshold reached (condition ErrorThreshold)"
         for name in plan.pause:
             self.writes.transition_named(seen, name, TransitionRequest(Action.PAUSE, f"paused: {hold}"), now)

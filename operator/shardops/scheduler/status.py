@@ -26,7 +26,7 @@ from shardops.logic.planner import DispatchPlan, LimitReason
 from shardops.scheduler import builders
 from shardops.scheduler.history import HistoryFold
 from shardops.scheduler.observed import Observed
-from shardops.state import breakers, cooldowns, error_threshold, ledger
+from shardops.state import breakers, cooldowns, ledger
 from shardops.state.summary import Summary, summarize
 
 
@@ -57,10 +57,9 @@ class Decided:
     identity: str
     renewing: bool
     # What keeps a source of it from its shared Source (scheduler/sources.py), by source name.
+    # The ErrorThreshold condition the pass decided before it planned (`error_threshold_condition`).
+    error_threshold: conditions.DesiredCondition
     source_problems: Mapping[str, conditions.SourceProblem] = dataclasses.field(default_factory=dict)
-    # The ErrorThreshold condition the pass decided before it planned (`error_threshold_condition`),
-    # or None to decide it here.
-    error_threshold: conditions.DesiredCondition | None = None
 
 
 def desired_status(seen: Observed, decided: Decided, now: dt.datetime) -> Desired:
@@ -93,7 +92,7 @@ def desired_status(seen: Observed, decided: Decided, now: dt.datetime) -> Desire
         conditions.waiting_for_quota(
             limits.get(LimitReason.QUEUE_NOT_FOUND), limits.get(LimitReason.WAITING_FOR_QUOTA)
         ),
-        decided.error_threshold or error_threshold.error_threshold_condition(campaign, seen.shards.values()),
+        decided.error_threshold,
     ]
     if any(source.source_ref is not None for source in spec.sources or []):
         desired.append(conditions.source_unresolved(list(decided.source_problems.values())))
