@@ -116,3 +116,12 @@ def test_forget_drops_only_that_campaigns_series() -> None:
 def test_the_series_name_fits_an_object_name_and_keeps_the_reason() -> None:
     name = series_name("c" * 253, "GaveUpShardsFolded")
     assert len(name) == 253 and name.endswith(".gaveupshardsfolded")
+
+
+def test_a_cluster_scoped_objects_event_is_kept_in_default_and_refers_to_no_namespace() -> None:
+    source = {"apiVersion": "shardops.dev/v1alpha1", "kind": "ClusterSource", "metadata": {"name": "vllm"}}
+    body = event_body(
+        source, reason="BreakerOpened", note="n", action="Breaker", controller="c", instance="i", now=T0
+    )
+    assert body["metadata"]["namespace"] == "default"
+    assert body["regarding"]["namespace"] is None and body["regarding"]["kind"] == "ClusterSource"

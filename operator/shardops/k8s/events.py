@@ -41,10 +41,13 @@ def event_body(
     name: str | None = None,
 ) -> JSON:
     ref = regarding(target)
+    # A cluster-scoped object's Events live in `default`, where Kubernetes puts them; its reference
+    # keeps no namespace.
+    namespace = ref["namespace"] or "default"
     return {
         "apiVersion": "events.k8s.io/v1",
         "kind": "Event",
-        "metadata": {"name": name or f"{ref['name']}.{secrets.token_hex(6)}", "namespace": ref["namespace"]},
+        "metadata": {"name": name or f"{ref['name']}.{secrets.token_hex(6)}", "namespace": namespace},
         "eventTime": format_micro_time(now),
         "reportingController": controller,
         "reportingInstance": instance[:128],

@@ -476,15 +476,10 @@ class SourceSharing:
             note = "a probe succeeded: its campaigns use it again"
         else:
             return
-        # A ClusterSource's Events go where Kubernetes puts those of cluster-scoped objects.
-        target = {
-            **body,
-            "metadata": {**body["metadata"], "namespace": body["metadata"].get("namespace") or "default"},
-        }
         events.record(
             self.kube,
             events.event_body(
-                target,
+                body,
                 reason=str(reason),
                 note=note,
                 action="Breaker",
