@@ -90,3 +90,22 @@ def test_the_ledger_streams_a_segment_at_a_time_with_a_renewal_between_segments(
     assert (small_renewals, large_renewals) == (4, 12), "a renewal point after every segment"
     per_shard = (large_peak - small_peak) / (large_done - small_done)
     assert per_shard < 1000, per_shard
+
+
+def test_a_shard_listed_live_and_already_folded_counts_once() -> None:
+    """A fold records a shard in the status, then deletes it: read between the two, the shard is both
+    in the list and in the ledger. The Batch API's output file had its lines twice (seen in CI)."""
+    from shardops.api.shard import Shard
+    from tests.schedulerkit import shard
+
+    store = S3Store(LOCATION, "ns", client=FakeS3())
+    store.write_ledger("camp", "u1", 1, [_line(0, "Done"), _line(1, "Done")])
+    folded = FoldedShards(shards=2, done_ranges=[IndexRange(start=0, end=2)], sequence=1)
+    result = {"ref": "attempts/x/t1.json", "fingerprint": "sha256:" + "0" * 64, "bytes": 9}
+    live = []
+    for index in (1, 2):
+        body = shard("camp", index, "Done", result=result)
+        body["spec"]["itemRange"] = {"start": index, "end": index + 1}
+        live.append(Shard.parse(body))
+    finished = results.finished_shards("camp", live, folded, results.ledger_of(store, _campaign()))
+    assert [f.shard for f in finished] == ["camp-000000", "camp-000001", "camp-00002"]

@@ -104,8 +104,11 @@ def finished_shards(
 ) -> list[Finished]:
     """Every Done work shard in item order: the live ones and those folded into the ledger. Bounded
     by the campaign's Done shards: this is a whole-campaign read (results, the finalize shard), never
-    on a per-shard path."""
-    finished = [f for f in (Finished.of_shard(s) for s in work) if f is not None]
+    on a per-shard path. A shard listed live while the status read after the list says it is folded
+    (the fold records it, then deletes it) counts once, from the ledger: its live copy is on its way
+    out. (Read the Shards before the Campaign: the other order misses a shard folded in between.)"""
+    live = ledger.unfolded(work, folded)
+    finished = [f for f in (Finished.of_shard(s) for s in live) if f is not None]
     if folded.shards:
         done = folded_done(ledger_lines(), folded)
         if len(done) != folded.shards:
