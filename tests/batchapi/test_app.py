@@ -253,3 +253,48 @@ def test_an_upload_over_the_items_object_limit_is_refused_as_it_streams(
         _client(service).files.create(file=open(_requests(tmp_path), "rb"), purpose="batch")  # noqa: SIM115
     assert refused.value.status_code == 413 and "over 200 bytes" in str(refused.value)
     assert not any("/inputs/" in key for key in service.s3.objects)
+
+
+def test_a_shard_folded_while_the_output_file_is_read_keeps_its_lines(
+    service: Running, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The operator folds a finished batch's shards after it is completed: it records them in the
+    Campaign's status, then deletes them. A fold between the service's read of the Campaign and its
+    list of Shards must not lose the folded shard's lines (they are read from the ledger)."""
+    from shardops.api.folded import FoldedShards
+    from shardops.api.shard import Shard
+    from shardops.state import ledger
+
+    client = _client(service)
+    uploaded = client.files.create(file=open(_requests(tmp_path), "rb"), purpose="batch")  # noqa: SIM115
+    batch = client.batches.create(
+        input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    _finish(service, batch.id)
+    done = client.batches.retrieve(batch.id)
+    assert done.output_file_id
+
+    def fold_first_shard() -> None:
+        (first,) = [
+            Shard.parse(body) for body in service.kube.list(SHARDS, TEAM_A) if body["spec"]["index"] == 0
+        ]
+        body = copy.deepcopy(service.kube.get(CAMPAIGNS, TEAM_A, batch.id))
+        service.store(TEAM_A).write_ledger(batch.id, body["metadata"]["uid"], 1, [ledger.record(first)])
+        body["status"]["folded"] = ledger.fold(FoldedShards(), [first]).model_dump(
+            by_alias=True, exclude_none=True
+        )
+        service.kube.add(CAMPAIGNS, body)
+        service.kube.delete(SHARDS, TEAM_A, first.name)
+
+    listed = service.kube.list
+    folds = [fold_first_shard]
+
+    def list_after_a_fold(resource: Any, *args: Any, **kwargs: Any) -> Any:
+        if resource == SHARDS and folds:
+            folds.pop()()
+        return listed(resource, *args, **kwargs)
+
+    monkeypatch.setattr(service.kube, "list", list_after_a_fold)
+    output = [json.loads(line) for line in client.files.content(done.output_file_id).text.splitlines()]
+    assert not folds, "the fold ran"
+    assert [line["custom_id"] for line in output] == ["task-0", "task-2"]

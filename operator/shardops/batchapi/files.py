@@ -25,7 +25,7 @@ from shardops.api.names import CAMPAIGN_LABEL
 from shardops.api.openai_batch import file_line
 from shardops.api.shard import Shard
 from shardops.batchapi.objects import FILES_AREA, ApiProblem, input_key
-from shardops.k8s.api import SHARDS, KubeClient
+from shardops.k8s.api import CAMPAIGNS, SHARDS, KubeClient
 from shardops.state import results
 from shardops.store.inputs import InputCheck
 from shardops.store.installation import Stores
@@ -116,11 +116,15 @@ def input_lines(store: S3Store, digest: str) -> Iterator[str]:
 
 def result_lines(kube: KubeClient, store: S3Store, campaign: Campaign, errors: bool) -> Iterator[str]:
     """A batch's output file (`errors` False) or error file, a JSONL line each, from its result
-    store in item order: one stored result read per Done shard, as `kubectl campaign results`."""
+    store in item order: one stored result read per Done shard, as `kubectl campaign results`. The
+    Shards are listed before the Campaign is read again (the one given was read earlier): a fold
+    records its shards in the status before it deletes them, so a shard missing from the list is in
+    the status read after it."""
     shards = [
         Shard.parse(body)
         for body in kube.list(SHARDS, campaign.namespace, f"{CAMPAIGN_LABEL}={campaign.name}")
     ]
+    campaign = Campaign.parse(kube.get(CAMPAIGNS, campaign.namespace, campaign.name))
     finished = results.finished_shards(
         campaign.name,
         results.work_shards(shards),
