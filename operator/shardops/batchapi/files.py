@@ -21,11 +21,9 @@ from typing import IO, Any
 from shardops.api.campaign import Campaign
 from shardops.api.common import JSON
 from shardops.api.items import MAX_ITEMS_OBJECT_BYTES
-from shardops.api.names import CAMPAIGN_LABEL
 from shardops.api.openai_batch import file_line
-from shardops.api.shard import Shard
 from shardops.batchapi.objects import FILES_AREA, ApiProblem, input_key
-from shardops.k8s.api import CAMPAIGNS, SHARDS, KubeClient
+from shardops.k8s.api import KubeClient
 from shardops.state import results
 from shardops.store.inputs import InputCheck
 from shardops.store.installation import Stores
@@ -117,14 +115,8 @@ def input_lines(store: S3Store, digest: str) -> Iterator[str]:
 def result_lines(kube: KubeClient, store: S3Store, campaign: Campaign, errors: bool) -> Iterator[str]:
     """A batch's output file (`errors` False) or error file, a JSONL line each, from its result
     store in item order: one stored result read per Done shard, as `kubectl campaign results`. The
-    Shards are listed before the Campaign is read again (the one given was read earlier): a fold
-    records its shards in the status before it deletes them, so a shard missing from the list is in
-    the status read after it."""
-    shards = [
-        Shard.parse(body)
-        for body in kube.list(SHARDS, campaign.namespace, f"{CAMPAIGN_LABEL}={campaign.name}")
-    ]
-    campaign = Campaign.parse(kube.get(CAMPAIGNS, campaign.namespace, campaign.name))
+    Campaign is read again with its Shards (the one given was read before them)."""
+    campaign, shards = results.campaign_and_shards(kube, campaign.namespace, campaign.name)
     finished = results.finished_shards(
         campaign.name,
         results.work_shards(shards),

@@ -87,9 +87,8 @@ def parse_campaign(body: JSON) -> Campaign:
 def load(ctx: Context, name: str) -> tuple[JSON, Campaign, list[JSON], list[Shard]]:
     """The Campaign and its live Shards (one list call, by label), as stored and parsed. Shards
     already folded into the ledger are counted by the status (status.folded), not listed again. The
-    Shards are listed first: a fold records its shards in the status before it deletes them, so a
-    shard missing from the list is in the status read after it (read the other way round, a shard
-    folded in between is in neither)."""
+    Shards are listed first, for the reason `results.campaign_and_shards` gives (this reads through
+    the CLI's client, which names what it could not read)."""
     namespace = ctx.namespace
     shard_bodies = ctx.client.list_shards(namespace, name)
     body = ctx.client.get_campaign(namespace, name)

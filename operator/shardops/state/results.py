@@ -20,8 +20,10 @@ from shardops.api.enums import ShardClass, ShardPhase
 from shardops.api.folded import FoldedShards
 from shardops.api.money import JsonNumber, money_text, parse_money
 from shardops.api.shard import Shard
+from shardops.k8s.api import CAMPAIGNS, KubeClient
+from shardops.k8s.shards import list_shards
 from shardops.logic import ranges
-from shardops.state import ledger
+from shardops.state import ledger, shardview
 from shardops.store import ResultStore
 from shardops.store.records import StoreCorrupt
 from shardops.store.s3 import S3Store
@@ -96,6 +98,17 @@ class Finished:
         )
 
 
+def campaign_and_shards(kube: KubeClient, namespace: str, name: str) -> tuple[Campaign, list[Shard]]:
+    """The Campaign as it is now and the Shards that are its own, for a whole-campaign read of its
+    results (the finalize shard, the Batch API's files). The Shards are listed before the Campaign is
+    read: a fold records its shards in the status before it deletes them, so a shard missing from the
+    list is in the status read after it (read the other way round, a shard folded in between is in
+    neither). `finished_shards` counts one listed and already folded once."""
+    listed = list_shards(kube, namespace, name)
+    campaign = Campaign.parse(kube.get(CAMPAIGNS, namespace, name))
+    return campaign, shardview.of_campaign(listed, campaign)
+
+
 def finished_shards(
     campaign_name: str,
     work: Sequence[Shard],
@@ -106,7 +119,7 @@ def finished_shards(
     by the campaign's Done shards: this is a whole-campaign read (results, the finalize shard), never
     on a per-shard path. A shard listed live while the status read after the list says it is folded
     (the fold records it, then deletes it) counts once, from the ledger: its live copy is on its way
-    out. (Read the Shards before the Campaign: the other order misses a shard folded in between.)"""
+    out (`campaign_and_shards` reads them in that order)."""
     live = ledger.unfolded(work, folded)
     finished = [f for f in (Finished.of_shard(s) for s in live) if f is not None]
     if folded.shards:

@@ -21,10 +21,9 @@ from shardops.api.items import ItemsOverLimit
 from shardops.api.llm import COOLDOWN_FILE_ENV, COOLDOWN_FILE_SHARE_KEY, COOLDOWN_FILE_SHARE_RATES
 from shardops.k8s.api import CAMPAIGNS, Forbidden
 from shardops.k8s.campaigns import ItemsUnavailable
-from shardops.k8s.shards import list_shards
 from shardops.logic.failures import classify_failure
 from shardops.logic.shares import Rates
-from shardops.state import cooldowns, ledger, results, shardview
+from shardops.state import cooldowns, results
 from shardops.store.items import campaign_items
 from shardops.store.lines import ItemsChanged, NotJsonlText
 from shardops.store.records import ResultTooLarge, StoreCorrupt, StoreUnavailable
@@ -167,11 +166,7 @@ class ShardRun(Holding):
         interval meanwhile, since reading many stored results can outlast a lease — between two
         ledger segments too. Memory: one ledger segment (at most 500 lines) plus a compact entry
         (`results.Finished`, a few hundred bytes) per Done shard, never the ledger's lines."""
-        # The Shards are listed before the Campaign is read: a fold records its shards in the status
-        # before it deletes them, so a shard missing from the list is in the status read after it.
-        listed = list_shards(self.kube, self.namespace, self.campaign.name)
-        campaign = Campaign.parse(self.kube.get(CAMPAIGNS, self.namespace, self.campaign.name))
-        listed = shardview.of_campaign(listed, campaign)
+        campaign, listed = results.campaign_and_shards(self.kube, self.namespace, self.campaign.name)
         folded = campaign.current_status.folded
         s3 = self.store if isinstance(self.store, S3Store) else None
         interval = campaign.spec.effective_heartbeat_seconds
@@ -185,7 +180,7 @@ class ShardRun(Holding):
 
         lines = 0
         try:
-            work = results.work_shards(ledger.unfolded(listed, folded))
+            work = results.work_shards(listed)
             # The ledger streams one segment at a time, the claim renewed between two when due.
             finished = results.finished_shards(
                 campaign.name, work, folded, results.ledger_of(self.store, campaign, renew_when_due)
