@@ -30,7 +30,7 @@ from testbed.upstream import Behaviour, LlmServer, llm_server
 
 from e2e.test_llm_worker import API_KEY, SECRET, secret
 from shardops.api.common import JSON
-from shardops.k8s.api import CAMPAIGNS
+from shardops.k8s.api import CAMPAIGNS, SHARDS
 
 pytestmark = pytest.mark.usefixtures("crds_installed", "local_cluster")
 
@@ -248,10 +248,13 @@ def test_cancel_mid_run_stops_claiming(bed: Bed, object_store: lifecycle.ObjectS
             timeout=180,
         )
         settled = len(server.requests())
+        # Said cancelled: no shard of it runs or can be claimed any more (the rest are Paused).
+        phases = [(s.get("status") or {}).get("phase") for s in bed.kube.list(SHARDS, bed.namespace)]
         time.sleep(10)  # a window in which a claim would show as new requests
         after = len(server.requests())
         campaign = bed.kube.get(CAMPAIGNS, bed.namespace, batch.id)
 
+    assert "Running" not in phases and "Pending" not in phases, phases
     assert after == settled < lines, (settled, after)
     assert (
         campaign["spec"]["suspend"] is True and campaign["metadata"]["annotations"]["shardops.dev/cancelled"]

@@ -22,6 +22,8 @@ def _batch(name: str = "batch-1", created: str = "2026-03-01T10:00:00Z", **statu
         name, "team-a", REQUEST, f"p/team-a/inputs/x/{DIGEST}.jsonl", "results", DEFAULTS
     )
     body["metadata"]["creationTimestamp"] = created
+    body["metadata"]["generation"] = 2
+    status.setdefault("observedGeneration", 2)
     body["status"] = status
     annotations = status.pop("annotations", None)
     if annotations:
@@ -64,6 +66,26 @@ def test_a_batch_is_a_valid_campaign_of_batch_lines_through_the_named_source() -
             {
                 "phase": "Suspended",
                 "itemsTotal": 10,
+                "counts": {"pending": 2, "paused": 3},
+                "annotations": {CANCELLED_ANNOTATION: "2026-03-01T10:05:00Z"},
+            },
+            "cancelling",
+        ),
+        # A status written before the operator saw the suspend: its counts may be out of date.
+        (
+            {
+                "phase": "Running",
+                "itemsTotal": 10,
+                "observedGeneration": 1,
+                "annotations": {CANCELLED_ANNOTATION: "2026-03-01T10:05:00Z"},
+            },
+            "cancelling",
+        ),
+        (
+            {
+                "phase": "Suspended",
+                "itemsTotal": 10,
+                "counts": {"done": 1, "paused": 5},
                 "annotations": {CANCELLED_ANNOTATION: "2026-03-01T10:05:00Z"},
             },
             "cancelled",

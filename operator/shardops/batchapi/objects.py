@@ -253,8 +253,13 @@ def _epoch_of_text(text: str | None) -> int | None:
 
 def batch_status(campaign: Campaign) -> str:
     """OpenAI's status for the campaign's phase: validating until its items were read; cancelling
-    while a cancelled campaign's shards still run, cancelled after; finalizing; completed (also when
-    some shards gave up: their items count as failed); failed for an Invalid campaign."""
+    while a cancelled campaign's shards may still run, cancelled after; finalizing; completed (also
+    when some shards gave up: their items count as failed); failed for an Invalid campaign.
+
+    Cancelled only once a status computed from the suspended spec (observedGeneration) counts no
+    shard Running and none Pending: a status written before the operator saw the cancel counts
+    shards as they were then (a worker may have claimed one since), and a Pending shard is
+    claimable until that pass pauses it. From such a status on, nothing of the batch can run."""
     status = campaign.current_status
     phase = status.phase
     if phase is CampaignPhase.INVALID:
@@ -262,7 +267,8 @@ def batch_status(campaign: Campaign) -> str:
     if phase in FINISHED_PHASES:
         return "completed"
     if CANCELLED_ANNOTATION in (campaign.metadata.annotations or {}):
-        return "cancelling" if status.counts.running else "cancelled"
+        claimable = status.counts.running or status.counts.pending
+        return "cancelled" if campaign.spec_observed and not claimable else "cancelling"
     if phase is CampaignPhase.FINALIZING:
         return "finalizing"
     if status.items_total is None:
