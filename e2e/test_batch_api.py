@@ -26,7 +26,7 @@ from testbed.harness import create_namespace, wait_for
 from testbed.kits import chart as chartkit
 from testbed.kits.batchapi import BatchApi, batch_api_running, tenant_token
 from testbed.kits.scheduler import Operator
-from testbed.upstream import Behaviour, LlmServer, llm_server
+from testbed.upstream import Behaviour, LlmServer, batch_line, chat_body, llm_server
 
 from e2e.test_llm_worker import API_KEY, SECRET, secret
 from shardops.api.common import JSON
@@ -55,18 +55,7 @@ def _source(base_url: str, model: str) -> JSON:
 def _requests(path: Path, count: int, refused: frozenset[int] = frozenset()) -> Path:
     with path.open("w") as handle:
         for n in range(count):
-            line = {
-                "custom_id": f"task-{n}",
-                "method": "POST",
-                "url": "/v1/chat/completions",
-                "body": {
-                    "model": "gpt-4o-mini",
-                    "messages": [
-                        {"role": "user", "content": "FAULT:400" if n in refused else f"question {n}"}
-                    ],
-                    "max_tokens": 16,
-                },
-            }
+            line = batch_line(f"task-{n}", chat_body("FAULT:400" if n in refused else f"question {n}"))
             handle.write(json.dumps(line) + "\n")
     return path
 

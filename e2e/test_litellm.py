@@ -19,6 +19,7 @@ from testbed.bed import Bed
 from testbed.cluster import lifecycle
 from testbed.harness import wait_for
 from testbed.litellm.proxy import LiteLlmProxy, LiteLlmUnavailable, installed, litellm_proxy
+from testbed.upstream import batch_line
 
 from e2e.test_batch_api import batch_api_over
 from e2e.test_llm_worker import API_KEY
@@ -57,7 +58,7 @@ def _requests(path: Path) -> Path:
                 body["prompt"] = f"question {n}"
             else:
                 body["messages"] = [{"role": "user", "content": f"question {n}"}]
-            line = {"custom_id": f"task-{n}", "method": "POST", "url": "/v1/chat/completions", "body": body}
+            line = batch_line(f"task-{n}", body)
             handle.write(json.dumps(line) + "\n")
     return path
 

@@ -19,7 +19,7 @@ import pytest
 from testbed.bed import Bed
 from testbed.harness import wait_for
 from testbed.kits.worker import attempt_configmaps
-from testbed.upstream import ANSWER_SCHEMA_FORMAT, Behaviour, LoggedRequest, llm_server
+from testbed.upstream import ANSWER_SCHEMA_FORMAT, Behaviour, LoggedRequest, batch_line, chat_body, llm_server
 
 from e2e.test_cli_campaign import kc
 from shardops.api.common import JSON
@@ -448,21 +448,7 @@ def test_an_openai_batch_file_runs_as_is_and_three_refused_lines_are_its_errors(
     kube = bed.kube
     secret(kube, bed.namespace, SECRET, API_KEY)
     lines = [
-        {
-            "custom_id": f"task-{n}",
-            "method": "POST",
-            "url": "/v1/chat/completions",
-            "body": {
-                "model": "gpt-4o-mini",
-                "messages": [
-                    {
-                        "role": "user",
-                        "content": f"FAULT:400 question {n}" if n in REFUSED else f"question {n}",
-                    }
-                ],
-                "max_tokens": 16,
-            },
-        }
+        batch_line(f"task-{n}", chat_body(f"FAULT:400 question {n}" if n in REFUSED else f"question {n}"))
         for n in range(BATCH_LINES)
     ]
     with llm_server(Behaviour(api_key=API_KEY)) as server, bed.operator():

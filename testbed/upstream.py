@@ -40,6 +40,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 
+def batch_line(custom_id: str, body: dict[str, Any], url: str = "/v1/chat/completions") -> dict[str, Any]:
+    """One line of an OpenAI batch input file: a request to `url` with `body`, named `custom_id`."""
+    return {"custom_id": custom_id, "method": "POST", "url": url, "body": body}
+
+
+def chat_body(content: str, model: str = "gpt-4o-mini", max_tokens: int = 16) -> dict[str, Any]:
+    """A chat completion request of one user message (`FAULT:<name>` in it asks for a fault)."""
+    return {"model": model, "messages": [{"role": "user", "content": content}], "max_tokens": max_tokens}
+
+
 @dataclass
 class Behaviour:
     latency_seconds: float = 0.0

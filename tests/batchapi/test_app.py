@@ -14,6 +14,7 @@ from typing import Any
 
 import openai
 import pytest
+from testbed.upstream import batch_line
 
 from shardops.api.enums import ErrorClass
 from shardops.api.item_errors import errored_result
@@ -29,15 +30,7 @@ from tests.fakekube import FakeKube
 
 TEAM_A, TEAM_B = "team-a", "team-b"
 TOKENS = {"tok-a": f"system:serviceaccount:{TEAM_A}:batch", "tok-b": f"system:serviceaccount:{TEAM_B}:batch"}
-LINES = [
-    {
-        "custom_id": f"task-{i}",
-        "method": "POST",
-        "url": "/v1/chat/completions",
-        "body": {"model": "m", "n": i},
-    }
-    for i in range(3)
-]
+LINES = [batch_line(f"task-{i}", {"model": "m", "n": i}) for i in range(3)]
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from testbed.upstream import batch_line, chat_body
 
 from shardops.batchapi import files
 from shardops.batchapi.objects import ApiProblem
@@ -18,12 +19,7 @@ def _file(count: int, repeat: tuple[int, int] | None = None) -> bytes:
     lines = []
     for number in range(1, count + 1):
         custom_id = f"task-{repeat[1] if repeat and number == repeat[0] else number}"
-        body = {"model": "m", "messages": [{"role": "user", "content": f"question {number}"}]}
-        lines.append(
-            json.dumps(
-                {"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions", "body": body}
-            )
-        )
+        lines.append(json.dumps(batch_line(custom_id, chat_body(f"question {number}", model="m"))))
     return ("\n".join(lines) + "\n").encode()
 
 

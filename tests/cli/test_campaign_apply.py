@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from testbed.upstream import batch_line
 
 from shardops.cli.campaign_apply import check_items
 from shardops.cli.campaign_client import CliError
@@ -36,7 +37,7 @@ def test_a_shard_too_big_for_its_object_at_the_manifests_shard_size_uploads_noth
 
 def test_openai_batch_lines_are_checked_and_a_repeated_custom_id_names_both_lines(tmp_path: Path) -> None:
     def line(custom_id: str, url: str = "/v1/chat/completions") -> dict[str, object]:
-        return {"custom_id": custom_id, "method": "POST", "url": url, "body": {"model": "m"}}
+        return batch_line(custom_id, {"model": "m"}, url)
 
     assert check_items(_file(tmp_path, [line("a"), line("b")]), 10, batch=True) == 2
     with pytest.raises(CliError, match=r"line 3: custom_id 'a' is already the custom_id of line 1"):

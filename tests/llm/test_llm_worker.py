@@ -15,7 +15,15 @@ from typing import Any
 
 import pytest
 from pydantic import ValidationError
-from testbed.upstream import ANSWER_SCHEMA_FORMAT, Behaviour, LlmServer, llm_server, prompt_tokens
+from testbed.upstream import (
+    ANSWER_SCHEMA_FORMAT,
+    Behaviour,
+    LlmServer,
+    batch_line,
+    chat_body,
+    llm_server,
+    prompt_tokens,
+)
 
 from shardops.api import rules
 from shardops.api.campaign import Campaign, CampaignStatus, SourceShare
@@ -636,9 +644,8 @@ def test_under_the_runtime_a_429_sets_not_before_to_the_retry_after_and_results_
 # --- format openai-batch ----------------------------------------------------------------------------
 
 
-def batch_line(custom_id: str, question: str, url: str = "/v1/chat/completions") -> dict[str, Any]:
-    body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": question}], "max_tokens": 5}
-    return {"custom_id": custom_id, "method": "POST", "url": url, "body": body}
+def question_line(custom_id: str, question: str, url: str = "/v1/chat/completions") -> dict[str, Any]:
+    return batch_line(custom_id, chat_body(question, max_tokens=5), url)
 
 
 def batch_block(base_url: str) -> dict[str, Any]:
@@ -660,7 +667,7 @@ def test_batch_lines_keep_the_upstreams_answer_verbatim_and_a_refused_one_is_its
 ) -> None:
     from openai.types.chat import ChatCompletion
 
-    lines = [batch_line("a", "one"), batch_line("b", "FAULT:context"), batch_line("c", "two three")]
+    lines = [question_line("a", "one"), question_line("b", "FAULT:context"), question_line("c", "two three")]
     code, results, error = run_items(tmp_path, lines, batch_block(server.base_url))
     assert (code, error) == (0, None)
     answered = [results[0]["result"], results[2]["result"]]
@@ -683,7 +690,7 @@ def test_a_line_that_is_not_a_batch_line_is_its_error_and_costs_no_call(
     server: LlmServer, tmp_path: Path
 ) -> None:
     code, results, _ = run_items(
-        tmp_path, [batch_line("a", "x", url="/v1/images")], batch_block(server.base_url)
+        tmp_path, [question_line("a", "x", url="/v1/images")], batch_block(server.base_url)
     )
     assert code == 0
     assert "url must be one of /v1/chat/completions" in results[0]["error"]["message"]
@@ -693,12 +700,7 @@ def test_a_line_that_is_not_a_batch_line_is_its_error_and_costs_no_call(
 def test_a_batch_lines_url_picks_the_endpoint(server: LlmServer, tmp_path: Path) -> None:
     from openai.types import CreateEmbeddingResponse
 
-    line = {
-        "custom_id": "e",
-        "method": "POST",
-        "url": "/v1/embeddings",
-        "body": {"model": "x", "input": "a b c"},
-    }
+    line = batch_line("e", {"model": "x", "input": "a b c"}, url="/v1/embeddings")
     code, results, _ = run_items(tmp_path, [line], batch_block(server.base_url))
     assert code == 0
     embedded = CreateEmbeddingResponse.model_validate(results[0]["result"]["body"])
@@ -711,7 +713,7 @@ def _a_shard_with_a_refused_line(
 ) -> tuple[FakeKube, Shard]:
     """One Pending shard of three OpenAI batch lines, the second one the upstream refuses (400)."""
     monkeypatch.setenv("SHARDOPS_LLM_API_KEY", "right")
-    lines = [batch_line("a", "one"), batch_line("b", "FAULT:400"), batch_line("c", "two")]
+    lines = [question_line("a", "one"), question_line("b", "FAULT:400"), question_line("c", "two")]
     block = {**batch_block(server.base_url), "apiKeySecret": SECRET}
     body = campaign_body(
         items=lines, worker={"image": "x", "command": LLM_COMMAND, "llm": block}, shardSize=3

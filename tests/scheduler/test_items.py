@@ -3,6 +3,8 @@ naming the fix, before anything is created."""
 
 from __future__ import annotations
 
+from testbed.upstream import batch_line
+
 from shardops.k8s.api import (
     CONFIGMAPS,
     JOBS,
@@ -96,7 +98,7 @@ def test_a_repeated_custom_id_of_inline_batch_lines_is_reported_naming_both_line
     kube: OperatorKube, clock: Clock
 ) -> None:
     def line(custom_id: str) -> dict[str, object]:
-        return {"custom_id": custom_id, "method": "POST", "url": "/v1/embeddings", "body": {"input": "x"}}
+        return batch_line(custom_id, {"input": "x"}, url="/v1/embeddings")
 
     llm = {"baseUrl": "http://upstream/v1", "model": "m", "format": "openai-batch"}
     body = campaign(items=[line("a"), line("b"), line("a")])
