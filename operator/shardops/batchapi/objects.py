@@ -267,8 +267,8 @@ def batch_status(campaign: Campaign) -> str:
     if phase in FINISHED_PHASES:
         return "completed"
     if CANCELLED_ANNOTATION in (campaign.metadata.annotations or {}):
-        claimable = status.counts.running or status.counts.pending
-        return "cancelled" if campaign.spec_observed and not claimable else "cancelling"
+        may_run = status.counts.running or status.counts.pending
+        return "cancelled" if campaign.spec_observed and not may_run else "cancelling"
     if phase is CampaignPhase.FINALIZING:
         return "finalizing"
     if status.items_total is None:
