@@ -47,8 +47,9 @@ export GOGC=${GOGC:-400}
 gcflags="all=-dwarf=false"
 # The test bed's own servers, SeaweedFS and Kueue, are compiled without inlining (-l): a cold weed
 # build takes 243 instead of 323 CPU-seconds (-25 %); with the nice 10 below, a newcomer's first cold
-# `make demo` on 2 cores went from 515 to 466 s (medians, docs/contributing/ci-timings.md). Their code runs a little slower, which no figure of this project measures (the S3 server
-# is ~3 % of the CPU of a benchmark run; the quota tests wait on Kueue's decisions, not its CPU). The
+# `make demo` on 2 cores went from 515 to 466 s (medians, docs/contributing/ci-timings.md). Their
+# code runs a little slower, which no figure of this project measures (the S3 server is ~3 % of the
+# CPU of a benchmark run; the quota tests wait on Kueue's decisions, not its CPU). The
 # control plane (kube-apiserver, kube-controller-manager, etcd) keeps its release optimisation: the
 # benchmarks and the tests' pace depend on it. The standard library keeps the shared flags (the
 # later pattern wins), so all parts reuse one compile of it.
