@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import fcntl
 import json
 import os
 import secrets
@@ -148,11 +149,43 @@ def parent_death_signal(sig: signal.Signals) -> Callable[[], None]:
     return apply
 
 
+# Where every process of this machine takes its next loopback port from (`free_port`).
+PORTS = range(20000, 30000)
+PORTS_TAKEN = Path(tempfile.gettempdir()) / "shardops-ports"
+
+
 def free_port() -> int:
+    """A loopback port nobody uses, for a server started next. From below the kernel's ephemeral
+    range (net.ipv4.ip_local_port_range, 32768-60999 by default; NodePorts start at 30000), in turn
+    across every process of the machine (the last one handed out is kept in PORTS_TAKEN, under a
+    lock). A port the kernel hands out itself (bind to 0) is of that range: between the pick and the
+    server's own bind the kernel may give it to an outgoing connection, as it did while the API
+    server opened its connections to etcd (SeaweedFS exited: "port ... is not available"); and two
+    processes picking at once may get the same one. In turn, a port comes back only after all the
+    others (10,000 picks; an e2e run makes a few hundred)."""
+    with PORTS_TAKEN.open("a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file closes
+        handle.seek(0)
+        last = handle.read().strip()
+        start = PORTS.index(int(last)) + 1 if last.isdigit() and int(last) in PORTS else 0
+        for step in range(len(PORTS)):
+            port = PORTS[(start + step) % len(PORTS)]
+            if _bindable(port):
+                handle.seek(0)
+                handle.truncate()
+                handle.write(str(port))
+                return port
+    raise RuntimeError(f"no free loopback port in {PORTS.start}-{PORTS.stop - 1}")
+
+
+def _bindable(port: int) -> bool:
+    """Nothing listens on it and no connection holds it (a bind without SO_REUSEADDR fails on both)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 def compile_pod_sources() -> None:
