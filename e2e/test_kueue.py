@@ -56,23 +56,47 @@ def _job(bed: Bed, name: str) -> dict[str, Any]:
     return found
 
 
+def _kueue_state(bed: Bed, cluster_queue: str) -> str:
+    """What Kueue says, for a wait on it that timed out: the namespace's Workloads and their
+    conditions, the ClusterQueue's status, and the last lines of Kueue's log."""
+    workloads = [
+        (w["metadata"]["name"], [(c["type"], c["status"], c.get("message")) for c in kueuekit.conditions(w)])
+        for w in kueuekit.workloads(bed.cluster, bed.namespace)
+    ]
+    queue = bed.cluster.kubectl("get", "clusterqueue", cluster_queue, "-o", "json", check=False).stdout
+    status = json.loads(queue).get("status") if queue else None
+    log = ""
+    if bed.cluster.local is not None:
+        lines = (bed.cluster.local.logs / "kueue.log").read_text(errors="replace").splitlines()
+        log = "\n".join(lines[-40:])
+    return f"workloads: {workloads}\nclusterqueue status: {status}\nkueue log:\n{log}"
+
+
 def test_a_labelled_job_is_suspended_until_its_queue_has_quota(bed: Bed) -> None:
     cluster_queue = kueuekit.cluster_queue(f"smoke-{bed.namespace}", pods=1)
     queue = kueuekit.local_queue(bed.namespace, "smoke", cluster_queue["metadata"]["name"])
     kueuekit.apply(bed.cluster, kueuekit.resource_flavor(), cluster_queue, queue)
     try:
+        # As a queue is set up before work is handed to it: the first test of a cluster creates the
+        # flavor in the same apply, and Kueue admits to a ClusterQueue only once it knows its flavors.
+        queue_name = cluster_queue["metadata"]["name"]
+        bed.wait_for("the ClusterQueue Active", lambda: kueuekit.active(bed.cluster, queue_name), timeout=60)
         for name in ("first", "second"):
             bed.cluster.kubectl(
                 "create", "-n", bed.namespace, "-f", "-", stdin=json.dumps(_sleeping_job(name, "smoke"))
             )
-        bed.wait_for(
-            "the first Job admitted and running",
-            lambda: (
-                _job(bed, "first")["spec"]["suspend"] is False
-                and (_job(bed, "first").get("status") or {}).get("active")
-            ),
-            timeout=90,
-        )
+        try:
+            bed.wait_for(
+                "the first Job admitted and running",
+                lambda: (
+                    _job(bed, "first")["spec"]["suspend"] is False
+                    and (_job(bed, "first").get("status") or {}).get("active")
+                ),
+                timeout=90,
+            )
+        except AssertionError as timeout:
+            state = _kueue_state(bed, queue_name)
+            raise AssertionError(f"{timeout}\n{state}") from None
         waiting = bed.wait_for(
             "the second Job's Workload refused for quota",
             lambda: [
@@ -171,6 +195,7 @@ def test_two_namespaces_share_four_worker_pods_and_the_waiting_campaign_says_it_
         ]
         kueuekit.apply(bed.cluster, kueuekit.resource_flavor(), cluster_queue, *queues)
         stack.callback(kueuekit.delete, bed.cluster, *queues, cluster_queue)
+        bed.wait_for("the ClusterQueue Active", lambda: kueuekit.active(bed.cluster, cq_name), timeout=60)
         recorder = bed.scheduler.Recorder(bed.cluster, "", "workloads").start()
         stack.callback(recorder.stop)
         stack.enter_context(bed.operator())
@@ -288,15 +313,9 @@ def test_the_user_guides_two_teams_in_a_cohort_are_accepted_by_kueue_and_become_
         kueuekit.apply(bed.cluster, *objects)
         try:
             names = [o["metadata"]["name"] for o in objects if o["kind"] == "ClusterQueue"]
-
-            def active() -> bool:
-                for name in names:
-                    queue = json.loads(bed.cluster.kubectl("get", "clusterqueue", name, "-o", "json").stdout)
-                    if (kueuekit.condition(queue, "Active") or {}).get("status") != "True":
-                        return False
-                return True
-
-            bed.wait_for("both teams' ClusterQueues Active", active, timeout=60)
+            bed.wait_for(
+                "both teams' ClusterQueues Active", lambda: kueuekit.active(bed.cluster, *names), timeout=60
+            )
             cohorts = {
                 json.loads(bed.cluster.kubectl("get", "clusterqueue", n, "-o", "json").stdout)["spec"][
                     "cohortName"

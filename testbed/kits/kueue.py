@@ -58,16 +58,29 @@ def delete(cluster: Cluster, *objects: dict[str, Any]) -> None:
     )
 
 
+def active(cluster: Cluster, *names: str) -> bool:
+    """Every ClusterQueue named is Active: Kueue knows its flavors and admits to it from now on."""
+    for name in names:
+        queue = json.loads(cluster.kubectl("get", "clusterqueue", name, "-o", "json").stdout)
+        if (condition(queue, "Active") or {}).get("status") != "True":
+            return False
+    return True
+
+
 def workloads(cluster: Cluster, namespace: str) -> list[dict[str, Any]]:
     listed = cluster.kubectl("get", "workloads.kueue.x-k8s.io", "-n", namespace, "-o", "json")
     found: list[dict[str, Any]] = json.loads(listed.stdout)["items"]
     return found
 
 
+def conditions(workload: dict[str, Any]) -> list[dict[str, Any]]:
+    return [dict(found) for found in (workload.get("status") or {}).get("conditions") or []]
+
+
 def condition(workload: dict[str, Any], kind: str) -> dict[str, Any] | None:
-    for found in (workload.get("status") or {}).get("conditions") or []:
+    for found in conditions(workload):
         if found.get("type") == kind:
-            return dict(found)
+            return found
     return None
 
 
